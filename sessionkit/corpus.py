@@ -1,0 +1,142 @@
+"""A loaded session store: sessions by key, their problems, and lazily built DataFrames."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Iterator
+from functools import cached_property
+from pathlib import Path
+
+import pandas as pd
+
+from sessionkit.frames import messages_frame, problems_frame, sessions_frame
+from sessionkit.session import Session
+from sessionkit.store import Problem, SessionPathError, find_session_files, read_session_file
+from sessionkit.tokens import DEFAULT_CACHE, Method
+
+__all__ = ["Corpus", "default_data_dir", "load"]
+
+PathLike = str | Path
+
+
+def default_data_dir() -> Path:
+    """The bundled sample store (the repository's ``data/``), the default everywhere."""
+    path = Path(__file__).resolve().parent.parent / "data"
+    if not path.is_dir():
+        raise SessionPathError(
+            f"bundled sample data not found at {path}; pass the path of a nanobot workspace"
+        )
+    return path
+
+
+class Corpus:
+    """Sessions by key plus the problems met loading them; frames are built on first use.
+
+    Parameters
+    ----------
+    sessions
+        The sessions; keys must be unique (later duplicates are recorded as problems).
+    problems
+        Problems already met while reading.
+    tokens
+        How the ``tokens`` columns are counted: ``"tiktoken"`` (nanobot's exact count),
+        ``"fallback"`` (nanobot's estimate without tiktoken) or ``None`` (not counted).
+    """
+
+    def __init__(
+        self,
+        sessions: Iterable[Session] = (),
+        problems: Iterable[Problem] = (),
+        *,
+        tokens: Method | None = "tiktoken",
+    ) -> None:
+        self._problems = list(problems)
+        self._sessions: dict[str, Session] = {}
+        for session in sessions:
+            first = self._sessions.get(session.key)
+            if first is not None:
+                self._problems.append(
+                    Problem(
+                        str(session.path),
+                        None,
+                        f"duplicate session key {session.key!r} (already loaded from "
+                        f"{first.path}); this file was skipped",
+                    )
+                )
+                continue
+            self._sessions[session.key] = session
+        self.token_method = tokens
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def __iter__(self) -> Iterator[Session]:
+        return iter(self._sessions.values())
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._sessions
+
+    def __getitem__(self, key: str) -> Session:
+        try:
+            return self._sessions[key]
+        except KeyError:
+            close = difflib.get_close_matches(str(key), list(self._sessions), n=3)
+            hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+            raise KeyError(f"no session {key!r} in this corpus{hint}") from None
+
+    def __repr__(self) -> str:
+        n_messages = sum(len(s.messages) for s in self)
+        return (
+            f"<Corpus: {len(self)} sessions, {n_messages} messages, {len(self._problems)} problems>"
+        )
+
+    def keys(self) -> list[str]:
+        """Session keys in load order."""
+        return list(self._sessions)
+
+    @cached_property
+    def messages(self) -> pd.DataFrame:
+        """One row per message (see :data:`sessionkit.schema.MESSAGES`)."""
+        return messages_frame(list(self), tokens=self.token_method, cache=DEFAULT_CACHE)
+
+    @cached_property
+    def sessions(self) -> pd.DataFrame:
+        """One row per session (see :data:`sessionkit.schema.SESSIONS`)."""
+        damaged = frozenset(p.path for p in self._problems if p.line_no is not None)
+        return sessions_frame(list(self), self.messages, repaired_paths=damaged)
+
+    @cached_property
+    def problems(self) -> pd.DataFrame:
+        """One row per damaged line or file (see :data:`sessionkit.schema.PROBLEMS`)."""
+        return problems_frame(self._problems)
+
+
+def load(
+    path: PathLike | list[PathLike] | tuple[PathLike, ...] | None = None,
+    *,
+    tokens: Method | None = "tiktoken",
+) -> Corpus:
+    """Load every session under ``path`` into a :class:`Corpus`; never writes.
+
+    Parameters
+    ----------
+    path
+        A nanobot workspace (its ``sessions/`` is read), a sessions folder, one session file,
+        a glob, or a list of these.  Default: the bundled sample store.
+    tokens
+        Token counting for the frames: ``"tiktoken"``, ``"fallback"`` or ``None``.
+
+    Raises
+    ------
+    SessionPathError
+        When a path does not exist or holds no session files.
+    """
+    files = find_session_files(default_data_dir() if path is None else path)
+    sessions: list[Session] = []
+    problems: list[Problem] = []
+    for file in files:
+        session, found = read_session_file(file)
+        problems.extend(found)
+        if session is not None:
+            sessions.append(session)
+    return Corpus(sessions, problems, tokens=tokens)

@@ -1,0 +1,284 @@
+"""Read nanobot session stores: find the files, parse every format, record what is damaged.
+
+Reading never writes.  A damaged line is skipped and reported as a :class:`Problem`; every
+intact line is kept.  Where nanobot 0.2.2 loads a file, the result equals nanobot's load.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+from contextlib import suppress
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from sessionkit.naming import key_from_filename, storage_key
+from sessionkit.session import Session
+
+__all__ = ["Problem", "SessionPathError", "find_session_files", "read_session_file"]
+
+SESSION_SUFFIXES = (".jsonl", ".json")
+_GLOB_CHARS = frozenset("*?[")
+
+
+class SessionPathError(FileNotFoundError):
+    """A path that does not exist or holds no session files."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something in a file that could not be loaded as it stands; ``line_no`` is 1-based."""
+
+    path: str
+    line_no: int | None
+    reason: str
+
+
+def _session_files_in(folder: Path) -> list[Path]:
+    return sorted(
+        p
+        for p in folder.iterdir()
+        if p.suffix in SESSION_SUFFIXES and not p.name.startswith(".") and p.is_file()
+    )
+
+
+def _expand(item: str | Path) -> list[Path]:
+    path = Path(item).expanduser()
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        folder = path / "sessions" if (path / "sessions").is_dir() else path
+        files = _session_files_in(folder)
+        if not files:
+            raise SessionPathError(f"{folder} holds no session files (*.jsonl or *.json)")
+        return files
+    if _GLOB_CHARS & set(str(item)):
+        matches = sorted(Path(m) for m in glob.glob(str(path), recursive=True) if Path(m).is_file())
+        files = [m for m in matches if m.suffix in SESSION_SUFFIXES]
+        if not files:
+            raise SessionPathError(f"glob {str(item)!r} matches no session files")
+        return files
+    raise SessionPathError(f"no such file or folder: {path}")
+
+
+def find_session_files(path: str | Path | list[str | Path] | tuple[str | Path, ...]) -> list[Path]:
+    """Session files named by a workspace, a sessions folder, a file, a glob, or a list of these.
+
+    A folder with a ``sessions/`` subfolder is a nanobot workspace and its ``sessions/`` is
+    read.  Raises :class:`SessionPathError` naming the path that does not exist or is empty.
+    """
+    items = list(path) if isinstance(path, list | tuple) else [path]
+    if not items:
+        raise SessionPathError("no paths given")
+    seen: dict[Path, None] = {}
+    for item in items:
+        for file in _expand(item):
+            seen.setdefault(file.resolve(), None)
+    return list(seen)
+
+
+def _split_lines(raw: bytes) -> list[bytes]:
+    # nanobot reads in text mode: universal newlines split on \n, \r\n and a lone \r.
+    if b"\r" in raw:
+        raw = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    lines = raw.split(b"\n")
+    if lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+_BLANK = object()
+
+
+def _parse_line(line: bytes) -> tuple[Any, str | None]:
+    """Parse one line as nanobot would: ``(value, None)``, ``(_BLANK, None)``, or a reason."""
+    try:
+        return orjson.loads(line), None
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        text = line.decode("utf-8").strip()
+    except UnicodeDecodeError as exc:
+        return None, f"not valid UTF-8 (byte {exc.start})"
+    if not text:
+        return _BLANK, None
+    try:
+        return json.loads(text), None
+    except json.JSONDecodeError as exc:
+        return None, f"not JSON: {exc.msg} at column {exc.colno}"
+    except RecursionError:
+        return None, "not JSON: nested too deeply"
+
+
+def _parse_lines(raw: bytes) -> tuple[list[tuple[int, Any]], list[tuple[int, str]]]:
+    """Every object record with its 1-based line number, and the failed lines with a reason."""
+    lines = _split_lines(raw)
+    try:
+        values = [orjson.loads(line) for line in lines]
+    except orjson.JSONDecodeError:
+        values = None
+    if values is None or not all(type(v) is dict for v in values):
+        values = []
+        bad: list[tuple[int, str]] = []
+        for line_no, line in enumerate(lines, 1):
+            value, reason = _parse_line(line)
+            if reason is not None:
+                bad.append((line_no, reason))
+            elif value is _BLANK:
+                values.append(_BLANK)
+                continue
+            elif not isinstance(value, dict):
+                bad.append((line_no, f"JSON {_json_type(value)}, not an object"))
+            values.append(value if reason is None and isinstance(value, dict) else _BLANK)
+        return [(i, v) for i, v in enumerate(values, 1) if v is not _BLANK], bad
+    return list(enumerate(values, 1)), []
+
+
+def _json_type(value: Any) -> str:
+    names = {list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not value:
+        return None
+    with suppress(ValueError, TypeError):
+        return datetime.fromisoformat(value)
+    return None
+
+
+def _time_problem(field: str, value: Any) -> str | None:
+    if value and _parse_time(value) is None:
+        return f"metadata {field} {value!r} is not an ISO timestamp"
+    return None
+
+
+def _offset_problem(value: Any, n_messages: int) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"last_consolidated {value!r} is not an integer; using 0"
+    if not 0 <= value <= n_messages:
+        return f"last_consolidated {value} is outside 0..{n_messages}; using 0"
+    return None
+
+
+def _jsonl_session(path: Path, raw: bytes) -> tuple[Session, list[Problem]]:
+    records, bad = _parse_lines(raw)
+    problems = [Problem(str(path), n, reason) for n, reason in bad]
+    messages: list[dict[str, Any]] = []
+    line_numbers: list[int] = []
+    extra: list[dict[str, Any]] = []
+    metas: list[tuple[int, dict[str, Any]]] = []
+    for line_no, record in records:
+        kind = record.get("_type")
+        if kind == "metadata":
+            metas.append((line_no, record))
+        elif kind == "provider_state":
+            extra.append(record)
+        else:
+            messages.append(record)
+            line_numbers.append(line_no)
+
+    # nanobot's strict load resets a time to None at a later metadata record lacking it;
+    # its repair pass (taken once any line is damaged) keeps the earlier one.
+    repairing = bool(bad) or any(
+        _time_problem(f, m.get(f)) for _, m in metas for f in ("created_at", "updated_at")
+    )
+    metadata: Any = {}
+    times: dict[str, datetime | None] = {"created_at": None, "updated_at": None}
+    offset: Any = 0
+    stored_key: Any = None
+    for line_no, meta in metas:
+        metadata = meta.get("metadata", {})
+        if not isinstance(metadata, dict):
+            problems.append(
+                Problem(
+                    str(path), line_no, f"metadata is JSON {_json_type(metadata)}, not an object"
+                )
+            )
+        for field in times:
+            reason = _time_problem(field, meta.get(field))
+            if reason:
+                problems.append(Problem(str(path), line_no, reason))
+            parsed = _parse_time(meta.get(field))
+            if parsed is not None or not repairing:
+                times[field] = parsed
+        offset = meta.get("last_consolidated", 0)
+        stored_key = meta.get("key", stored_key)
+    if metas:
+        reason = _offset_problem(offset, len(messages))
+        if reason:
+            problems.append(Problem(str(path), metas[-1][0], reason))
+    if not records and not bad:
+        problems.append(Problem(str(path), None, "empty file: no records"))
+
+    key = stored_key if isinstance(stored_key, str) and stored_key else key_from_filename(path)
+    fmt = "nanobot-0.3" if extra or path.stem == storage_key(key) else "nanobot-0.2"
+    session = Session(
+        key=key,
+        messages=messages,
+        created_at=times["created_at"],
+        updated_at=times["updated_at"],
+        metadata=metadata,
+        last_consolidated=offset,
+        path=path,
+        format=fmt,
+        records=extra,
+        line_numbers=line_numbers,
+    )
+    return session, problems
+
+
+def _legacy_session(path: Path, raw: bytes) -> tuple[Session | None, list[Problem]]:
+    where = str(path)
+    value, reason = _parse_line(raw)
+    if reason is not None:
+        return None, [Problem(where, None, f"legacy JSON session: {reason}")]
+    if value is _BLANK:
+        return None, [Problem(where, None, "empty file: no records")]
+    if not isinstance(value, dict):
+        return None, [Problem(where, None, f"legacy JSON session is {_json_type(value)}")]
+    history = value.get("history", value.get("messages"))
+    if not isinstance(history, list):
+        return None, [Problem(where, None, "legacy JSON session has no 'history' list")]
+    problems = [
+        Problem(where, None, f"history[{i}] is JSON {_json_type(m)}, not an object")
+        for i, m in enumerate(history)
+        if not isinstance(m, dict)
+    ]
+    messages = [m for m in history if isinstance(m, dict)]
+    key = value.get("key")
+    offset = value.get("last_consolidated", 0)
+    if "last_consolidated" in value and (reason := _offset_problem(offset, len(messages))):
+        problems.append(Problem(where, None, reason))
+    metadata = value.get("metadata", {})
+    session = Session(
+        key=key if isinstance(key, str) and key else key_from_filename(path),
+        messages=messages,
+        created_at=_parse_time(value.get("created_at")),
+        updated_at=_parse_time(value.get("updated_at")),
+        metadata=metadata if isinstance(metadata, dict) else {},
+        last_consolidated=offset,
+        path=path,
+        format="legacy-json",
+    )
+    return session, problems
+
+
+def read_session_file(path: str | Path) -> tuple[Session | None, list[Problem]]:
+    """Load one session file (JSONL of any nanobot version, or legacy whole-file JSON).
+
+    Returns the session (``None`` only when nothing in the file is usable) and the
+    problems found.  Never raises for damaged content or an unreadable file.
+    """
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        return None, [Problem(str(path), None, f"unreadable: {exc.strerror or exc}")]
+    if path.suffix == ".json":
+        return _legacy_session(path, raw)
+    return _jsonl_session(path, raw)
