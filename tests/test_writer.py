@@ -1,0 +1,416 @@
+"""save_session and session_lines: exact bytes, file names, atomicity, refusals, the lock."""
+
+from __future__ import annotations
+
+import copy
+import errno
+import fcntl
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from sessionkit import writer
+from sessionkit.naming import UnsafeKeyError
+from sessionkit.session import Session
+from sessionkit.writer import (
+    LOCK_FILENAME,
+    resolve_sessions_dir,
+    save_session,
+    session_lines,
+    session_path,
+)
+
+CREATED = datetime(2025, 3, 1, 9, 30, 0, 123456)
+UPDATED = datetime(2025, 3, 1, 9, 45, 10)
+
+
+def _session(key: str = "telegram:123", **kwargs) -> Session:
+    fields = {
+        "messages": [
+            {"role": "user", "content": "Grüß dich ☕", "timestamp": "2025-03-01T09:30:01"},
+            {"role": "assistant", "content": "Hi!\nLine two", "timestamp": "2025-03-01T09:30:05"},
+        ],
+        "created_at": CREATED,
+        "updated_at": UPDATED,
+        "metadata": {"title": "Café", "n": 1.5},
+        "last_consolidated": 1,
+    }
+    fields.update(kwargs)
+    return Session(key=key, **fields)
+
+
+EXPECTED = (
+    '{"_type": "metadata", "key": "telegram:123", "created_at": "2025-03-01T09:30:00.123456", '
+    '"updated_at": "2025-03-01T09:45:10", "metadata": {"title": "Café", "n": 1.5}, '
+    '"last_consolidated": 1}\n'
+    '{"role": "user", "content": "Grüß dich ☕", "timestamp": "2025-03-01T09:30:01"}\n'
+    '{"role": "assistant", "content": "Hi!\\nLine two", "timestamp": "2025-03-01T09:30:05"}\n'
+).encode()
+
+
+def _listing(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+
+
+# --- serialisation -------------------------------------------------------------------------
+
+
+def test_session_lines_exact_bytes():
+    assert session_lines(_session()) == EXPECTED
+
+
+def test_missing_times_become_now():
+    now = datetime(2026, 1, 2, 3, 4, 5)
+    data = session_lines(_session(created_at=None, updated_at=None), now=now)
+    assert data.startswith(
+        b'{"_type": "metadata", "key": "telegram:123", "created_at": "2026-01-02T03:04:05", '
+        b'"updated_at": "2026-01-02T03:04:05",'
+    )
+
+
+def test_records_follow_the_metadata_line():
+    state = {"_type": "provider_state", "payload": {"id": "r1"}}
+    lines = session_lines(_session(records=[state])).splitlines()
+    assert lines[1] == b'{"_type": "provider_state", "payload": {"id": "r1"}}'
+    assert len(lines) == 4
+
+
+def test_empty_session_is_one_line():
+    data = session_lines(Session("cli:direct", created_at=CREATED, updated_at=CREATED))
+    assert data.count(b"\n") == 1 and data.endswith(b'"last_consolidated": 0}\n')
+
+
+def test_unicode_separators_stay_raw():
+    s = _session(messages=[{"role": "user", "content": "a\u2028b\x85c\rd"}])
+    line = session_lines(s).splitlines(keepends=True)[-1]
+    assert line == '{"role": "user", "content": "a\u2028b\x85c\\rd"}\n'.encode()
+
+
+def test_lone_surrogate_is_refused_and_nothing_written(tmp_path):
+    s = _session(messages=[{"role": "user", "content": "bad \ud800"}])
+    with pytest.raises(ValueError, match="message 0 holds text that is not valid Unicode"):
+        save_session(s, tmp_path)
+    assert _listing(tmp_path) == {}
+
+
+def test_unserialisable_value_is_refused(tmp_path):
+    s = _session(metadata={"when": datetime.now()})
+    with pytest.raises(ValueError, match="metadata line is not JSON-serialisable"):
+        save_session(s, tmp_path)
+    assert _listing(tmp_path) == {}
+
+
+def test_non_datetime_time_is_a_type_error():
+    with pytest.raises(TypeError, match="created_at must be a datetime"):
+        session_lines(_session(created_at="2025-01-01"))
+
+
+# --- file names and folders ----------------------------------------------------------------
+
+
+def test_save_writes_nanobot_name_and_bytes(tmp_path):
+    path = save_session(_session(), tmp_path)
+    assert path == tmp_path / "telegram_123.jsonl"
+    assert _listing(tmp_path) == {"telegram_123.jsonl": EXPECTED}
+
+
+def test_save_with_storage_key_naming(tmp_path):
+    path = save_session(_session(), tmp_path, naming="nanobot-0.3")
+    assert path.name == "dGVsZWdyYW06MTIz.jsonl"
+    assert path.read_bytes() == EXPECTED
+
+
+def test_unknown_naming_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="unknown naming"):
+        save_session(_session(), tmp_path, naming="nanobot-9")
+
+
+def test_workspace_resolves_to_its_sessions_folder(tmp_path):
+    (tmp_path / "sessions").mkdir()
+    assert resolve_sessions_dir(tmp_path) == tmp_path / "sessions"
+    assert save_session(_session(), tmp_path) == tmp_path / "sessions" / "telegram_123.jsonl"
+
+
+def test_missing_folder_is_created(tmp_path):
+    target = tmp_path / "a" / "b"
+    assert save_session(_session(), target).parent == target
+
+
+def test_save_leaves_the_session_untouched(tmp_path):
+    s = _session(created_at=None)
+    before = copy.deepcopy(s)
+    save_session(s, tmp_path)
+    assert s == before and s.path is None
+
+
+def test_file_mode_follows_umask_like_nanobot(tmp_path):
+    old = os.umask(0o022)
+    try:
+        path = save_session(_session(), tmp_path)
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o644
+
+
+# --- refusals ------------------------------------------------------------------------------
+
+
+def test_existing_file_is_not_replaced(tmp_path):
+    original = tmp_path / "telegram_123.jsonl"
+    original.write_bytes(b"original\n")
+    with pytest.raises(FileExistsError, match=r"123\.jsonl already exists.*overwrite=True"):
+        save_session(_session(), tmp_path)
+    assert _listing(tmp_path) == {"telegram_123.jsonl": b"original\n"}
+
+
+def test_overwrite_replaces(tmp_path):
+    (tmp_path / "telegram_123.jsonl").write_bytes(b"original\n")
+    save_session(_session(), tmp_path, overwrite=True)
+    assert _listing(tmp_path) == {"telegram_123.jsonl": EXPECTED}
+
+
+def test_dangling_symlink_counts_as_existing(tmp_path):
+    (tmp_path / "telegram_123.jsonl").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(FileExistsError):
+        save_session(_session(), tmp_path)
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_overwrite_replaces_a_symlink_not_its_target(tmp_path):
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(b"keep")
+    folder = tmp_path / "s"
+    folder.mkdir()
+    (folder / "telegram_123.jsonl").symlink_to(outside)
+    save_session(_session(), folder, overwrite=True)
+    assert outside.read_bytes() == b"keep"
+    assert not (folder / "telegram_123.jsonl").is_symlink()
+
+
+@pytest.mark.parametrize("key", ["", "   ", ".", "..", "a\x00b", ". ", 7])
+def test_hostile_keys_are_refused(tmp_path, key):
+    with pytest.raises(UnsafeKeyError):
+        save_session(_session(key=key), tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("key", "name"),
+    [
+        ("../../etc/passwd", ".._.._etc_passwd.jsonl"),
+        ("/etc/passwd", "_etc_passwd.jsonl"),
+        ("a\\..\\b", "a_.._b.jsonl"),
+        ("cli:../x", "cli_.._x.jsonl"),
+    ],
+)
+def test_separators_stay_inside_the_folder(tmp_path, key, name):
+    folder = tmp_path / "sessions"
+    path = save_session(_session(key=key), folder)
+    assert path == folder / name
+    assert sorted(p.name for p in tmp_path.rglob("*")) == sorted(["sessions", name])
+    assert session_path(key, folder, "nanobot-0.3").parent == folder
+
+
+# --- atomicity -----------------------------------------------------------------------------
+
+
+def _boom(*args, **kwargs):
+    raise OSError(errno.EIO, "injected failure")
+
+
+@pytest.mark.parametrize(
+    ("step", "overwrite"),
+    [("link", False), ("fsync", False), ("replace", True), ("fsync", True)],
+)
+def test_failure_before_rename_leaves_no_trace(tmp_path, monkeypatch, step, overwrite):
+    if overwrite:
+        (tmp_path / "telegram_123.jsonl").write_bytes(b"original\n")
+    before = _listing(tmp_path)
+    monkeypatch.setattr(writer.os, step, _boom)
+    with pytest.raises(OSError, match="injected failure") as info:
+        save_session(_session(), tmp_path, overwrite=overwrite)
+    assert info.value.errno == errno.EIO
+    assert _listing(tmp_path) == before
+
+
+def test_interrupt_during_write_leaves_no_trace(tmp_path, monkeypatch):
+    (tmp_path / "telegram_123.jsonl").write_bytes(b"original\n")
+
+    def interrupt(fd):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(writer.os, "fsync", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        save_session(_session(), tmp_path, overwrite=True)
+    assert _listing(tmp_path) == {"telegram_123.jsonl": b"original\n"}
+
+
+def test_hard_crash_before_rename_keeps_the_original(tmp_path):
+    original = tmp_path / "telegram_123.jsonl"
+    original.write_bytes(b"original\n")
+    script = textwrap.dedent(
+        f"""
+        import os
+        from datetime import datetime
+        from sessionkit import writer
+        from sessionkit.session import Session
+
+        def crash(*args):
+            os._exit(3)
+
+        writer.os.replace = crash
+        s = Session("telegram:123", messages=[{{"role": "user", "content": "x" * 100000}}])
+        writer.save_session(s, {str(tmp_path)!r}, overwrite=True)
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", script], timeout=60)
+    assert result.returncode == 3
+    assert original.read_bytes() == b"original\n"
+    leftovers = [p.name for p in tmp_path.iterdir() if p != original]
+    assert len(leftovers) == 1 and leftovers[0].startswith(".telegram_123.")
+    assert leftovers[0].endswith(".tmp")
+
+
+def test_file_appearing_meanwhile_is_not_replaced(tmp_path, monkeypatch):
+    final = tmp_path / "telegram_123.jsonl"
+    real_write_temp = writer._write_temp
+
+    def racing_write_temp(*args, **kwargs):
+        tmp = real_write_temp(*args, **kwargs)
+        final.write_bytes(b"written by someone else\n")
+        return tmp
+
+    monkeypatch.setattr(writer, "_write_temp", racing_write_temp)
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        save_session(_session(), tmp_path)
+    assert _listing(tmp_path) == {"telegram_123.jsonl": b"written by someone else\n"}
+
+
+def _no_hard_links(*args, **kwargs):
+    raise OSError(errno.EPERM, "hard links not supported")
+
+
+def test_without_hard_links_falls_back_to_rename(tmp_path, monkeypatch):
+    monkeypatch.setattr(writer.os, "link", _no_hard_links)
+    save_session(_session(), tmp_path)
+    assert _listing(tmp_path) == {"telegram_123.jsonl": EXPECTED}
+
+
+def test_without_hard_links_still_refuses_a_late_file(tmp_path, monkeypatch):
+    final = tmp_path / "telegram_123.jsonl"
+
+    def link_fails_after_file_appears(*args, **kwargs):
+        final.write_bytes(b"late\n")
+        _no_hard_links()
+
+    monkeypatch.setattr(writer.os, "link", link_fails_after_file_appears)
+    with pytest.raises(FileExistsError):
+        save_session(_session(), tmp_path)
+    assert _listing(tmp_path) == {"telegram_123.jsonl": b"late\n"}
+
+
+# --- permissions ---------------------------------------------------------------------------
+
+
+def test_unwritable_folder_simulated(tmp_path, monkeypatch):
+    real_open = os.open
+
+    def deny_create(path, flags, *args, **kwargs):
+        if flags & os.O_CREAT and Path(path).parent == tmp_path:
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(writer.os, "open", deny_create)
+    with pytest.raises(PermissionError, match=f"cannot create files in {tmp_path}") as info:
+        save_session(_session(), tmp_path)
+    assert info.value.filename == str(tmp_path)
+    assert _listing(tmp_path) == {}
+
+
+def test_uncreatable_folder_simulated(tmp_path, monkeypatch):
+    def deny_mkdir(self, *args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", str(self))
+
+    monkeypatch.setattr(writer.Path, "mkdir", deny_mkdir)
+    with pytest.raises(PermissionError, match="cannot create the sessions folder"):
+        save_session(_session(), tmp_path / "new")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_read_only_folder(tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o500)
+    try:
+        with pytest.raises(PermissionError, match=f"cannot create files in {folder}"):
+            save_session(_session(), folder)
+        assert list(folder.iterdir()) == []
+    finally:
+        folder.chmod(0o700)
+
+
+# --- the later nanobot's lock file ---------------------------------------------------------
+
+
+def test_absent_lock_file_is_not_created(tmp_path):
+    save_session(_session(), tmp_path)
+    assert not (tmp_path / LOCK_FILENAME).exists()
+
+
+def test_lock_is_held_while_the_file_moves_into_place(tmp_path, monkeypatch):
+    lock = tmp_path / LOCK_FILENAME
+    lock.write_bytes(b"")
+    seen = []
+    real_link = os.link
+
+    def probing_link(src, dst):
+        with open(lock, "rb") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                seen.append("free")
+            except BlockingIOError:
+                seen.append("held")
+        real_link(src, dst)
+
+    monkeypatch.setattr(writer.os, "link", probing_link)
+    save_session(_session(), tmp_path)
+    assert seen == ["held"]
+    with open(lock, "rb") as f:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    assert lock.read_bytes() == b""
+
+
+def test_held_lock_times_out_without_writing(tmp_path):
+    lock = tmp_path / LOCK_FILENAME
+    lock.write_bytes(b"")
+    with open(lock, "rb") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        with pytest.raises(TimeoutError, match=r"\.session-files\.lock stayed locked"):
+            save_session(_session(), tmp_path, lock_timeout=0.1)
+    assert _listing(tmp_path) == {LOCK_FILENAME: b""}
+
+
+def test_waits_for_nanobots_filelock(tmp_path):
+    filelock = pytest.importorskip("filelock")
+    held = threading.Event()
+
+    def hold() -> None:
+        with filelock.FileLock(str(tmp_path / LOCK_FILENAME)):
+            held.set()
+            time.sleep(0.3)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(5)
+    with pytest.raises(TimeoutError):
+        save_session(_session(), tmp_path, lock_timeout=0.05)
+    path = save_session(_session(), tmp_path, lock_timeout=10)
+    holder.join()
+    assert path.read_bytes() == EXPECTED
