@@ -109,7 +109,7 @@ def _parse_line(line: bytes) -> tuple[Any, str | None]:
     try:
         return json.loads(text), None
     except json.JSONDecodeError as exc:
-        return None, f"not JSON: {exc.msg} at column {exc.colno}"
+        return None, f"not JSON: {exc.msg} (column {exc.colno})"
     except RecursionError:
         return None, "not JSON: nested too deeply"
 

@@ -40,3 +40,11 @@ DATA = REPO / "data"
 def data_dir() -> Path:
     """The bundled sample store (``data/``)."""
     return DATA
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _quiet_nanobot() -> None:
+    """nanobot logs every repair through loguru; keep test output readable."""
+    from loguru import logger
+
+    logger.disable("nanobot")
