@@ -156,13 +156,13 @@ _ASSISTANT_ZH = (
     "我已经把函数改成了异步版本，并补充了错误处理。",
     "如果需要，我还可以帮你加上健康检查。",
 )
-_PREFACES = (
+_PREFACES_EN = (
     "Let me check.",
     "I'll look at the logs first.",
     "Searching now.",
     "One moment, reading the file.",
-    "我先看一下。",
 )
+_PREFACES_ZH = ("我先看一下。", "稍等，我查一下日志。")
 _REASONING = (
     "The user wants a quick answer, so I should check the service state before anything else.",
     "I need the recent logs; listing the directory first tells me which file is current.",
@@ -381,6 +381,7 @@ class _Builder:
         return f"{MEDIA_DIR}/img_{self.media_count}.png"
 
     def user(self, zh: bool) -> Record:
+        """A user message: plain text, text or image-only with ``media``, or content blocks."""
         text = self.user_text(zh)
         ts = self.last_user_ts = self.clock.user_gap()
         if self.chance(self.mix.media):
@@ -446,9 +447,11 @@ class _Builder:
         return call, result
 
     def tool_round(self, zh: bool) -> list[Record]:
+        """An assistant message with 1-3 tool calls (content often empty), then their results."""
         n_calls = 1 + sum(self.chance(self.mix.parallel_calls) for _ in range(2))
         calls = [self.tool_call() for _ in range(n_calls)]
-        content = self.rng.choice(_PREFACES) if self.chance(0.4) else ""
+        preface = self.rng.choice(_PREFACES_ZH if zh else _PREFACES_EN)
+        content = preface if self.chance(0.4) else ""
         msg: Record = {"role": "assistant", "content": content}
         msg["tool_calls"] = [call for call, _ in calls]
         if self.chance(self.mix.reasoning):
@@ -460,6 +463,7 @@ class _Builder:
         return out
 
     def tool_result(self, call_id: str, name: str, content: str) -> Record:
+        """A ``role: tool`` message in nanobot's key order."""
         ts = self.clock.tick(0.05, 8)
         return {
             "role": "tool",
@@ -470,6 +474,7 @@ class _Builder:
         }
 
     def reply(self, zh: bool) -> Record:
+        """The turn's final answer, sometimes with code, reasoning or replay artifacts."""
         text = self.prose(zh, 2, 12)
         if self.chance(self.mix.code):
             lang, code = self.rng.choice(_SNIPPETS)
@@ -487,6 +492,7 @@ class _Builder:
         return msg
 
     def chat_turn(self) -> list[Record]:
+        """User message, optional tool rounds, final reply, rarely a stray tool result."""
         zh = self.chance(self.mix.chinese)
         out = [self.user(zh)]
         if self.chance(self.mix.tool_turn):
@@ -501,6 +507,8 @@ class _Builder:
         return out
 
     def command_turn(self) -> list[Record]:
+        """A slash command and its reply, both ``_command`` so replay skips them (not /new,
+        which clears the session instead of being stored)."""
         command = self.rng.choice(_COMMANDS)
         ts = self.last_user_ts = self.clock.user_gap()
         user = {"role": "user", "content": command, "timestamp": ts, "_command": True}
@@ -520,6 +528,7 @@ class _Builder:
         return [user, reply]
 
     def delivery(self) -> Record:
+        """A proactive ``_channel_delivery`` message (reminder, cron result) sent unprompted."""
         ts = self.clock.tick(600, 7_200)
         msg: Record = {
             "role": "assistant",
