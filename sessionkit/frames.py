@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from datetime import datetime
 from itertools import chain
@@ -23,18 +24,6 @@ def _naive(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=None) if value is not None and value.tzinfo else value
 
 
-def _to_datetime(values: list[Any]) -> pd.Series:
-    """ISO strings (or datetimes) to naive wall-clock datetimes; anything else becomes NaT."""
-    strings = pd.Series([v if isinstance(v, str) else None for v in values], dtype=object)
-    try:
-        parsed = pd.to_datetime(strings, format="ISO8601", errors="coerce")
-    except (ValueError, TypeError):
-        parsed = None
-    if parsed is None or not isinstance(parsed.dtype, np.dtypes.DateTime64DType):
-        parsed = pd.Series([_naive(_iso(v)) for v in values], dtype="datetime64[ns]")
-    return parsed.astype("datetime64[ns]")
-
-
 def _iso(value: Any) -> datetime | None:
     if not isinstance(value, str):
         return None
@@ -44,12 +33,43 @@ def _iso(value: Any) -> datetime | None:
         return None
 
 
-def _category(values: list[Any]) -> pd.Categorical:
-    return pd.Categorical([v if v is None or isinstance(v, str) else str(v) for v in values])
+def _to_datetime(values: list[Any]) -> np.ndarray:
+    """ISO strings to naive wall-clock datetimes; anything else becomes NaT.
+
+    numpy parses plain ISO strings in C; offsets, words numpy accepts ("now") and anything
+    unparsable take the exact per-value path (``datetime.fromisoformat``, offset dropped).
+    """
+    strings = [v if type(v) is str else None for v in values]
+    # numpy also reads "now" and "today"; no ISO date is shorter than 10 characters.
+    if min(map(len, filter(None, strings)), default=10) >= 10:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            try:
+                return np.array(strings, dtype="datetime64[us]").astype("datetime64[ns]")
+            except (ValueError, TypeError, OverflowError, UserWarning, DeprecationWarning):
+                pass
+    parsed = [_naive(_iso(s)) for s in strings]
+    return pd.Series(parsed, dtype="datetime64[ns]").to_numpy()
 
 
-def _strings(values: list[Any]) -> pd.Series:
-    return pd.Series([v if isinstance(v, str) else None for v in values], dtype="string")
+def _codes(values: list[Any]) -> tuple[np.ndarray, list[str]]:
+    """Category codes (-1 for missing) and categories, for short repeated labels like roles."""
+    labels = [v if v is None or type(v) is str else str(v) for v in values]
+    seen: dict[str | None, int] = {None: -1}
+    codes = [seen.setdefault(v, len(seen) - 1) for v in labels]
+    return np.array(codes, dtype=np.int64), [k for k in seen if k is not None]
+
+
+def _strings(values: list[Any]) -> pd.arrays.StringArray:
+    """A string column; non-strings become <NA>.  Built directly: pandas' generic
+    constructor re-scans and copies every value."""
+    return pd.arrays.StringArray(
+        np.array([v if type(v) is str else pd.NA for v in values], dtype=object)
+    )
+
+
+def _truthy(values: list[Any]) -> np.ndarray:
+    return np.fromiter(map(bool, values), dtype=bool, count=len(values))
 
 
 def _session_codes(sessions: Sequence[Session], lengths: np.ndarray) -> pd.Categorical:
@@ -60,6 +80,19 @@ def _session_codes(sessions: Sequence[Session], lengths: np.ndarray) -> pd.Categ
     return pd.Categorical(np.repeat(np.array(keys, dtype=object), lengths))
 
 
+def _line_numbers(sessions: Sequence[Session]) -> pd.arrays.IntegerArray:
+    parts = [
+        np.arange(s.line_numbers.start, s.line_numbers.stop, dtype=np.int64)
+        if isinstance(s.line_numbers, range)
+        else np.asarray(s.line_numbers, dtype=np.int64)
+        if s.line_numbers is not None
+        else np.full(len(s.messages), -1, dtype=np.int64)
+        for s in sessions
+    ]
+    lines = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+    return pd.arrays.IntegerArray(lines, lines < 0)
+
+
 def messages_frame(
     sessions: Sequence[Session],
     *,
@@ -68,6 +101,7 @@ def messages_frame(
 ) -> pd.DataFrame:
     """One row per message of every session (columns: :data:`sessionkit.schema.MESSAGES`).
 
+    Built column by column from list comprehensions and numpy, never row by row.
     ``tokens=None`` skips token counting (the column is then all <NA>).
     """
     if not sessions:
@@ -77,48 +111,42 @@ def messages_frame(
     session_starts = np.cumsum(lengths) - lengths
     idx = np.arange(total, dtype=np.int64) - np.repeat(session_starts, lengths)
     msgs: list[dict[str, Any]] = list(chain.from_iterable(s.messages for s in sessions))
-    roles = [m.get("role") for m in msgs]
-    is_user = np.fromiter((r == "user" for r in roles), dtype=bool, count=total)
+    role_codes, roles = _codes([m.get("role") for m in msgs])
+    is_user = role_codes == roles.index("user") if "user" in roles else np.zeros(total, bool)
     users_before = np.concatenate(([0], np.cumsum(is_user)))
     user_index = users_before[1:] - np.repeat(users_before[session_starts], lengths) - 1
     offsets = np.repeat([s.last_consolidated for s in sessions], lengths)
-    line_no = list(
-        chain.from_iterable(
-            s.line_numbers if s.line_numbers is not None else [None] * len(s.messages)
-            for s in sessions
-        )
-    )
-    counts = count_tokens(msgs, method=tokens, cache=cache) if tokens else [None] * total
+    contents = [m.get("content") for m in msgs]
     tool_calls = [m.get("tool_calls") for m in msgs]
     media = [m.get("media") for m in msgs]
+    counts = count_tokens(msgs, method=tokens, cache=cache) if tokens else None
+    no_tokens = np.zeros(total, dtype=np.int64)
     return pd.DataFrame(
         {
             "session_key": _session_codes(sessions, lengths),
             "idx": pd.array(idx, dtype="Int64"),
-            "line_no": pd.array(line_no, dtype="Int64"),
-            "role": _category(roles),
-            "text": pd.array(
-                [
-                    c if type(c) is str else flatten_content(c)
-                    for c in (m.get("content") for m in msgs)
-                ],
-                dtype="string",
-            ),
-            "timestamp": _to_datetime([m.get("timestamp") for m in msgs]).to_numpy(),
-            "tokens": pd.array(counts, dtype="Int64"),
-            "is_command": np.fromiter((bool(m.get("_command")) for m in msgs), bool, total),
-            "is_channel_delivery": np.fromiter(
-                (bool(m.get("_channel_delivery")) for m in msgs), bool, total
-            ),
+            "line_no": _line_numbers(sessions),
+            "role": pd.Categorical.from_codes(role_codes, categories=roles),
+            "text": _strings([c if type(c) is str else flatten_content(c) for c in contents]),
+            "timestamp": _to_datetime([m.get("timestamp") for m in msgs]),
+            "tokens": pd.array(counts, dtype="Int64")
+            if counts is not None
+            else pd.arrays.IntegerArray(no_tokens, np.ones(total, dtype=bool)),
+            "is_command": _truthy([m.get("_command") for m in msgs]),
+            "is_channel_delivery": _truthy([m.get("_channel_delivery") for m in msgs]),
             "n_tool_calls": pd.array(
-                [len(t) if isinstance(t, list) else 0 for t in tool_calls], dtype="Int64"
+                np.array([len(t) if type(t) is list else 0 for t in tool_calls], dtype=np.int64),
+                dtype="Int64",
             ),
             "tool_call_id": _strings([m.get("tool_call_id") for m in msgs]),
             "name": _strings([m.get("name") for m in msgs]),
-            "has_media": np.fromiter((isinstance(x, list) and bool(x) for x in media), bool, total),
+            "has_media": np.array(
+                [x is not None and type(x) is list and len(x) > 0 for x in media], dtype=bool
+            ),
             "consolidated": idx < offsets,
             "user_index": pd.array(user_index, dtype="Int64"),
-        }
+        },
+        copy=False,
     )
 
 

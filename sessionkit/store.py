@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import glob
 import json
+from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
@@ -114,28 +115,28 @@ def _parse_line(line: bytes) -> tuple[Any, str | None]:
         return None, "not JSON: nested too deeply"
 
 
-def _parse_lines(raw: bytes) -> tuple[list[tuple[int, Any]], list[tuple[int, str]]]:
-    """Every object record with its 1-based line number, and the failed lines with a reason."""
+def _parse_lines(raw: bytes) -> tuple[list[dict[str, Any]], Sequence[int], list[tuple[int, str]]]:
+    """The object records, their 1-based line numbers, and the failed lines with a reason."""
     lines = _split_lines(raw)
     try:
         values = [orjson.loads(line) for line in lines]
     except orjson.JSONDecodeError:
         values = None
-    if values is None or not all(type(v) is dict for v in values):
-        values = []
-        bad: list[tuple[int, str]] = []
-        for line_no, line in enumerate(lines, 1):
-            value, reason = _parse_line(line)
-            if reason is not None:
-                bad.append((line_no, reason))
-            elif value is _BLANK:
-                values.append(_BLANK)
-                continue
-            elif not isinstance(value, dict):
-                bad.append((line_no, f"JSON {_json_type(value)}, not an object"))
-            values.append(value if reason is None and isinstance(value, dict) else _BLANK)
-        return [(i, v) for i, v in enumerate(values, 1) if v is not _BLANK], bad
-    return list(enumerate(values, 1)), []
+    if values is not None and all(type(v) is dict for v in values):
+        return values, range(1, len(values) + 1), []
+    records: list[dict[str, Any]] = []
+    numbers: list[int] = []
+    bad: list[tuple[int, str]] = []
+    for line_no, line in enumerate(lines, 1):
+        value, reason = _parse_line(line)
+        if reason is not None:
+            bad.append((line_no, reason))
+        elif isinstance(value, dict):
+            records.append(value)
+            numbers.append(line_no)
+        elif value is not _BLANK:
+            bad.append((line_no, f"JSON {_json_type(value)}, not an object"))
+    return records, numbers, bad
 
 
 def _json_type(value: Any) -> str:
@@ -166,21 +167,20 @@ def _offset_problem(value: Any, n_messages: int) -> str | None:
 
 
 def _jsonl_session(path: Path, raw: bytes) -> tuple[Session, list[Problem]]:
-    records, bad = _parse_lines(raw)
+    records, numbers, bad = _parse_lines(raw)
     problems = [Problem(str(path), n, reason) for n, reason in bad]
-    messages: list[dict[str, Any]] = []
-    line_numbers: list[int] = []
-    extra: list[dict[str, Any]] = []
-    metas: list[tuple[int, dict[str, Any]]] = []
-    for line_no, record in records:
-        kind = record.get("_type")
-        if kind == "metadata":
-            metas.append((line_no, record))
-        elif kind == "provider_state":
-            extra.append(record)
-        else:
-            messages.append(record)
-            line_numbers.append(line_no)
+    typed = [i for i, record in enumerate(records) if "_type" in record]
+    metas = [(numbers[i], records[i]) for i in typed if records[i]["_type"] == "metadata"]
+    extra = [records[i] for i in typed if records[i]["_type"] == "provider_state"]
+    special = {i for i in typed if records[i]["_type"] in ("metadata", "provider_state")}
+    if not special:
+        messages, line_numbers = records, numbers
+    elif special == {0}:
+        messages, line_numbers = records[1:], numbers[1:]
+    else:
+        keep = [i for i in range(len(records)) if i not in special]
+        messages = [records[i] for i in keep]
+        line_numbers = [numbers[i] for i in keep]
 
     # nanobot's strict load resets a time to None at a later metadata record lacking it;
     # its repair pass (taken once any line is damaged) keeps the earlier one.

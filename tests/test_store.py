@@ -43,7 +43,7 @@ def test_reads_metadata_and_messages(tmp_path: Path) -> None:
     assert session.created_at == datetime(2026, 3, 1, 9, 0)
     assert session.updated_at == datetime(2026, 3, 1, 9, 5, 0, 250000)
     assert session.last_consolidated == 1
-    assert session.line_numbers == [2, 3]
+    assert list(session.line_numbers) == [2, 3]
     assert session.format == "nanobot-0.2"
     assert session.path == path
 
@@ -87,7 +87,7 @@ def test_damaged_lines_are_skipped_and_recorded(tmp_path: Path) -> None:
     path = write(tmp_path / "telegram_42.jsonl", data)
     session, problems = read_session_file(path)
     assert session.messages == [USER, REPLY]
-    assert session.line_numbers == [2, 6]
+    assert list(session.line_numbers) == [2, 6]
     assert [(p.line_no, p.reason) for p in problems] == [
         (3, "JSON array, not an object"),
         (4, "not valid UTF-8 (byte 0)"),
