@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from sessionkit.policy import Trim, get_policy
 
 __all__ = ["Session"]
 
@@ -34,7 +36,7 @@ class Session:
     path: Path | None = None
     format: str = "memory"
     records: list[dict[str, Any]] = field(default_factory=list, repr=False)
-    line_numbers: list[int] | None = field(default=None, repr=False)
+    line_numbers: Sequence[int] | None = field(default=None, repr=False)
     policy: str = "nanobot-0.2"
 
     def __post_init__(self) -> None:
@@ -68,8 +70,6 @@ class Session:
         extend_to_user: bool = False,
     ) -> list[dict[str, Any]]:
         """What nanobot would send the model as history now (nanobot's own signature)."""
-        from sessionkit.policy import get_policy
-
         return get_policy(self.policy).get_history(
             self.messages,
             self.last_consolidated,
@@ -83,17 +83,10 @@ class Session:
         self, max_messages: int, *, extend_to_user: bool = False
     ) -> tuple[list[dict[str, Any]], int]:
         """Trim to a legal recent suffix in place; return ``(dropped, already_consolidated)``."""
-        from sessionkit.policy import get_policy
-
         trim = get_policy(self.policy).retain_recent_legal_suffix(
             self.messages, self.last_consolidated, max_messages, extend_to_user=extend_to_user
         )
-        if trim.retained is not self.messages:
-            self.messages = trim.retained
-            self.last_consolidated = trim.last_consolidated
-            self.updated_at = datetime.now()
-            if trim.cleared and isinstance(self.metadata, dict):
-                self.metadata.pop("_last_summary", None)
+        self._apply(trim)
         return trim.dropped, trim.already_consolidated
 
     def enforce_file_cap(
@@ -102,12 +95,20 @@ class Session:
         limit: int = 2000,
     ) -> None:
         """Bound the file by archiving and trimming old messages, in place, as nanobot does."""
-        if limit <= 0 or len(self.messages) <= limit:
+        trim = get_policy(self.policy).file_cap(self.messages, self.last_consolidated, limit)
+        self._apply(trim)
+        if trim.archived and on_archive:
+            on_archive(trim.archived)
+
+    def _apply(self, trim: Trim) -> None:
+        """Take a policy's trim: new messages and offset (and a cleared summary)."""
+        if trim.retained is self.messages:
             return
-        dropped, already_consolidated = self.retain_recent_legal_suffix(limit)
-        archive = dropped[already_consolidated:]
-        if archive and on_archive:
-            on_archive(archive)
+        self.messages = trim.retained
+        self.last_consolidated = trim.last_consolidated
+        self.updated_at = datetime.now()
+        if trim.cleared and isinstance(self.metadata, dict):
+            self.metadata.pop("_last_summary", None)
 
     def with_history_trimmed(
         self, max_messages: int, *, extend_to_user: bool = False
