@@ -1,0 +1,180 @@
+"""sessionkit.naming: nanobot's file names for keys, their inverses, hostile keys."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sessionkit.naming import (
+    UnsafeKeyError,
+    key_from_filename,
+    safe_key,
+    session_filename,
+    storage_key,
+)
+
+keys = st.one_of(
+    st.text(),
+    st.builds(
+        lambda channel, chat: f"{channel}:{chat}",
+        st.sampled_from(["telegram", "cli", "webui", "discord"]),
+        st.text(alphabet=st.characters(codec="utf-8"), max_size=20),
+    ),
+    st.lists(
+        st.sampled_from(["<", ">", ":", '"', "/", "\\", "|", "?", "*", " ", ".", "a", "日"])
+    ).map("".join),
+)
+
+
+@pytest.fixture(scope="module")
+def manager() -> ModuleType:
+    """nanobot.session.manager, imported once outside any hypothesis example."""
+    from nanobot.session import manager
+
+    return manager
+
+
+@pytest.mark.parametrize(
+    ("key", "stem"),
+    [
+        ("telegram:123", "telegram_123"),
+        ("cli:direct", "cli_direct"),
+        ("a:b:c", "a_b_c"),
+        ('x<>"/\\|?*y', "x________y"),
+        ("  webui:日本  ", "webui_日本"),
+        ("../x", ".._x"),
+        ("/abs", "_abs"),
+        ("a/b", "a_b"),
+        ("..", ".."),
+        ("", ""),
+        (" \t\n", ""),
+    ],
+)
+def test_safe_key(key: str, stem: str) -> None:
+    assert safe_key(key) == stem
+
+
+@pytest.mark.parametrize(
+    ("key", "stem"),
+    [
+        ("telegram:123", "dGVsZWdyYW06MTIz"),
+        ("webui:日本", "d2VidWk65pel5pys"),
+        ("a:b/c", "YTpiL2M"),
+        ("..", "Li4"),
+        ("", ""),
+    ],
+)
+def test_storage_key(key: str, stem: str) -> None:
+    assert storage_key(key) == stem
+
+
+@pytest.mark.parametrize(
+    ("key", "naming", "name"),
+    [
+        ("telegram:123", "nanobot-0.2", "telegram_123.jsonl"),
+        ("telegram:123", "nanobot-0.3", "dGVsZWdyYW06MTIz.jsonl"),
+        ("../x", "nanobot-0.2", ".._x.jsonl"),
+        ("../x", "nanobot-0.3", "Li4veA.jsonl"),
+        ("/abs", "nanobot-0.2", "_abs.jsonl"),
+        ("a/b", "nanobot-0.2", "a_b.jsonl"),
+        ("..", "nanobot-0.3", "Li4.jsonl"),
+        ("   ", "nanobot-0.3", "ICAg.jsonl"),
+    ],
+)
+def test_session_filename(key: str, naming: Any, name: str) -> None:
+    assert session_filename(key, naming) == name
+
+
+@pytest.mark.parametrize(
+    ("key", "naming", "message"),
+    [
+        ("", "nanobot-0.2", "does not map to a safe file name"),
+        ("", "nanobot-0.3", "does not map to a safe file name"),
+        ("   ", "nanobot-0.2", "does not map to a safe file name"),
+        ("..", "nanobot-0.2", r"\('\.\.'\)"),
+        (" . ", "nanobot-0.2", r"\('\.'\)"),
+        ("a\x00b", "nanobot-0.2", "NUL byte"),
+        ("a\x00b", "nanobot-0.3", "NUL byte"),
+        (None, "nanobot-0.2", "must be a string, got NoneType"),
+        (12, "nanobot-0.3", "must be a string, got int"),
+    ],
+)
+def test_session_filename_refuses_hostile_keys(key: Any, naming: Any, message: str) -> None:
+    with pytest.raises(UnsafeKeyError, match=message):
+        session_filename(key, naming)
+
+
+def test_unsafe_key_error_is_a_value_error() -> None:
+    assert issubclass(UnsafeKeyError, ValueError)
+
+
+def test_session_filename_rejects_unknown_naming() -> None:
+    with pytest.raises(ValueError, match="unknown naming 'nanobot-9'"):
+        session_filename("telegram:1", "nanobot-9")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("path", "key"),
+    [
+        ("telegram_123.jsonl", "telegram:123"),
+        (Path("/ws/sessions/telegram_123.jsonl"), "telegram:123"),
+        ("a_b_c.jsonl", "a:b_c"),
+        ("cli.jsonl", "cli"),
+        ("abcd.jsonl", "abcd"),
+        ("dGVzdA.jsonl", "dGVzdA"),
+        ("dGVsZWdyYW06MTIz.jsonl", "telegram:123"),
+        ("/ws/sessions/d2VidWk65pel5pys.jsonl", "webui:日本"),
+        ("YTpiL2M.jsonl", "a:b/c"),
+        ("dGVsZWdyYW06MTIz=.jsonl", "dGVsZWdyYW06MTIz="),
+        ("dGVsZWdyYW06MTIz_.jsonl", "dGVsZWdyYW06MTIz:"),
+        ("YTpiCg.jsonl", "YTpiCg"),
+        ("legacy_key.json", "legacy:key"),
+    ],
+)
+def test_key_from_filename(path: str | Path, key: str) -> None:
+    assert key_from_filename(path) == key
+
+
+@given(key=keys)
+def test_safe_key_equals_nanobot(manager: ModuleType, key: str) -> None:
+    assert safe_key(key) == manager.SessionManager.safe_key(key)
+
+
+@given(key=keys)
+def test_session_filename_stays_inside_the_folder(manager: ModuleType, key: str) -> None:
+    for naming in ("nanobot-0.2", "nanobot-0.3"):
+        try:
+            name = session_filename(key, naming)
+        except UnsafeKeyError:
+            stem = safe_key(key) if naming == "nanobot-0.2" else storage_key(key)
+            assert "\x00" in key or stem in {"", ".", ".."}
+            continue
+        folder = Path("/ws/sessions")
+        assert (folder / name).parent == folder
+        assert name not in {".jsonl", "..jsonl"}
+        if naming == "nanobot-0.2":
+            assert name == f"{manager.SessionManager.safe_key(key)}.jsonl"
+
+
+@given(key=keys)
+def test_storage_names_round_trip(key: str) -> None:
+    if "\x00" in key or not key or ":" not in key or not key.isprintable():
+        return
+    assert key_from_filename(session_filename(key, "nanobot-0.3")) == key
+
+
+@given(
+    channel=st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=1, max_size=10),
+    chat=st.text(alphabet="0123456789-", min_size=1, max_size=12),
+)
+def test_safe_names_round_trip(channel: str, chat: str) -> None:
+    key = f"{channel}:{chat}"
+    name = session_filename(key)
+    found = key_from_filename(name)
+    # A safe stem that is also the base64url of some printable "x:y" key reads as that key.
+    assert found == key or f"{storage_key(found)}.jsonl" == name
