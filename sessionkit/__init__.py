@@ -1,8 +1,16 @@
 """sessionkit: nanobot conversation histories as pandas DataFrames, simulated exactly."""
 
-from sessionkit import schema
+from sessionkit import schema, synthetic
 from sessionkit.corpus import Corpus, default_data_dir, load
 from sessionkit.naming import UnsafeKeyError, key_from_filename, safe_key, storage_key
+from sessionkit.policy import (
+    POLICIES,
+    Policy,
+    Trim,
+    find_legal_message_start,
+    get_policy,
+    recent_message_start_index,
+)
 from sessionkit.session import Session
 from sessionkit.store import Problem, SessionPathError, read_session_file
 from sessionkit.tokens import (
@@ -11,22 +19,32 @@ from sessionkit.tokens import (
     estimate_message_tokens,
     fallback_message_tokens,
 )
+from sessionkit.writer import save_session, session_path
 
 __all__ = [
+    "POLICIES",
     "Corpus",
+    "Policy",
     "Problem",
     "Session",
     "SessionPathError",
     "TokenCache",
+    "Trim",
     "UnsafeKeyError",
     "count_tokens",
     "default_data_dir",
     "estimate_message_tokens",
     "fallback_message_tokens",
+    "find_legal_message_start",
+    "get_policy",
     "key_from_filename",
     "load",
     "read_session_file",
+    "recent_message_start_index",
     "safe_key",
+    "save_session",
     "schema",
+    "session_path",
     "storage_key",
+    "synthetic",
 ]

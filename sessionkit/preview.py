@@ -6,10 +6,11 @@ import json
 import re
 from typing import Any
 
+from sessionkit.policy import sanitize_assistant_text
+
 __all__ = [
     "flatten_content",
     "message_preview",
-    "sanitize_assistant_text",
     "session_preview",
     "session_title",
     "strip_think",
@@ -20,9 +21,6 @@ _SCAN_MAX_RECORDS = 200
 _SCAN_MAX_CHARS = 1_000_000
 _SUBAGENT_RESULT_MAX_CHARS = 800
 
-_TIME_PREFIX = re.compile(r"^\[Message Time: [^\]]+\]\n?")
-_LOCAL_IMAGE_LINE = re.compile(r"^\[image: (?:/|~)[^\]]+\]\s*$")
-_TOOL_ECHO_LINE = re.compile(r"^\s*(?:generate_image|message)\([^)]*\)\s*$")
 _WHITESPACE = re.compile(r"\s+")
 
 # (pattern, flags) pairs applied in order by strip_think; see nanobot.utils.helpers.
@@ -52,17 +50,6 @@ def strip_think(text: str) -> str:
     for rule in _THINK_RULES:
         text = rule.sub("", text)
     return text.strip()
-
-
-def sanitize_assistant_text(content: str) -> str:
-    """Drop a leading ``[Message Time: ...]`` stamp, local image breadcrumbs and tool echoes."""
-    content = _TIME_PREFIX.sub("", content, count=1)
-    kept = (
-        line
-        for line in content.splitlines()
-        if not _LOCAL_IMAGE_LINE.match(line) and not _TOOL_ECHO_LINE.match(line)
-    )
-    return "\n".join(kept).strip()
 
 
 def flatten_content(content: Any) -> str:

@@ -164,3 +164,34 @@ def test_save_unchanged_session_reproduces_nanobot_file(store: Path, tmp_path: P
     out.mkdir()
     written = sessionkit.writer.save_session(session, out)
     assert written.read_bytes() == original.read_bytes()
+
+
+def test_bundled_store_loads_cleanly(data_dir: Path) -> None:
+    corpus = load(data_dir)
+    assert (len(corpus), len(corpus.messages), len(corpus.problems)) == (15, 7122, 0)
+    formats = corpus.sessions.set_index("key").format.astype(str)
+    assert formats["webui:def456"] == "nanobot-0.3"
+    assert formats["cli:legacy"] == "legacy-json"
+    assert (formats == "nanobot-0.2").sum() == 13
+
+
+def test_damaged_store_keeps_every_intact_line(data_dir: Path) -> None:
+    corpus = load(data_dir / "damaged")
+    assert (len(corpus), len(corpus.messages)) == (12, 323)
+    per_file = corpus.problems.assign(file=corpus.problems.path.str.rsplit("/", n=1).str[-1])
+    assert per_file.groupby("file").size().to_dict() == {
+        "damaged_blank_lines.jsonl": 1,
+        "damaged_created_at_not_iso.jsonl": 1,
+        "damaged_empty.jsonl": 1,
+        "damaged_invalid_utf8.jsonl": 1,
+        "damaged_last_consolidated_out_of_range.jsonl": 1,
+        "damaged_last_consolidated_string.jsonl": 1,
+        "damaged_non_object_array.jsonl": 1,
+        "damaged_non_object_string.jsonl": 1,
+        "damaged_not_json_line.jsonl": 1,
+        "damaged_several_problems.jsonl": 4,
+        "damaged_truncated_last_line.jsonl": 1,
+    }
+    sizes = corpus.sessions.set_index("key").n_messages
+    assert sizes["damaged:non_object_array"] == 21
+    assert sizes["damaged:invalid_utf8"] == 29
