@@ -195,10 +195,14 @@ def _move_into_place(tmp: Path, final: Path, overwrite: bool) -> None:
 
 
 def _fsync_folder(folder: Path) -> None:
+    """Make the rename durable; skipped where folders cannot be opened or fsynced."""
     with suppress(PermissionError):
         fd = os.open(folder, os.O_RDONLY)
         try:
             os.fsync(fd)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
         finally:
             os.close(fd)
 

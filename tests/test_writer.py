@@ -414,3 +414,15 @@ def test_waits_for_nanobots_filelock(tmp_path):
     path = save_session(_session(), tmp_path, lock_timeout=10)
     holder.join()
     assert path.read_bytes() == EXPECTED
+
+
+def test_folder_fsync_refused_by_the_file_system_is_skipped(tmp_path, monkeypatch):
+    real_fsync = os.fsync
+
+    def no_folder_fsync(fd):
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.EINVAL, "Invalid argument")
+        real_fsync(fd)
+
+    monkeypatch.setattr(writer.os, "fsync", no_folder_fsync)
+    assert save_session(_session(), tmp_path).read_bytes() == EXPECTED
