@@ -1,0 +1,265 @@
+"""Matplotlib views of sessions, corpora and sweeps; fixed sizes and colours, no state.
+
+Every function takes the objects or the DataFrames sessionkit produces, draws on a given Axes
+(or a new Figure it creates without pyplot), and returns what it drew on.  The data behind a
+plot stays readable from the artists: bars are ``ax.patches`` (``StepPatch`` or bar
+``Rectangle``), spans are ``Rectangle`` patches whose ``gid`` names what they shade.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.patches import StepPatch
+from matplotlib.ticker import LogLocator, MaxNLocator, NullFormatter, StrMethodFormatter
+
+from sessionkit.session import Session
+from sessionkit.states import message_states
+
+if TYPE_CHECKING:
+    from sessionkit.corpus import Corpus
+
+__all__ = [
+    "ROLE_COLORS",
+    "STATUS_COLORS",
+    "session_lengths",
+    "timeline_axes",
+    "token_timeline",
+]
+
+ROLE_COLORS: dict[str, str] = {
+    "user": "#4c72b0",
+    "assistant": "#dd8452",
+    "tool": "#55a868",
+    "system": "#8172b3",
+}
+OTHER_ROLE_COLOR = "#999999"
+
+STATUS_COLORS: dict[str, str] = {
+    "in_window": "#2ca02c",
+    "trimmed_count": "#ff7f0e",
+    "trimmed_tokens": "#d62728",
+    "consolidated": "#7f7f7f",
+    "command": "#9467bd",
+    "skipped": "#bcbd22",
+    "file_cap": "#8c564b",
+    "later": "#c7c7c7",
+}
+"""One colour per status of :data:`sessionkit.states.STATUSES` (the widget's CSS matches)."""
+
+_SHADED = ("consolidated", "file_cap", "later")
+
+
+def timeline_axes() -> Axes:
+    """A new Figure sized for :func:`token_timeline`, with fixed margins (fast to redraw)."""
+    fig = Figure(figsize=(10.0, 4.0), dpi=100)
+    fig.subplots_adjust(left=0.07, right=0.92, top=0.93, bottom=0.25)
+    return fig.add_subplot()
+
+
+def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    """``(start, stop)`` of every run of True in ``mask``."""
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], mask.astype(np.int8), [0]))))
+    return list(zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True))
+
+
+def _span(ax: Axes, start: float, stop: float, gid: str, label: str, **style: object) -> None:
+    patch = ax.axvspan(start - 0.5, stop - 0.5, label=label, zorder=0, **style)
+    patch.set_gid(gid)
+
+
+def _sent_from_here(states: pd.DataFrame) -> np.ndarray:
+    """Tokens the history would send if it started at each message (NaN where none could)."""
+    live = ~states["status"].isin(["consolidated", "file_cap", "later"]).to_numpy()
+    sent = states["sent_tokens"].fillna(0).to_numpy(dtype=float) * live
+    from_here = np.cumsum(sent[::-1])[::-1]
+    return np.where(live, from_here, np.nan)
+
+
+def token_timeline(
+    source: Session | Corpus | pd.DataFrame,
+    key: str | None = None,
+    *,
+    turn: int | None = None,
+    max_messages: int = 120,
+    max_tokens: int = 0,
+    include_timestamps: bool = True,
+    extend_to_user: bool = False,
+    file_cap: int = 2000,
+    xlim: tuple[float, float] | None = None,
+    ax: Axes | None = None,
+) -> Axes:
+    """One session's messages as token bars by role, with the window kept at ``turn``.
+
+    ``source`` is a session, a Corpus with ``key``, or a frame from
+    :func:`sessionkit.states.message_states` (then the other settings are read from its
+    ``attrs``).  Drawn: one filled ``StepPatch`` per role (``gid`` ``"role:<role>"``, heights =
+    stored tokens); spans with gids ``"window"`` (first to last message sent),
+    ``"consolidated"``, ``"file_cap"`` and ``"later"``; on a twin axis the tokens sent if the
+    history started at each message (``gid`` ``"sent_from_here"``), the ``max_tokens`` budget
+    (``gid`` ``"max_tokens"``) and the start of the ``max_messages`` window
+    (``gid`` ``"max_messages"``).  Returns the main Axes; the twin is ``ax.figure.axes[-1]``.
+    """
+    states = (
+        source
+        if isinstance(source, pd.DataFrame)
+        else message_states(
+            source,
+            key,
+            turn=turn,
+            max_messages=max_messages,
+            max_tokens=max_tokens,
+            include_timestamps=include_timestamps,
+            extend_to_user=extend_to_user,
+            file_cap=file_cap,
+        )
+    )
+    attrs = states.attrs
+    ax = ax if ax is not None else timeline_axes()
+    n = len(states)
+    edges = np.arange(n + 1) - 0.5
+    tokens = states["tokens"].fillna(0).to_numpy(dtype=float)
+    roles = states["role"].astype("string").fillna("?").to_numpy()
+    order = list(ROLE_COLORS)
+    for role in sorted(set(roles), key=lambda r: (order.index(r) if r in order else len(order), r)):
+        # add_artist, not ax.stairs: the limits are set below, and ax.stairs would walk
+        # every step of the path to update them (most of the drawing time on 2000 messages).
+        patch = StepPatch(
+            np.where(roles == role, tokens, 0.0),
+            edges,
+            fill=True,
+            color=ROLE_COLORS.get(role, OTHER_ROLE_COLOR),
+            label=role,
+            zorder=2,
+            gid=f"role:{role}",
+        )
+        ax.add_artist(patch)
+    status = states["status"].to_numpy()
+    for name in _SHADED:
+        for k, (start, stop) in enumerate(_runs(status == name)):
+            label = name.replace("_", " ") if k == 0 else "_nolegend_"
+            _span(ax, start, stop, name, label, color=STATUS_COLORS[name], alpha=0.25, lw=0)
+    in_window = np.flatnonzero(status == "in_window")
+    if len(in_window):
+        _span(
+            ax,
+            in_window[0],
+            in_window[-1] + 1,
+            "window",
+            f"window ({len(in_window)} sent)",
+            color=STATUS_COLORS["in_window"],
+            alpha=0.18,
+            lw=0,
+        )
+    low, high = xlim if xlim is not None else (-0.5, max(n, 1) - 0.5)
+    visible = tokens[max(0, int(np.ceil(low))) : max(0, int(np.floor(high)) + 1)]
+    ax.set_xlim(low, high)
+    ax.set_ylim(0, 1.05 * max(visible.max(initial=0.0), 1.0))
+    ax.set_xlabel("message index")
+    ax.set_ylabel("tokens per message")
+    title = f"{attrs.get('key', '')} at turn {attrs.get('turn', '')}"
+    ax.set_title(title.strip(), loc="left", fontsize=10)
+    twin = ax.twinx()
+    _draw_budget(twin, states, in_window)
+    handles, labels = ax.get_legend_handles_labels()
+    more_handles, more_labels = twin.get_legend_handles_labels()
+    ax.legend(
+        handles + more_handles,
+        labels + more_labels,
+        loc="upper left",
+        bbox_to_anchor=(0.0, -0.15),
+        fontsize=7,
+        ncols=7,
+        frameon=False,
+    )
+    return ax
+
+
+def _draw_budget(twin: Axes, states: pd.DataFrame, in_window: np.ndarray) -> None:
+    """The twin axis: tokens sent from each message to the turn, and the two limits."""
+    attrs = states.attrs
+    from_here = _sent_from_here(states)
+    (line,) = twin.step(
+        np.arange(len(states)),
+        from_here,
+        where="mid",
+        color="#222222",
+        lw=1.2,
+        label="tokens sent from here",
+    )
+    line.set_gid("sent_from_here")
+    max_tokens = int(attrs.get("max_tokens", 0))
+    if max_tokens > 0:
+        twin.axhline(max_tokens, color=STATUS_COLORS["trimmed_tokens"], ls="--", lw=1.2).set(
+            gid="max_tokens", label=f"max_tokens={max_tokens:,}"
+        )
+    status = states["status"].to_numpy()
+    trimmed = np.flatnonzero(status == "trimmed_count")
+    live = np.flatnonzero(~np.isnan(from_here))
+    count_start = trimmed[-1] + 1 if len(trimmed) else (live[0] if len(live) else None)
+    if count_start is not None and "max_messages" in attrs:
+        twin.axvline(count_start - 0.5, color=STATUS_COLORS["trimmed_count"], ls=":", lw=1.5).set(
+            gid="max_messages", label=f"max_messages={attrs['max_messages']} window"
+        )
+    window_tokens = float(from_here[in_window[0]]) if len(in_window) else 0.0
+    top = 1.6 * max(max_tokens, window_tokens, 1.0)
+    twin.set_ylim(0, top)
+    twin.set_ylabel("tokens sent from here to the turn")
+
+
+def _sessions_frame(source: Corpus | pd.DataFrame) -> pd.DataFrame:
+    return source if isinstance(source, pd.DataFrame) else source.sessions
+
+
+def _log_bins(values: np.ndarray, n_bins: int) -> np.ndarray:
+    low = max(1.0, float(values.min()) if len(values) else 1.0)
+    high = max(low * 2, float(values.max()) if len(values) else 2.0)
+    return np.geomspace(low, high * 1.0001, n_bins + 1)
+
+
+def session_lengths(
+    source: Corpus | pd.DataFrame,
+    *,
+    file_cap: int = 2000,
+    budgets: Sequence[int] = (8_000, 32_000),
+    bins: int = 20,
+) -> Figure:
+    """Histograms of session length in messages and in tokens (log-spaced bins).
+
+    ``source`` is a Corpus or its ``sessions`` frame.  The file cap is marked on the messages
+    axis (``gid`` ``"file_cap"``), each token budget on the tokens axis (``gid``
+    ``"budget:<n>"``).  Returns the Figure; ``fig.axes`` are (messages, tokens) and their bars
+    are ``ax.patches`` with heights equal to ``np.histogram(values, bins=edges)``.
+    """
+    sessions = _sessions_frame(source)
+    fig = Figure(figsize=(10.0, 3.4), dpi=100, layout="constrained")
+    ax_messages, ax_tokens = fig.subplots(1, 2)
+    panels = (
+        (ax_messages, "n_messages", "messages per session", [("file_cap", file_cap)]),
+        (ax_tokens, "tokens", "tokens per session", [(f"budget:{b}", b) for b in budgets]),
+    )
+    for ax, column, xlabel, marks in panels:
+        values = sessions[column].dropna().to_numpy(dtype=float)
+        ax.hist(values, bins=_log_bins(values, bins), color="#4c72b0", edgecolor="white", lw=0.5)
+        ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("sessions")
+        for gid, limit in marks:
+            if limit > 0:
+                over = int((values > limit).sum())
+                name = "file cap" if gid == "file_cap" else "budget"
+                ax.axvline(limit, color="#d62728", ls="--", lw=1.2).set(
+                    gid=gid, label=f"{name} {limit:,}: {over} over"
+                )
+        if marks:
+            ax.legend(fontsize=8, loc="upper right")
+    return fig
