@@ -152,7 +152,7 @@ def _write_temp(folder: Path, stem: str, data: bytes, fsync: bool) -> Path:
             continue
         except PermissionError as exc:
             raise PermissionError(
-                exc.errno, f"cannot create files in {folder} (permission denied)", str(folder)
+                exc.errno, "no permission to create files in the sessions folder", str(folder)
             ) from exc
     try:
         with open(fd, "wb", closefd=True) as f:
@@ -169,7 +169,7 @@ def _write_temp(folder: Path, stem: str, data: bytes, fsync: bool) -> Path:
 def _exists_error(path: Path) -> FileExistsError:
     return FileExistsError(
         errno.EEXIST,
-        f"{path} already exists; pass overwrite=True to replace it",
+        "session file already exists; pass overwrite=True to replace it",
         str(path),
     )
 
@@ -255,9 +255,7 @@ def save_session(
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except PermissionError as exc:
-        raise PermissionError(
-            exc.errno, f"cannot create the sessions folder {folder}", str(folder)
-        ) from exc
+        raise PermissionError(exc.errno, "cannot create the sessions folder", str(folder)) from exc
     with _folder_lock(folder, lock_timeout):
         if not overwrite and os.path.lexists(final):
             raise _exists_error(final)

@@ -1,0 +1,384 @@
+"""Fork a conversation before a chosen user message, as nanobot's WebUI does, from a notebook.
+
+Without an edit, a fork equals field for field what nanobot 0.2.2's
+``SessionManager.fork_session_before_user_index`` creates; with one, the rewritten user
+message is appended so the fork ends on the question nanobot would answer next.  Forks are
+written with :func:`sessionkit.writer.save_session`, so they are atomic, never replace an
+existing file unless asked, and never touch their source.
+"""
+
+from __future__ import annotations
+
+import copy
+import errno
+import hashlib
+import operator
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from sessionkit.naming import Naming
+from sessionkit.session import Session
+from sessionkit.writer import save_session, session_path
+
+if TYPE_CHECKING:
+    from sessionkit.corpus import Corpus
+
+__all__ = [
+    "LINEAGE_KEY",
+    "VOLATILE_METADATA_KEYS",
+    "ForkIndexError",
+    "fork",
+    "fork_many",
+]
+
+VOLATILE_METADATA_KEYS = frozenset(
+    {
+        "goal_state",
+        "pending_user_turn",
+        "runtime_checkpoint",
+        "thread_goal",
+        "title",
+        "title_user_edited",
+    }
+)
+"""Metadata nanobot 0.2.2 drops from a fork: run state and the title belong to the source."""
+
+LINEAGE_KEY = "sessionkit_fork"
+"""Metadata key of a fork's lineage, written only with ``lineage=True``.
+
+Its value is ``{"source_key", "source_file", "source_sha256", "before_user_index",
+"edited"}``: the source session's key, its file's name and SHA-256 at fork time (``None`` for a
+session not read from a file), the user index forked before, and whether an edit was appended.
+nanobot keeps unknown metadata keys as they are and never reads this one.
+"""
+
+DEFAULT_TARGET = "{key}:fork-{index}"
+_PROGRESS_FROM = 20
+
+
+class ForkIndexError(IndexError, ValueError):
+    """A ``before_user_index`` outside what the source session allows."""
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One fork to make, checked: its source, cut, edit, target key and file."""
+
+    source: Session
+    index: int
+    edit: str | None
+    target_key: str
+    sessions_dir: str | Path | None
+    path: Path | None
+
+
+def _source(source: Session | Corpus, source_key: str | None) -> Session:
+    if isinstance(source, Session):
+        if source_key is not None and source_key != source.key:
+            raise ValueError(f"source_key {source_key!r} given with session {source.key!r}")
+        return source
+    if source_key is None:
+        raise TypeError("forking from a Corpus needs source_key, the key of the session to fork")
+    session = source[source_key]
+    if not isinstance(session, Session):
+        raise TypeError(f"{type(source).__name__}[{source_key!r}] is not a Session")
+    return session
+
+
+def _index(session: Session, before_user_index: Any, edit: str | None) -> int:
+    if isinstance(before_user_index, bool):
+        raise TypeError("before_user_index must be an integer, not a bool")
+    try:
+        index = operator.index(before_user_index)
+    except TypeError:
+        raise TypeError(
+            f"before_user_index must be an integer, got {type(before_user_index).__name__}"
+        ) from None
+    n_users = session.n_user_turns
+    has = f"session {session.key!r} has {n_users} user message{'' if n_users == 1 else 's'}"
+    if edit is None and not 0 <= index <= n_users:
+        raise ForkIndexError(
+            f"before_user_index {index} is out of range: {has}, so it must be between 0 and "
+            f"{n_users} ({n_users} copies the whole session)"
+        )
+    if edit is not None and not 0 <= index < n_users:
+        rule = f"so it must be between 0 and {n_users - 1}" if n_users else "so none to rewrite"
+        raise ForkIndexError(
+            f"before_user_index {index} is out of range for an edit, which rewrites an existing "
+            f"user message: {has}, {rule}"
+        )
+    return index
+
+
+def _prepare(
+    source: Session,
+    target_key: Any,
+    before_user_index: Any,
+    edit: Any,
+    sessions_dir: str | Path | None,
+    naming: Naming,
+) -> _Job:
+    if not isinstance(target_key, str):
+        raise TypeError(f"target_key must be a string, got {type(target_key).__name__}")
+    if edit is not None and not isinstance(edit, str):
+        raise TypeError(f"edit must be the new message text (a string), got {type(edit).__name__}")
+    if not isinstance(source.metadata, dict):
+        raise ValueError(f"session {source.key!r} has metadata that is not a JSON object")
+    index = _index(source, before_user_index, edit)
+    path = None if sessions_dir is None else session_path(target_key, sessions_dir, naming)
+    return _Job(source, index, edit, target_key, sessions_dir, path)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve() or os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _check_targets(jobs: list[_Job], overwrite: bool) -> None:
+    """Refuse the batch before writing anything if any target clashes."""
+    seen: dict[str, int] = {}
+    for n, job in enumerate(jobs):
+        name = str(job.path) if job.path is not None else job.target_key
+        if name in seen:
+            raise ValueError(
+                f"forks {seen[name]} and {n} both go to {name}; give each a different "
+                "target_key (the template may use {key}, {index} and {n})"
+            )
+        seen[name] = n
+    sources = {j.source.path for j in jobs if j.source.path is not None}
+    for job in jobs:
+        if job.path is None:
+            continue
+        if any(_same_file(job.path, p) for p in sources):
+            raise ValueError(f"{job.path} is a source session's own file; forks never replace it")
+        if not overwrite and os.path.lexists(job.path):
+            raise FileExistsError(
+                errno.EEXIST,
+                "session file already exists; pass overwrite=True to replace it",
+                str(job.path),
+            )
+
+
+def _digest(path: Path | None) -> str | None:
+    if path is None or not path.is_file():
+        return None
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _make(job: _Job, now: datetime, lineage: dict[str, Any] | None) -> Session:
+    """The fork itself: nanobot's cut and metadata rules, then the optional edit."""
+    source = job.source
+    messages: list[dict[str, Any]] = []
+    edited: dict[str, Any] | None = None
+    users = 0
+    for message in source.messages:
+        if message.get("role") == "user":
+            if users == job.index:
+                edited = message
+                break
+            users += 1
+        messages.append(copy.deepcopy(message))
+
+    metadata = copy.deepcopy(source.metadata)
+    for key in VOLATILE_METADATA_KEYS:
+        metadata.pop(key, None)
+    offset = source.last_consolidated
+    if offset > len(messages):
+        metadata.pop("_last_summary", None)
+        offset = 0
+    if lineage is not None:
+        metadata[LINEAGE_KEY] = lineage
+
+    if job.edit is not None and edited is not None:
+        message = copy.deepcopy(edited)
+        message["content"] = job.edit
+        message["timestamp"] = now.isoformat()
+        messages.append(message)
+
+    return Session(
+        key=job.target_key,
+        messages=messages,
+        created_at=now,
+        updated_at=now,
+        metadata=metadata,
+        last_consolidated=offset,
+        policy=source.policy,
+    )
+
+
+def _lineage(job: _Job, digests: dict[Path, str | None]) -> dict[str, Any]:
+    """The :data:`LINEAGE_KEY` record; each source file is hashed once per batch."""
+    src = job.source.path
+    if src is not None and src not in digests:
+        digests[src] = _digest(src)
+    return {
+        "source_key": job.source.key,
+        "source_file": None if src is None else src.name,
+        "source_sha256": None if src is None else digests[src],
+        "before_user_index": job.index,
+        "edited": job.edit is not None,
+    }
+
+
+def _run(
+    job: _Job, *, overwrite: bool, lineage: bool, naming: Naming, digests: dict[Path, str | None]
+) -> Session:
+    session = _make(job, datetime.now(), _lineage(job, digests) if lineage else None)
+    if job.sessions_dir is not None:
+        session.path = save_session(session, job.sessions_dir, naming=naming, overwrite=overwrite)
+        session.format = naming
+    return session
+
+
+def fork(
+    source: Session | Corpus,
+    target_key: str,
+    before_user_index: int,
+    *,
+    edit: str | None = None,
+    source_key: str | None = None,
+    sessions_dir: str | Path | None = None,
+    overwrite: bool = False,
+    lineage: bool = False,
+    naming: Naming = "nanobot-0.2",
+) -> Session:
+    """A new session holding ``source``'s messages before its ``before_user_index``-th user message.
+
+    Without ``edit`` the result equals nanobot 0.2.2's
+    ``fork_session_before_user_index(source_key, target_key, before_user_index)``: the
+    messages before that user message, deep-copied; metadata deep-copied minus
+    :data:`VOLATILE_METADATA_KEYS`; ``last_consolidated`` kept when it lies within the copy,
+    else 0 with ``_last_summary`` dropped; fresh ``created_at``/``updated_at``.
+
+    Parameters
+    ----------
+    source
+        The session, or a :class:`~sessionkit.Corpus` together with ``source_key``.
+    target_key
+        Key of the new session (``channel:chat_id``); it names the file.
+    before_user_index
+        Zero-based user message to cut before; the number of user messages copies everything.
+    edit
+        New text for that user message, appended at the fork point with a fresh timestamp and
+        the original message's other fields, so the fork ends on the question to answer.
+    source_key
+        Which session of a Corpus to fork.
+    sessions_dir
+        Write the fork there (a sessions folder or a workspace; see
+        :func:`~sessionkit.writer.save_session`); ``None`` only returns it.
+    overwrite
+        Replace an existing file for ``target_key``; the source's own file is never replaced.
+    lineage
+        Record where the fork came from under :data:`LINEAGE_KEY` in its metadata.
+    naming
+        File naming scheme, ``"nanobot-0.2"`` (safe key) or ``"nanobot-0.3"`` (base64url).
+
+    Raises
+    ------
+    ForkIndexError
+        For an index below 0 or past the number of user messages (with ``edit``: not naming
+        an existing user message); nanobot returns ``None`` there.
+    KeyError
+        When ``source_key`` is not in the corpus.
+    FileExistsError, UnsafeKeyError, PermissionError
+        From writing, as :func:`~sessionkit.writer.save_session` raises them.
+    """
+    session = _source(source, source_key)
+    job = _prepare(session, target_key, before_user_index, edit, sessions_dir, naming)
+    _check_targets([job], overwrite)
+    return _run(job, overwrite=overwrite, lineage=lineage, naming=naming, digests={})
+
+
+def _plan_rows(
+    source: Session | Corpus,
+    plan: Iterable[int] | pd.DataFrame | None,
+    source_key: str | None,
+) -> list[tuple[Session, Any, Any, Any]]:
+    """``(session, before_user_index, edit, target_key)`` for every fork the plan asks for."""
+    if isinstance(plan, pd.DataFrame):
+        if "before_user_index" not in plan.columns:
+            raise ValueError(
+                "the plan DataFrame needs a 'before_user_index' column (for the user rows of "
+                f"Corpus.messages, that is 'user_index'); it has {list(plan.columns)}"
+            )
+        rows = []
+        for row in plan.to_dict("records"):
+            key = row.get("session_key", source_key)
+            edit, target = row.get("edit"), row.get("target_key")
+            rows.append(
+                (
+                    _source(source, None if pd.isna(key) else key),
+                    row["before_user_index"],
+                    None if edit is None or pd.isna(edit) else edit,
+                    None if target is None or pd.isna(target) else target,
+                )
+            )
+        return rows
+    if plan is None and source_key is None and not isinstance(source, Session):
+        sessions = list(source)
+    else:
+        sessions = [_source(source, source_key)]
+    if plan is None:
+        return [(s, i, None, None) for s in sessions for i in range(s.n_user_turns)]
+    return [(sessions[0], i, None, None) for i in plan]
+
+
+def fork_many(
+    source: Session | Corpus,
+    plan: Iterable[int] | pd.DataFrame | None = None,
+    *,
+    source_key: str | None = None,
+    target_key: str = DEFAULT_TARGET,
+    sessions_dir: str | Path | None = None,
+    overwrite: bool = False,
+    lineage: bool = False,
+    naming: Naming = "nanobot-0.2",
+    progress: bool | None = None,
+) -> list[Session]:
+    """Make a batch of forks in one call; every fork is checked before any is written.
+
+    Parameters
+    ----------
+    source
+        A session, or a :class:`~sessionkit.Corpus`.
+    plan
+        ``None``: a fork before every user message (of ``source_key``'s session, or of every
+        session in a Corpus).  A list of ``before_user_index`` values.  Or a DataFrame with a
+        ``before_user_index`` column and optional ``session_key`` (which session of the
+        Corpus), ``edit`` and ``target_key`` columns; missing values mean "none".
+    source_key
+        The session of a Corpus that a list plan, or a plan without ``session_key``, forks.
+    target_key
+        Template for keys a plan does not give: ``{key}`` (source key), ``{index}`` (the
+        ``before_user_index``) and ``{n}`` (position in the plan).
+    sessions_dir, overwrite, lineage, naming
+        As for :func:`fork`, applied to every fork.
+    progress
+        Show a progress bar; by default only for more than 20 forks.
+
+    Returns
+    -------
+    list of Session
+        The forks, in plan order.  A failure while writing leaves earlier forks written.
+    """
+    jobs = []
+    for n, (session, index, edit, key) in enumerate(_plan_rows(source, plan, source_key)):
+        if key is None:
+            key = target_key.format(key=session.key, index=index, n=n)
+        jobs.append(_prepare(session, key, index, edit, sessions_dir, naming))
+    _check_targets(jobs, overwrite)
+    show = len(jobs) > _PROGRESS_FROM if progress is None else progress
+    digests: dict[Path, str | None] = {}
+    return [
+        _run(job, overwrite=overwrite, lineage=lineage, naming=naming, digests=digests)
+        for job in tqdm(jobs, desc="forks", unit="fork", disable=not show)
+    ]
