@@ -2,6 +2,7 @@
 
 from sessionkit import schema, synthetic
 from sessionkit.corpus import Corpus, default_data_dir, load
+from sessionkit.fork import LINEAGE_KEY, VOLATILE_METADATA_KEYS, ForkIndexError, fork, fork_many
 from sessionkit.naming import UnsafeKeyError, key_from_filename, safe_key, storage_key
 from sessionkit.policy import (
     POLICIES,
@@ -19,9 +20,16 @@ from sessionkit.tokens import (
     estimate_message_tokens,
     fallback_message_tokens,
 )
-from sessionkit.writer import save_session, session_path
+from sessionkit.writer import LOCK_FILENAME, save_session, session_lines, session_path
 
 __all__ = [
+    "LINEAGE_KEY",
+    "LOCK_FILENAME",
+    "VOLATILE_METADATA_KEYS",
+    "ForkIndexError",
+    "fork",
+    "fork_many",
+    "session_lines",
     "POLICIES",
     "Corpus",
     "Policy",
