@@ -40,11 +40,7 @@ class Problem:
 
 
 def _session_files_in(folder: Path) -> list[Path]:
-    return sorted(
-        p
-        for p in folder.iterdir()
-        if p.suffix in SESSION_SUFFIXES and not p.name.startswith(".") and p.is_file()
-    )
+    return sorted(p for p in folder.iterdir() if p.suffix in SESSION_SUFFIXES and p.is_file())
 
 
 def _expand(item: str | Path) -> list[Path]:
