@@ -1,0 +1,133 @@
+"""The file cap as data: which sessions nanobot 0.2 trims at each limit, and what it archives.
+
+After every turn nanobot 0.2.2 calls ``enforce_file_cap(on_archive=raw_archive)``: once a
+session holds more than ``limit`` messages it keeps a legal recent suffix and raw-archives
+the dropped messages that were not already consolidated.  :func:`file_cap` applies that rule
+(through the exact policy) to each session's final messages, or replays it turn by turn.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from sessionkit.policy import Policy, Trim, get_policy
+from sessionkit.schema import Column
+from sessionkit.session import Session
+
+__all__ = ["FILE_CAP", "file_cap"]
+
+FILE_CAP: tuple[Column, ...] = (
+    Column("session_key", "category", "key of the session"),
+    Column("limit", "int64", "setting: enforce_file_cap limit"),
+    Column("turn", "int64", "user turns stored when the cap was applied"),
+    Column("at", "int64", "source messages stored when the cap was applied"),
+    Column("messages", "int64", "messages in the session before the cap"),
+    Column("tripped", "bool", "the session held more than `limit` messages and was trimmed"),
+    Column("dropped", "int64", "messages removed (may include the newest, see Policy)"),
+    Column("archived", "int64", "of those, raw-archived: dropped minus already consolidated"),
+    Column("kept", "int64", "messages left"),
+    Column("last_consolidated_before", "int64", "offset before the cap"),
+    Column("last_consolidated", "int64", "offset after the cap"),
+)
+
+_AUTO_PROGRESS_SESSIONS = 200
+
+
+def _row(key: str, limit: int, turn: int, at: int, before: int, n: int, trim: Trim) -> tuple:
+    return (
+        key,
+        limit,
+        turn,
+        at,
+        n,
+        len(trim.dropped) > 0,
+        len(trim.dropped),
+        len(trim.archived),
+        len(trim.retained),
+        before,
+        trim.last_consolidated,
+    )
+
+
+def _final(policy: Policy, session: Session, limit: int) -> list[tuple]:
+    n, offset = len(session.messages), session.last_consolidated
+    trim = policy.file_cap(session.messages, offset, limit)
+    return [_row(session.key, limit, session.n_user_turns, n, offset, n, trim)]
+
+
+def _growth(policy: Policy, session: Session, limit: int) -> list[tuple]:
+    """Grow the session turn by turn from empty, capping after each turn; one row per trim.
+
+    Consolidation is not simulated: the offset starts (and so stays) at 0, and every dropped
+    message counts as raw-archived.
+    """
+    messages = session.messages
+    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    ends = [i for i in users if i > 0] + [len(messages)]
+    current: list[dict[str, Any]] = []
+    offset = 0
+    done = 0
+    rows: list[tuple] = []
+    for end in dict.fromkeys(ends):
+        current.extend(messages[done:end])
+        done = end
+        trim = policy.file_cap(current, offset, limit)
+        if trim.dropped:
+            turn = bisect.bisect_left(users, end)
+            rows.append(_row(session.key, limit, turn, end, offset, len(current), trim))
+            current, offset = trim.retained, trim.last_consolidated
+    return rows
+
+
+def file_cap(
+    source: Session | Iterable[Session],
+    limits: int | Sequence[int] = (2000,),
+    *,
+    replay: Literal["final", "growth"] = "final",
+    progress: bool | None = None,
+) -> pd.DataFrame:
+    """What ``enforce_file_cap`` does to each session at each limit (columns: :data:`FILE_CAP`).
+
+    Parameters
+    ----------
+    source
+        A Session, a Corpus or any iterable of Sessions (each is left untouched).
+    limits
+        One limit or several (nanobot's is 2000).
+    replay
+        ``"final"``: one row per (session, limit), the cap applied to the stored messages
+        with the recorded offset.  ``"growth"``: the session rebuilt turn by turn with the
+        cap applied after every turn, as nanobot's agent loop does; one row per trim.
+    progress
+        Show a progress bar (default: for large corpora).
+    """
+    if replay not in ("final", "growth"):
+        raise ValueError(f"replay must be 'final' or 'growth', not {replay!r}")
+    sessions = [source] if isinstance(source, Session) else list(source)
+    limit_list = [int(x) for x in (limits if isinstance(limits, list | tuple) else [limits])]
+    step = _final if replay == "final" else _growth
+    show = len(sessions) >= _AUTO_PROGRESS_SESSIONS if progress is None else progress
+    rows: list[tuple] = []
+    for session in tqdm(sessions, desc=f"file cap ({replay})", unit="session", disable=not show):
+        policy = get_policy(session.policy)
+        for limit in limit_list:
+            rows.extend(step(policy, session, limit))
+    return _frame(rows, [s.key for s in sessions])
+
+
+def _frame(rows: list[tuple], keys: list[str]) -> pd.DataFrame:
+    names = [c.name for c in FILE_CAP]
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in names]
+    data: dict[str, Any] = {}
+    for column, values in zip(FILE_CAP, columns, strict=True):
+        if column.dtype == "category":
+            data[column.name] = pd.Categorical(list(values), categories=list(dict.fromkeys(keys)))
+        else:
+            data[column.name] = np.array(values, dtype=column.dtype)
+    return pd.DataFrame(data, columns=names)

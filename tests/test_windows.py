@@ -1,0 +1,215 @@
+"""The fast window sweep against the exact policy, plus the frame's shape and settings."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from strategies import message_lists, sessions
+
+import sessionkit
+from sessionkit import Session
+from sessionkit.policy import find_legal_message_start, get_policy
+from sessionkit.tokens import count_tokens
+from sessionkit.windows import (
+    WINDOWS,
+    _legal_start,
+    _orphan_jumps,
+    _prepare,
+    clear_cache,
+    prepared_cache_size,
+    windows,
+)
+
+POLICY = get_policy("nanobot-0.2")
+GRID = {
+    "max_messages": [0, 2, 5, 120],
+    "max_tokens": [0, 1, 30, 400],
+    "include_timestamps": [False, True],
+    "extend_to_user": [False, True],
+}
+
+
+def expected_row(session: Session, row: Any) -> tuple:
+    """What the exact policy gives for one window row, in the row's terms."""
+    replay = POLICY.replay(
+        session.messages[: row.at],
+        row.consolidated,
+        row.max_messages,
+        max_tokens=row.max_tokens,
+        include_timestamps=row.include_timestamps,
+        extend_to_user=row.extend_to_user,
+    )
+    if not replay:
+        return (row.at, row.at, 0, 0, False)
+    entries = [entry for _, entry in replay]
+    return (
+        replay[0][0],
+        replay[-1][0] + 1,
+        len(replay),
+        sum(count_tokens(entries)),
+        entries[0]["role"] == "user",
+    )
+
+
+def assert_rows_match(frame: pd.DataFrame, by_key: dict[str, Session]) -> None:
+    for row in frame.itertuples(index=False):
+        got = (row.start, row.stop, row.messages_kept, row.tokens_kept, row.starts_with_user)
+        assert got == expected_row(by_key[row.session_key], row), row
+
+
+def user(text: str = "hi", **extra: Any) -> dict[str, Any]:
+    return {"role": "user", "content": text, **extra}
+
+
+def assistant(text: str = "ok", **extra: Any) -> dict[str, Any]:
+    return {"role": "assistant", "content": text, **extra}
+
+
+@pytest.fixture(scope="module")
+def sample() -> list[Session]:
+    return list(sessionkit.load(Path(__file__).resolve().parent.parent / "data" / "sessions"))
+
+
+def test_columns_follow_the_schema(sample: list[Session]) -> None:
+    frame = windows(sample[:3], max_tokens=[0, 500], progress=False)
+    assert list(frame.columns) == [c.name for c in WINDOWS]
+    for column in WINDOWS:
+        assert str(frame[column.name].dtype) == column.dtype, column.name
+    assert len(frame) == 2 * sum(s.n_user_turns for s in sample[:3])
+    assert set(frame["cut"].cat.categories) == {"none", "consolidation", "count", "tokens"}
+
+
+def test_every_sample_session_matches_the_policy(sample: list[Session]) -> None:
+    frame = windows(sample, **GRID, last_consolidated=["recorded", "none"], progress=False)
+    assert len(frame) == 4 * 4 * 2 * 2 * 2 * sum(s.n_user_turns for s in sample)
+    by_key = {s.key: s for s in sample}
+    turns = frame.groupby("session_key", observed=True)["at"].transform(
+        lambda at: at.isin(np.unique(at)[:: max(1, at.nunique() // 5)])
+    )
+    assert_rows_match(frame[turns], by_key)
+
+
+def test_agent_setting_every_turn_matches_the_policy(sample: list[Session]) -> None:
+    frame = windows(sample, max_tokens=8000, include_timestamps=True, progress=False)
+    assert_rows_match(frame, {s.key: s for s in sample})
+    assert frame["cut"].isin(["tokens", "count"]).any()
+
+
+@settings(max_examples=60)
+@given(sessions())
+def test_generated_sessions_match_the_policy(session: Session) -> None:
+    grid = GRID | {"max_messages": [0, 2, 5]}
+    frame = windows(
+        session,
+        **grid,
+        at=list(range(len(session.messages) + 1)),
+        last_consolidated=["recorded", "none"],
+        progress=False,
+    )
+    assert len(frame) == 3 * 4 * 2 * 2 * 2 * (len(session.messages) + 1)
+    settings_ = ["at", "consolidated", *grid]
+    assert_rows_match(frame.drop_duplicates(settings_), {session.key: session})
+
+
+@settings(max_examples=60)
+@given(message_lists())
+def test_orphan_jumps_give_every_legal_start(messages: list[dict[str, Any]]) -> None:
+    prepared = _prepare(messages, False, None)
+    tools = np.flatnonzero(prepared.declared != -2)
+    lowest = np.where(prepared.declared[tools] >= 0, prepared.declared[tools], -1) + 1
+    jumps = _orphan_jumps(tools, lowest, len(messages))
+    pairs = list(itertools.combinations_with_replacement(range(len(messages) + 1), 2))
+    begin, end = (np.array(side, dtype=np.int64) for side in zip(*pairs, strict=True))
+    legal = _legal_start(jumps, begin, end) - begin
+    assert legal.tolist() == [find_legal_message_start(messages[b:e]) for b, e in pairs]
+
+
+def test_recorded_offset_applies_within_the_prefix_only() -> None:
+    messages = [user("u0"), assistant(), user("u1"), assistant(), user("u2"), assistant()]
+    session = Session("k", messages=messages, last_consolidated=2)
+    frame = windows(session, at=[0, 1, 2, 4, 6], last_consolidated=["recorded", "none", 5, -1])
+    table = frame.pivot(index="at", columns="last_consolidated", values="consolidated")
+    assert table.loc[:, "recorded"].tolist() == [0, 0, 2, 2, 2]
+    assert table.loc[:, "none"].tolist() == [0] * 5
+    assert table.loc[:, "5"].tolist() == [0, 0, 0, 0, 5]
+    assert table.loc[:, "-1"].tolist() == [0] * 5
+    assert frame.loc[frame["consolidated"] == 2, "cut"].eq("consolidation").all()
+
+
+def test_cut_recovery_and_commands() -> None:
+    long = "word " * 80
+    messages = [
+        user("/status", _command=True),
+        assistant("up", _command=True),
+        user("question"),
+        assistant(long),
+        assistant(long),
+        user("next"),
+    ]
+    frame = windows(Session("k", messages=messages), max_messages=[120, 2], max_tokens=[0, 60])
+    assert frame["command"].tolist() == [True, False, False] * 4
+    end = frame[frame["at"] == 5].set_index(["max_messages", "max_tokens"])
+    assert end.loc[(120, 0), "cut"] == "none" and end.loc[(120, 0), "messages_kept"] == 3
+    assert end.loc[(2, 0), "cut"] == "count" and end.loc[(2, 0), "start"] == 3
+    assert end.loc[(120, 60), "recovered"] and end.loc[(120, 60), "cut"] == "none"
+    assert end.loc[(120, 60), "start"] == 2 and end.loc[(120, 60), "tokens_kept"] > 60
+    assert end.loc[(2, 0), "messages_hidden"] == 3
+    first = frame[frame["at"] == 0]
+    assert (first["messages_kept"] == 0).all() and (first["start"] == 0).all()
+
+
+def test_token_cut_is_reported() -> None:
+    messages = [user("a " * 50), assistant("b " * 50), user("c"), assistant("d")]
+    frame = windows(Session("k", messages=messages), at="end", max_tokens=30)
+    (row,) = frame.itertuples(index=False)
+    assert (row.cut, row.start, row.messages_kept, row.messages_hidden) == ("tokens", 2, 2, 2)
+    assert row.tokens_hidden == sum(count_tokens([POLICY.replay_entry(m) for m in messages[:2]]))
+
+
+def test_sessions_without_user_turns_and_empty_sessions() -> None:
+    quiet = Session("quiet", messages=[assistant("ping", _channel_delivery=True)] * 3)
+    empty = Session("empty")
+    assert windows([quiet, empty]).empty
+    ends = windows([quiet, empty], at="end").set_index("session_key")
+    assert ends.loc["quiet", "messages_kept"] == 3 and not ends.loc["quiet", "starts_with_user"]
+    assert ends.loc["empty", "messages_kept"] == 0
+
+
+def test_prepared_arrays_are_cached_until_the_session_changes() -> None:
+    clear_cache()
+    session = Session("k", messages=[user(), assistant(), user()])
+    windows(session)
+    windows(session, max_tokens=[10, 20])
+    assert prepared_cache_size() == 1
+    session.messages.append(assistant())
+    assert windows(session, at="end")["messages_kept"].item() == 4
+    session.retain_recent_legal_suffix(1)
+    assert windows(session, at="end")["messages_kept"].item() == 1
+    windows(session, include_timestamps=[False, True])
+    assert prepared_cache_size() == 2
+    del session
+    assert prepared_cache_size() == 0
+
+
+def test_workers_give_the_same_frame(sample: list[Session]) -> None:
+    clear_cache()
+    parallel = windows(sample, max_tokens=[0, 2000], workers=2, progress=False)
+    clear_cache()
+    serial = windows(sample, max_tokens=[0, 2000], workers=1, progress=False)
+    pd.testing.assert_frame_equal(parallel, serial)
+
+
+def test_other_policies_and_bad_settings_are_refused() -> None:
+    session = Session("k", messages=[user()], policy="nanobot-0.3")
+    with pytest.raises(ValueError, match="nanobot-0.2"):
+        windows(session)
+    with pytest.raises(ValueError, match="at must be"):
+        windows(Session("k"), at="start")
+    with pytest.raises(ValueError, match="last_consolidated"):
+        windows(Session("k", messages=[user()]), last_consolidated="all")
