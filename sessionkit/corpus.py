@@ -118,8 +118,13 @@ class Corpus:
     @cached_property
     def sessions(self) -> pd.DataFrame:
         """One row per session (see :data:`sessionkit.schema.SESSIONS`)."""
-        damaged = frozenset(p.path for p in self._problems if p.line_no is not None)
-        return sessions_frame(list(self), self.messages, repaired_paths=damaged)
+        damaged: dict[str, int] = {}
+        for problem in self._problems:
+            if problem.skipped and problem.line_no is not None:
+                damaged[problem.path] = min(
+                    problem.line_no, damaged.get(problem.path, problem.line_no)
+                )
+        return sessions_frame(list(self), self.messages, first_damaged_lines=damaged)
 
     @cached_property
     def problems(self) -> pd.DataFrame:

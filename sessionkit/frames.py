@@ -159,16 +159,17 @@ def sessions_frame(
     sessions: Sequence[Session],
     messages: pd.DataFrame,
     *,
-    repaired_paths: frozenset[str] = frozenset(),
+    first_damaged_lines: dict[str, int] | None = None,
 ) -> pd.DataFrame:
     """One row per session (columns: :data:`sessionkit.schema.SESSIONS`).
 
-    ``repaired_paths`` are files with damaged lines, whose preview nanobot takes from its
-    repair pass.
+    ``first_damaged_lines`` maps a file to its first damaged line: nanobot lists such a
+    file from its repair pass when its preview scan reaches that line.
     """
     if not sessions:
         return schema.empty_frame(schema.SESSIONS)
     keys = [s.key for s in sessions]
+    damaged = first_damaged_lines or {}
     by_key = messages.groupby("session_key", observed=False, sort=False)
     tokens = by_key["tokens"].sum(min_count=1)
     first = by_key["timestamp"].min()
@@ -191,7 +192,11 @@ def sessions_frame(
             "title": pd.array([session_title(s.metadata) for s in sessions], dtype="string"),
             "preview": pd.array(
                 [
-                    session_preview(s.messages, repaired=str(s.path) in repaired_paths)
+                    session_preview(
+                        s.messages,
+                        line_numbers=s.line_numbers,
+                        first_damaged_line=damaged.get(str(s.path)),
+                    )
                     for s in sessions
                 ],
                 dtype="string",

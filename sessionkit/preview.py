@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from sessionkit.policy import sanitize_assistant_text
@@ -119,26 +121,39 @@ def _line_chars(message: dict[str, Any]) -> int:
     return len(json.dumps(message, ensure_ascii=False)) + 1
 
 
-def session_preview(messages: list[dict[str, Any]], *, repaired: bool = False) -> str:
-    """The preview nanobot lists for a session.
-
-    Normally the first user message's preview within the first 200 records (1M characters),
-    else the first assistant's.  For a file nanobot had to repair, the first message with
-    any preview text.
-    """
-    if repaired:
-        return next((text for m in messages if (text := message_preview(m))), "")
+def _scan(messages: list[dict[str, Any]], line_numbers: Sequence[int] | None) -> tuple[str, float]:
+    """The normal listing preview and the file line where nanobot's scan stopped reading."""
     fallback = ""
     chars = 0
     for scanned, message in enumerate(messages, 1):
+        line = line_numbers[scanned - 1] if line_numbers is not None else scanned + 1
         chars += _line_chars(message)
         if scanned > _SCAN_MAX_RECORDS or chars > _SCAN_MAX_CHARS:
-            break
+            return fallback, line - 1
         text = message_preview(message)
         if not text:
             continue
         if message.get("role") == "user":
-            return text
+            return text, line
         if not fallback and message.get("role") == "assistant":
             fallback = text
-    return fallback
+    return fallback, math.inf
+
+
+def session_preview(
+    messages: list[dict[str, Any]],
+    *,
+    line_numbers: Sequence[int] | None = None,
+    first_damaged_line: int | None = None,
+) -> str:
+    """The preview nanobot lists for a session.
+
+    Normally the first user message's preview within the first 200 records (1M characters),
+    else the first assistant's.  When that scan meets a damaged line (``first_damaged_line``
+    at or before where it stops), nanobot lists its repaired session instead, whose preview
+    is the first message with any preview text.
+    """
+    preview, stopped_at = _scan(messages, line_numbers)
+    if first_damaged_line is not None and first_damaged_line <= stopped_at:
+        return next((text for m in messages if (text := message_preview(m))), "")
+    return preview

@@ -32,11 +32,16 @@ class SessionPathError(FileNotFoundError):
 
 @dataclass(frozen=True)
 class Problem:
-    """Something in a file that could not be loaded as it stands; ``line_no`` is 1-based."""
+    """Something in a file that could not be loaded as it stands; ``line_no`` is 1-based.
+
+    ``skipped`` marks a line dropped whole (not JSON, not an object, not UTF-8), as opposed
+    to a value that was replaced (a bad offset or timestamp).
+    """
 
     path: str
     line_no: int | None
     reason: str
+    skipped: bool = False
 
 
 def _session_files_in(folder: Path) -> list[Path]:
@@ -164,7 +169,7 @@ def _offset_problem(value: Any, n_messages: int) -> str | None:
 
 def _jsonl_session(path: Path, raw: bytes) -> tuple[Session, list[Problem]]:
     records, numbers, bad = _parse_lines(raw)
-    problems = [Problem(str(path), n, reason) for n, reason in bad]
+    problems = [Problem(str(path), n, reason, skipped=True) for n, reason in bad]
     typed = [i for i, record in enumerate(records) if "_type" in record]
     metas = [(numbers[i], records[i]) for i in typed if records[i]["_type"] == "metadata"]
     extra = [records[i] for i in typed if records[i]["_type"] == "provider_state"]

@@ -213,7 +213,8 @@ def test_session_preview_scans_at_most_a_million_characters() -> None:
 
 def test_repaired_preview_is_the_first_message_with_text() -> None:
     messages = [_msg("tool", ""), _msg("tool", "tool output"), _msg("user", "question")]
-    assert session_preview(messages, repaired=True) == "tool output"
+    assert session_preview(messages, first_damaged_line=3) == "tool output"
+    assert session_preview(messages, first_damaged_line=5) == "question"
     assert session_preview(messages) == "question"
 
 
@@ -395,11 +396,6 @@ def _meta_line(**fields: Any) -> str:
 
 EARLY = _line({"role": "assistant", "content": "Morning digest"})
 QUESTION = _line({"role": "user", "content": "plan a trip"})
-REPAIRED_TOO_EAGERLY = pytest.mark.xfail(
-    strict=True,
-    reason="Corpus marks a file repaired for any problem with a line number; nanobot's "
-    "list_sessions repairs only when its preview scan meets an undecodable line (corpus.py)",
-)
 
 
 @pytest.mark.conformance
@@ -408,31 +404,11 @@ REPAIRED_TOO_EAGERLY = pytest.mark.xfail(
     [
         pytest.param([_meta_line(), EARLY, "not json", QUESTION], id="bad-line-before-user"),
         pytest.param([_meta_line(), "", EARLY, "   ", QUESTION, ""], id="blank-lines"),
-        pytest.param(
-            [_meta_line(), EARLY, QUESTION, "{broken"],
-            id="bad-line-after-user",
-            marks=REPAIRED_TOO_EAGERLY,
-        ),
-        pytest.param(
-            [_meta_line(), EARLY, QUESTION, "[1]"],
-            id="array-line-after-user",
-            marks=REPAIRED_TOO_EAGERLY,
-        ),
-        pytest.param(
-            [_meta_line(metadata=[]), EARLY, QUESTION],
-            id="metadata-array",
-            marks=REPAIRED_TOO_EAGERLY,
-        ),
-        pytest.param(
-            [_meta_line(created_at="yesterday"), EARLY, QUESTION],
-            id="bad-created-at",
-            marks=REPAIRED_TOO_EAGERLY,
-        ),
-        pytest.param(
-            [_meta_line(last_consolidated=99), EARLY, QUESTION],
-            id="offset-out-of-range",
-            marks=REPAIRED_TOO_EAGERLY,
-        ),
+        pytest.param([_meta_line(), EARLY, QUESTION, "{broken"], id="bad-line-after-user"),
+        pytest.param([_meta_line(), EARLY, QUESTION, "[1]"], id="array-line-after-user"),
+        pytest.param([_meta_line(metadata=[]), EARLY, QUESTION], id="metadata-array"),
+        pytest.param([_meta_line(created_at="yesterday"), EARLY, QUESTION], id="bad-created-at"),
+        pytest.param([_meta_line(last_consolidated=99), EARLY, QUESTION], id="offset-out-of-range"),
         pytest.param(
             [_meta_line(), EARLY, QUESTION, _meta_line(metadata={"title": "Second"})],
             id="second-metadata-record",
