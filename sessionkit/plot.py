@@ -9,17 +9,25 @@ plot stays readable from the artists: bars are ``ax.patches`` (``StepPatch`` or 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import StepPatch
-from matplotlib.ticker import LogLocator, MaxNLocator, NullFormatter, StrMethodFormatter
+from matplotlib.ticker import (
+    LogLocator,
+    MaxNLocator,
+    NullFormatter,
+    PercentFormatter,
+    StrMethodFormatter,
+)
 
+from sessionkit.filecap import file_cap
 from sessionkit.session import Session
 from sessionkit.states import message_states
+from sessionkit.windows import windows
 
 if TYPE_CHECKING:
     from sessionkit.corpus import Corpus
@@ -27,9 +35,13 @@ if TYPE_CHECKING:
 __all__ = [
     "ROLE_COLORS",
     "STATUS_COLORS",
+    "SWEEP_VALUES",
+    "file_cap_curve",
     "session_lengths",
     "timeline_axes",
     "token_timeline",
+    "truncation_share",
+    "window_heatmap",
 ]
 
 ROLE_COLORS: dict[str, str] = {
@@ -55,9 +67,14 @@ STATUS_COLORS: dict[str, str] = {
 _SHADED = ("consolidated", "file_cap", "later")
 
 
-def timeline_axes() -> Axes:
-    """A new Figure sized for :func:`token_timeline`, with fixed margins (fast to redraw)."""
-    fig = Figure(figsize=(10.0, 4.0), dpi=100)
+def timeline_axes(fig: Figure | None = None) -> Axes:
+    """Fresh Axes for :func:`token_timeline` with fixed margins (fast to redraw).
+
+    On a new 10 x 4 inch Figure, or on ``fig`` after clearing it.
+    """
+    if fig is None:
+        fig = Figure(figsize=(10.0, 4.0), dpi=100)
+    fig.clear()
     fig.subplots_adjust(left=0.07, right=0.92, top=0.93, bottom=0.25)
     return fig.add_subplot()
 
@@ -263,3 +280,179 @@ def session_lengths(
         if marks:
             ax.legend(fontsize=8, loc="upper right")
     return fig
+
+
+DEFAULT_MAX_MESSAGES: tuple[int, ...] = (20, 60, 120, 240)
+DEFAULT_BUDGETS: tuple[int, ...] = (0, 2_000, 4_000, 8_000, 16_000, 32_000)
+DEFAULT_LIMITS: tuple[int, ...] = (100, 200, 300, 500, 1_000, 2_000, 5_000)
+SWEEP_VALUES: dict[str, str] = {
+    "messages_kept": "mean messages sent",
+    "tokens_kept": "mean tokens sent",
+    "truncated": "share of turns truncated",
+}
+"""What :func:`window_heatmap` can show; ``truncated`` means ``cut`` is count or tokens."""
+
+
+def _sweep(
+    source: Session | Corpus | pd.DataFrame,
+    max_messages: Sequence[int],
+    max_tokens: Sequence[int],
+    include_timestamps: bool,
+) -> pd.DataFrame:
+    """A :func:`sessionkit.windows` frame over one grid, with a ``truncated`` column."""
+    if isinstance(source, pd.DataFrame):
+        frame = source
+    else:
+        frame = windows(
+            source,
+            max_messages=list(max_messages),
+            max_tokens=list(max_tokens),
+            include_timestamps=include_timestamps,
+        )
+    for column in ("include_timestamps", "extend_to_user", "last_consolidated"):
+        if frame[column].nunique() > 1:
+            raise ValueError(
+                f"the windows frame mixes several {column} values; select one first, e.g. "
+                f"frame[frame[{column!r}] == ...]"
+            )
+    return frame.assign(truncated=frame["cut"].isin(["count", "tokens"]))
+
+
+def _budget_label(budget: int) -> str:
+    return "none" if budget <= 0 else f"{budget:,}"
+
+
+def window_heatmap(
+    source: Session | Corpus | pd.DataFrame,
+    *,
+    value: str = "messages_kept",
+    max_messages: Sequence[int] = DEFAULT_MAX_MESSAGES,
+    max_tokens: Sequence[int] = DEFAULT_BUDGETS,
+    include_timestamps: bool = True,
+    ax: Axes | None = None,
+) -> Axes:
+    """Mean window size (or truncation rate) per (max_tokens, max_messages), as a heatmap.
+
+    ``source`` is a :func:`sessionkit.windows` frame (one value of every other setting), or
+    a Session or Corpus whose every-user-turn windows are computed over the grid given.
+    ``value`` is a key of :data:`SWEEP_VALUES`.  ``ax.images[0].get_array()`` is the grid:
+    rows are ``max_tokens`` ascending, columns ``max_messages`` ascending.
+    """
+    if value not in SWEEP_VALUES:
+        raise ValueError(f"value must be one of {', '.join(SWEEP_VALUES)}, not {value!r}")
+    frame = _sweep(source, max_messages, max_tokens, include_timestamps)
+    grid = frame.pivot_table(
+        index="max_tokens", columns="max_messages", values=value, aggfunc="mean"
+    ).astype(float)
+    if ax is None:
+        ax = Figure(figsize=(7.0, 4.2), dpi=100, layout="constrained").add_subplot()
+    share = value == "truncated"
+    image = ax.imshow(
+        grid.to_numpy(),
+        origin="lower",
+        aspect="auto",
+        cmap="viridis",
+        vmin=0.0 if share else None,
+        vmax=1.0 if share else None,
+    )
+    middle = np.nanmean(image.norm.inverse(0.5)) if grid.size else 0.0
+    for (row, col), cell in np.ndenumerate(grid.to_numpy()):
+        text = f"{cell:.0%}" if share else f"{cell:,.0f}"
+        ax.text(
+            col,
+            row,
+            text,
+            ha="center",
+            va="center",
+            fontsize=8,
+            color="black" if cell > middle else "white",
+        )
+    ax.set_xticks(range(grid.shape[1]), [str(m) for m in grid.columns])
+    ax.set_yticks(range(grid.shape[0]), [_budget_label(b) for b in grid.index])
+    ax.set_xlabel("max_messages")
+    ax.set_ylabel("max_tokens")
+    ax.set_title(f"{SWEEP_VALUES[value]} per turn", loc="left", fontsize=10)
+    ax.figure.colorbar(image, ax=ax, label=SWEEP_VALUES[value])
+    return ax
+
+
+def truncation_share(
+    source: Session | Corpus | pd.DataFrame,
+    *,
+    max_messages: Sequence[int] = DEFAULT_MAX_MESSAGES,
+    max_tokens: Sequence[int] = DEFAULT_BUDGETS,
+    include_timestamps: bool = True,
+    ax: Axes | None = None,
+) -> Axes:
+    """Share of turns whose window was truncated (cut by count or tokens) against the budget.
+
+    One line per ``max_messages`` (``gid`` ``"max_messages=<n>"``), over the budgets in
+    ascending order, evenly spaced (x = position, tick labels = budgets; 0 is "none").
+    ``source`` as for :func:`window_heatmap`.
+    """
+    frame = _sweep(source, max_messages, max_tokens, include_timestamps)
+    share = frame.groupby(["max_messages", "max_tokens"])["truncated"].mean().unstack()
+    if ax is None:
+        ax = Figure(figsize=(7.0, 3.8), dpi=100, layout="constrained").add_subplot()
+    positions = np.arange(share.shape[1])
+    for count, row in share.iterrows():
+        (line,) = ax.plot(positions, row.to_numpy(dtype=float), marker="o", label=f"{count}")
+        line.set_gid(f"max_messages={count}")
+    ax.set_xticks(positions, [_budget_label(b) for b in share.columns])
+    ax.set_ylim(0, 1.02)
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.set_xlabel("max_tokens")
+    ax.set_ylabel("turns truncated")
+    ax.legend(title="max_messages", fontsize=8, title_fontsize=8)
+    ax.grid(alpha=0.3)
+    return ax
+
+
+def file_cap_curve(
+    source: Session | Corpus | pd.DataFrame,
+    *,
+    limits: Sequence[int] = DEFAULT_LIMITS,
+    replay: Literal["final", "growth"] = "final",
+    ax: Axes | None = None,
+) -> Axes:
+    """Sessions trimmed and messages dropped by ``enforce_file_cap`` against its limit.
+
+    ``source`` is a :func:`sessionkit.file_cap` frame (its limits are the x values), or a
+    Session or Corpus capped at ``limits`` (``replay`` as for ``file_cap``; with
+    ``"growth"``, messages dropped add up over every trim).  On ``ax`` the number of sessions the cap
+    trims (``gid`` ``"sessions"``); on a twin axis the messages it drops (``gid``
+    ``"messages"``); nanobot's limit 2000 is marked (``gid`` ``"nanobot"``).
+    """
+    if isinstance(source, pd.DataFrame):
+        frame, grid = source, sorted(int(x) for x in source["limit"].unique())
+    else:
+        frame, grid = file_cap(source, list(limits), replay=replay), sorted(set(limits))
+    trimmed = frame[frame["tripped"]].groupby("limit")
+    sessions = trimmed["session_key"].nunique().reindex(grid, fill_value=0)
+    dropped = trimmed["dropped"].sum().reindex(grid, fill_value=0)
+    if ax is None:
+        ax = Figure(figsize=(7.0, 3.8), dpi=100, layout="constrained").add_subplot()
+    (line,) = ax.plot(
+        grid, sessions.to_numpy(), marker="o", color="#4c72b0", label="sessions trimmed"
+    )
+    line.set_gid("sessions")
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xticks(grid)
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("file cap limit (messages)")
+    ax.set_ylabel("sessions trimmed")
+    ax.axvline(2000, color="#7f7f7f", ls=":", lw=1.2).set(gid="nanobot", label="nanobot 0.2 limit")
+    twin = ax.twinx()
+    (line,) = twin.plot(
+        grid, dropped.to_numpy(), marker="s", color="#d62728", label="messages dropped"
+    )
+    line.set_gid("messages")
+    twin.set_ylim(bottom=0)
+    twin.set_ylabel("messages dropped")
+    handles, labels = ax.get_legend_handles_labels()
+    more_handles, more_labels = twin.get_legend_handles_labels()
+    ax.legend(handles + more_handles, labels + more_labels, fontsize=8, loc="upper right")
+    return ax

@@ -13,6 +13,7 @@ applied to those messages first, as nanobot applies it after every turn.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,7 @@ from sessionkit.policy import get_policy
 from sessionkit.schema import Column, empty_frame
 from sessionkit.session import Session
 from sessionkit.tokens import count_tokens
+from sessionkit.windows import windows
 
 if TYPE_CHECKING:
     from sessionkit.corpus import Corpus
@@ -78,13 +80,19 @@ class Settings:
 
 @dataclass(frozen=True)
 class _Window:
-    """One turn's history in source indices: what the cap kept, the offset, what was sent."""
+    """One turn's window in source indices, with the :func:`sessionkit.windows` row behind it.
+
+    ``retained`` are the messages the file cap left (source indices), the first
+    ``consolidated`` of them below the offset in force; ``count_start`` and ``start`` are
+    where the count window and the final window begin (``stop`` when empty).
+    """
 
     stop: int
     retained: np.ndarray
     consolidated: int
-    count_kept: np.ndarray
-    kept: np.ndarray
+    count_start: int
+    start: int
+    row: dict[str, Any]
 
 
 def resolve_session(source: Session | Corpus, key: str | None = None) -> Session:
@@ -115,42 +123,66 @@ def _turn_stop(session: Session, turn: int | None) -> int:
 
 
 def _window(session: Session, turn: int | None, settings: Settings) -> _Window:
-    """The exact policy's history at ``turn``, mapped back to source indices."""
-    policy = get_policy(session.policy)
+    """:func:`sessionkit.windows` at ``turn``, after the file cap, in source indices."""
     stop = _turn_stop(session, turn)
     prefix = session.messages[:stop]
     offset = session.last_consolidated if session.last_consolidated <= stop else 0
-    trim = policy.file_cap(prefix, offset, settings.file_cap)
-    where = {id(m): i for i, m in enumerate(prefix)}
-    retained = np.array([where[id(m)] for m in trim.retained], dtype=np.int64)
-
-    def kept(max_tokens: int) -> np.ndarray:
-        replay = policy.replay(
+    trim = get_policy(session.policy).file_cap(prefix, offset, settings.file_cap)
+    if trim.dropped:
+        where = {id(m): i for i, m in enumerate(prefix)}
+        retained = np.array([where[id(m)] for m in trim.retained], dtype=np.int64)
+        subject = Session(
+            session.key,
             trim.retained,
-            trim.last_consolidated,
-            settings.max_messages,
-            max_tokens=max_tokens,
-            include_timestamps=settings.include_timestamps,
-            extend_to_user=settings.extend_to_user,
+            last_consolidated=trim.last_consolidated,
+            policy=session.policy,
         )
-        return retained[np.array([i for i, _ in replay], dtype=np.int64)]
-
-    count_kept = kept(0)
+    else:
+        retained, subject = np.arange(stop, dtype=np.int64), session
+    frame = windows(
+        subject,
+        max_messages=settings.max_messages,
+        max_tokens=sorted({0, max(settings.max_tokens, 0)}),
+        include_timestamps=settings.include_timestamps,
+        extend_to_user=settings.extend_to_user,
+        at=[len(retained)] if trim.dropped else [stop],
+    )
+    source = np.append(retained, stop)
+    count_row, row = frame.iloc[0], frame.iloc[-1]
     return _Window(
         stop=stop,
         retained=retained,
-        consolidated=trim.last_consolidated,
-        count_kept=count_kept,
-        kept=kept(settings.max_tokens) if settings.max_tokens > 0 else count_kept,
+        consolidated=int(row["consolidated"]),
+        count_start=int(source[count_row["start"]]),
+        start=int(source[row["start"]]),
+        row=row.to_dict(),
     )
 
 
-def _sent_tokens(session: Session, include_timestamps: bool) -> pd.arrays.IntegerArray:
+# Per-message token counts by (id(session), include_timestamps); valid while the session is
+# alive and holds the same messages list at the same length (as sessionkit.windows caches).
+_COUNTS: dict[
+    tuple[int, bool], tuple[int, int, pd.arrays.IntegerArray, pd.arrays.IntegerArray]
+] = {}
+
+
+def _token_counts(
+    session: Session, include_timestamps: bool
+) -> tuple[pd.arrays.IntegerArray, pd.arrays.IntegerArray]:
+    """Tokens of each stored message, and of each as sent (<NA> where never sent)."""
+    key = (id(session), include_timestamps)
+    hit = _COUNTS.get(key)
+    if hit is not None and hit[:2] == (id(session.messages), len(session.messages)):
+        return hit[2], hit[3]
     policy = get_policy(session.policy)
     entries = [policy.replay_entry(m, include_timestamps) for m in session.messages]
-    sent = [e for e in entries if e is not None]
-    counts = iter(count_tokens(sent))
-    return pd.array([None if e is None else next(counts) for e in entries], dtype="Int64")
+    counts = iter(count_tokens([e for e in entries if e is not None]))
+    sent = pd.array([None if e is None else next(counts) for e in entries], dtype="Int64")
+    stored = pd.array(count_tokens(session.messages), dtype="Int64")
+    if hit is None:
+        weakref.finalize(session, _COUNTS.pop, key, None)
+    _COUNTS[key] = (id(session.messages), len(session.messages), stored, sent)
+    return stored, sent
 
 
 def _statuses(session: Session, window: _Window, sent: pd.arrays.IntegerArray) -> np.ndarray:
@@ -159,17 +191,14 @@ def _statuses(session: Session, window: _Window, sent: pd.arrays.IntegerArray) -
     status[: window.stop] = code["file_cap"]
     status[window.retained[: window.consolidated]] = code["consolidated"]
     live = window.retained[window.consolidated :]
-    count_start = window.count_kept[0] if len(window.count_kept) else window.stop
-    start = window.kept[0] if len(window.kept) else window.stop
     status[live] = np.where(
-        live < count_start,
+        live < window.count_start,
         code["trimmed_count"],
-        np.where(live < start, code["trimmed_tokens"], code["skipped"]),
+        np.where(live < window.start, code["trimmed_tokens"], code["in_window"]),
     )
     never_sent = live[np.asarray(sent.isna())[live]]
     commands = np.array([bool(session.messages[i].get("_command")) for i in never_sent], bool)
     status[never_sent] = np.where(commands, code["command"], code["skipped"])
-    status[window.kept] = code["in_window"]
     return status
 
 
@@ -199,7 +228,8 @@ def message_states(
         ``enforce_file_cap``'s limit applied before the turn; 0 disables it.
 
     The frame's ``attrs`` record ``key``, ``turn`` (resolved), ``stop`` (messages before the
-    turn) and the settings, so a plot of the frame can draw its limits.
+    turn), the settings, and :func:`sessionkit.windows`' ``cut``, ``messages_kept`` and
+    ``tokens_kept`` for this window, so a plot or a summary of the frame needs nothing else.
     """
     session = resolve_session(source, key)
     settings = Settings(max_messages, max_tokens, include_timestamps, extend_to_user, file_cap)
@@ -208,7 +238,7 @@ def message_states(
     if not messages:
         frame = empty_frame(COLUMNS)
     else:
-        sent = _sent_tokens(session, include_timestamps)
+        stored, sent = _token_counts(session, include_timestamps)
         roles = [m.get("role") for m in messages]
         is_user = np.array([r == "user" for r in roles], dtype=np.int64)
         frame = pd.DataFrame(
@@ -216,29 +246,39 @@ def message_states(
                 "idx": pd.array(np.arange(len(messages)), dtype="Int64"),
                 "role": pd.Categorical(roles),
                 "user_index": pd.array(np.cumsum(is_user) - 1, dtype="Int64"),
-                "tokens": pd.array(count_tokens(messages), dtype="Int64"),
+                "tokens": stored,
                 "sent_tokens": sent,
                 "status": pd.Categorical.from_codes(
                     _statuses(session, window, sent), categories=list(STATUSES)
                 ),
             }
         )
-    resolved = session.n_user_turns if turn is None else int(turn)
-    frame.attrs.update(key=session.key, turn=resolved, stop=window.stop, **asdict(settings))
+    frame.attrs.update(
+        key=session.key,
+        turn=session.n_user_turns if turn is None else int(turn),
+        stop=window.stop,
+        **asdict(settings),
+        cut=str(window.row["cut"]),
+        messages_kept=int(window.row["messages_kept"]),
+        tokens_kept=int(window.row["tokens_kept"]),
+    )
     return frame
 
 
 def summarize(states: pd.DataFrame) -> dict[str, Any]:
-    """Counts behind a states frame: messages per status, and the tokens sent.
+    """The numbers behind a states frame, as the explorer shows them.
 
-    ``in_window`` is the number of history entries ``get_history`` returns, ``sent_tokens``
-    their token total, ``window`` the source index range ``(first, last + 1)`` they span.
+    ``in_window`` and ``sent_tokens`` are :func:`sessionkit.windows`' ``messages_kept`` and
+    ``tokens_kept`` (the entries ``get_history`` returns and their tokens), ``cut`` what set
+    the window's start; then the number of messages with each other status, and ``window``,
+    the source index range ``(first, last + 1)`` of the messages sent (None when empty).
     """
     counts = states["status"].value_counts().reindex(list(STATUSES), fill_value=0)
-    sent = states.loc[states["status"] == "in_window", ["idx", "sent_tokens"]]
-    window = (int(sent["idx"].iloc[0]), int(sent["idx"].iloc[-1]) + 1) if len(sent) else None
+    sent = np.flatnonzero(states["status"].to_numpy() == "in_window")
     return {
         **{status: int(n) for status, n in counts.items()},
-        "sent_tokens": int(sent["sent_tokens"].sum()),
-        "window": window,
+        "in_window": states.attrs["messages_kept"],
+        "sent_tokens": states.attrs["tokens_kept"],
+        "cut": states.attrs["cut"],
+        "window": (int(sent[0]), int(sent[-1]) + 1) if len(sent) else None,
     }
