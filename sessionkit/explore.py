@@ -1,0 +1,365 @@
+"""``sessionkit.explore(corpus)``: pick a session, move the limits, watch the window, fork.
+
+An ipywidgets app with no logic of its own: the statuses and counts come from
+:func:`sessionkit.states.message_states` and :func:`~sessionkit.states.summarize`, the
+timeline from :func:`sessionkit.plot.token_timeline`, forks from :func:`sessionkit.fork`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import io
+from pathlib import Path
+from typing import Any
+
+import ipywidgets as widgets
+import pandas as pd
+
+from sessionkit.corpus import Corpus
+from sessionkit.fork import fork
+from sessionkit.plot import timeline_axes, token_timeline
+from sessionkit.preview import flatten_content
+from sessionkit.session import Session
+from sessionkit.states import message_states, summarize
+from sessionkit.transcript import TranscriptWidget, transcript_rows
+
+__all__ = ["Explorer", "explore"]
+
+
+def _wide() -> widgets.Layout:
+    return widgets.Layout(width="100%")
+
+
+def _slider(description: str, value: int, high: int, step: int, css: str) -> widgets.IntSlider:
+    slider = widgets.IntSlider(
+        value=value,
+        min=0,
+        max=high,
+        step=step,
+        description=description,
+        style={"description_width": "110px"},
+        layout=widgets.Layout(width="440px"),
+    )
+    slider.add_class(css)
+    return slider
+
+
+def _checkbox(description: str, value: bool, css: str) -> widgets.Checkbox:
+    box = widgets.Checkbox(value=value, description=description, indent=False)
+    box.add_class(css)
+    return box
+
+
+def _option(row: pd.Series) -> str:
+    title = f" — {row['title']}" if isinstance(row["title"], str) and row["title"] else ""
+    tokens = "" if pd.isna(row["tokens"]) else f", {int(row['tokens']):,} tok"
+    return f"{row['key']}{title} ({int(row['n_messages']):,} msgs{tokens})"
+
+
+class Explorer(widgets.VBox):
+    """The explorer app; every control is a public attribute, so code and tests can drive it.
+
+    Parameters
+    ----------
+    corpus
+        The sessions to explore.
+    key
+        Session shown first (default: the first one).
+    sessions_dir
+        Folder the fork panel writes to by default (default: the shown session's own folder,
+        so nanobot lists the fork next to its source).
+    max_messages, max_tokens, include_timestamps, extend_to_user, file_cap
+        Initial settings (see :func:`sessionkit.states.message_states`).
+    """
+
+    def __init__(
+        self,
+        corpus: Corpus,
+        *,
+        key: str | None = None,
+        sessions_dir: str | Path | None = None,
+        max_messages: int = 120,
+        max_tokens: int = 0,
+        include_timestamps: bool = True,
+        extend_to_user: bool = False,
+        file_cap: int = 2000,
+    ) -> None:
+        self.corpus = corpus
+        self.default_dir = sessions_dir
+        self.states = pd.DataFrame()
+        self._scheduled = False
+        self._quiet = False
+        self._focus_next = False
+        self._original = ""
+        table = corpus.sessions
+        self._options = [(_option(row), row["key"]) for _, row in table.iterrows()]
+        longest = int(table["n_messages"].max()) if len(table) else 0
+        most_tokens = int(table["tokens"].max()) if table["tokens"].notna().any() else 0
+
+        self.search = widgets.Text(placeholder="search key or title", layout=_wide())
+        self.search.add_class("sk-search")
+        self.picker = widgets.Select(options=self._options, rows=7, layout=_wide())
+        self.picker.add_class("sk-picker")
+        self.max_messages = _slider(
+            "max_messages", max_messages, max(2000, longest), 1, "sk-max-messages"
+        )
+        self.max_tokens = _slider(
+            "max_tokens", max_tokens, max(200_000, most_tokens), 100, "sk-max-tokens"
+        )
+        self.turn = _slider("turn", 0, 0, 1, "sk-turn")
+        self.file_cap = _slider("file cap", file_cap, max(4000, 2 * longest), 10, "sk-file-cap")
+        self.include_timestamps = _checkbox(
+            "include_timestamps", include_timestamps, "sk-include-timestamps"
+        )
+        self.extend_to_user = _checkbox("extend_to_user", extend_to_user, "sk-extend-to-user")
+        self.zoom = _checkbox("zoom to the turn", True, "sk-zoom")
+        self.timeline = widgets.Image(format="png", layout=widgets.Layout(width="100%"))
+        self.timeline.add_class("sk-timeline")
+        self.summary = widgets.HTML()
+        self.summary.add_class("sk-summary")
+        self.transcript = TranscriptWidget(layout=widgets.Layout(flex="3 1 0", min_width="0"))
+
+        self.fork_info = widgets.HTML("Click a user message in the transcript to fork before it.")
+        self.fork_text = widgets.Textarea(rows=6, layout=_wide())
+        self.fork_text.add_class("sk-fork-text")
+        self.fork_target = widgets.Text(description="target key", layout=_wide())
+        self.fork_target.add_class("sk-fork-target")
+        self.fork_dir = widgets.Text(description="folder", layout=_wide())
+        self.fork_dir.add_class("sk-fork-dir")
+        self.fork_overwrite = _checkbox("overwrite an existing fork", False, "sk-fork-overwrite")
+        self.fork_button = widgets.Button(description="Write fork", button_style="primary")
+        self.fork_button.add_class("sk-fork-write")
+        self.fork_result = widgets.HTML()
+        self.fork_result.add_class("sk-fork-result")
+
+        self._figure = timeline_axes().figure
+        self.session: Session = corpus[key] if key is not None else next(iter(corpus))
+        super().__init__(self._layout(), layout=_wide())
+        self._show(self.session.key)
+        self._wire()
+
+    def _layout(self) -> list[widgets.Widget]:
+        controls = widgets.VBox(
+            [
+                self.max_messages,
+                self.max_tokens,
+                self.turn,
+                self.file_cap,
+                widgets.HBox([self.include_timestamps, self.extend_to_user, self.zoom]),
+            ]
+        )
+        picker = widgets.VBox([self.search, self.picker], layout=widgets.Layout(width="380px"))
+        fork_panel = widgets.VBox(
+            [
+                widgets.HTML("<b>Fork</b>"),
+                self.fork_info,
+                self.fork_text,
+                self.fork_target,
+                self.fork_dir,
+                self.fork_overwrite,
+                self.fork_button,
+                self.fork_result,
+            ],
+            layout=widgets.Layout(flex="2 1 0", min_width="0", padding="0 0 0 10px"),
+        )
+        return [
+            widgets.HBox([picker, controls]),
+            self.summary,
+            self.timeline,
+            widgets.HBox([self.transcript, fork_panel]),
+        ]
+
+    def _wire(self) -> None:
+        self.search.observe(self._on_search, "value")
+        self.picker.observe(self._on_pick, "value")
+        for control in (
+            self.max_messages,
+            self.max_tokens,
+            self.turn,
+            self.file_cap,
+            self.include_timestamps,
+            self.extend_to_user,
+            self.zoom,
+        ):
+            control.observe(self._changed, "value")
+        self.transcript.observe(self._on_select, "selected")
+        self.fork_button.on_click(self._write_fork)
+
+    # -- session and settings -------------------------------------------------------------
+
+    def _on_search(self, change: dict[str, Any]) -> None:
+        words = change["new"].lower().split()
+        self.picker.options = [o for o in self._options if all(w in o[0].lower() for w in words)]
+
+    def _on_pick(self, change: dict[str, Any]) -> None:
+        if change["new"] is not None and change["new"] != self.session.key:
+            self._show(change["new"])
+
+    def _show(self, key: str) -> None:
+        """Switch to session ``key``: new rows, the next turn, a cleared fork panel."""
+        self.session = self.corpus[key]
+        self._quiet = True
+        try:
+            self.picker.value = key if any(k == key for _, k in self.picker.options) else None
+            self.turn.max = self.session.n_user_turns
+            self.turn.value = self.session.n_user_turns
+            self.transcript.selected = -1
+        finally:
+            self._quiet = False
+        self._reset_fork()
+        self._focus_next = True
+        self._refresh(rows=True)
+
+    def settings(self) -> dict[str, Any]:
+        """The current control values, as :func:`~sessionkit.states.message_states` takes them."""
+        return {
+            "turn": self.turn.value,
+            "max_messages": self.max_messages.value,
+            "max_tokens": self.max_tokens.value,
+            "include_timestamps": self.include_timestamps.value,
+            "extend_to_user": self.extend_to_user.value,
+            "file_cap": self.file_cap.value,
+        }
+
+    def _changed(self, change: dict[str, Any]) -> None:
+        """Refresh now, or once the kernel has applied every pending control change."""
+        if self._quiet:
+            return
+        self._focus_next |= change["owner"] is self.turn
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._refresh()
+            return
+        if not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self._refresh)
+
+    def _refresh(self, *, rows: bool = False) -> None:
+        self._scheduled = False
+        self.states = message_states(self.session, **self.settings())
+        counts = summarize(self.states)
+        self._draw(counts)
+        if rows:
+            self.transcript.rows = transcript_rows(self.session, self.states["tokens"].tolist())
+        self.transcript.status = self.states["status"].astype(str).tolist()
+        if self._focus_next:
+            self._focus_next = False
+            self._focus(counts)
+        # Last, so a summary showing the new numbers means every other view has them too.
+        self.summary.value = self._summary_html(counts)
+
+    def _focus(self, counts: dict[str, Any]) -> None:
+        window = counts["window"]
+        self.transcript.focus = window[0] if window else max(0, self.states.attrs["stop"] - 1)
+
+    def _draw(self, counts: dict[str, Any]) -> None:
+        ax = timeline_axes(self._figure)
+        stop = self.states.attrs["stop"]
+        xlim = None
+        if self.zoom.value and counts["window"]:
+            start = counts["window"][0]
+            xlim = (start - max(20, (stop - start) // 2) - 0.5, stop + 0.5)
+        token_timeline(self.states, ax=ax, xlim=xlim)
+        buffer = io.BytesIO()
+        self._figure.savefig(buffer, format="png", pil_kwargs={"compress_level": 1})
+        self.timeline.value = buffer.getvalue()
+
+    def _summary_html(self, counts: dict[str, Any]) -> str:
+        attrs = self.states.attrs
+        budget = f" of {attrs['max_tokens']:,}" if attrs["max_tokens"] else ""
+        window = counts["window"]
+        span = f"messages {window[0]}–{window[1] - 1}" if window else "empty"
+        parts = [
+            f"<b>in window: <span class='sk-in-window'>{counts['in_window']}</span></b> "
+            f"messages, <span class='sk-sent-tokens'>{counts['sent_tokens']:,}</span>"
+            f"{budget} tokens ({span}, cut by <span class='sk-cut'>{counts['cut']}</span>)",
+            f"trimmed by count {counts['trimmed_count']:,}",
+            f"by tokens {counts['trimmed_tokens']:,}",
+            f"consolidated {counts['consolidated']:,}",
+            f"commands {counts['command']:,}",
+            f"skipped {counts['skipped']:,}",
+            f"file cap {counts['file_cap']:,}",
+            f"after turn {counts['later']:,}",
+        ]
+        head = f"<b>{html.escape(self.session.key)}</b> at turn {attrs['turn']}: "
+        return head + " · ".join(parts)
+
+    # -- fork -------------------------------------------------------------------------------
+
+    def _reset_fork(self) -> None:
+        folder = self.default_dir
+        if folder is None and self.session.path is not None:
+            folder = self.session.path.parent
+        self.fork_dir.value = "" if folder is None else str(folder)
+        self.fork_text.value = ""
+        self.fork_target.value = ""
+        self.fork_result.value = ""
+        self.fork_info.value = "Click a user message in the transcript to fork before it."
+
+    def _on_select(self, change: dict[str, Any]) -> None:
+        user = change["new"]
+        if user < 0 or self._quiet:
+            return
+        users = self.states.index[self.states["role"] == "user"]
+        idx = int(users[user])
+        self._original = flatten_content(self.session.messages[idx].get("content"))
+        self.fork_text.value = self._original
+        self.fork_target.value = f"{self.session.key}:fork-{user}"
+        self.fork_result.value = ""
+        self.fork_info.value = (
+            f"Fork before user message #{user} (message {idx}): the fork keeps the {idx} "
+            "messages before it and, if you edit the text, ends with your edited message."
+        )
+
+    def _write_fork(self, _button: widgets.Button | None = None) -> None:
+        """Write the fork through :func:`sessionkit.fork`; show its path or its error."""
+        user = self.transcript.selected
+        if user < 0:
+            self._fork_error("Click a user message in the transcript first.")
+            return
+        if not self.fork_dir.value.strip():
+            self._fork_error("Choose the sessions folder to write the fork to.")
+            return
+        text = self.fork_text.value
+        try:
+            result = fork(
+                self.session,
+                self.fork_target.value,
+                user,
+                edit=None if text == self._original else text,
+                sessions_dir=self.fork_dir.value.strip(),
+                overwrite=self.fork_overwrite.value,
+            )
+        except Exception as exc:  # shown in the widget, where the user can act on it
+            self._fork_error(f"{type(exc).__name__}: {exc}")
+            return
+        edited = "ends with your edited message" if text != self._original else "no edit"
+        self.fork_result.value = (
+            f"<span class='sk-ok' style='color:#2ca02c'>Wrote <code>{html.escape(str(result.path))}"
+            f"</code></span>: {len(result.messages)} messages, {edited}."
+        )
+
+    def _fork_error(self, message: str) -> None:
+        self.fork_result.value = (
+            f"<span class='sk-error' style='color:#d62728'>{html.escape(message)}</span>"
+        )
+
+
+def explore(
+    corpus: Corpus | Session,
+    *,
+    key: str | None = None,
+    sessions_dir: str | Path | None = None,
+    **settings: Any,
+) -> Explorer:
+    """Show the explorer for a Corpus (or one Session); returns the app (an ipywidgets VBox).
+
+    ``settings`` are the initial ``max_messages``, ``max_tokens``, ``include_timestamps``,
+    ``extend_to_user`` and ``file_cap``; forks go to ``sessions_dir`` (default: the shown
+    session's folder).
+    """
+    if isinstance(corpus, Session):
+        corpus = Corpus([corpus])
+    return Explorer(corpus, key=key, sessions_dir=sessions_dir, **settings)

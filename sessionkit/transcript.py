@@ -1,0 +1,113 @@
+"""The transcript widget: a session's messages with their statuses, rendered in the browser.
+
+Python decides everything shown (:func:`transcript_rows`, the statuses from
+:func:`sessionkit.states.message_states`); the front-end (``widgets/transcript.js`` and
+``transcript.css``, shipped as ``sessionkit/_widgets``) only draws the rows it is sent and
+reports which user message was clicked.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anywidget
+import traitlets
+
+from sessionkit.preview import flatten_content
+from sessionkit.session import Session
+
+__all__ = ["STATUS_LABELS", "TranscriptWidget", "transcript_rows", "widgets_dir"]
+
+STATUS_LABELS: dict[str, str] = {
+    "in_window": "in window",
+    "trimmed_count": "trimmed: count",
+    "trimmed_tokens": "trimmed: tokens",
+    "consolidated": "consolidated",
+    "command": "command",
+    "skipped": "skipped",
+    "file_cap": "file cap",
+    "later": "after turn",
+}
+"""How each status of :data:`sessionkit.states.STATUSES` is labelled in the transcript."""
+
+MAX_TEXT_CHARS = 4000
+_SUMMARY_CHARS = 120
+
+
+def widgets_dir() -> Path:
+    """Folder of the front-end files: ``sessionkit/_widgets`` when installed, else ``widgets/``."""
+    package = Path(__file__).resolve().parent
+    for folder in (package / "_widgets", package.parent / "widgets"):
+        if (folder / "transcript.js").is_file():
+            return folder
+    raise FileNotFoundError(f"widget front-end files not found next to {package}")
+
+
+def _clip(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit:,} more characters)"
+
+
+def _one_line(text: str) -> str:
+    return _clip(" ".join(text.split()), _SUMMARY_CHARS)
+
+
+def _call(call: Any) -> str:
+    """A tool call as ``name(arguments)``."""
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict):
+        return json.dumps(call, ensure_ascii=False)
+    return f"{function.get('name', '?')}({function.get('arguments', '')})"
+
+
+def transcript_rows(session: Session, tokens: list[int]) -> list[dict[str, Any]]:
+    """One dict per message, as the transcript shows it.
+
+    Keys: ``idx``, ``role``, ``user`` (user index, or -1 for other roles), ``tokens``,
+    ``text`` (clipped to :data:`MAX_TEXT_CHARS`), ``summary`` (one line, for collapsed tool
+    rows; empty for other rows), ``calls`` (``name(arguments)`` per tool call).
+    """
+    rows = []
+    users = 0
+    for i, message in enumerate(session.messages):
+        role = str(message.get("role", "?"))
+        content = message.get("content")
+        text = content if isinstance(content, str) else flatten_content(content)
+        calls = message.get("tool_calls")
+        calls = [_call(c) for c in calls] if isinstance(calls, list) else []
+        summary = ""
+        if role == "tool":
+            summary = f"{message.get('name') or 'tool'}: {_one_line(text)}"
+        elif calls:
+            names = ", ".join(c.split("(", 1)[0] for c in calls)
+            summary = f"{len(calls)} tool call{'s' if len(calls) > 1 else ''}: {names}"
+        rows.append(
+            {
+                "idx": i,
+                "role": role,
+                "user": users if role == "user" else -1,
+                "tokens": tokens[i],
+                "text": _clip(text, MAX_TEXT_CHARS),
+                "summary": summary,
+                "calls": [_clip(c, MAX_TEXT_CHARS) for c in calls],
+            }
+        )
+        users += role == "user"
+    return rows
+
+
+class TranscriptWidget(anywidget.AnyWidget):
+    """Rows and statuses in; the clicked user message (``selected``) out."""
+
+    _esm = traitlets.Unicode((widgets_dir() / "transcript.js").read_text()).tag(sync=True)
+    _css = traitlets.Unicode((widgets_dir() / "transcript.css").read_text()).tag(sync=True)
+
+    rows = traitlets.List(traitlets.Dict()).tag(sync=True)
+    status = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    labels = traitlets.Dict(STATUS_LABELS).tag(sync=True)
+    selected = traitlets.Int(-1).tag(sync=True)
+    focus = traitlets.Int(-1).tag(sync=True)
+    """Message index to scroll into view."""

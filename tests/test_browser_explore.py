@@ -1,0 +1,223 @@
+"""The explorer in a real JupyterLab and Chromium: pick, move max_tokens, select, edit, fork.
+
+Starts ``jupyter lab`` on a free localhost port with a random token and a temporary root,
+opens a notebook that shows ``sessionkit.explore`` on the repository's ``data/``, and drives
+it with Playwright on Debian's ``chromium`` (never Playwright's own browser download).
+Screenshots go to ``test-output/browser/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import nbformat
+import pytest
+from playwright.sync_api import Locator, Page, expect, sync_playwright
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+
+import sessionkit
+from sessionkit.windows import windows
+from sessionkit.writer import session_path
+
+pytestmark = pytest.mark.browser
+
+REPO = Path(__file__).resolve().parent.parent
+SHOTS = REPO / "test-output" / "browser"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+KEY = "webui:f00d42"
+MAX_TOKENS = 3000
+USER = 5
+EDIT = "What changed in the nginx config since yesterday? (edited in the browser)"
+TARGET = "webui:f00d42-browser-fork"
+TIMEOUT_MS = 60_000
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _notebook(root: Path, forks: Path) -> str:
+    code = (
+        "import sessionkit\n"
+        "from sessionkit.explore import explore\n\n"
+        f"corpus = sessionkit.load({str(REPO / 'data')!r})\n"
+        f"explore(corpus, sessions_dir={str(forks)!r})"
+    )
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    nbformat.write(nb, root / "explore.ipynb")
+    return "explore.ipynb"
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A JupyterLab server on a temporary root; yields (notebook URL, forks folder)."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed (make chromium)")
+    root, forks, home = tmp_path / "root", tmp_path / "forks", tmp_path / "home"
+    for folder in (root, forks, home):
+        folder.mkdir()
+    name = _notebook(root, forks)
+    news = home / "settings" / "@jupyterlab" / "apputils-extension"
+    news.mkdir(parents=True)
+    (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+    port, token = _free_port(), secrets.token_hex(16)
+    env = os.environ | {
+        "JUPYTER_CONFIG_DIR": str(home / "config"),
+        "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
+        "IPYTHONDIR": str(home / "ipython"),
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        "--no-browser",
+        f"--port={port}",
+        "--ServerApp.ip=127.0.0.1",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={root}",
+        f"--LabApp.workspaces_dir={home / 'workspaces'}",
+        f"--LabApp.user_settings_dir={home / 'settings'}",
+        "--LabApp.news_url=",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        "--LabApp.extension_manager=readonly",
+        "--ServerApp.terminals_enabled=False",
+    ]
+    if os.geteuid() == 0:
+        command.append("--allow-root")
+    log = (tmp_path / "lab.log").open("wb")
+    server = subprocess.Popen(command, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2):
+                    break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"JupyterLab did not start:\n{(tmp_path / 'lab.log').read_text()}")
+                time.sleep(0.3)
+        yield f"{base}/lab/tree/{name}?token={token}&reset", forks
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+
+
+def _run_all_cells(page: Page, ready: Locator) -> None:
+    """Run > Run All Cells once the kernel is idle; again if a run got lost while connecting."""
+    page.locator(".jp-Notebook .jp-Cell").first.wait_for()
+    for _ in range(3):
+        expect(page.locator(".jp-StatusBar-Widget").get_by_text("Idle")).to_be_visible()
+        page.locator(".lm-MenuBar-itemLabel").get_by_text("Run", exact=True).click()
+        page.locator(".lm-Menu-itemLabel").get_by_text("Run All Cells", exact=True).click()
+        try:
+            ready.wait_for(timeout=20_000)
+            return
+        except PlaywrightTimeoutError:
+            continue
+    ready.wait_for()
+
+
+def _in_window(page: Page) -> int:
+    return int(page.locator(".sk-summary .sk-in-window").inner_text())
+
+
+def test_explorer_in_chromium(lab: tuple[str, Path]) -> None:
+    url, forks = lab
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    corpus = sessionkit.load(REPO / "data")
+    session = corpus[KEY]
+    kept = windows(session, max_tokens=[0, MAX_TOKENS], include_timestamps=True, at="end")
+    before, expected = kept["messages_kept"].tolist()
+    assert expected == len(session.get_history(120, max_tokens=MAX_TOKENS, include_timestamps=True))
+    assert expected != before, "pick a MAX_TOKENS that changes this session's window"
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch_persistent_context(
+            str(forks.parent / "chromium-profile"),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1400, "height": 1300},
+        )
+        browser.set_default_timeout(TIMEOUT_MS)
+        expect.set_options(timeout=TIMEOUT_MS)
+        page = browser.pages[0] if browser.pages else browser.new_page()
+        try:
+            page.goto(url)
+            transcript = page.locator(".sk-transcript[data-rows]")
+            _run_all_cells(page, transcript)
+            page.screenshot(path=SHOTS / "1-explorer.png", full_page=True)
+
+            page.locator(".sk-search input").fill("f00d42")
+            page.locator(".sk-picker select").select_option(index=0)
+            expect(page.locator(".sk-summary")).to_contain_text(KEY)
+            expect(transcript).to_have_attribute("data-rows", str(len(session.messages)))
+            assert _in_window(page) == before
+
+            readout = page.locator(".sk-max-tokens .widget-readout")
+            readout.click()
+            page.keyboard.press("Control+A")
+            page.keyboard.type(str(MAX_TOKENS))
+            page.keyboard.press("Enter")
+            expect(page.locator(".sk-summary .sk-in-window")).to_have_text(str(expected))
+            page.screenshot(path=SHOTS / "2-max-tokens.png", full_page=True)
+
+            page.locator(f".sk-row[data-user='{USER}']").click()
+            text = page.locator(".sk-fork-text textarea")
+            original = session.messages[_user_position(session, USER)]["content"]
+            expect(text).to_have_value(original)
+            text.fill(EDIT)
+            page.locator(".sk-fork-target input").fill(TARGET)
+            page.locator(".sk-fork-text textarea").press("Tab")
+            page.locator("button.sk-fork-write").click()
+            expect(page.locator(".sk-fork-result .sk-ok")).to_contain_text("Wrote")
+            page.screenshot(path=SHOTS / "3-fork.png", full_page=True)
+
+            page.locator("button.sk-fork-write").click()
+            expect(page.locator(".sk-fork-result .sk-error")).to_contain_text("already exists")
+        finally:
+            page.screenshot(path=SHOTS / "last.png", full_page=True)
+            browser.close()
+
+    written = session_path(TARGET, forks)
+    lines = [json.loads(line) for line in written.read_text(encoding="utf-8").splitlines()]
+    assert lines[0]["key"] == TARGET
+    cut = _user_position(session, USER)
+    assert lines[1:-1] == session.messages[:cut]
+    assert lines[-1]["role"] == "user" and lines[-1]["content"] == EDIT
+
+
+def _user_position(session: sessionkit.Session, user: int) -> int:
+    return [i for i, m in enumerate(session.messages) if m.get("role") == "user"][user]

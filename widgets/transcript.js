@@ -1,0 +1,106 @@
+// sessionkit transcript: draws the rows Python sends, marks each with the status Python
+// computed, and reports the user message clicked.  It computes nothing itself.
+//
+// Model: rows [{idx, role, user, tokens, text, summary, calls}], status [string per row],
+// labels {status: text}, selected (user index, written here), focus (row to scroll to).
+
+function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function body(row) {
+  if (row.role === "tool") {
+    const details = el("details", "sk-fold");
+    details.append(el("summary", "", row.summary), el("pre", "sk-text", row.text));
+    return details;
+  }
+  const wrap = el("div", "sk-body");
+  if (row.text) wrap.append(el("div", "sk-text", row.text));
+  if (row.calls.length) {
+    const details = el("details", "sk-fold");
+    details.append(el("summary", "", row.summary));
+    for (const call of row.calls) details.append(el("pre", "sk-call", call));
+    wrap.append(details);
+  }
+  return wrap;
+}
+
+function rowNode(row) {
+  const node = el("div", `sk-row sk-role-${row.role}`);
+  node.dataset.idx = row.idx;
+  if (row.user >= 0) node.dataset.user = row.user;
+  const head = el("div", "sk-head");
+  const role = row.user >= 0 ? `user #${row.user}` : row.role;
+  head.append(
+    el("span", "sk-idx", `${row.idx}`),
+    el("span", "sk-role", role),
+    el("span", "sk-status"),
+    el("span", "sk-tokens", `${row.tokens} tok`),
+  );
+  node.append(head, body(row));
+  return node;
+}
+
+function render({ model, el: root }) {
+  root.classList.add("sk-transcript");
+  const list = el("div", "sk-rows");
+  root.append(list);
+  let nodes = [];
+
+  function paint() {
+    const status = model.get("status");
+    const labels = model.get("labels");
+    const selected = model.get("selected");
+    for (let i = 0; i < nodes.length; i++) {
+      const node = nodes[i];
+      const value = status[i] || "";
+      if (node.dataset.status !== value) {
+        node.dataset.status = value;
+        node.querySelector(".sk-status").textContent = labels[value] || value;
+      }
+      node.classList.toggle("sk-selected", node.dataset.user === String(selected));
+    }
+    root.dataset.painted = String((Number(root.dataset.painted) || 0) + 1);
+  }
+
+  function build() {
+    const fragment = document.createDocumentFragment();
+    nodes = model.get("rows").map((row) => fragment.appendChild(rowNode(row)));
+    list.replaceChildren(fragment);
+    root.dataset.rows = String(nodes.length);
+    paint();
+    requestAnimationFrame(scroll);
+  }
+
+  function scroll() {
+    const node = nodes[model.get("focus")];
+    if (node) list.scrollTop = Math.max(0, node.offsetTop - list.clientHeight / 3);
+  }
+
+  function click(event) {
+    if (event.target.closest("summary")) return;
+    const node = event.target.closest(".sk-row");
+    if (!node || node.dataset.user === undefined) return;
+    model.set("selected", Number(node.dataset.user));
+    model.save_changes();
+  }
+
+  list.addEventListener("click", click);
+  model.on("change:rows", build);
+  model.on("change:status", paint);
+  model.on("change:selected", paint);
+  model.on("change:focus", scroll);
+  build();
+  return () => {
+    list.removeEventListener("click", click);
+    model.off("change:rows", build);
+    model.off("change:status", paint);
+    model.off("change:selected", paint);
+    model.off("change:focus", scroll);
+  };
+}
+
+export default { render };
