@@ -1,0 +1,213 @@
+"""Plots: the data behind every artist equals the API's numbers; same data, same picture."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle, StepPatch
+
+import sessionkit
+from sessionkit import plot
+from sessionkit.filecap import file_cap
+from sessionkit.states import message_states, summarize
+from sessionkit.windows import windows
+
+KEY = "telegram:12345"
+SETTINGS = {"turn": 600, "max_messages": 120, "max_tokens": 3000, "file_cap": 2000}
+
+
+@pytest.fixture(scope="module")
+def corpus(data_dir) -> sessionkit.Corpus:
+    return sessionkit.load(data_dir)
+
+
+def _gid(ax: Axes, gid: str) -> list:
+    return [a for a in ax.get_children() if a.get_gid() == gid]
+
+
+def _span(patch: Rectangle) -> tuple[float, float]:
+    x = patch.get_x()
+    return x, x + patch.get_width()
+
+
+def _runs(status: np.ndarray, name: str) -> list[tuple[float, float]]:
+    idx = np.flatnonzero(status == name)
+    if not len(idx):
+        return []
+    breaks = np.flatnonzero(np.diff(idx) > 1)
+    starts = np.concatenate(([idx[0]], idx[breaks + 1]))
+    stops = np.concatenate((idx[breaks], [idx[-1]])) + 1
+    return [(a - 0.5, b - 0.5) for a, b in zip(starts, stops, strict=True)]
+
+
+def _png(fig: Figure) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", metadata={"Software": None})
+    return buffer.getvalue()
+
+
+def test_timeline_bars_are_the_tokens_by_role(corpus) -> None:
+    states = message_states(corpus, KEY, **SETTINGS)
+    ax = plot.token_timeline(corpus, KEY, **SETTINGS)
+    bars = [p for p in ax.patches if isinstance(p, StepPatch)]
+    assert [b.get_gid() for b in bars] == ["role:user", "role:assistant", "role:tool"]
+    tokens = states["tokens"].to_numpy(dtype=float)
+    for bar in bars:
+        role = bar.get_gid().removeprefix("role:")
+        data = bar.get_data()
+        np.testing.assert_array_equal(data.values, np.where(states["role"] == role, tokens, 0))
+        np.testing.assert_array_equal(data.edges, np.arange(len(states) + 1) - 0.5)
+    total = sum(b.get_data().values for b in bars)
+    np.testing.assert_array_equal(total, tokens)
+
+
+def test_timeline_spans_are_the_statuses(corpus) -> None:
+    session = corpus[KEY]
+    options = {"turn": 600, "max_tokens": 3000, "file_cap": 1500}
+    states = message_states(session, **options)
+    ax = plot.token_timeline(session, **options)
+    status = states["status"].to_numpy()
+    for name in ("consolidated", "file_cap", "later"):
+        assert [_span(p) for p in _gid(ax, name)] == _runs(status, name)
+    assert _runs(status, "file_cap") and _runs(status, "later")
+    first, stop = summarize(states)["window"]
+    assert [_span(p) for p in _gid(ax, "window")] == [(first - 0.5, stop - 0.5)]
+    assert ax.get_xlim() == (-0.5, len(session.messages) - 0.5)
+
+
+def test_timeline_consolidated_prefix(corpus) -> None:
+    session = corpus[KEY]
+    ax = plot.token_timeline(session, file_cap=0)
+    offset = session.last_consolidated
+    assert offset > 0
+    assert [_span(p) for p in _gid(ax, "consolidated")] == [(-0.5, offset - 0.5)]
+
+
+def test_timeline_budget_lines_and_sent_tokens(corpus) -> None:
+    states = message_states(corpus, KEY, **SETTINGS)
+    ax = plot.token_timeline(states)
+    twin = ax.figure.axes[-1]
+    (budget,) = _gid(twin, "max_tokens")
+    assert budget.get_ydata()[0] == SETTINGS["max_tokens"]
+    status = states["status"].to_numpy()
+    (count,) = _gid(twin, "max_messages")
+    assert count.get_xdata()[0] == np.flatnonzero(status == "trimmed_count")[-1] + 0.5
+    (line,) = _gid(twin, "sent_from_here")
+    live = ~np.isin(status, ["consolidated", "file_cap", "later"])
+    sent = states["sent_tokens"].fillna(0).to_numpy(dtype=float) * live
+    expected = np.where(live, np.cumsum(sent[::-1])[::-1], np.nan)
+    np.testing.assert_array_equal(line.get_ydata(), expected)
+    first = summarize(states)["window"][0]
+    assert line.get_ydata()[first] == summarize(states)["sent_tokens"]
+
+
+def test_timeline_from_states_equals_from_session(corpus) -> None:
+    a = plot.token_timeline(corpus, KEY, **SETTINGS)
+    b = plot.token_timeline(message_states(corpus[KEY], **SETTINGS))
+    assert _png(a.figure) == _png(b.figure)
+
+
+def test_timeline_on_given_axes_and_xlim(corpus) -> None:
+    ax = plot.timeline_axes()
+    assert plot.token_timeline(corpus, KEY, xlim=(2000, 2100), ax=ax) is ax
+    assert ax.get_xlim() == (2000, 2100)
+    assert plot.timeline_axes(ax.figure).figure is ax.figure
+    assert len(ax.figure.axes) == 1
+
+
+def test_session_lengths_histograms(corpus) -> None:
+    fig = plot.session_lengths(corpus, file_cap=300, budgets=(10_000, 50_000))
+    messages_ax, tokens_ax = fig.axes
+    for ax, column in ((messages_ax, "n_messages"), (tokens_ax, "tokens")):
+        values = corpus.sessions[column].to_numpy(dtype=float)
+        bars = [p for p in ax.patches if isinstance(p, Rectangle)]
+        edges = np.array([b.get_x() for b in bars] + [bars[-1].get_x() + bars[-1].get_width()])
+        heights, _ = np.histogram(values, bins=edges)
+        assert [b.get_height() for b in bars] == heights.tolist()
+        assert heights.sum() == len(corpus)
+    (cap,) = _gid(messages_ax, "file_cap")
+    assert cap.get_xdata()[0] == 300
+    over = int((corpus.sessions["n_messages"] > 300).sum())
+    assert cap.get_label() == f"file cap 300: {over} over"
+    assert [line.get_xdata()[0] for line in tokens_ax.lines] == [10_000, 50_000]
+    from_frame = plot.session_lengths(corpus.sessions, file_cap=300, budgets=(10_000, 50_000))
+    assert _png(from_frame) == _png(fig)
+
+
+GRID = {"max_messages": (10, 40, 120), "max_tokens": (0, 1_000, 8_000)}
+
+
+@pytest.fixture(scope="module")
+def sweep(corpus) -> pd.DataFrame:
+    return windows(corpus, **{k: list(v) for k, v in GRID.items()}, include_timestamps=True)
+
+
+@pytest.mark.parametrize("value", ["messages_kept", "tokens_kept", "truncated"])
+def test_window_heatmap_cells(corpus, sweep, value: str) -> None:
+    ax = plot.window_heatmap(corpus, value=value, **GRID)
+    frame = sweep.assign(truncated=sweep["cut"].isin(["count", "tokens"]))
+    expected = frame.groupby(["max_tokens", "max_messages"])[value].mean().unstack()
+    np.testing.assert_allclose(ax.images[0].get_array(), expected.to_numpy())
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["10", "40", "120"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["none", "1,000", "8,000"]
+    assert len(ax.texts) == 9
+
+
+def test_window_heatmap_refuses_mixed_frames(corpus) -> None:
+    mixed = windows(corpus["webui:abc123"], include_timestamps=[False, True])
+    with pytest.raises(ValueError, match="include_timestamps"):
+        plot.window_heatmap(mixed)
+    with pytest.raises(ValueError, match="value must be one of"):
+        plot.window_heatmap(mixed, value="kept")
+
+
+def test_truncation_share_lines(sweep) -> None:
+    ax = plot.truncation_share(sweep)
+    truncated = sweep["cut"].isin(["count", "tokens"])
+    share = truncated.groupby([sweep["max_messages"], sweep["max_tokens"]]).mean().unstack()
+    for count in GRID["max_messages"]:
+        (line,) = _gid(ax, f"max_messages={count}")
+        np.testing.assert_allclose(line.get_ydata(), share.loc[count].to_numpy())
+        assert line.get_xdata().tolist() == [0, 1, 2]
+
+
+@pytest.mark.parametrize("replay", ["final", "growth"])
+def test_file_cap_curve(corpus, replay: str) -> None:
+    limits = [100, 300, 1000, 5000]
+    ax = plot.file_cap_curve(corpus, limits=limits, replay=replay)
+    frame = file_cap(corpus, limits, replay=replay)
+    (sessions,) = _gid(ax, "sessions")
+    (messages,) = _gid(ax.figure.axes[-1], "messages")
+    for limit, n, dropped in zip(
+        sessions.get_xdata(), sessions.get_ydata(), messages.get_ydata(), strict=True
+    ):
+        rows = frame[(frame["limit"] == limit) & frame["tripped"]]
+        assert n == rows["session_key"].nunique()
+        assert dropped == rows["dropped"].sum()
+    assert sessions.get_xdata().tolist() == limits
+    assert sessions.get_ydata()[-1] == 0
+    (nanobot,) = _gid(ax, "nanobot")
+    assert nanobot.get_xdata()[0] == 2000
+
+
+@pytest.mark.parametrize(
+    "draw",
+    [
+        lambda c: plot.token_timeline(c, KEY, **SETTINGS).figure,
+        lambda c: plot.session_lengths(c),
+        lambda c: plot.window_heatmap(c, **GRID).figure,
+        lambda c: plot.truncation_share(c, **GRID).figure,
+        lambda c: plot.file_cap_curve(c).figure,
+    ],
+    ids=["timeline", "lengths", "heatmap", "share", "file_cap"],
+)
+def test_same_data_same_picture(corpus, draw: Callable[[sessionkit.Corpus], Figure]) -> None:
+    first = draw(corpus)
+    assert first.get_size_inches().tolist() == draw(corpus).get_size_inches().tolist()
+    assert _png(first) == _png(draw(corpus))
