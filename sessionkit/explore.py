@@ -189,11 +189,21 @@ class Explorer(widgets.VBox):
     # -- session and settings -------------------------------------------------------------
 
     def _on_search(self, change: dict[str, Any]) -> None:
+        """Filter the picker; the session shown stays until another one is picked."""
         words = change["new"].lower().split()
-        self.picker.options = [o for o in self._options if all(w in o[0].lower() for w in words)]
+        shown = [o for o in self._options if all(w in o[0].lower() for w in words)]
+        self._quiet = True
+        try:
+            self.picker.options = shown
+            if any(key == self.session.key for _, key in shown):
+                self.picker.value = self.session.key
+            else:
+                self.picker.index = None
+        finally:
+            self._quiet = False
 
     def _on_pick(self, change: dict[str, Any]) -> None:
-        if change["new"] is not None and change["new"] != self.session.key:
+        if not self._quiet and change["new"] not in (None, self.session.key):
             self._show(change["new"])
 
     def _show(self, key: str) -> None:
