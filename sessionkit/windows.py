@@ -402,9 +402,8 @@ def _previous(positions: np.ndarray, at: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class _Queries:
-    """The windows to compute for one offset setting: which session, where, from which offset."""
+    """The windows to compute for one offset setting: where, and from which offset."""
 
-    session: np.ndarray
     at: np.ndarray  # global message index
     first: np.ndarray  # global index of the session's first message
     consolidated: np.ndarray  # global index where the unconsolidated tail starts
@@ -449,7 +448,7 @@ def _queries(
     else:
         raise ValueError(f"last_consolidated must be 'recorded', 'none' or an int, not {offset!r}")
     valid = (wanted >= 0) & (wanted <= at - first)
-    return _Queries(owner, at, first, first + np.where(valid, wanted, 0))
+    return _Queries(at, first, first + np.where(valid, wanted, 0))
 
 
 def _count_window(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import itertools
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from nanobot.session import manager as nanobot_manager
 from nanobot.utils import helpers as nanobot_helpers
 from strategies import message_lists, sessions
 
+import sessionkit
 from sessionkit import Session
 from sessionkit.policy import find_legal_message_start, recent_message_start_index
 
@@ -189,6 +191,31 @@ def test_helpers_edge_cases(name: str) -> None:
         for size, extend in itertools.product((-1, 0, 1, 2, 3, 50), BOOLS):
             expected = nanobot_helpers.recent_message_start_index(tail, size, extend_to_user=extend)
             assert recent_message_start_index(tail, size, extend_to_user=extend) == expected
+
+
+SAMPLE = sorted((Path(__file__).resolve().parent.parent / "data" / "sessions").glob("*.json*"))
+
+
+@pytest.fixture(scope="module")
+def sample() -> dict[str, Session]:
+    return {s.key: s for s in sessionkit.load(SAMPLE)}
+
+
+def test_sample_store_history_matches_nanobot(sample: dict[str, Session]) -> None:
+    grid = list(itertools.product((0, 2, 40), (0, 50, 8000), BOOLS, BOOLS))
+    for session in sample.values():
+        cuts = sorted({len(session.messages)} | set(range(0, len(session.messages), 97)))
+        for cut in cuts:
+            offset = session.last_consolidated if session.last_consolidated <= cut else 0
+            _check_history(session.messages[:cut], offset, grid if cut == cuts[-1] else grid[::5])
+
+
+def test_sample_store_trimming_matches_nanobot(sample: dict[str, Session]) -> None:
+    for session in sample.values():
+        for limit in (2000, 300, 50):
+            _check_file_cap(session.messages, session.last_consolidated, limit)
+        for size, extend in itertools.product((1, 120), BOOLS):
+            _check_retain(session.messages, session.last_consolidated, size, extend)
 
 
 @given(sessions(), st.lists(st.sampled_from(HISTORY_GRID), min_size=1, max_size=12))
