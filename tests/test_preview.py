@@ -297,8 +297,9 @@ metadata_dicts = st.fixed_dictionaries(
 
 
 @st.composite
-def session_records(draw: st.DrawFn) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """A metadata record and the messages of one session, as nanobot would store them."""
+def session_records(draw: st.DrawFn) -> tuple[dict[str, Any], list[str]]:
+    """A metadata record and the lines after it: messages as nanobot stores them, sometimes
+    with lines nanobot skips (undecodable JSON, blank) and odd metadata values."""
     shape = draw(st.sampled_from(["mixed", "mixed", "assistant-only", "long-prefix"]))
     items = draw(message_lists(max_blocks=6))
     for at, extra in draw(st.lists(st.tuples(st.integers(0, 20), extra_messages), max_size=4)):
@@ -308,26 +309,28 @@ def session_records(draw: st.DrawFn) -> tuple[dict[str, Any], list[dict[str, Any
     if shape == "long-prefix":
         filler = {"role": "tool", "tool_call_id": "c", "name": "exec", "content": "ok"}
         items = [*[filler] * draw(st.sampled_from([198, 199, 200, 201])), *items]
+    lines = [json.dumps(m, ensure_ascii=False) for m in items]
+    damage = st.sampled_from(["{broken", "not json", "", "   "])
+    for at, line in draw(st.lists(st.tuples(st.integers(0, 20), damage), max_size=2)):
+        lines.insert(at % (len(lines) + 1), line)
     record = {
         "_type": "metadata",
         "key": "",
-        "created_at": "2026-03-01T09:00:00",
+        "created_at": draw(st.sampled_from(["2026-03-01T09:00:00", "yesterday", None])),
         "updated_at": draw(st.sampled_from(["2026-03-01T09:05:00", "2026-03-02T10:00:00"])),
-        "metadata": draw(metadata_dicts),
-        "last_consolidated": 0,
+        "metadata": draw(st.one_of(metadata_dicts, st.sampled_from([[], "title", None]))),
+        "last_consolidated": draw(st.sampled_from([0, 1, 10_000, -1, "2"])),
     }
-    return record, items
+    return record, lines
 
 
-def _write_workspace(
-    workspace: Path, sessions: list[tuple[dict[str, Any], list[dict[str, Any]]]]
-) -> None:
+def _write_workspace(workspace: Path, sessions: list[tuple[dict[str, Any], list[str]]]) -> None:
     folder = workspace / "sessions"
     folder.mkdir(parents=True)
-    for i, (record, items) in enumerate(sessions):
-        record = {**record, "key": f"telegram:{i}"}
-        lines = [json.dumps(r, ensure_ascii=False) + "\n" for r in [record, *items]]
-        (folder / f"telegram_{i}.jsonl").write_text("".join(lines), encoding="utf-8")
+    for i, (record, lines) in enumerate(sessions):
+        meta = json.dumps({**record, "key": f"telegram:{i}"}, ensure_ascii=False)
+        text = "".join(line + "\n" for line in [meta, *lines])
+        (folder / f"telegram_{i}.jsonl").write_text(text, encoding="utf-8")
 
 
 def _nanobot_listing(nanobot: ModuleType, workspace: Path) -> dict[str, tuple[str, str, str]]:
@@ -368,7 +371,7 @@ def test_session_title_equals_nanobot(nanobot: ModuleType, meta: Any) -> None:
 @settings(max_examples=60)  # whole files through both loaders: the slow, broad check
 @given(sessions=st.lists(session_records(), min_size=1, max_size=3))
 def test_corpus_listing_equals_nanobot_list_sessions(
-    nanobot: ModuleType, sessions: list[tuple[dict[str, Any], list[dict[str, Any]]]]
+    nanobot: ModuleType, sessions: list[tuple[dict[str, Any], list[str]]]
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         workspace = Path(tmp)
