@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import ipywidgets as widgets
+import numpy as np
 import pandas as pd
 
 from sessionkit.corpus import Corpus
@@ -265,12 +266,14 @@ class Explorer(widgets.VBox):
         self.transcript.focus = window[0] if window else max(0, self.states.attrs["stop"] - 1)
 
     def _draw(self, counts: dict[str, Any]) -> None:
+        """The timeline; zoomed, it spans the count window (token cut included) to the turn."""
         ax = timeline_axes(self._figure)
         stop = self.states.attrs["stop"]
+        counted = np.flatnonzero(self.states["status"].isin(["trimmed_tokens", "in_window"]))
         xlim = None
-        if self.zoom.value and counts["window"]:
-            start = counts["window"][0]
-            xlim = (start - max(20, (stop - start) // 2) - 0.5, stop + 0.5)
+        if self.zoom.value and len(counted):
+            start = int(counted[0])
+            xlim = (start - max(10, (stop - start) // 10) - 0.5, stop + 0.5)
         token_timeline(self.states, ax=ax, xlim=xlim)
         buffer = io.BytesIO()
         self._figure.savefig(buffer, format="png", pil_kwargs={"compress_level": 1})

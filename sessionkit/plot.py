@@ -64,7 +64,8 @@ STATUS_COLORS: dict[str, str] = {
 }
 """One colour per status of :data:`sessionkit.states.STATUSES` (the widget's CSS matches)."""
 
-_SHADED = ("consolidated", "file_cap", "later")
+_SHADED = {"trimmed_tokens": 0.12, "consolidated": 0.25, "file_cap": 0.25, "later": 0.25}
+"""Statuses shaded on the timeline, with their opacity."""
 
 
 def timeline_axes(fig: Figure | None = None) -> Axes:
@@ -117,7 +118,7 @@ def token_timeline(
     :func:`sessionkit.states.message_states` (then the other settings are read from its
     ``attrs``).  Drawn: one filled ``StepPatch`` per role (``gid`` ``"role:<role>"``, heights =
     stored tokens); spans with gids ``"window"`` (first to last message sent),
-    ``"consolidated"``, ``"file_cap"`` and ``"later"``; on a twin axis the tokens sent if the
+    ``"trimmed_tokens"``, ``"consolidated"``, ``"file_cap"`` and ``"later"``; on a twin axis the tokens sent if the
     history started at each message (``gid`` ``"sent_from_here"``), the ``max_tokens`` budget
     (``gid`` ``"max_tokens"``) and the start of the ``max_messages`` window
     (``gid`` ``"max_messages"``).  Returns the main Axes; the twin is ``ax.figure.axes[-1]``.
@@ -160,7 +161,9 @@ def token_timeline(
     for name in _SHADED:
         for k, (start, stop) in enumerate(_runs(status == name)):
             label = name.replace("_", " ") if k == 0 else "_nolegend_"
-            _span(ax, start, stop, name, label, color=STATUS_COLORS[name], alpha=0.25, lw=0)
+            _span(
+                ax, start, stop, name, label, color=STATUS_COLORS[name], alpha=_SHADED[name], lw=0
+            )
     in_window = np.flatnonzero(status == "in_window")
     if len(in_window):
         _span(

@@ -22,8 +22,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from playwright.sync_api import Locator, Page, expect, sync_playwright
-from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+from playwright.sync_api import Page, expect, sync_playwright
 
 import sessionkit
 from sessionkit.windows import windows
@@ -134,19 +133,20 @@ def lab(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         log.close()
 
 
-def _run_all_cells(page: Page, ready: Locator) -> None:
-    """Run > Run All Cells once the kernel is idle; again if a run got lost while connecting."""
+def _run_all_cells(page: Page) -> None:
+    """Run > Run All Cells once the kernel is idle; again if the run got lost while connecting."""
     page.locator(".jp-Notebook .jp-Cell").first.wait_for()
+    prompt = page.locator(".jp-Notebook .jp-CodeCell .jp-InputArea-prompt").first
     for _ in range(3):
         expect(page.locator(".jp-StatusBar-Widget").get_by_text("Idle")).to_be_visible()
         page.locator(".lm-MenuBar-itemLabel").get_by_text("Run", exact=True).click()
         page.locator(".lm-Menu-itemLabel").get_by_text("Run All Cells", exact=True).click()
         try:
-            ready.wait_for(timeout=20_000)
+            expect(prompt).not_to_have_text("[ ]:", timeout=5_000)
             return
-        except PlaywrightTimeoutError:
+        except AssertionError:
             continue
-    ready.wait_for()
+    pytest.fail("JupyterLab never ran the notebook's cell")
 
 
 def _in_window(page: Page) -> int:
@@ -176,11 +176,13 @@ def test_explorer_in_chromium(lab: tuple[str, Path]) -> None:
         page = browser.pages[0] if browser.pages else browser.new_page()
         try:
             page.goto(url)
+            _run_all_cells(page)
             transcript = page.locator(".sk-transcript[data-rows]")
-            _run_all_cells(page, transcript)
+            transcript.wait_for()
             page.screenshot(path=SHOTS / "1-explorer.png", full_page=True)
 
             page.locator(".sk-search input").fill("f00d42")
+            expect(page.locator(".sk-picker option")).to_have_count(1)
             page.locator(".sk-picker select").select_option(index=0)
             expect(page.locator(".sk-summary")).to_contain_text(KEY)
             expect(transcript).to_have_attribute("data-rows", str(len(session.messages)))
@@ -200,7 +202,6 @@ def test_explorer_in_chromium(lab: tuple[str, Path]) -> None:
             expect(text).to_have_value(original)
             text.fill(EDIT)
             page.locator(".sk-fork-target input").fill(TARGET)
-            page.locator(".sk-fork-text textarea").press("Tab")
             page.locator("button.sk-fork-write").click()
             expect(page.locator(".sk-fork-result .sk-ok")).to_contain_text("Wrote")
             page.screenshot(path=SHOTS / "3-fork.png", full_page=True)

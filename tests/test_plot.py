@@ -73,9 +73,9 @@ def test_timeline_spans_are_the_statuses(corpus) -> None:
     states = message_states(session, **options)
     ax = plot.token_timeline(session, **options)
     status = states["status"].to_numpy()
-    for name in ("consolidated", "file_cap", "later"):
+    for name in ("trimmed_tokens", "consolidated", "file_cap", "later"):
         assert [_span(p) for p in _gid(ax, name)] == _runs(status, name)
-    assert _runs(status, "file_cap") and _runs(status, "later")
+    assert _runs(status, "file_cap") and _runs(status, "later") and _runs(status, "trimmed_tokens")
     first, stop = summarize(states)["window"]
     assert [_span(p) for p in _gid(ax, "window")] == [(first - 0.5, stop - 0.5)]
     assert ax.get_xlim() == (-0.5, len(session.messages) - 0.5)
