@@ -58,6 +58,18 @@ def _summary(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    from sessionkit.report import ReportError, write_report
+
+    try:
+        out = write_report(args.path, args.output, show_code=not args.no_code)
+    except ReportError as exc:
+        print(f"sessionkit: report failed: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {out}")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sessionkit", description="Analyse nanobot conversation histories."
@@ -75,6 +87,15 @@ def _parser() -> argparse.ArgumentParser:
         help="exact cl100k count (default) or nanobot's chars//4 fallback",
     )
     summary.set_defaults(run=_summary)
+    report = commands.add_parser(
+        "report", help="run the tour notebook headless and write one HTML report"
+    )
+    report.add_argument(
+        "path", nargs="?", help="workspace, sessions folder, file or glob (default: bundled data)"
+    )
+    report.add_argument("-o", "--output", default="report.html", help="HTML file to write")
+    report.add_argument("--no-code", action="store_true", help="leave code cells out")
+    report.set_defaults(run=_report)
     return parser
 
 
