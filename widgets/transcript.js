@@ -63,7 +63,6 @@ function render({ model, el: root }) {
       }
       node.classList.toggle("sk-selected", node.dataset.user === String(selected));
     }
-    root.dataset.painted = String((Number(root.dataset.painted) || 0) + 1);
   }
 
   function build() {
