@@ -18,7 +18,7 @@ setup-test: $(BIN)/python chromium
 chromium:
 	@command -v chromium >/dev/null || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; }
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium fonts-wqy-zenhei; }
 
 lab: setup-lab
 	$(BIN)/jupyter lab notebooks/

@@ -1,7 +1,9 @@
 """sessionkit: nanobot conversation histories as pandas DataFrames, simulated exactly."""
 
-from sessionkit import schema, synthetic
+from sessionkit import plot, schema, synthetic, testing
 from sessionkit.corpus import Corpus, default_data_dir, load
+from sessionkit.explore import explore
+from sessionkit.filecap import file_cap
 from sessionkit.fork import LINEAGE_KEY, VOLATILE_METADATA_KEYS, ForkIndexError, fork, fork_many
 from sessionkit.naming import UnsafeKeyError, key_from_filename, safe_key, storage_key
 from sessionkit.policy import (
@@ -13,6 +15,7 @@ from sessionkit.policy import (
     recent_message_start_index,
 )
 from sessionkit.session import Session
+from sessionkit.states import message_states, summarize
 from sessionkit.store import Problem, SessionPathError, read_session_file
 from sessionkit.tokens import (
     TokenCache,
@@ -20,9 +23,17 @@ from sessionkit.tokens import (
     estimate_message_tokens,
     fallback_message_tokens,
 )
+from sessionkit.windows import windows
 from sessionkit.writer import LOCK_FILENAME, save_session, session_lines, session_path
 
 __all__ = [
+    "explore",
+    "file_cap",
+    "message_states",
+    "plot",
+    "summarize",
+    "testing",
+    "windows",
     "LINEAGE_KEY",
     "LOCK_FILENAME",
     "VOLATILE_METADATA_KEYS",
