@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator
 
 from sessionkit.policy import get_policy, tool_call_ids, tool_result_id
 from sessionkit.schema import Column, empty_frame
@@ -230,7 +231,7 @@ def _diff(expected: _Table, actual: _Table, labels: list[str], path: Path) -> st
             if old != new
         ]
         if cells:
-            out.append(f"  {len(cells)} cell{'s' if len(cells) != 1 else ''} differ:")
+            out.append(f"  {len(cells)} {'cell differs' if len(cells) == 1 else 'cells differ'}:")
             out.extend(cells)
     if len(out) > _MAX_DIFF_LINES:
         out = [*out[:_MAX_DIFF_LINES], f"  ... {len(out) - _MAX_DIFF_LINES} more lines"]
@@ -313,6 +314,13 @@ def _rows_of_axes(n: int, ax: Axes) -> Iterable[tuple[Any, ...]]:
     for kind, text in (*texts, ("ylabel", ax.get_ylabel())):
         if text:
             yield row(kind, text, 0)
+    for kind, axis in (("xtick", ax.xaxis), ("ytick", ax.yaxis)):
+        if isinstance(axis.get_major_locator(), FixedLocator):
+            ticks = zip(axis.get_majorticklocs(), axis.get_majorticklabels(), strict=False)
+            for i, (where, text) in enumerate(ticks):
+                yield row(
+                    kind, text.get_text(), i, *((where, None) if kind == "xtick" else (None, where))
+                )
     for line in ax.get_lines():
         points = zip(_values(line.get_xdata()), _values(line.get_ydata()), strict=False)
         yield from (row("line", _label(line), i, x, y) for i, (x, y) in enumerate(points))
@@ -341,20 +349,29 @@ def _rows_of_axes(n: int, ax: Axes) -> Iterable[tuple[Any, ...]]:
             yield from (row("points", _label(collection), i, x, y) for i, (x, y) in points)
 
 
+_COLORBAR = "<colorbar>"  # the label matplotlib gives a colorbar's Axes
+
 FIGURE_COLUMNS = ("axes", "artist", "label", "i", "x", "y", "width", "height", "value")
 
 
 def figure_data(source: Figure | Axes) -> pd.DataFrame:
     """The data a figure draws, one row per point, bar or cell (see :data:`FIGURE_COLUMNS`).
 
-    ``artist`` is ``title``/``xlabel``/``ylabel`` (text in ``label``), ``line`` (x, y),
+    ``artist`` is ``title``/``xlabel``/``ylabel`` (text in ``label``), ``xtick``/``ytick``
+    (ticks placed explicitly, as on a heatmap: label and position), ``line`` (x, y),
     ``step`` (a stairs bin: x, width, height), ``rect`` (a bar or span), ``image`` (a heatmap
     cell: column x, row y, value), ``mesh`` (a colour-mapped collection's values) or ``points``
-    (scatter offsets).  ``label`` is the artist's gid, else its label.  Pixels, colours and
-    fonts are left out, so the snapshot of this frame pins what a figure says, not its bytes.
+    (scatter offsets).  ``label`` is the artist's gid, else its label.  Pixels, colours, fonts
+    and colorbars (a colour scale, not data) are left out, so the snapshot of this frame pins
+    what a figure says, not its bytes.
     """
     fig = _figure(source)
-    rows = [row for n, ax in enumerate(fig.axes) for row in _rows_of_axes(n, ax)]
+    rows = [
+        row
+        for n, ax in enumerate(fig.axes)
+        if ax.get_label() != _COLORBAR
+        for row in _rows_of_axes(n, ax)
+    ]
     frame = pd.DataFrame(rows, columns=list(FIGURE_COLUMNS))
     frame = frame.astype({"axes": "int64", "artist": "string", "label": "string", "i": "int64"})
     return frame.astype({c: "float64" for c in ("x", "y", "width", "height", "value")})

@@ -98,7 +98,7 @@ def test_changed_cells_are_listed_by_index_label(tmp_path: Path) -> None:
     with pytest.raises(SnapshotMismatch) as info:
         assert_frame_snapshot(changed, path)
     message = str(info.value)
-    assert "1 cell differ:" in message
+    assert "1 cell differs:" in message
     assert "row 1 ((40, 32000)), coverage: 0.333333 -> 0.5" in message
     assert message.endswith(f"Accept the new result with update=True or {UPDATE_ENV}=1.")
 
@@ -167,15 +167,20 @@ def test_figure_data_reads_lines_bars_steps_and_heatmaps() -> None:
     left.bar([0, 1], [5, 7])
     left.stairs([1, 2], [0, 1, 3]).set_gid("role:user")
     left.set_title("sweep")
-    right.imshow(np.array([[1.0, 2.0], [3.0, np.nan]]))
+    fig.colorbar(right.imshow(np.array([[1.0, 2.0], [3.0, np.nan]])), ax=right)
     data = figure_data(fig)
+    assert set(data["axes"]) == {0, 1}
     assert data.loc[data["artist"] == "title", "label"].tolist() == ["sweep"]
+    assert "xtick" not in set(data["artist"])
     line = data[data["artist"] == "line"]
     assert line[["x", "y"]].to_numpy().tolist() == [[0, 2], [1, 3]]
     assert data.loc[data["artist"] == "rect", "height"].tolist() == [5, 7]
     step = data[data["artist"] == "step"]
     assert step["label"].unique().tolist() == ["role:user"]
     assert step[["x", "width", "height"]].to_numpy().tolist() == [[0, 1, 1], [1, 2, 2]]
+    right.set_xticks([0, 1], ["none", "8,000"])
+    ticks = figure_data(fig).query("artist == 'xtick'")
+    assert ticks[["axes", "label", "x"]].values.tolist() == [[1, "none", 0], [1, "8,000", 1]]
     image = data[data["artist"] == "image"]
     assert (image["axes"] == 1).all()
     assert image["value"].tolist()[:3] == [1, 2, 3] and np.isnan(image["value"].iloc[3])
