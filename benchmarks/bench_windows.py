@@ -76,19 +76,20 @@ def _cpu_s() -> float:
 
 def sweep(folder: Path, workers: int, repeats: int) -> dict[str, Any]:
     """The whole-corpus measurements (run in a fresh process for a cold token cache)."""
-    from sessionkit import windows as win
+    from sessionkit.windows import clear_cache, windows
 
     load_s, sessions = _timed(lambda: _load(folder))
+    rss_loaded = _peak_rss_mib()["process"]
     grid = {"max_messages": list(MAX_MESSAGES), "max_tokens": list(MAX_TOKENS)}
 
     def full() -> Any:
-        return win.windows(sessions, **grid, include_timestamps=True, workers=workers)
+        return windows(sessions, **grid, include_timestamps=True, workers=workers)
 
     cpu = _cpu_s()
     cold_s, frame = _timed(full)
     cold_cpu_s = _cpu_s() - cpu
     warm_s = min(_timed(full)[0] for _ in range(repeats))
-    win.clear_cache()
+    clear_cache()
     cpu = _cpu_s()
     token_warm_s, _ = _timed(full)
     token_warm_cpu_s = _cpu_s() - cpu
@@ -98,7 +99,7 @@ def sweep(folder: Path, workers: int, repeats: int) -> dict[str, Any]:
             times = []
             for _ in range(repeats):
                 seconds, rows = _timed(
-                    lambda c=count, b=budget: win.windows(
+                    lambda c=count, b=budget: windows(
                         sessions, max_messages=c, max_tokens=b, include_timestamps=True
                     )
                 )
@@ -116,7 +117,7 @@ def sweep(folder: Path, workers: int, repeats: int) -> dict[str, Any]:
         "grid_token_cache_warm_s": token_warm_s,
         "grid_token_cache_warm_cpu_s": token_warm_cpu_s,
         "windows_per_s": per_setting,
-        "peak_rss_mib": _peak_rss_mib(),
+        "peak_rss_mib": _peak_rss_mib() | {"after_load": rss_loaded},
     }
 
 
@@ -134,14 +135,14 @@ def versus_nanobot(folder: Path, n_sample: int, seed: int) -> dict[str, Any]:
     _offline_tiktoken_for_nanobot()
     from nanobot.session.manager import Session as NanobotSession
 
-    from sessionkit import windows as win
+    from sessionkit.windows import windows
 
     sessions = _load(folder)
     turns = np.array([s.n_user_turns for s in sessions], dtype=float)
     rng = np.random.default_rng(seed)
     picked = rng.choice(len(sessions), size=n_sample, replace=False, p=turns / turns.sum())
     sample = [sessions[i] for i in sorted(picked)]
-    frame = win.windows(
+    frame = windows(
         sample,
         max_messages=list(MAX_MESSAGES),
         max_tokens=list(MAX_TOKENS),
@@ -168,7 +169,7 @@ def versus_nanobot(folder: Path, n_sample: int, seed: int) -> dict[str, Any]:
                     assert len(history) == sizes[(session.key, at, count, budget)]
             theirs[f"{count}/{budget}"] = n_windows / seconds
             ours_s, rows = _timed(
-                lambda c=count, b=budget: win.windows(
+                lambda c=count, b=budget: windows(
                     sample, max_messages=c, max_tokens=b, include_timestamps=True
                 )
             )
@@ -206,8 +207,8 @@ def _report(result: dict[str, Any]) -> str:
         f"full grid ({s['grid_windows']:,} windows): cold {s['grid_cold_s']:.1f} s "
         f"({s['grid_cold_cpu_s']:.0f} CPU s), warm {s['grid_warm_s']:.2f} s, token cache warm "
         f"only {s['grid_token_cache_warm_s']:.1f} s ({s['grid_token_cache_warm_cpu_s']:.0f} CPU s)",
-        f"peak RSS: {rss['process']:,.0f} MiB (sweep process), "
-        f"{rss['largest_worker']:,.0f} MiB (largest worker)",
+        f"peak RSS: {rss['process']:,.0f} MiB (sweep process; {rss['after_load']:,.0f} MiB once "
+        f"the corpus was loaded), {rss['largest_worker']:,.0f} MiB (largest forked worker)",
         f"load average at the end: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores",
     ]
     return "\n".join(lines)
