@@ -13,6 +13,7 @@ from sessionkit.policy import (
     find_legal_message_start,
     get_policy,
     recent_message_start_index,
+    sanitize_assistant_text,
 )
 from sessionkit.session import Session
 from sessionkit.states import message_states, summarize
@@ -23,10 +24,13 @@ from sessionkit.tokens import (
     estimate_message_tokens,
     fallback_message_tokens,
 )
+from sessionkit.windows import clear_cache as clear_window_cache
 from sessionkit.windows import windows
 from sessionkit.writer import LOCK_FILENAME, save_session, session_lines, session_path
 
 __all__ = [
+    "clear_window_cache",
+    "sanitize_assistant_text",
     "explore",
     "file_cap",
     "message_states",

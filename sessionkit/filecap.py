@@ -17,24 +17,11 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from sessionkit.policy import Policy, Trim, get_policy
-from sessionkit.schema import Column
+from sessionkit.schema import FILE_CAP
 from sessionkit.session import Session
 
 __all__ = ["FILE_CAP", "file_cap"]
 
-FILE_CAP: tuple[Column, ...] = (
-    Column("session_key", "category", "key of the session"),
-    Column("limit", "int64", "setting: enforce_file_cap limit"),
-    Column("turn", "int64", "user turns stored when the cap was applied"),
-    Column("at", "int64", "source messages stored when the cap was applied"),
-    Column("messages", "int64", "messages in the session before the cap"),
-    Column("tripped", "bool", "the session held more than `limit` messages and was trimmed"),
-    Column("dropped", "int64", "messages removed (may include the newest, see Policy)"),
-    Column("archived", "int64", "of those, raw-archived: dropped minus already consolidated"),
-    Column("kept", "int64", "messages left"),
-    Column("last_consolidated_before", "int64", "offset before the cap"),
-    Column("last_consolidated", "int64", "offset after the cap"),
-)
 
 _AUTO_PROGRESS_SESSIONS = 200
 

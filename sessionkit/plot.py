@@ -62,7 +62,7 @@ STATUS_COLORS: dict[str, str] = {
     "file_cap": "#8c564b",
     "later": "#c7c7c7",
 }
-"""One colour per status of :data:`sessionkit.states.STATUSES` (the widget's CSS matches)."""
+"""One colour per status of :data:`sessionkit.schema.STATUSES` (the widget's CSS matches)."""
 
 _SHADED = {"trimmed_tokens": 0.12, "consolidated": 0.25, "file_cap": 0.25, "later": 0.25}
 """Statuses shaded on the timeline, with their opacity."""

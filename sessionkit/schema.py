@@ -9,7 +9,18 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-__all__ = ["MESSAGES", "PROBLEMS", "SESSIONS", "Column", "empty_frame", "describe"]
+__all__ = [
+    "FILE_CAP",
+    "MESSAGES",
+    "PROBLEMS",
+    "SESSIONS",
+    "STATES",
+    "STATUSES",
+    "WINDOWS",
+    "Column",
+    "describe",
+    "empty_frame",
+]
 
 
 @dataclass(frozen=True)
@@ -66,6 +77,77 @@ PROBLEMS: tuple[Column, ...] = (
     Column("path", "string", "file with the problem"),
     Column("line_no", "Int64", "1-based line (<NA> when the whole file is concerned)"),
     Column("reason", "string", "what was wrong and what sessionkit did"),
+)
+
+
+WINDOWS: tuple[Column, ...] = (
+    Column("session_key", "category", "key of the session"),
+    Column("turn", "int64", "user messages before `at`: the zero-based turn the window serves"),
+    Column("at", "int64", "the window is get_history of messages[:at]"),
+    Column("command", "bool", "the message at `at` is a `_command` (answered without the model)"),
+    Column("max_messages", "int64", "setting: get_history max_messages (<= 0 means 120)"),
+    Column("max_tokens", "int64", "setting: get_history max_tokens (0 = no token budget)"),
+    Column("include_timestamps", "bool", "setting: user turns replayed with their time"),
+    Column("extend_to_user", "bool", "setting: count window may reach back to a user turn"),
+    Column("last_consolidated", "category", "setting: 'recorded', 'none' or an offset"),
+    Column("consolidated", "int64", "offset in force: messages below it are never replayed"),
+    Column("start", "int64", "source index of the first replayed message (`at` when none)"),
+    Column("stop", "int64", "source index after the last replayed message (`at` when none)"),
+    Column("messages_kept", "int64", "entries replayed"),
+    Column("tokens_kept", "int64", "their tokens (nanobot's estimate of the rewritten entries)"),
+    Column("cut", "category", "what set the start: 'tokens', 'count', 'consolidation', 'none'"),
+    Column("messages_hidden", "int64", "messages before `start`"),
+    Column("tokens_hidden", "int64", "what the replayable ones among them would cost"),
+    Column("starts_with_user", "bool", "the first replayed entry is a user message"),
+    Column("recovered", "bool", "the budget left no user turn, so the latest one was restored"),
+)
+
+FILE_CAP: tuple[Column, ...] = (
+    Column("session_key", "category", "key of the session"),
+    Column("limit", "int64", "setting: enforce_file_cap limit"),
+    Column("turn", "int64", "user turns stored when the cap was applied"),
+    Column("at", "int64", "source messages stored when the cap was applied"),
+    Column("messages", "int64", "messages in the session before the cap"),
+    Column("tripped", "bool", "the session held more than `limit` messages and was trimmed"),
+    Column("dropped", "int64", "messages removed (may include the newest, see Policy)"),
+    Column("archived", "int64", "of those, raw-archived: dropped minus already consolidated"),
+    Column("kept", "int64", "messages left"),
+    Column("last_consolidated_before", "int64", "offset before the cap"),
+    Column("last_consolidated", "int64", "offset after the cap"),
+)
+
+STATUSES: tuple[str, ...] = (
+    "in_window",
+    "trimmed_count",
+    "trimmed_tokens",
+    "consolidated",
+    "command",
+    "skipped",
+    "file_cap",
+    "later",
+)
+"""Every status, in display order.
+
+``in_window``: sent to the model.  ``trimmed_count``: before the ``max_messages`` window (or cut
+to start it on a user turn or a legal tool boundary).  ``trimmed_tokens``: inside the count
+window but over ``max_tokens``.  ``consolidated``: below ``last_consolidated``.  ``command``: a
+``_command`` message, never sent.  ``skipped``: an assistant message with no text and nothing
+else to replay.  ``file_cap``: removed from the file by ``enforce_file_cap(limit)``.
+``later``: stored at or after the turn.
+"""
+
+STATES: tuple[Column, ...] = (
+    Column("idx", "Int64", "zero-based position in the session's messages"),
+    Column("role", "category", "user / assistant / tool / system"),
+    Column("user_index", "Int64", "user turn the message belongs to (-1 before the first)"),
+    Column("tokens", "Int64", "tokens of the stored message (nanobot's estimate)"),
+    Column(
+        "sent_tokens",
+        "Int64",
+        "tokens of the message as get_history would send it under these settings "
+        "(<NA> for commands and skipped messages, which are never sent)",
+    ),
+    Column("status", "category", f"one of {', '.join(STATUSES)}"),
 )
 
 

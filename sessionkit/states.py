@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from sessionkit.policy import get_policy
-from sessionkit.schema import Column, empty_frame
+from sessionkit.schema import STATES, STATUSES, empty_frame
 from sessionkit.session import Session
 from sessionkit.tokens import count_tokens
 from sessionkit.windows import windows
@@ -29,41 +29,8 @@ from sessionkit.windows import windows
 if TYPE_CHECKING:
     from sessionkit.corpus import Corpus
 
-__all__ = ["COLUMNS", "STATUSES", "Settings", "message_states", "resolve_session", "summarize"]
+__all__ = ["STATES", "STATUSES", "Settings", "message_states", "resolve_session", "summarize"]
 
-STATUSES: tuple[str, ...] = (
-    "in_window",
-    "trimmed_count",
-    "trimmed_tokens",
-    "consolidated",
-    "command",
-    "skipped",
-    "file_cap",
-    "later",
-)
-"""Every status, in display order.
-
-``in_window``: sent to the model.  ``trimmed_count``: before the ``max_messages`` window (or cut
-to start it on a user turn or a legal tool boundary).  ``trimmed_tokens``: inside the count
-window but over ``max_tokens``.  ``consolidated``: below ``last_consolidated``.  ``command``: a
-``_command`` message, never sent.  ``skipped``: an assistant message with no text and nothing
-else to replay.  ``file_cap``: removed from the file by ``enforce_file_cap(limit)``.
-``later``: stored at or after the turn.
-"""
-
-COLUMNS: tuple[Column, ...] = (
-    Column("idx", "Int64", "zero-based position in the session's messages"),
-    Column("role", "category", "user / assistant / tool / system"),
-    Column("user_index", "Int64", "user turn the message belongs to (-1 before the first)"),
-    Column("tokens", "Int64", "tokens of the stored message (nanobot's estimate)"),
-    Column(
-        "sent_tokens",
-        "Int64",
-        "tokens of the message as get_history would send it under these settings "
-        "(<NA> for commands and skipped messages, which are never sent)",
-    ),
-    Column("status", "category", f"one of {', '.join(STATUSES)}"),
-)
 """Columns of :func:`message_states`."""
 
 
@@ -213,7 +180,7 @@ def message_states(
     extend_to_user: bool = False,
     file_cap: int = 2000,
 ) -> pd.DataFrame:
-    """One row per message of a session: its tokens and its status at ``turn`` (see :data:`COLUMNS`).
+    """One row per message of a session: its tokens and its status at ``turn`` (see :data:`STATES`).
 
     Parameters
     ----------
@@ -236,7 +203,7 @@ def message_states(
     window = _window(session, turn, settings)
     messages = session.messages
     if not messages:
-        frame = empty_frame(COLUMNS)
+        frame = empty_frame(STATES)
     else:
         stored, sent = _token_counts(session, include_timestamps)
         roles = [m.get("role") for m in messages]

@@ -156,14 +156,15 @@ def _render(frame: pd.DataFrame, digits: int) -> _Table:
 
 
 def _dump(table: _Table, path: Path) -> str:
+    """The snapshot file's text: CSV (names row, dtypes row, cells) or JSON (a row per line)."""
     if path.suffix == ".json":
-        lines = [json.dumps(r, ensure_ascii=False) for r in table.rows]
-        body = ",\n    ".join(lines)
+        rows = ",\n".join(f"    {json.dumps(r, ensure_ascii=False)}" for r in table.rows)
+        body = f"[\n{rows}\n  ]" if rows else "[]"
         return (
             "{\n"
             f'  "columns": {json.dumps(table.columns, ensure_ascii=False)},\n'
             f'  "dtypes": {json.dumps(table.dtypes)},\n'
-            f'  "rows": [{chr(10) + "    " + body + chr(10) + "  " if lines else ""}]\n'
+            f'  "rows": {body}\n'
             "}\n"
         )
     out = io.StringIO()

@@ -30,7 +30,7 @@ STATUS_LABELS: dict[str, str] = {
     "file_cap": "file cap",
     "later": "after turn",
 }
-"""How each status of :data:`sessionkit.states.STATUSES` is labelled in the transcript."""
+"""How each status of :data:`sessionkit.schema.STATUSES` is labelled in the transcript."""
 
 MAX_TEXT_CHARS = 4000
 _SUMMARY_CHARS = 120

@@ -34,7 +34,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from sessionkit.policy import DEFAULT_POLICY, get_policy, tool_call_ids, tool_result_id
-from sessionkit.schema import Column
+from sessionkit.schema import WINDOWS
 from sessionkit.session import Session
 from sessionkit.tokens import DEFAULT_CACHE, TokenCache, count_tokens
 
@@ -43,27 +43,6 @@ __all__ = ["WINDOWS", "clear_cache", "prepared_cache_size", "windows"]
 At = Literal["every_user_turn", "end"] | Sequence[int]
 Offset = Literal["recorded", "none"] | int
 
-WINDOWS: tuple[Column, ...] = (
-    Column("session_key", "category", "key of the session"),
-    Column("turn", "int64", "user messages before `at`: the zero-based turn the window serves"),
-    Column("at", "int64", "the window is get_history of messages[:at]"),
-    Column("command", "bool", "the message at `at` is a `_command` (answered without the model)"),
-    Column("max_messages", "int64", "setting: get_history max_messages (<= 0 means 120)"),
-    Column("max_tokens", "int64", "setting: get_history max_tokens (0 = no token budget)"),
-    Column("include_timestamps", "bool", "setting: user turns replayed with their time"),
-    Column("extend_to_user", "bool", "setting: count window may reach back to a user turn"),
-    Column("last_consolidated", "category", "setting: 'recorded', 'none' or an offset"),
-    Column("consolidated", "int64", "offset in force: messages below it are never replayed"),
-    Column("start", "int64", "source index of the first replayed message (`at` when none)"),
-    Column("stop", "int64", "source index after the last replayed message (`at` when none)"),
-    Column("messages_kept", "int64", "entries replayed"),
-    Column("tokens_kept", "int64", "their tokens (nanobot's estimate of the rewritten entries)"),
-    Column("cut", "category", "what set the start: 'tokens', 'count', 'consolidation', 'none'"),
-    Column("messages_hidden", "int64", "messages before `start`"),
-    Column("tokens_hidden", "int64", "what the replayable ones among them would cost"),
-    Column("starts_with_user", "bool", "the first replayed entry is a user message"),
-    Column("recovered", "bool", "the budget left no user turn, so the latest one was restored"),
-)
 
 _CUTS = ["none", "consolidation", "count", "tokens"]
 _AUTO_PARALLEL_MESSAGES = 50_000

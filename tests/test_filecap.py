@@ -13,7 +13,8 @@ from strategies import sessions
 
 import sessionkit
 from sessionkit import Session
-from sessionkit.filecap import FILE_CAP, file_cap
+from sessionkit.filecap import file_cap
+from sessionkit.schema import FILE_CAP
 
 
 def user(text: str = "hi") -> dict[str, Any]:

@@ -15,9 +15,9 @@ from strategies import message_lists, sessions
 import sessionkit
 from sessionkit import Session
 from sessionkit.policy import find_legal_message_start, get_policy
+from sessionkit.schema import WINDOWS
 from sessionkit.tokens import count_tokens
 from sessionkit.windows import (
-    WINDOWS,
     _legal_start,
     _orphan_jumps,
     _prepare,
