@@ -61,6 +61,11 @@ FLOAT_DIGITS = 6
 _NA = "<NA>"
 _MAX_DIFF_LINES = 25
 
+FIGURE_COLUMNS = ("axes", "artist", "label", "i", "x", "y", "width", "height", "value")
+"""Columns of :func:`figure_data`."""
+
+_COLORBAR = "<colorbar>"  # the label matplotlib gives a colorbar's Axes
+
 
 class SnapshotMismatch(AssertionError):
     """A result differs from its recorded snapshot (or none was recorded)."""
@@ -348,11 +353,6 @@ def _rows_of_axes(n: int, ax: Axes) -> Iterable[tuple[Any, ...]]:
             offsets = _values(collection.get_offsets())
             points = enumerate(offsets)
             yield from (row("points", _label(collection), i, x, y) for i, (x, y) in points)
-
-
-_COLORBAR = "<colorbar>"  # the label matplotlib gives a colorbar's Axes
-
-FIGURE_COLUMNS = ("axes", "artist", "label", "i", "x", "y", "width", "height", "value")
 
 
 def figure_data(source: Figure | Axes) -> pd.DataFrame:
