@@ -36,6 +36,7 @@ __all__ = [
     "ROLE_COLORS",
     "STATUS_COLORS",
     "SWEEP_VALUES",
+    "TRUNCATING_CUTS",
     "file_cap_curve",
     "session_lengths",
     "timeline_axes",
@@ -289,11 +290,14 @@ DEFAULT_MAX_MESSAGES: tuple[int, ...] = (20, 60, 120, 240)
 DEFAULT_BUDGETS: tuple[int, ...] = (0, 2_000, 4_000, 8_000, 16_000, 32_000)
 DEFAULT_LIMITS: tuple[int, ...] = (100, 200, 300, 500, 1_000, 2_000, 5_000)
 SWEEP_VALUES: dict[str, str] = {
-    "messages_kept": "mean messages sent",
-    "tokens_kept": "mean tokens sent",
+    "messages_kept": "mean messages sent per turn",
+    "tokens_kept": "mean tokens sent per turn",
     "truncated": "share of turns truncated",
 }
-"""What :func:`window_heatmap` can show; ``truncated`` means ``cut`` is count or tokens."""
+"""What :func:`window_heatmap` can show; ``truncated`` means ``cut`` is one of
+:data:`TRUNCATING_CUTS`."""
+TRUNCATING_CUTS: tuple[str, ...] = ("count", "orphan", "tokens")
+"""Window cuts that hide messages the session still holds unconsolidated."""
 
 
 def _sweep(
@@ -318,7 +322,7 @@ def _sweep(
                 f"the windows frame mixes several {column} values; select one first, e.g. "
                 f"frame[frame[{column!r}] == ...]"
             )
-    return frame.assign(truncated=frame["cut"].isin(["count", "tokens"]))
+    return frame.assign(truncated=frame["cut"].isin(TRUNCATING_CUTS))
 
 
 def _budget_label(budget: int) -> str:
@@ -374,7 +378,7 @@ def window_heatmap(
     ax.set_yticks(range(grid.shape[0]), [_budget_label(b) for b in grid.index])
     ax.set_xlabel("max_messages")
     ax.set_ylabel("max_tokens")
-    ax.set_title(f"{SWEEP_VALUES[value]} per turn", loc="left", fontsize=10)
+    ax.set_title(SWEEP_VALUES[value], loc="left", fontsize=10)
     ax.figure.colorbar(image, ax=ax, label=SWEEP_VALUES[value])
     return ax
 
@@ -387,7 +391,7 @@ def truncation_share(
     include_timestamps: bool = True,
     ax: Axes | None = None,
 ) -> Axes:
-    """Share of turns whose window was truncated (cut by count or tokens) against the budget.
+    """Share of turns whose window was truncated (cut by count, an orphan or tokens) against the budget.
 
     One line per ``max_messages`` (``gid`` ``"max_messages=<n>"``), over the budgets in
     ascending order, evenly spaced (x = position, tick labels = budgets; 0 is "none").

@@ -95,7 +95,12 @@ WINDOWS: tuple[Column, ...] = (
     Column("stop", "int64", "source index after the last replayed message (`at` when none)"),
     Column("messages_kept", "int64", "entries replayed"),
     Column("tokens_kept", "int64", "their tokens (nanobot's estimate of the rewritten entries)"),
-    Column("cut", "category", "what set the start: 'tokens', 'count', 'consolidation', 'none'"),
+    Column(
+        "cut",
+        "category",
+        "what set the start: 'tokens' (budget), 'orphan' (an orphan tool result moved it), "
+        "'count' (max_messages), 'consolidation' (last_consolidated) or 'none'",
+    ),
     Column("messages_hidden", "int64", "messages before `start`"),
     Column("tokens_hidden", "int64", "what the replayable ones among them would cost"),
     Column("starts_with_user", "bool", "the first replayed entry is a user message"),

@@ -44,7 +44,7 @@ At = Literal["every_user_turn", "end"] | Sequence[int]
 Offset = Literal["recorded", "none"] | int
 
 
-_CUTS = ["none", "consolidation", "count", "tokens"]
+_CUTS = ["none", "consolidation", "count", "orphan", "tokens"]
 _AUTO_PARALLEL_MESSAGES = 50_000
 _AUTO_PROGRESS_MESSAGES = 20_000
 _CHUNK_MESSAGES = 5_000
@@ -432,8 +432,9 @@ def _queries(
 
 def _count_window(
     stack: _Stack, q: _Queries, max_messages: int, extend: bool
-) -> tuple[np.ndarray, np.ndarray]:
-    """Start of the count window (after ``extend_to_user``) and the legal aligned start."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Start of the count window (after ``extend_to_user``), its user-aligned start, and the
+    legal start (past any orphan tool result)."""
     count = max_messages if max_messages > 0 else get_policy(DEFAULT_POLICY).default_max_messages
     start = np.maximum(q.consolidated, q.at - count)
     if extend:
@@ -447,7 +448,7 @@ def _count_window(
     has_user = first_user < q.at
     via_delivery = (first_user > start) & stack.delivery[np.maximum(first_user - 1, 0)]
     aligned = np.where(has_user, first_user - via_delivery, start)
-    return start, _legal_start(stack.raw_jumps, aligned, q.at)
+    return start, aligned, _legal_start(stack.raw_jumps, aligned, q.at)
 
 
 def _budget(
@@ -552,11 +553,11 @@ def windows(
         for offset in offsets:
             q = _queries(sessions, stack, owner, at_index, offset)
             for count, extend in settings:
-                count_start, legal = _count_window(stack, q, int(count), bool(extend))
+                count_start, aligned, legal = _count_window(stack, q, int(count), bool(extend))
                 for budget in budgets:
                     blocks.append(
                         fixed
-                        | _rows(stack, q, count_start, legal, budget)
+                        | _rows(stack, q, count_start, aligned, legal, budget)
                         | {
                             "max_messages": count,
                             "max_tokens": budget,
@@ -569,7 +570,12 @@ def windows(
 
 
 def _rows(
-    stack: _Stack, q: _Queries, count_start: np.ndarray, legal: np.ndarray, max_tokens: int
+    stack: _Stack,
+    q: _Queries,
+    count_start: np.ndarray,
+    aligned: np.ndarray,
+    legal: np.ndarray,
+    max_tokens: int,
 ) -> dict[str, np.ndarray]:
     """The result columns for one setting's windows."""
     lo, hi = stack.rank[legal], stack.rank[q.at]
@@ -577,14 +583,10 @@ def _rows(
     kept = hi - first
     start = np.where(kept > 0, stack.kept[first], q.at)
     stop = np.where(kept > 0, stack.kept[np.maximum(hi - 1, 0)] + 1, q.at)
-    cut = np.where(
-        token_cut,
-        _CUTS.index("tokens"),
-        np.where(
-            count_start > q.consolidated,
-            _CUTS.index("count"),
-            np.where(q.consolidated > q.first, _CUTS.index("consolidation"), _CUTS.index("none")),
-        ),
+    cut = np.select(
+        [token_cut, legal > aligned, count_start > q.consolidated, q.consolidated > q.first],
+        [_CUTS.index(c) for c in ("tokens", "orphan", "count", "consolidation")],
+        _CUTS.index("none"),
     )
     return {
         "consolidated": q.consolidated - q.first,

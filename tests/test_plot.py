@@ -151,7 +151,7 @@ def sweep(corpus) -> pd.DataFrame:
 @pytest.mark.parametrize("value", ["messages_kept", "tokens_kept", "truncated"])
 def test_window_heatmap_cells(corpus, sweep, value: str) -> None:
     ax = plot.window_heatmap(corpus, value=value, **GRID)
-    frame = sweep.assign(truncated=sweep["cut"].isin(["count", "tokens"]))
+    frame = sweep.assign(truncated=sweep["cut"].isin(plot.TRUNCATING_CUTS))
     expected = frame.groupby(["max_tokens", "max_messages"])[value].mean().unstack()
     np.testing.assert_allclose(ax.images[0].get_array(), expected.to_numpy())
     assert [t.get_text() for t in ax.get_xticklabels()] == ["10", "40", "120"]
@@ -169,7 +169,7 @@ def test_window_heatmap_refuses_mixed_frames(corpus) -> None:
 
 def test_truncation_share_lines(sweep) -> None:
     ax = plot.truncation_share(sweep)
-    truncated = sweep["cut"].isin(["count", "tokens"])
+    truncated = sweep["cut"].isin(plot.TRUNCATING_CUTS)
     share = truncated.groupby([sweep["max_messages"], sweep["max_tokens"]]).mean().unstack()
     for count in GRID["max_messages"]:
         (line,) = _gid(ax, f"max_messages={count}")

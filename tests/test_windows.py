@@ -82,7 +82,13 @@ def test_columns_follow_the_schema(sample: list[Session]) -> None:
     for column in WINDOWS:
         assert str(frame[column.name].dtype) == column.dtype, column.name
     assert len(frame) == 2 * sum(s.n_user_turns for s in sample[:3])
-    assert set(frame["cut"].cat.categories) == {"none", "consolidation", "count", "tokens"}
+    assert set(frame["cut"].cat.categories) == {
+        "none",
+        "consolidation",
+        "count",
+        "orphan",
+        "tokens",
+    }
 
 
 def test_every_sample_session_matches_the_policy(sample: list[Session]) -> None:
@@ -213,3 +219,19 @@ def test_other_policies_and_bad_settings_are_refused() -> None:
         windows(Session("k"), at="start")
     with pytest.raises(ValueError, match="last_consolidated"):
         windows(Session("k", messages=[user()]), last_consolidated="all")
+
+
+def test_orphan_tool_result_sets_the_cut() -> None:
+    session = Session(
+        key="t:orphan",
+        messages=[
+            {"role": "user", "content": "a"},
+            {"role": "tool", "tool_call_id": "gone", "content": "late result"},
+            {"role": "assistant", "content": "b"},
+            {"role": "user", "content": "c"},
+        ],
+    )
+    row = windows(session, at="end").iloc[0]
+    assert (row["cut"], row["start"], row["stop"], row["messages_hidden"]) == ("orphan", 2, 4, 2)
+    kept = session.get_history()
+    assert [m["content"] for m in kept] == ["b", "c"]
