@@ -24,6 +24,6 @@ lab: setup-lab
 	$(BIN)/jupyter lab notebooks/
 
 test: setup-test
-	$(BIN)/ruff check sessionkit tests benchmarks scripts
-	$(BIN)/ruff format --check sessionkit tests benchmarks scripts
+	$(BIN)/ruff check sessionkit tests benchmarks scripts notebooks
+	$(BIN)/ruff format --check sessionkit tests benchmarks scripts notebooks
 	$(BIN)/pytest

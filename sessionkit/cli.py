@@ -62,7 +62,7 @@ def _report(args: argparse.Namespace) -> int:
     from sessionkit.report import ReportError, write_report
 
     try:
-        out = write_report(args.path, args.output, show_code=not args.no_code)
+        out = write_report(args.path, args.output, timeout=args.timeout, show_code=not args.no_code)
     except ReportError as exc:
         print(f"sessionkit: report failed: {exc}", file=sys.stderr)
         return 1
@@ -95,6 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     report.add_argument("-o", "--output", default="report.html", help="HTML file to write")
     report.add_argument("--no-code", action="store_true", help="leave code cells out")
+    report.add_argument("--timeout", type=int, default=600, help="seconds any one cell may run")
     report.set_defaults(run=_report)
     return parser
 

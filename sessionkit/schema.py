@@ -10,12 +10,15 @@ from dataclasses import dataclass
 import pandas as pd
 
 __all__ = [
+    "FIGURE_DATA",
     "FILE_CAP",
+    "INVARIANTS",
     "MESSAGES",
     "PROBLEMS",
     "SESSIONS",
     "STATES",
     "STATUSES",
+    "VIOLATIONS",
     "WINDOWS",
     "Column",
     "describe",
@@ -154,6 +157,51 @@ STATES: tuple[Column, ...] = (
     ),
     Column("status", "category", f"one of {', '.join(STATUSES)}"),
 )
+
+
+INVARIANTS: tuple[str, ...] = (
+    "tail",
+    "max_messages",
+    "user_start",
+    "orphan_tool_result",
+    "token_budget",
+)
+"""The window invariants :func:`sessionkit.testing.check_window_invariants` checks, for every window.
+
+``tail``: the window is every replayable message from its first one to the newest, none below
+``last_consolidated``.  ``max_messages``: it spans at most ``max_messages`` stored messages
+(not checked with ``extend_to_user``).  ``user_start``: a window holding a user message starts
+on one, on the ``_channel_delivery`` just before one, or right after a tool result answering no
+call of its own turn (nanobot's legal tool boundary).  ``orphan_tool_result``: every tool result
+answers a call made earlier in the window.  ``token_budget``: the window's tokens stay within
+``max_tokens``, except nanobot's documented recovery: the newest entry is always kept, and when
+the newest entries that fit hold no user message the latest user message is recovered anyway.
+"""
+
+VIOLATIONS: tuple[Column, ...] = (
+    Column("session_key", "string", "session the window belongs to"),
+    Column("at", "int64", "the window is get_history of messages[:at]"),
+    Column("turn", "int64", "user messages before `at`"),
+    Column("max_messages", "int64", "get_history's max_messages"),
+    Column("max_tokens", "int64", "get_history's max_tokens (0: no budget)"),
+    Column("invariant", "string", f"one of {', '.join(INVARIANTS)}"),
+    Column("idx", "Int64", "source index of the offending message (<NA>: the whole window)"),
+    Column("detail", "string", "what was found"),
+)
+"""Columns of :func:`sessionkit.testing.check_window_invariants`."""
+
+FIGURE_DATA: tuple[Column, ...] = (
+    Column("axes", "int64", "position of the Axes in the figure"),
+    Column("artist", "string", "what is drawn: title, xlabel, xtick, line, bar, image, ..."),
+    Column("label", "string", "its text or legend label"),
+    Column("i", "int64", "position among the artist's points, bars or cells"),
+    Column("x", "float64", "x of a point, left of a bar, column of a cell"),
+    Column("y", "float64", "y of a point, bottom of a bar, row of a cell"),
+    Column("width", "float64", "bar width"),
+    Column("height", "float64", "bar height"),
+    Column("value", "float64", "cell value of an image (heatmap)"),
+)
+"""Columns of :func:`sessionkit.testing.figure_data`: what a figure draws, not its pixels."""
 
 
 def empty_frame(columns: tuple[Column, ...]) -> pd.DataFrame:

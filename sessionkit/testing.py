@@ -29,7 +29,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator
 
 from sessionkit.policy import get_policy, tool_call_ids, tool_result_id
-from sessionkit.schema import Column, empty_frame
+from sessionkit.schema import FIGURE_DATA, VIOLATIONS, empty_frame
 from sessionkit.session import Session
 from sessionkit.tokens import count_tokens
 from sessionkit.windows import windows
@@ -40,10 +40,7 @@ if TYPE_CHECKING:
 Message = dict[str, Any]
 
 __all__ = [
-    "FIGURE_COLUMNS",
-    "INVARIANTS",
     "UPDATE_ENV",
-    "VIOLATION_COLUMNS",
     "InvariantViolation",
     "Snapshot",
     "SnapshotMismatch",
@@ -61,8 +58,6 @@ FLOAT_DIGITS = 6
 _NA = "<NA>"
 _MAX_DIFF_LINES = 25
 
-FIGURE_COLUMNS = ("axes", "artist", "label", "i", "x", "y", "width", "height", "value")
-"""Columns of :func:`figure_data`."""
 
 _COLORBAR = "<colorbar>"  # the label matplotlib gives a colorbar's Axes
 
@@ -310,7 +305,7 @@ def _values(array: Any) -> np.ndarray:
 
 
 def _rows_of_axes(n: int, ax: Axes) -> Iterable[tuple[Any, ...]]:
-    """:data:`FIGURE_COLUMNS` rows for what ``ax`` draws."""
+    """:data:`FIGURE_DATA` rows for what ``ax`` draws."""
 
     def row(artist: str, label: str | None, i: int, *xywhv: float | None) -> tuple[Any, ...]:
         x, y, width, height, value = (*xywhv, None, None, None, None, None)[:5]
@@ -356,7 +351,7 @@ def _rows_of_axes(n: int, ax: Axes) -> Iterable[tuple[Any, ...]]:
 
 
 def figure_data(source: Figure | Axes) -> pd.DataFrame:
-    """The data a figure draws, one row per point, bar or cell (see :data:`FIGURE_COLUMNS`).
+    """The data a figure draws, one row per point, bar or cell (see :data:`FIGURE_DATA`).
 
     ``artist`` is ``title``/``xlabel``/``ylabel`` (text in ``label``), ``xtick``/``ytick``
     (ticks placed explicitly, as on a heatmap: label and position), ``line`` (x, y),
@@ -373,7 +368,7 @@ def figure_data(source: Figure | Axes) -> pd.DataFrame:
         if ax.get_label() != _COLORBAR
         for row in _rows_of_axes(n, ax)
     ]
-    frame = pd.DataFrame(rows, columns=list(FIGURE_COLUMNS))
+    frame = pd.DataFrame(rows, columns=[c.name for c in FIGURE_DATA])
     frame = frame.astype({"axes": "int64", "artist": "string", "label": "string", "i": "int64"})
     return frame.astype({c: "float64" for c in ("x", "y", "width", "height", "value")})
 
@@ -390,37 +385,6 @@ def assert_figure_snapshot(
         figure_data(source), path, update=update, float_digits=float_digits
     )
 
-
-INVARIANTS: tuple[str, ...] = (
-    "tail",
-    "max_messages",
-    "user_start",
-    "orphan_tool_result",
-    "token_budget",
-)
-"""The window invariants :func:`check_window_invariants` checks, for every window.
-
-``tail``: the window is every replayable message from its first one to the newest, none below
-``last_consolidated``.  ``max_messages``: it spans at most ``max_messages`` stored messages
-(not checked with ``extend_to_user``).  ``user_start``: a window holding a user message starts
-on one, on the ``_channel_delivery`` just before one, or right after a tool result answering no
-call of its own turn (nanobot's legal tool boundary).  ``orphan_tool_result``: every tool result
-answers a call made earlier in the window.  ``token_budget``: the window's tokens stay within
-``max_tokens``, except nanobot's documented recovery: the newest entry is always kept, and when
-the newest entries that fit hold no user message the latest user message is recovered anyway.
-"""
-
-VIOLATION_COLUMNS: tuple[Column, ...] = (
-    Column("session_key", "string", "session the window belongs to"),
-    Column("at", "int64", "the window is get_history of messages[:at]"),
-    Column("turn", "int64", "user messages before `at`"),
-    Column("max_messages", "int64", "get_history's max_messages"),
-    Column("max_tokens", "int64", "get_history's max_tokens (0: no budget)"),
-    Column("invariant", "string", f"one of {', '.join(INVARIANTS)}"),
-    Column("idx", "Int64", "source index of the offending message (<NA>: the whole window)"),
-    Column("detail", "string", "what was found"),
-)
-"""Columns of :func:`check_window_invariants`."""
 
 _FRAME_COLUMNS = (
     "session_key",
@@ -639,7 +603,7 @@ def check_window_invariants(
     :func:`sessionkit.windows` with the ``corpus`` it was computed on; its rows carry their
     own settings.  ``include_timestamps`` defaults to True, as nanobot's agent calls it.
 
-    Returns a frame with :data:`VIOLATION_COLUMNS`; empty when every window is sound.
+    Returns a frame with :data:`VIOLATIONS`; empty when every window is sound.
     """
     replayed: dict[tuple[str, bool], _Replayed] = {}
     if isinstance(source, pd.DataFrame):
@@ -669,9 +633,9 @@ def check_window_invariants(
         )
     ]
     if not rows:
-        return empty_frame(VIOLATION_COLUMNS)
-    frame = pd.DataFrame(rows, columns=[c.name for c in VIOLATION_COLUMNS])
-    return frame.astype({c.name: c.dtype for c in VIOLATION_COLUMNS})
+        return empty_frame(VIOLATIONS)
+    frame = pd.DataFrame(rows, columns=[c.name for c in VIOLATIONS])
+    return frame.astype({c.name: c.dtype for c in VIOLATIONS})
 
 
 def assert_window_invariants(

@@ -503,8 +503,11 @@ def windows(
     nanobot 0.2.2's agent calls ``get_history(120, max_tokens=context_window -
     max_output_tokens - 1024, include_timestamps=True)``; the defaults here are
     ``get_history``'s own.  Every setting accepts a list and the frame covers the whole grid
-    (columns: :data:`WINDOWS`).  Each window equals ``Session.get_history`` of the session
-    cut at ``at``; windows of one setting form one block of rows.
+    (columns: :data:`sessionkit.schema.WINDOWS`).  Each window equals
+    ``Session.get_history`` of the session cut at ``at``; windows of one setting form one
+    block of rows.  The file cap is not applied here (sessions as stored); see
+    :func:`sessionkit.file_cap` for what it would trim and :func:`sessionkit.message_states`
+    for one turn with the cap applied.
 
     Parameters
     ----------

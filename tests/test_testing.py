@@ -15,9 +15,9 @@ from matplotlib.figure import Figure
 from strategies import sessions
 
 from sessionkit import Session, load
+from sessionkit.schema import VIOLATIONS
 from sessionkit.testing import (
     UPDATE_ENV,
-    VIOLATION_COLUMNS,
     InvariantViolation,
     SnapshotMismatch,
     assert_figure_snapshot,
@@ -249,7 +249,7 @@ def test_bundled_store_windows_are_sound() -> None:
     corpus = load()
     found = check_window_invariants(corpus, max_messages=[40, 120], max_tokens=[0, 2000, 32000])
     assert found.empty
-    assert found.dtypes.astype(str).tolist() == [c.dtype for c in VIOLATION_COLUMNS]
+    assert found.dtypes.astype(str).tolist() == [c.dtype for c in VIOLATIONS]
     assert check_window_invariants(corpus["discord:987"], exact=True, max_tokens=[0, 500]).empty
 
 
