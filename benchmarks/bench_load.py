@@ -196,10 +196,11 @@ def run_phase(name: str, folder: Path, workers: int) -> dict[str, Any]:
     """One measurement in a fresh interpreter; returns its JSON result line."""
     command = [sys.executable, __file__, "--phase", name, "--corpus", str(folder)]
     command += ["--workers", str(workers)]
+    load = os.getloadavg()[0]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"phase {name} failed:\n{done.stderr}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), "loadavg_before": load}
 
 
 def _median(runs: list[dict[str, Any]], field: str) -> float:
@@ -243,23 +244,31 @@ def targets(phases: dict[str, Any], corpus_bytes: int) -> list[dict[str, Any]]:
     """The five targets: measured ratio, goal, and whether it is met."""
     sk = phases["sessionkit"]
 
-    def row(what: str, value: float, goal: float, higher_is_better: bool) -> dict[str, Any]:
+    def row(
+        what: str, value: float, goal: float, higher_is_better: bool, cpu: float | None = None
+    ) -> dict[str, Any]:
         met = value >= goal if higher_is_better else value <= goal
         sign = ">=" if higher_is_better else "<="
-        return {"target": what, "value": round(value, 2), "goal": f"{sign} {goal}", "met": met}
+        entry = {"target": what, "value": round(value, 2), "goal": f"{sign} {goal}", "met": met}
+        if cpu is not None:
+            entry["value_cpu"] = round(cpu, 2)
+        return entry
 
+    nanobot, floor = phases["nanobot"], phases["orjson"]
     return [
         row(
             "sessionkit speed-up vs nanobot",
-            phases["nanobot"]["seconds"] / sk["seconds"],
+            nanobot["seconds"] / sk["seconds"],
             2.5,
             True,
+            nanobot["cpu_seconds"] / sk["cpu_seconds"],
         ),
         row(
             "sessionkit time / orjson floor",
-            sk["seconds"] / phases["orjson"]["seconds"],
+            sk["seconds"] / floor["seconds"],
             1.5,
             False,
+            sk["cpu_seconds"] / floor["cpu_seconds"],
         ),
         row("sessionkit peak RSS / corpus bytes", sk["peak_rss"] / corpus_bytes, 3.0, False),
         row(
@@ -284,7 +293,8 @@ def report(result: dict[str, Any]) -> str:
         f"corpus: {corpus['sessions']:,} sessions, {corpus['messages']:,} messages, "
         f"{corpus['bytes'] / 1e6:,.0f} MB ({corpus['path']})",
         f"{result['repeats']} runs each, medians; {result['workers']} workers; "
-        f"{result['machine']['cpus']} CPUs",
+        f"{result['machine']['cpus']} CPUs; 1-min load average before runs: "
+        f"{result['loadavg_before']['min']:.1f}-{result['loadavg_before']['max']:.1f}",
         "",
         f"{'phase':<34} {'seconds':>8} {'CPU s':>7} {'msgs/s':>11} {'peak RSS':>10} "
         f"{'RSS/bytes':>9}",
@@ -309,10 +319,15 @@ def report(result: dict[str, Any]) -> str:
         f"{'count_tokens warm (cached)':<34} {tokens['warm_seconds']:>8.2f} "
         f"{tokens['warm_cpu_seconds']:>7.2f} {tokens['messages'] / tokens['warm_seconds']:>11,.0f}"
     )
-    lines += ["", f"{'target':<42} {'value':>8} {'goal':>8}  met"]
+    worker = tokens["peak_rss_worker"]
+    lines.append(
+        f"{'count_tokens largest worker':<34} {'':>8} {'':>7} {'':>11} {worker / MIB:>7,.0f} MiB"
+    )
+    lines += ["", f"{'target':<42} {'value':>8} {'on CPU s':>8} {'goal':>8}  met"]
     for row in result["targets"]:
         mark = "yes" if row["met"] else "NO"
-        lines.append(f"{row['target']:<42} {row['value']:>8.2f} {row['goal']:>8}  {mark}")
+        cpu = f"{row['value_cpu']:.2f}" if "value_cpu" in row else ""
+        lines.append(f"{row['target']:<42} {row['value']:>8.2f} {cpu:>8} {row['goal']:>8}  {mark}")
     return "\n".join(lines)
 
 
@@ -364,6 +379,10 @@ def main(argv: list[str] | None = None) -> None:
             "pandas": pandas.__version__,
             "tiktoken": tiktoken.__version__,
             "nanobot": getattr(nanobot, "__version__", "0.2.2"),
+        },
+        "loadavg_before": {
+            "min": min(r["loadavg_before"] for p in phases.values() for r in p["runs"]),
+            "max": max(r["loadavg_before"] for p in phases.values() for r in p["runs"]),
         },
         "phases": phases,
         "targets": targets(phases, corpus_bytes),
