@@ -16,7 +16,7 @@ from sessionkit.session import Session
 from sessionkit.store import Problem, SessionPathError, find_session_files, read_session_file
 from sessionkit.tokens import DEFAULT_CACHE, Method
 
-__all__ = ["Corpus", "default_data_dir", "load"]
+__all__ = ["Corpus", "default_data_dir", "load", "resolve_session"]
 
 PathLike = str | Path
 
@@ -162,3 +162,22 @@ def load(
             if session is not None:
                 sessions.append(session)
     return Corpus(sessions, problems, tokens=tokens)
+
+
+def resolve_session(
+    source: Session | Corpus, key: str | None = None, *, key_name: str = "key"
+) -> Session:
+    """``source`` itself when it is a Session, else the session ``key`` of the Corpus.
+
+    ``key_name`` is the caller's parameter name, used in the error messages.
+    """
+    if isinstance(source, Session):
+        if key is not None and key != source.key:
+            raise ValueError(f"{key_name} {key!r} given with session {source.key!r}")
+        return source
+    if key is None:
+        raise TypeError(f"a Corpus needs {key_name}=..., the key of the session to use")
+    session = source[key]
+    if not isinstance(session, Session):
+        raise TypeError(f"{type(source).__name__}[{key!r}] is not a Session")
+    return session

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 from tqdm.auto import tqdm
 
+from sessionkit.corpus import resolve_session
 from sessionkit.naming import Naming
 from sessionkit.session import Session
 from sessionkit.writer import save_session, session_path
@@ -77,19 +78,6 @@ class _Job:
     target_key: str
     sessions_dir: str | Path | None
     path: Path | None
-
-
-def _source(source: Session | Corpus, source_key: str | None) -> Session:
-    if isinstance(source, Session):
-        if source_key is not None and source_key != source.key:
-            raise ValueError(f"source_key {source_key!r} given with session {source.key!r}")
-        return source
-    if source_key is None:
-        raise TypeError("forking from a Corpus needs source_key, the key of the session to fork")
-    session = source[source_key]
-    if not isinstance(session, Session):
-        raise TypeError(f"{type(source).__name__}[{source_key!r}] is not a Session")
-    return session
 
 
 def _index(session: Session, before_user_index: Any, edit: str | None) -> int:
@@ -292,7 +280,7 @@ def fork(
     FileExistsError, UnsafeKeyError, PermissionError
         From writing, as :func:`~sessionkit.writer.save_session` raises them.
     """
-    session = _source(source, source_key)
+    session = resolve_session(source, source_key, key_name="source_key")
     job = _prepare(session, target_key, before_user_index, edit, sessions_dir, naming)
     _check_targets([job], overwrite)
     return _run(job, overwrite=overwrite, lineage=lineage, naming=naming, digests={})
@@ -316,7 +304,7 @@ def _plan_rows(
             edit, target = row.get("edit"), row.get("target_key")
             rows.append(
                 (
-                    _source(source, None if pd.isna(key) else key),
+                    resolve_session(source, None if pd.isna(key) else key, key_name="source_key"),
                     row["before_user_index"],
                     None if edit is None or pd.isna(edit) else edit,
                     None if target is None or pd.isna(target) else target,
@@ -326,7 +314,7 @@ def _plan_rows(
     if plan is None and source_key is None and not isinstance(source, Session):
         sessions = list(source)
     else:
-        sessions = [_source(source, source_key)]
+        sessions = [resolve_session(source, source_key, key_name="source_key")]
     if plan is None:
         return [(s, i, None, None) for s in sessions for i in range(s.n_user_turns)]
     return [(sessions[0], i, None, None) for i in plan]

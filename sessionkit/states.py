@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from sessionkit.corpus import resolve_session
 from sessionkit.policy import get_policy
 from sessionkit.schema import STATES, STATUSES, empty_frame
 from sessionkit.session import Session
@@ -29,7 +30,7 @@ from sessionkit.windows import windows
 if TYPE_CHECKING:
     from sessionkit.corpus import Corpus
 
-__all__ = ["STATES", "STATUSES", "Settings", "message_states", "resolve_session", "summarize"]
+__all__ = ["Settings", "message_states", "summarize"]
 
 """Columns of :func:`message_states`."""
 
@@ -60,17 +61,6 @@ class _Window:
     count_start: int
     start: int
     row: dict[str, Any]
-
-
-def resolve_session(source: Session | Corpus, key: str | None = None) -> Session:
-    """``source`` itself, or the session ``key`` of a Corpus."""
-    if isinstance(source, Session):
-        if key is not None and key != source.key:
-            raise ValueError(f"key {key!r} given with session {source.key!r}")
-        return source
-    if key is None:
-        raise TypeError("a Corpus needs key=..., the session to look at")
-    return source[key]
 
 
 def _turn_stop(session: Session, turn: int | None) -> int:
