@@ -9,8 +9,8 @@ nanobot that could load tiktoken, ``method="fallback"`` to match one that could 
 
 from __future__ import annotations
 
-import hashlib
 import json
+import multiprocessing
 import os
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -19,6 +19,7 @@ from importlib import resources
 from typing import Any, Literal
 
 import tiktoken
+import xxhash
 from tiktoken.load import load_tiktoken_bpe
 
 __all__ = [
@@ -44,7 +45,7 @@ _CL100K_SPECIAL = {
     "<|endofprompt|>": 100276,
 }
 _FRAMING = 4
-_PARALLEL_MIN_CHARS = 4_000_000
+_PARALLEL_MIN_MESSAGES = 20_000
 
 Method = Literal["tiktoken", "fallback"]
 
@@ -133,11 +134,11 @@ def fallback_message_tokens(message: dict[str, Any]) -> int:
 
 
 def _digest(payload: str) -> bytes:
-    return hashlib.blake2b(payload.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    return xxhash.xxh3_128_digest(payload.encode("utf-8", "surrogatepass"))
 
 
 class TokenCache:
-    """Token counts keyed by a blake2b digest of the payload, so recounts skip tiktoken."""
+    """Token counts keyed by a 128-bit hash (xxh3) of the payload, so recounts skip tiktoken."""
 
     def __init__(self) -> None:
         self._counts: dict[bytes, int] = {}
@@ -168,15 +169,62 @@ def _encode_lengths(payloads: Sequence[str]) -> list[int]:
     return [len(encode(payload)) for payload in payloads]
 
 
-def _count_payloads(payloads: list[str], workers: int) -> list[int]:
-    """Exact counts for non-empty payloads free of special tokens, split over processes."""
-    total_chars = sum(map(len, payloads))
-    if workers <= 1 or total_chars < _PARALLEL_MIN_CHARS or len(payloads) < 2 * workers:
-        return _encode_lengths(payloads)
-    chunk = max(1, len(payloads) // (workers * 8))
-    pieces = [payloads[i : i + chunk] for i in range(0, len(payloads), chunk)]
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        return [n for part in pool.map(_encode_lengths, pieces) for n in part]
+def _count_range(
+    messages: Sequence[dict[str, Any]], cache: TokenCache | None, start: int, stop: int
+) -> tuple[list[int], list[bytes], list[int]]:
+    """Counts for ``messages[start:stop]`` plus the digests and counts new to ``cache``."""
+    counts: list[int] = []
+    misses: list[int] = []
+    payloads: list[str] = []
+    digests: list[bytes] = []
+    for message in messages[start:stop]:
+        payload = message_payload(message)
+        counts.append(_FRAMING)
+        if not payload:
+            continue
+        if cache is not None:
+            digest = _digest(payload)
+            hit = cache.get(digest)
+            if hit is not None:  # special-token payloads are never cached: no scan needed
+                counts[-1] = hit
+                continue
+        if _has_special(payload):
+            counts[-1] = _fallback_payload_tokens(payload)
+            continue
+        if cache is not None:
+            digests.append(digest)
+        misses.append(len(counts) - 1)
+        payloads.append(payload)
+    fresh = [max(_FRAMING, n + _FRAMING) for n in _encode_lengths(payloads)] if payloads else []
+    for i, n in zip(misses, fresh, strict=True):
+        counts[i] = n
+    return counts, digests, fresh if cache is not None else []
+
+
+_SHARED: tuple[Sequence[dict[str, Any]], TokenCache | None] | None = None
+"""What forked workers count: set just before the pool forks, so nothing is pickled to them."""
+
+
+def _count_shared_range(start: int, stop: int) -> tuple[list[int], list[bytes], list[int]]:
+    assert _SHARED is not None
+    return _count_range(*_SHARED, start, stop)
+
+
+def _count_forked(
+    messages: Sequence[dict[str, Any]], cache: TokenCache | None, workers: int
+) -> list[tuple[list[int], list[bytes], list[int]]]:
+    """Split the messages over forked workers that inherit them and the cache."""
+    global _SHARED
+    step = max(1, -(-len(messages) // (workers * 16)))
+    starts = list(range(0, len(messages), step))
+    stops = [min(len(messages), s + step) for s in starts]
+    encoding()  # load the ranks once; the workers inherit them
+    _SHARED = (messages, cache)
+    try:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            return list(pool.map(_count_shared_range, starts, stops))
+    finally:
+        _SHARED = None
 
 
 def count_tokens(
@@ -188,6 +236,9 @@ def count_tokens(
 ) -> list[int]:
     """Token counts for many messages at once: batched, parallel and cached.
 
+    Large batches are split over forked worker processes that inherit the messages and the
+    cache, so the parent neither builds payloads nor ships them.
+
     Parameters
     ----------
     messages
@@ -197,37 +248,22 @@ def count_tokens(
     cache
         Where exact counts are remembered by payload digest; ``None`` disables caching.
     workers
-        Processes used to tokenize uncached payloads (default: every core).
+        Processes used for large batches (default: every core).
     """
-    payloads = [message_payload(m) for m in messages]
     if method == "fallback":
-        return [_fallback_payload_tokens(p) for p in payloads]
+        return [_fallback_payload_tokens(message_payload(m)) for m in messages]
     if method != "tiktoken":
         raise ValueError(f"unknown token method {method!r}; use 'tiktoken' or 'fallback'")
-    counts: list[int] = [0] * len(payloads)
-    todo: list[int] = []
-    digests: list[bytes] = []
-    for i, payload in enumerate(payloads):
-        if not payload:
-            counts[i] = _FRAMING
-            continue
-        if cache is not None:
-            digest = _digest(payload)
-            hit = cache.get(digest)
-            if hit is not None:  # special-token payloads are never cached: no scan needed
-                counts[i] = hit
-                continue
-        if _has_special(payload):
-            counts[i] = _fallback_payload_tokens(payload)
-            continue
-        if cache is not None:
-            digests.append(digest)
-        todo.append(i)
-    if todo:
-        lengths = _count_payloads([payloads[i] for i in todo], workers or os.cpu_count() or 1)
-        fresh = [max(_FRAMING, n + _FRAMING) for n in lengths]
-        for i, n in zip(todo, fresh, strict=True):
-            counts[i] = n
+    batch = messages if isinstance(messages, list | tuple) else list(messages)
+    workers = workers or os.cpu_count() or 1
+    forkable = "fork" in multiprocessing.get_all_start_methods()
+    if workers > 1 and forkable and len(batch) >= _PARALLEL_MIN_MESSAGES:
+        parts = _count_forked(batch, cache, workers)
+    else:
+        parts = [_count_range(batch, cache, 0, len(batch))]
+    counts: list[int] = []
+    for part, digests, fresh in parts:
+        counts.extend(part)
         if cache is not None:
             cache.update(digests, fresh)
     return counts

@@ -251,14 +251,19 @@ def test_parallel_path_equals_single_path(monkeypatch: pytest.MonkeyPatch) -> No
     pool_class = tokens.ProcessPoolExecutor
 
     class SpyPool(pool_class):  # type: ignore[misc, valid-type]
-        def __init__(self, max_workers: int) -> None:
+        def __init__(self, max_workers: int, **kwargs: Any) -> None:
             pools.append(max_workers)
-            super().__init__(max_workers=max_workers)
+            super().__init__(max_workers, **kwargs)
 
     monkeypatch.setattr(tokens, "ProcessPoolExecutor", SpyPool)
-    monkeypatch.setattr(tokens, "_PARALLEL_MIN_CHARS", 1)
+    monkeypatch.setattr(tokens, "_PARALLEL_MIN_MESSAGES", 1)
     assert count_tokens(messages, cache=None, workers=2) == single
     assert pools == [2]
+    cache = TokenCache()
+    assert count_tokens(messages, cache=cache, workers=2) == single
+    payloads = {tokens.message_payload(m) for m in messages}
+    assert len(cache) == len({p for p in payloads if p and "<|endoftext|>" not in p})
+    assert count_tokens(messages, cache=cache, workers=1) == single
     assert single == [estimate_message_tokens(m) for m in messages]
 
 
