@@ -83,27 +83,36 @@ def find_session_files(path: str | Path | list[str | Path] | tuple[str | Path, .
     return list(seen)
 
 
-def _split_lines(raw: bytes) -> list[bytes]:
-    # nanobot reads in text mode: universal newlines split on \n, \r\n and a lone \r.
+def _split_lines(raw: bytes) -> list[memoryview]:
+    """The lines of a file as zero-copy views, split as nanobot's text-mode reading splits.
+
+    Universal newlines: ``\n``, ``\r\n`` and a lone ``\r`` all end a line.
+    """
     if b"\r" in raw:
         raw = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-    lines = raw.split(b"\n")
-    if lines and not lines[-1]:
-        lines.pop()
+    view = memoryview(raw)
+    find = raw.find
+    lines: list[memoryview] = []
+    start = 0
+    while (end := find(b"\n", start)) >= 0:
+        lines.append(view[start:end])
+        start = end + 1
+    if start < len(raw):
+        lines.append(view[start:])
     return lines
 
 
 _BLANK = object()
 
 
-def _parse_line(line: bytes) -> tuple[Any, str | None]:
+def _parse_line(line: bytes | memoryview) -> tuple[Any, str | None]:
     """Parse one line as nanobot would: ``(value, None)``, ``(_BLANK, None)``, or a reason."""
     try:
         return orjson.loads(line), None
     except orjson.JSONDecodeError:
         pass
     try:
-        text = line.decode("utf-8").strip()
+        text = bytes(line).decode("utf-8").strip()
     except UnicodeDecodeError as exc:
         return None, f"not valid UTF-8 (byte {exc.start})"
     if not text:
