@@ -77,7 +77,7 @@ def _notebook(root: Path, forks: Path) -> str:
 def lab(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """A JupyterLab server on a temporary root; yields (notebook URL, forks folder)."""
     if not Path(CHROMIUM).exists():
-        pytest.skip("Debian's chromium is not installed (make chromium)")
+        pytest.fail(f"Debian's chromium is not installed at {CHROMIUM}: run `make chromium`")
     root, forks, home = tmp_path / "root", tmp_path / "forks", tmp_path / "home"
     for folder in (root, forks, home):
         folder.mkdir()
