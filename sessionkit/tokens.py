@@ -18,8 +18,8 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any, Literal
 
+import orjson
 import tiktoken
-import xxhash
 from tiktoken.load import load_tiktoken_bpe
 
 __all__ = [
@@ -46,6 +46,7 @@ _CL100K_SPECIAL = {
 }
 _FRAMING = 4
 _PARALLEL_MIN_MESSAGES = 20_000
+_PROBE = 500
 
 Method = Literal["tiktoken", "fallback"]
 
@@ -133,15 +134,15 @@ def fallback_message_tokens(message: dict[str, Any]) -> int:
     return _fallback_payload_tokens(message_payload(message))
 
 
-def _digest(payload: str) -> bytes:
-    return xxhash.xxh3_128_digest(payload.encode("utf-8", "surrogatepass"))
-
-
 class TokenCache:
-    """Token counts keyed by a 128-bit hash (xxh3) of the payload, so recounts skip tiktoken."""
+    """Token counts keyed by a content hash of each message, so recounts skip tiktoken.
+
+    The key (:func:`_fields_key`) hashes the fields the payload is built from, without
+    building it.  Keys use Python's randomised ``hash``: a cache lives in one process.
+    """
 
     def __init__(self) -> None:
-        self._counts: dict[bytes, int] = {}
+        self._counts: dict[int, int] = {}
 
     def __len__(self) -> int:
         return len(self._counts)
@@ -150,16 +151,58 @@ class TokenCache:
         """Forget every cached count."""
         self._counts.clear()
 
-    def get(self, digest: bytes) -> int | None:
-        """The cached count for a payload digest, or None."""
-        return self._counts.get(digest)
+    def get(self, key: int) -> int | None:
+        """The cached count for a message key, or None."""
+        return self._counts.get(key)
 
-    def update(self, digests: Iterable[bytes], counts: Iterable[int]) -> None:
-        """Record counts for payload digests."""
-        self._counts.update(zip(digests, counts, strict=True))
+    def update(self, keys: Iterable[int], counts: Iterable[int]) -> None:
+        """Record counts for message keys."""
+        self._counts.update(zip(keys, counts, strict=True))
 
 
 DEFAULT_CACHE = TokenCache()
+
+
+def _fields_key(message: dict[str, Any]) -> int | None:
+    """A cache key from the fields the payload is built from, without building the payload.
+
+    Equal keys mean equal fields (a 64-bit hash: a ~2**-64 chance per pair of being wrong),
+    and equal fields mean equal payloads.  Non-string content and tool calls enter as compact
+    JSON; where JSON null would be ambiguous (orjson writes NaN as null) there is no key and
+    the message is counted without the cache.
+    """
+    content = message.get("content")
+    if content is not None and type(content) is not str:
+        try:
+            content = orjson.dumps(content)
+        except (orjson.JSONEncodeError, TypeError):
+            return None
+        if b"null" in content:
+            return None
+    calls = message.get("tool_calls")
+    if calls:
+        try:
+            calls = orjson.dumps(calls)
+        except (orjson.JSONEncodeError, TypeError):
+            return None
+        if b"null" in calls:
+            return None
+    else:
+        calls = None
+    # Only strings reach the payload; anything else counts as absent.
+    name = message.get("name")
+    call_id = message.get("tool_call_id")
+    reasoning = message.get("reasoning_content")
+    return hash(
+        (
+            type(content),
+            content,
+            calls,
+            name if isinstance(name, str) else None,
+            call_id if isinstance(call_id, str) else None,
+            reasoning if isinstance(reasoning, str) else None,
+        )
+    )
 
 
 def _encode_lengths(payloads: Sequence[str]) -> list[int]:
@@ -169,62 +212,81 @@ def _encode_lengths(payloads: Sequence[str]) -> list[int]:
     return [len(encode(payload)) for payload in payloads]
 
 
-def _count_range(
-    messages: Sequence[dict[str, Any]], cache: TokenCache | None, start: int, stop: int
-) -> tuple[list[int], list[bytes], list[int]]:
-    """Counts for ``messages[start:stop]`` plus the digests and counts new to ``cache``."""
-    counts: list[int] = []
-    misses: list[int] = []
-    payloads: list[str] = []
-    digests: list[bytes] = []
-    for message in messages[start:stop]:
-        payload = message_payload(message)
-        counts.append(_FRAMING)
-        if not payload:
-            continue
-        if cache is not None:
-            digest = _digest(payload)
-            hit = cache.get(digest)
-            if hit is not None:  # special-token payloads are never cached: no scan needed
-                counts[-1] = hit
-                continue
-        if _has_special(payload):
-            counts[-1] = _fallback_payload_tokens(payload)
-            continue
-        if cache is not None:
-            digests.append(digest)
-        misses.append(len(counts) - 1)
-        payloads.append(payload)
-    fresh = [max(_FRAMING, n + _FRAMING) for n in _encode_lengths(payloads)] if payloads else []
-    for i, n in zip(misses, fresh, strict=True):
+def _payload_counts(messages: Sequence[dict[str, Any]]) -> list[int]:
+    """nanobot's exact count for each message, tokenizing in one batch."""
+    payloads = [message_payload(m) for m in messages]
+    counts = [_fallback_payload_tokens(p) for p in payloads]  # right for empty and special
+    plain = [i for i, p in enumerate(payloads) if p and not _has_special(p)]
+    lengths = _encode_lengths([payloads[i] for i in plain]) if plain else []
+    for i, n in zip(plain, lengths, strict=True):
+        counts[i] = max(_FRAMING, n + _FRAMING)
+    return counts
+
+
+def _count(
+    messages: Sequence[dict[str, Any]], cache: TokenCache | None
+) -> tuple[list[int | None], list[int]]:
+    """Each message's cache key and count: cached counts looked up, the rest tokenized."""
+    if cache is None:
+        return [None] * len(messages), _payload_counts(messages)
+    keys = [_fields_key(m) for m in messages]
+    lookup = cache._counts.get
+    counts = [None if k is None else lookup(k) for k in keys]
+    todo = [i for i, n in enumerate(counts) if n is None]
+    fresh = _payload_counts([messages[i] for i in todo]) if todo else []
+    for i, n in zip(todo, fresh, strict=True):
         counts[i] = n
-    return counts, digests, fresh if cache is not None else []
+    return keys, counts  # type: ignore[return-value]
 
 
-_SHARED: tuple[Sequence[dict[str, Any]], TokenCache | None] | None = None
+_SHARED: tuple[Sequence[dict[str, Any]], TokenCache | None] = ((), None)
 """What forked workers count: set just before the pool forks, so nothing is pickled to them."""
 
 
-def _count_shared_range(start: int, stop: int) -> tuple[list[int], list[bytes], list[int]]:
-    assert _SHARED is not None
-    return _count_range(*_SHARED, start, stop)
+def _count_shared_range(start: int, stop: int) -> tuple[list[int | None], list[int]]:
+    messages, cache = _SHARED
+    return _count(messages[start:stop], cache)
 
 
 def _count_forked(
     messages: Sequence[dict[str, Any]], cache: TokenCache | None, workers: int
-) -> list[tuple[list[int], list[bytes], list[int]]]:
-    """Split the messages over forked workers that inherit them and the cache."""
+) -> tuple[list[int | None], list[int]]:
+    """:func:`_count` split over forked workers that inherit the messages and the cache.
+
+    The workers share this process's hash seed, so the keys they return are valid here.
+    """
     global _SHARED
     step = max(1, -(-len(messages) // (workers * 16)))
     starts = list(range(0, len(messages), step))
     stops = [min(len(messages), s + step) for s in starts]
     encoding()  # load the ranks once; the workers inherit them
     _SHARED = (messages, cache)
+    keys: list[int | None] = []
+    counts: list[int] = []
     try:
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            return list(pool.map(_count_shared_range, starts, stops))
+            for part_keys, part_counts in pool.map(_count_shared_range, starts, stops):
+                keys.extend(part_keys)
+                counts.extend(part_counts)
     finally:
-        _SHARED = None
+        _SHARED = ((), None)
+    return keys, counts
+
+
+def _worth_forking(
+    messages: Sequence[dict[str, Any]], cache: TokenCache | None, workers: int
+) -> bool:
+    """Fork for large batches that are mostly uncached: lookups alone are faster here, where
+    the hashes computed stay cached on the strings for the next recount."""
+    if workers <= 1 or len(messages) < _PARALLEL_MIN_MESSAGES:
+        return False
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return False
+    if cache is None or not len(cache):
+        return True
+    probe = [_fields_key(m) for m in messages[:: max(1, len(messages) // _PROBE)]]
+    hits = sum(1 for k in probe if k is not None and cache.get(k) is not None)
+    return hits < len(probe) / 2
 
 
 def count_tokens(
@@ -236,8 +298,9 @@ def count_tokens(
 ) -> list[int]:
     """Token counts for many messages at once: batched, parallel and cached.
 
-    Large batches are split over forked worker processes that inherit the messages and the
-    cache, so the parent neither builds payloads nor ships them.
+    Large, mostly uncached batches are split over forked worker processes that inherit the
+    messages and the cache (nothing is pickled to them); a mostly cached batch is looked up
+    here.
 
     Parameters
     ----------
@@ -256,14 +319,9 @@ def count_tokens(
         raise ValueError(f"unknown token method {method!r}; use 'tiktoken' or 'fallback'")
     batch = messages if isinstance(messages, list | tuple) else list(messages)
     workers = workers or os.cpu_count() or 1
-    forkable = "fork" in multiprocessing.get_all_start_methods()
-    if workers > 1 and forkable and len(batch) >= _PARALLEL_MIN_MESSAGES:
-        parts = _count_forked(batch, cache, workers)
-    else:
-        parts = [_count_range(batch, cache, 0, len(batch))]
-    counts: list[int] = []
-    for part, digests, fresh in parts:
-        counts.extend(part)
-        if cache is not None:
-            cache.update(digests, fresh)
+    forked = _worth_forking(batch, cache, workers)
+    keys, counts = _count_forked(batch, cache, workers) if forked else _count(batch, cache)
+    if cache is not None:
+        known = [(k, n) for k, n in zip(keys, counts, strict=True) if k is not None]
+        cache.update((k for k, _ in known), (n for _, n in known))
     return counts

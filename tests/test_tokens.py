@@ -212,8 +212,9 @@ def test_count_tokens_rejects_unknown_method() -> None:
 def test_cached_recount_skips_the_encoder(monkeypatch: pytest.MonkeyPatch) -> None:
     cache = TokenCache()
     first = count_tokens(MIXED, cache=cache)
-    # Five distinct payloads need tiktoken; the empty and special-token ones never do.
-    assert len(cache) == 5
+    # One entry per distinct message (the two "hello world" share one), the empty and
+    # special-token ones included.
+    assert len(cache) == 7
 
     def refuse(payloads: list[str]) -> list[int]:
         raise AssertionError(f"encoder called for {len(payloads)} payloads")
@@ -261,8 +262,7 @@ def test_parallel_path_equals_single_path(monkeypatch: pytest.MonkeyPatch) -> No
     assert pools == [2]
     cache = TokenCache()
     assert count_tokens(messages, cache=cache, workers=2) == single
-    payloads = {tokens.message_payload(m) for m in messages}
-    assert len(cache) == len({p for p in payloads if p and "<|endoftext|>" not in p})
+    assert len(cache) == len({tokens._fields_key(m) for m in messages}) == 47
     assert count_tokens(messages, cache=cache, workers=1) == single
     assert single == [estimate_message_tokens(m) for m in messages]
 
