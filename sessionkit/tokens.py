@@ -276,8 +276,11 @@ def _count_forked(
 def _worth_forking(
     messages: Sequence[dict[str, Any]], cache: TokenCache | None, workers: int
 ) -> bool:
-    """Fork for large batches that are mostly uncached: lookups alone are faster here, where
-    the hashes computed stay cached on the strings for the next recount."""
+    """Whether to tokenize in forked workers: only for large, mostly uncached batches.
+
+    A mostly cached batch is faster looked up in this process, which also leaves each
+    string's hash cached on it for the next recount.
+    """
     if workers <= 1 or len(messages) < _PARALLEL_MIN_MESSAGES:
         return False
     if "fork" not in multiprocessing.get_all_start_methods():
@@ -309,7 +312,8 @@ def count_tokens(
     method
         ``"tiktoken"`` for nanobot's exact count, ``"fallback"`` for its chars // 4 estimate.
     cache
-        Where exact counts are remembered by payload digest; ``None`` disables caching.
+        Where exact counts are remembered, keyed by a hash of each message's payload
+        fields; ``None`` disables caching.
     workers
         Processes used for large batches (default: every core).
     """
