@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import html
 import io
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -17,15 +18,16 @@ import ipywidgets as widgets
 import numpy as np
 import pandas as pd
 
-from sessionkit.corpus import Corpus
+from sessionkit.corpus import Corpus, default_data_dir
 from sessionkit.fork import fork
 from sessionkit.plot import timeline_axes, token_timeline
 from sessionkit.preview import flatten_content
 from sessionkit.session import Session
 from sessionkit.states import message_states, summarize
+from sessionkit.store import SessionPathError
 from sessionkit.transcript import TranscriptWidget, transcript_rows
 
-__all__ = ["Explorer", "explore"]
+__all__ = ["SCRATCH_FORK_DIR", "Explorer", "default_fork_dir", "explore"]
 
 
 def _wide() -> widgets.Layout:
@@ -303,8 +305,8 @@ class Explorer(widgets.VBox):
 
     def _reset_fork(self) -> None:
         folder = self.default_dir
-        if folder is None and self.session.path is not None:
-            folder = self.session.path.parent
+        if folder is None:
+            folder = default_fork_dir(self.session)
         self.fork_dir.value = "" if folder is None else str(folder)
         self.fork_text.value = ""
         self.fork_target.value = ""
@@ -360,6 +362,23 @@ class Explorer(widgets.VBox):
         )
 
 
+SCRATCH_FORK_DIR = Path(tempfile.gettempdir()) / "sessionkit-forks"
+"""Where the explorer offers to write forks of the bundled sample sessions."""
+
+
+def default_fork_dir(session: Session) -> Path | None:
+    """The folder the fork panel offers: the session's own sessions folder, where nanobot
+    lists it, except for the bundled sample data, which stays untouched (a scratch folder)."""
+    if session.path is None:
+        return None
+    folder = session.path.parent
+    try:
+        bundled = default_data_dir().resolve()
+    except SessionPathError:
+        return folder
+    return SCRATCH_FORK_DIR if folder.resolve().is_relative_to(bundled) else folder
+
+
 def explore(
     corpus: Corpus | Session,
     *,
@@ -370,8 +389,8 @@ def explore(
     """Show the explorer for a Corpus (or one Session); returns the app (an ipywidgets VBox).
 
     ``settings`` are the initial ``max_messages``, ``max_tokens``, ``include_timestamps``,
-    ``extend_to_user`` and ``file_cap``; forks go to ``sessions_dir`` (default: the shown
-    session's folder).
+    ``extend_to_user`` and ``file_cap``; forks go to ``sessions_dir`` (default:
+    :func:`default_fork_dir`).
     """
     if isinstance(corpus, Session):
         corpus = Corpus([corpus])

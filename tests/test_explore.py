@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import sessionkit
-from sessionkit.explore import Explorer, explore
+from sessionkit.explore import SCRATCH_FORK_DIR, Explorer, explore
 from sessionkit.states import message_states, summarize
 from sessionkit.transcript import (
     MAX_TEXT_CHARS,
@@ -181,7 +181,16 @@ def test_explore_one_session(corpus) -> None:
     assert [key for _, key in app.picker.options] == ["telegram:42"]
     assert _shown(app) == _expected(corpus["telegram:42"], max_messages=50)
     assert app.turn.max == 0
-    assert app.fork_dir.value == str(corpus["telegram:42"].path.parent)
+    assert app.fork_dir.value == str(SCRATCH_FORK_DIR)
+
+
+def test_forks_default_to_the_sessions_own_folder(tmp_path: Path) -> None:
+    source = sessionkit.default_data_dir() / "sessions" / "telegram_42.jsonl"
+    (tmp_path / "sessions").mkdir()
+    copy = tmp_path / "sessions" / source.name
+    copy.write_bytes(source.read_bytes())
+    app = explore(sessionkit.load(tmp_path))
+    assert app.fork_dir.value == str(copy.parent)
 
 
 def test_transcript_rows() -> None:
