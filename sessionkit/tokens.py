@@ -230,7 +230,7 @@ def _count(
     if cache is None:
         return [None] * len(messages), _payload_counts(messages)
     keys = [_fields_key(m) for m in messages]
-    lookup = cache._counts.get
+    lookup = cache.get  # the method, so subclasses (read-through caches) are honoured
     counts = [None if k is None else lookup(k) for k in keys]
     todo = [i for i, n in enumerate(counts) if n is None]
     fresh = _payload_counts([messages[i] for i in todo]) if todo else []

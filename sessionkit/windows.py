@@ -75,14 +75,14 @@ class _DeltaCache(TokenCache):
     def __init__(self, base: TokenCache | None) -> None:
         super().__init__()
         self.base = base
-        self.fresh: list[tuple[bytes, int]] = []
+        self.fresh: list[tuple[int, int]] = []
 
-    def get(self, digest: bytes) -> int | None:
-        hit = self.base.get(digest) if self.base is not None else None
-        return hit if hit is not None else super().get(digest)
+    def get(self, key: int) -> int | None:
+        hit = self.base.get(key) if self.base is not None else None
+        return hit if hit is not None else super().get(key)
 
-    def update(self, digests: Iterable[bytes], counts: Iterable[int]) -> None:
-        pairs = list(zip(digests, counts, strict=True))
+    def update(self, keys: Iterable[int], counts: Iterable[int]) -> None:
+        pairs = list(zip(keys, counts, strict=True))
         super().update((d for d, _ in pairs), (c for _, c in pairs))
         self.fresh.extend(pairs)
 

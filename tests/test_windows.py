@@ -235,3 +235,22 @@ def test_orphan_tool_result_sets_the_cut() -> None:
     assert (row["cut"], row["start"], row["stop"], row["messages_hidden"]) == ("orphan", 2, 4, 2)
     kept = session.get_history()
     assert [m["content"] for m in kept] == ["b", "c"]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_prepared_again_reads_token_counts_from_the_cache(
+    monkeypatch: pytest.MonkeyPatch, workers: int
+) -> None:
+    sessions = [
+        Session(key=f"t:{i}", messages=[{"role": "user", "content": f"hello {i}"}] * 3)
+        for i in range(3)
+    ]
+    cache = sessionkit.TokenCache()
+    first = windows(sessions, cache=cache, workers=1)
+    clear_cache()
+
+    def refuse(payloads: list[str]) -> list[int]:
+        raise AssertionError("tokenized again despite a warm token cache")
+
+    monkeypatch.setattr(sessionkit.tokens, "_encode_lengths", refuse)
+    pd.testing.assert_frame_equal(windows(sessions, cache=cache, workers=workers), first)
