@@ -14,7 +14,7 @@ import pandas as pd
 from sessionkit import schema
 from sessionkit.preview import flatten_content, session_preview, session_title
 from sessionkit.session import Session
-from sessionkit.store import Problem
+from sessionkit.store import Problem, parse_timestamp
 from sessionkit.tokens import Method, TokenCache, count_tokens
 
 __all__ = ["messages_frame", "problems_frame", "sessions_frame"]
@@ -22,15 +22,6 @@ __all__ = ["messages_frame", "problems_frame", "sessions_frame"]
 
 def _naive(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=None) if value is not None and value.tzinfo else value
-
-
-def _iso(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value)
-    except ValueError:
-        return None
 
 
 def _to_datetime(values: list[Any]) -> np.ndarray:
@@ -48,7 +39,7 @@ def _to_datetime(values: list[Any]) -> np.ndarray:
                 return np.array(strings, dtype="datetime64[us]").astype("datetime64[ns]")
             except (ValueError, TypeError, OverflowError, UserWarning, DeprecationWarning):
                 pass
-    parsed = [_naive(_iso(s)) for s in strings]
+    parsed = [_naive(parse_timestamp(s)) for s in strings]
     return pd.Series(parsed, dtype="datetime64[ns]").to_numpy()
 
 

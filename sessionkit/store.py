@@ -20,7 +20,13 @@ import orjson
 from sessionkit.naming import key_from_filename, storage_key
 from sessionkit.session import Session
 
-__all__ = ["Problem", "SessionPathError", "find_session_files", "read_session_file"]
+__all__ = [
+    "Problem",
+    "SessionPathError",
+    "find_session_files",
+    "parse_timestamp",
+    "read_session_file",
+]
 
 SESSION_SUFFIXES = (".jsonl", ".json")
 _GLOB_CHARS = frozenset("*?[")
@@ -154,7 +160,8 @@ def _json_type(value: Any) -> str:
     return "null" if value is None else names.get(type(value), type(value).__name__)
 
 
-def _parse_time(value: Any) -> datetime | None:
+def parse_timestamp(value: Any) -> datetime | None:
+    """An ISO timestamp as nanobot reads it (``datetime.fromisoformat``); None if it is not one."""
     if not value:
         return None
     with suppress(ValueError, TypeError):
@@ -163,7 +170,7 @@ def _parse_time(value: Any) -> datetime | None:
 
 
 def _time_problem(field: str, value: Any) -> str | None:
-    if value and _parse_time(value) is None:
+    if value and parse_timestamp(value) is None:
         return f"metadata {field} {value!r} is not an ISO timestamp"
     return None
 
@@ -213,7 +220,7 @@ def _jsonl_session(path: Path, raw: bytes) -> tuple[Session, list[Problem]]:
             reason = _time_problem(field, meta.get(field))
             if reason:
                 problems.append(Problem(str(path), line_no, reason))
-            parsed = _parse_time(meta.get(field))
+            parsed = parse_timestamp(meta.get(field))
             if parsed is not None or not repairing:
                 times[field] = parsed
         offset = meta.get("last_consolidated", 0)
@@ -268,8 +275,8 @@ def _legacy_session(path: Path, raw: bytes) -> tuple[Session | None, list[Proble
     session = Session(
         key=key if isinstance(key, str) and key else key_from_filename(path),
         messages=messages,
-        created_at=_parse_time(value.get("created_at")),
-        updated_at=_parse_time(value.get("updated_at")),
+        created_at=parse_timestamp(value.get("created_at")),
+        updated_at=parse_timestamp(value.get("updated_at")),
         metadata=metadata if isinstance(metadata, dict) else {},
         last_consolidated=offset,
         path=path,
