@@ -38,8 +38,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from corpus import corpus_folder, ensure_corpus
+
 HERE = Path(__file__).resolve().parent
-CORPORA = HERE / ".corpus"
 RESULTS = HERE / "results"
 MIB = 1024 * 1024
 LOADERS = ("sessionkit", "nanobot", "read_json", "orjson")
@@ -179,17 +180,6 @@ PHASES: dict[str, Callable[[Path, int], dict[str, Any]]] = {
 
 
 # --- driver ------------------------------------------------------------------------------------
-
-
-def ensure_corpus(folder: Path, n_sessions: int, n_messages: int, seed: int) -> None:
-    """Generate the sessions folder once; later runs reuse it."""
-    if folder.is_dir() and any(folder.glob("*.jsonl")):
-        return
-    from sessionkit.synthetic import generate_corpus
-
-    print(f"generating {n_sessions:,} sessions / {n_messages:,} messages in {folder} ...")
-    stats = generate_corpus(folder, n_sessions=n_sessions, target_messages=n_messages, seed=seed)
-    print(f"  {stats.n_messages:,} messages, {stats.n_bytes / 1e6:.0f} MB", flush=True)
 
 
 def run_phase(name: str, folder: Path, workers: int) -> dict[str, Any]:
@@ -344,7 +334,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--phase", choices=sorted(PHASES), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
-    default = CORPORA / f"corpus-{args.sessions}-{args.messages}-{args.seed}" / "sessions"
+    default = corpus_folder(args.sessions, args.messages, args.seed)
     folder = (args.corpus or default).resolve()
     if args.phase:
         result = PHASES[args.phase](folder, args.workers)

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from corpus import corpus_folder, ensure_corpus
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -43,16 +44,6 @@ def _peak_rss_mib() -> dict[str, float]:
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     return {"process": round(own, 1), "largest_worker": round(children, 1)}
-
-
-def _ensure_corpus(folder: Path, n_sessions: int, n_messages: int, seed: int) -> None:
-    from sessionkit.synthetic import generate_corpus
-
-    if folder.is_dir() and any(folder.glob("*.jsonl")):
-        return
-    print(f"generating {n_sessions} sessions / {n_messages:,} messages in {folder} ...")
-    stats = generate_corpus(folder, n_sessions=n_sessions, target_messages=n_messages, seed=seed)
-    print(f"  {stats.n_messages:,} messages, {stats.n_bytes / 1e6:.0f} MB")
 
 
 def _load(folder: Path) -> list[Any]:
@@ -225,11 +216,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--phase", choices=["all", "sweep"], default="all", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    folder = args.corpus or RESULTS / f"corpus-{args.sessions}-{args.messages}-{args.seed}"
+    folder = args.corpus or corpus_folder(args.sessions, args.messages, args.seed)
     if args.phase == "sweep":
         print(json.dumps(sweep(folder, args.workers, args.repeats)))
         return
-    _ensure_corpus(folder, args.sessions, args.messages, args.seed)
+    ensure_corpus(folder, args.sessions, args.messages, args.seed)
     command = [sys.executable, __file__, "--phase", "sweep", "--corpus", str(folder)]
     command += ["--workers", str(args.workers), "--repeats", str(args.repeats)]
     print("whole-corpus sweep (fresh process, cold token cache) ...", flush=True)
