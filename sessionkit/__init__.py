@@ -1,6 +1,13 @@
-"""sessionkit: nanobot conversation histories as pandas DataFrames, simulated exactly."""
+"""sessionkit: nanobot conversation histories as pandas DataFrames, simulated exactly.
 
-from sessionkit import plot, schema, synthetic, testing
+``sessionkit.plot`` and ``sessionkit.testing`` load matplotlib, so they are imported on first
+use: loading, counting and the command line start without it.
+"""
+
+import importlib
+from types import ModuleType
+
+from sessionkit import schema, synthetic
 from sessionkit.corpus import Corpus, default_data_dir, load
 from sessionkit.explore import explore
 from sessionkit.filecap import file_cap
@@ -71,3 +78,11 @@ __all__ = [
     "storage_key",
     "synthetic",
 ]
+
+_ON_FIRST_USE = ("plot", "testing")
+
+
+def __getattr__(name: str) -> ModuleType:
+    if name in _ON_FIRST_USE:
+        return importlib.import_module(f"sessionkit.{name}")
+    raise AttributeError(f"module 'sessionkit' has no attribute {name!r}")

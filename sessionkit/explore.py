@@ -20,7 +20,6 @@ import pandas as pd
 
 from sessionkit.corpus import Corpus, default_data_dir
 from sessionkit.fork import fork
-from sessionkit.plot import timeline_axes, token_timeline
 from sessionkit.preview import flatten_content
 from sessionkit.session import Session
 from sessionkit.states import message_states, summarize
@@ -136,7 +135,9 @@ class Explorer(widgets.VBox):
         self.fork_result = widgets.HTML()
         self.fork_result.add_class("sk-fork-result")
 
-        self._figure = timeline_axes().figure
+        from sessionkit import plot  # matplotlib loads with the first explorer, not the package
+
+        self._figure = plot.timeline_axes().figure
         self.session: Session = corpus[key] if key is not None else next(iter(corpus))
         super().__init__(self._layout(), layout=_wide())
         self._show(self.session.key)
@@ -269,14 +270,16 @@ class Explorer(widgets.VBox):
 
     def _draw(self, counts: dict[str, Any]) -> None:
         """The timeline; zoomed, it spans the count window (token cut included) to the turn."""
-        ax = timeline_axes(self._figure)
+        from sessionkit import plot
+
+        ax = plot.timeline_axes(self._figure)
         stop = self.states.attrs["stop"]
         counted = np.flatnonzero(self.states["status"].isin(["trimmed_tokens", "in_window"]))
         xlim = None
         if self.zoom.value and len(counted):
             start = int(counted[0])
             xlim = (start - max(10, (stop - start) // 10) - 0.5, stop + 0.5)
-        token_timeline(self.states, ax=ax, xlim=xlim)
+        plot.token_timeline(self.states, ax=ax, xlim=xlim)
         buffer = io.BytesIO()
         self._figure.savefig(buffer, format="png", pil_kwargs={"compress_level": 1})
         self.timeline.value = buffer.getvalue()
