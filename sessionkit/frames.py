@@ -5,7 +5,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from datetime import datetime
-from itertools import chain
+from itertools import chain, repeat
 from typing import Any
 
 import numpy as np
@@ -18,6 +18,8 @@ from sessionkit.store import Problem, parse_timestamp
 from sessionkit.tokens import Method, TokenCache, count_tokens
 
 __all__ = ["messages_frame", "problems_frame", "sessions_frame"]
+
+_STR_OR_NONE = frozenset({str, type(None)})
 
 
 def _naive(value: datetime | None) -> datetime | None:
@@ -43,24 +45,50 @@ def _to_datetime(values: list[Any]) -> np.ndarray:
     return pd.Series(parsed, dtype="datetime64[ns]").to_numpy()
 
 
+def _field(messages: list[dict[str, Any]], name: str) -> list[Any]:
+    """One field of every message (None where absent), read by a C-level ``map``."""
+    try:
+        return list(map(dict.get, messages, repeat(name)))
+    except TypeError:  # a mapping that is not a dict
+        return [m.get(name) for m in messages]
+
+
+def _is_instance(values: list[Any], kind: type) -> np.ndarray:
+    return np.fromiter(map(isinstance, values, repeat(kind)), dtype=bool, count=len(values))
+
+
+def _objects(values: list[Any]) -> np.ndarray:
+    """A 1-d object array of the values as they are (``np.array`` would descend into lists)."""
+    return np.fromiter(values, dtype=object, count=len(values))
+
+
 def _codes(values: list[Any]) -> tuple[np.ndarray, list[str]]:
-    """Category codes (-1 for missing) and categories, for short repeated labels like roles."""
-    labels = [v if v is None or type(v) is str else str(v) for v in values]
-    seen: dict[str | None, int] = {None: -1}
-    codes = [seen.setdefault(v, len(seen) - 1) for v in labels]
-    return np.array(codes, dtype=np.int64), [k for k in seen if k is not None]
+    """Category codes (-1 for missing) and categories in order of first appearance, for
+    short repeated labels like roles; non-string labels are shown as text."""
+    if not _STR_OR_NONE.issuperset(map(type, values)):
+        values = [v if v is None or type(v) is str else str(v) for v in values]
+    codes, uniques = pd.factorize(_objects(values))
+    return codes.astype(np.int64, copy=False), list(uniques)
 
 
 def _strings(values: list[Any]) -> pd.arrays.StringArray:
     """A string column; non-strings become <NA>.  Built directly: pandas' generic
     constructor re-scans and copies every value."""
-    return pd.arrays.StringArray(
-        np.array([v if type(v) is str else pd.NA for v in values], dtype=object)
-    )
+    array = _objects(values)
+    array[~_is_instance(values, str)] = pd.NA
+    return pd.arrays.StringArray(array)
 
 
 def _truthy(values: list[Any]) -> np.ndarray:
     return np.fromiter(map(bool, values), dtype=bool, count=len(values))
+
+
+def _list_lengths(values: list[Any]) -> np.ndarray:
+    """``len`` of each value that is a list, else 0."""
+    lengths = np.zeros(len(values), dtype=np.int64)
+    lists = np.flatnonzero(_is_instance(values, list))
+    lengths[lists] = [len(values[i]) for i in lists]
+    return lengths
 
 
 def _session_codes(sessions: Sequence[Session], lengths: np.ndarray) -> pd.Categorical:
@@ -102,14 +130,14 @@ def messages_frame(
     session_starts = np.cumsum(lengths) - lengths
     idx = np.arange(total, dtype=np.int64) - np.repeat(session_starts, lengths)
     msgs: list[dict[str, Any]] = list(chain.from_iterable(s.messages for s in sessions))
-    role_codes, roles = _codes([m.get("role") for m in msgs])
+    role_codes, roles = _codes(_field(msgs, "role"))
     is_user = role_codes == roles.index("user") if "user" in roles else np.zeros(total, bool)
     users_before = np.concatenate(([0], np.cumsum(is_user)))
     user_index = users_before[1:] - np.repeat(users_before[session_starts], lengths) - 1
     offsets = np.repeat([s.last_consolidated for s in sessions], lengths)
-    contents = [m.get("content") for m in msgs]
-    tool_calls = [m.get("tool_calls") for m in msgs]
-    media = [m.get("media") for m in msgs]
+    text = _field(msgs, "content")
+    for i in np.flatnonzero(~_is_instance(text, str)):
+        text[i] = flatten_content(text[i])
     counts = count_tokens(msgs, method=tokens, cache=cache) if tokens else None
     no_tokens = np.zeros(total, dtype=np.int64)
     return pd.DataFrame(
@@ -118,22 +146,17 @@ def messages_frame(
             "idx": pd.array(idx, dtype="Int64"),
             "line_no": _line_numbers(sessions),
             "role": pd.Categorical.from_codes(role_codes, categories=roles),
-            "text": _strings([c if type(c) is str else flatten_content(c) for c in contents]),
-            "timestamp": _to_datetime([m.get("timestamp") for m in msgs]),
+            "text": _strings(text),
+            "timestamp": _to_datetime(_field(msgs, "timestamp")),
             "tokens": pd.array(counts, dtype="Int64")
             if counts is not None
             else pd.arrays.IntegerArray(no_tokens, np.ones(total, dtype=bool)),
-            "is_command": _truthy([m.get("_command") for m in msgs]),
-            "is_channel_delivery": _truthy([m.get("_channel_delivery") for m in msgs]),
-            "n_tool_calls": pd.array(
-                np.array([len(t) if type(t) is list else 0 for t in tool_calls], dtype=np.int64),
-                dtype="Int64",
-            ),
-            "tool_call_id": _strings([m.get("tool_call_id") for m in msgs]),
-            "name": _strings([m.get("name") for m in msgs]),
-            "has_media": np.array(
-                [x is not None and type(x) is list and len(x) > 0 for x in media], dtype=bool
-            ),
+            "is_command": _truthy(_field(msgs, "_command")),
+            "is_channel_delivery": _truthy(_field(msgs, "_channel_delivery")),
+            "n_tool_calls": pd.array(_list_lengths(_field(msgs, "tool_calls")), dtype="Int64"),
+            "tool_call_id": _strings(_field(msgs, "tool_call_id")),
+            "name": _strings(_field(msgs, "name")),
+            "has_media": _list_lengths(_field(msgs, "media")) > 0,
             "consolidated": idx < offsets,
             "user_index": pd.array(user_index, dtype="Int64"),
         },

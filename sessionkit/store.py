@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import compress, repeat
+from operator import contains
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +140,7 @@ def _parse_lines(raw: bytes) -> tuple[list[dict[str, Any]], Sequence[int], list[
         values = [orjson.loads(line) for line in lines]
     except orjson.JSONDecodeError:
         values = None
-    if values is not None and all(type(v) is dict for v in values):
+    if values is not None and set(map(type, values)) <= {dict}:
         return values, range(1, len(values) + 1), []
     records: list[dict[str, Any]] = []
     numbers: list[int] = []
@@ -186,7 +188,7 @@ def _offset_problem(value: Any, n_messages: int) -> str | None:
 def _jsonl_session(path: Path, raw: bytes) -> tuple[Session, list[Problem]]:
     records, numbers, bad = _parse_lines(raw)
     problems = [Problem(str(path), n, reason, skipped=True) for n, reason in bad]
-    typed = [i for i, record in enumerate(records) if "_type" in record]
+    typed = list(compress(range(len(records)), map(contains, records, repeat("_type"))))
     metas = [(numbers[i], records[i]) for i in typed if records[i]["_type"] == "metadata"]
     extra = [records[i] for i in typed if records[i]["_type"] == "provider_state"]
     special = {i for i in typed if records[i]["_type"] in ("metadata", "provider_state")}

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from functools import lru_cache
 from importlib import resources
+from itertools import compress, repeat
+from operator import is_not
 from typing import Any, Literal
 
 import orjson
@@ -46,7 +48,6 @@ _CL100K_SPECIAL = {
 }
 _FRAMING = 4
 _PARALLEL_MIN_MESSAGES = 20_000
-_PROBE = 500
 
 Method = Literal["tiktoken", "fallback"]
 
@@ -137,7 +138,7 @@ def fallback_message_tokens(message: dict[str, Any]) -> int:
 class TokenCache:
     """Token counts keyed by a content hash of each message, so recounts skip tiktoken.
 
-    The key (:func:`_fields_key`) hashes the fields the payload is built from, without
+    The key (:func:`_message_keys`) hashes the fields the payload is built from, without
     building it.  Keys use Python's randomised ``hash``: a cache lives in one process.
     """
 
@@ -162,47 +163,69 @@ class TokenCache:
 
 DEFAULT_CACHE = TokenCache()
 
+_KEY_FIELDS = ("content", "tool_calls", "name", "tool_call_id", "reasoning_content")
+_STR_OR_NONE = frozenset({str, type(None)})
+_NO_KEY = object()
 
-def _fields_key(message: dict[str, Any]) -> int | None:
-    """A cache key from the fields the payload is built from, without building the payload.
 
-    Equal keys mean equal fields (a 64-bit hash: a ~2**-64 chance per pair of being wrong),
-    and equal fields mean equal payloads.  Non-string content and tool calls enter as compact
-    JSON; where JSON null would be ambiguous (orjson writes NaN as null) there is no key and
-    the message is counted without the cache.
+def _dumped(values: list[Any]) -> list[Any]:
+    """Compact JSON of non-string fields; ``_NO_KEY`` where JSON null would be ambiguous
+    (orjson writes NaN as null) or the value is not JSON."""
+    try:
+        dumped: list[Any] = list(map(orjson.dumps, values))
+    except (orjson.JSONEncodeError, TypeError):
+        if len(values) == 1:
+            return [_NO_KEY]
+        return [_dumped([v])[0] for v in values]
+    if b"null" in b"".join(dumped):
+        return [_NO_KEY if b"null" in d else d for d in dumped]
+    return dumped
+
+
+def _message_keys(messages: Sequence[dict[str, Any]]) -> list[int | None]:
+    """Cache keys of many messages, from the fields their payloads are built from.
+
+    A key hashes (content, tool calls, name, tool_call_id, reasoning): non-string content as
+    a 1-tuple of compact JSON (so it never equals a string), tool calls as compact JSON when
+    truthy, and names, ids and reasoning only when they are strings (only strings reach the
+    payload).  Equal keys mean equal fields (a 64-bit hash: a ~2**-64 chance per pair of
+    being wrong), and equal fields mean equal payloads.  A message whose fields have no
+    faithful JSON form gets ``None`` and is counted without the cache.  Each field is read
+    for all messages by one C-level ``map``; only odd values take a Python step.
     """
-    content = message.get("content")
-    if content is not None and type(content) is not str:
-        try:
-            content = orjson.dumps(content)
-        except (orjson.JSONEncodeError, TypeError):
-            return None
-        if b"null" in content:
-            return None
-    calls = message.get("tool_calls")
-    if calls:
-        try:
-            calls = orjson.dumps(calls)
-        except (orjson.JSONEncodeError, TypeError):
-            return None
-        if b"null" in calls:
-            return None
-    else:
-        calls = None
-    # Only strings reach the payload; anything else counts as absent.
-    name = message.get("name")
-    call_id = message.get("tool_call_id")
-    reasoning = message.get("reasoning_content")
-    return hash(
-        (
-            type(content),
-            content,
-            calls,
-            name if isinstance(name, str) else None,
-            call_id if isinstance(call_id, str) else None,
-            reasoning if isinstance(reasoning, str) else None,
+    try:
+        contents, calls, names, ids, reasonings = (
+            list(map(dict.get, messages, repeat(field))) for field in _KEY_FIELDS
         )
+    except TypeError:  # not all dicts: read them as mappings
+        contents, calls, names, ids, reasonings = (
+            [m.get(field) for m in messages] for field in _KEY_FIELDS
+        )
+    no_key: list[int] = []
+    if not _STR_OR_NONE.issuperset(map(type, contents)):
+        odd = [i for i, v in enumerate(contents) if type(v) not in _STR_OR_NONE]
+        for i, dumped in zip(odd, _dumped([contents[i] for i in odd]), strict=True):
+            contents[i] = (dumped,)
+            if dumped is _NO_KEY:
+                no_key.append(i)
+    present = list(compress(range(len(calls)), map(is_not, calls, repeat(None))))
+    truthy = [i for i in present if calls[i]]
+    dumped_calls = _dumped([calls[i] for i in truthy])
+    for i in present:
+        calls[i] = None
+    for i, dumped in zip(truthy, dumped_calls, strict=True):
+        calls[i] = dumped
+        if dumped is _NO_KEY:
+            no_key.append(i)
+    for column in (names, ids, reasonings):
+        if not _STR_OR_NONE.issuperset(map(type, column)):
+            column[:] = [v if type(v) is str else None for v in column]
+    keys: list[int | None] = list(
+        map(hash, zip(contents, calls, names, ids, reasonings, strict=True))
     )
+    for i in no_key:
+        keys[i] = None
+    return keys
 
 
 def _encode_lengths(payloads: Sequence[str]) -> list[int]:
@@ -223,73 +246,69 @@ def _payload_counts(messages: Sequence[dict[str, Any]]) -> list[int]:
     return counts
 
 
-def _count(
-    messages: Sequence[dict[str, Any]], cache: TokenCache | None
-) -> tuple[list[int | None], list[int]]:
-    """Each message's cache key and count: cached counts looked up, the rest tokenized."""
-    if cache is None:
-        return [None] * len(messages), _payload_counts(messages)
-    keys = [_fields_key(m) for m in messages]
-    lookup = cache.get  # the method, so subclasses (read-through caches) are honoured
-    counts = [None if k is None else lookup(k) for k in keys]
-    todo = [i for i, n in enumerate(counts) if n is None]
-    fresh = _payload_counts([messages[i] for i in todo]) if todo else []
-    for i, n in zip(todo, fresh, strict=True):
-        counts[i] = n
-    return keys, counts  # type: ignore[return-value]
-
-
-_SHARED: tuple[Sequence[dict[str, Any]], TokenCache | None] = ((), None)
+_SHARED: Sequence[dict[str, Any]] = ()
 """What forked workers count: set just before the pool forks, so nothing is pickled to them."""
 
 
-def _count_shared_range(start: int, stop: int) -> tuple[list[int | None], list[int]]:
-    messages, cache = _SHARED
-    return _count(messages[start:stop], cache)
+def _count_shared_range(start: int, stop: int) -> list[int]:
+    return _payload_counts(_SHARED[start:stop])
 
 
-def _count_forked(
-    messages: Sequence[dict[str, Any]], cache: TokenCache | None, workers: int
-) -> tuple[list[int | None], list[int]]:
-    """:func:`_count` split over forked workers that inherit the messages and the cache.
-
-    The workers share this process's hash seed, so the keys they return are valid here.
-    """
+def _payload_counts_forked(messages: Sequence[dict[str, Any]], workers: int) -> list[int]:
+    """:func:`_payload_counts` split over forked workers that inherit the messages."""
     global _SHARED
     step = max(1, -(-len(messages) // (workers * 16)))
     starts = list(range(0, len(messages), step))
     stops = [min(len(messages), s + step) for s in starts]
     encoding()  # load the ranks once; the workers inherit them
-    _SHARED = (messages, cache)
-    keys: list[int | None] = []
+    _SHARED = messages
     counts: list[int] = []
     try:
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            for part_keys, part_counts in pool.map(_count_shared_range, starts, stops):
-                keys.extend(part_keys)
-                counts.extend(part_counts)
+            for part in pool.map(_count_shared_range, starts, stops):
+                counts.extend(part)
     finally:
-        _SHARED = ((), None)
-    return keys, counts
+        _SHARED = ()
+    return counts
 
 
-def _worth_forking(
-    messages: Sequence[dict[str, Any]], cache: TokenCache | None, workers: int
-) -> bool:
-    """Whether to tokenize in forked workers: only for large, mostly uncached batches.
+def _uncached_counts(messages: Sequence[dict[str, Any]], workers: int) -> list[int]:
+    """Exact counts, in forked workers when the batch is large enough to repay them."""
+    parallel = (
+        workers > 1
+        and len(messages) >= _PARALLEL_MIN_MESSAGES
+        and "fork" in multiprocessing.get_all_start_methods()
+    )
+    return _payload_counts_forked(messages, workers) if parallel else _payload_counts(messages)
 
-    A mostly cached batch is faster looked up in this process, which also leaves each
-    string's hash cached on it for the next recount.
+
+def _cached_counts(
+    messages: Sequence[dict[str, Any]], cache: TokenCache, workers: int
+) -> list[int]:
+    """Counts looked up by key; each missing distinct key tokenized once and recorded.
+
+    Keys are computed here, never in workers, so each string's hash stays cached on it
+    for the next recount.
     """
-    if workers <= 1 or len(messages) < _PARALLEL_MIN_MESSAGES:
-        return False
-    if "fork" not in multiprocessing.get_all_start_methods():
-        return False
-    if cache is None or not len(cache):
-        return True
-    probe = [_fields_key(m) for m in messages[:: max(1, len(messages) // _PROBE)]]
-    hits = sum(1 for k in probe if k is not None and cache.get(k) is not None)
-    return hits < len(probe) / 2
+    keys = _message_keys(messages)
+    # The method, so subclasses (read-through caches) are honoured; a plain cache's dict
+    # lookup skips a Python call per message.
+    lookup = cache._counts.get if type(cache) is TokenCache else cache.get
+    counts: list[int | None] = list(map(lookup, keys))
+    if None not in counts:
+        return counts  # type: ignore[return-value]
+    todo = [i for i, n in enumerate(counts) if n is None]
+    first: dict[int, int] = {}
+    fresh = [i for i in todo if keys[i] is None or first.setdefault(keys[i], i) == i]  # type: ignore[index]
+    fresh_counts = _uncached_counts([messages[i] for i in fresh], workers)
+    for i, n in zip(fresh, fresh_counts, strict=True):
+        counts[i] = n
+    for i in todo:
+        if counts[i] is None:
+            counts[i] = counts[first[keys[i]]]  # type: ignore[index]
+    known = [(keys[i], n) for i, n in zip(fresh, fresh_counts, strict=True) if keys[i] is not None]
+    cache.update((k for k, _ in known), (n for _, n in known))  # type: ignore[misc]
+    return counts  # type: ignore[return-value]
 
 
 def count_tokens(
@@ -301,9 +320,9 @@ def count_tokens(
 ) -> list[int]:
     """Token counts for many messages at once: batched, parallel and cached.
 
-    Large, mostly uncached batches are split over forked worker processes that inherit the
-    messages and the cache (nothing is pickled to them); a mostly cached batch is looked up
-    here.
+    Cached counts are looked up by key; each missing distinct payload is tokenized once, in
+    forked worker processes when there are many (they inherit the messages, nothing is
+    pickled to them).
 
     Parameters
     ----------
@@ -323,9 +342,6 @@ def count_tokens(
         raise ValueError(f"unknown token method {method!r}; use 'tiktoken' or 'fallback'")
     batch = messages if isinstance(messages, list | tuple) else list(messages)
     workers = workers or os.cpu_count() or 1
-    forked = _worth_forking(batch, cache, workers)
-    keys, counts = _count_forked(batch, cache, workers) if forked else _count(batch, cache)
-    if cache is not None:
-        known = [(k, n) for k, n in zip(keys, counts, strict=True) if k is not None]
-        cache.update((k for k, _ in known), (n for _, n in known))
-    return counts
+    if cache is None:
+        return _uncached_counts(batch, workers)
+    return _cached_counts(batch, cache, workers)

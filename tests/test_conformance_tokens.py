@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from sessionkit.tokens import (
     TokenCache,
+    _message_keys,
     count_tokens,
     estimate_message_tokens,
     fallback_message_tokens,
@@ -157,6 +158,26 @@ def test_count_tokens_equals_nanobot(helpers: ModuleType, batch: list[dict[str, 
     cache = TokenCache()
     assert count_tokens(batch, cache=cache, workers=1) == expected
     assert count_tokens(batch, cache=cache, workers=1) == expected
+
+
+SHARED_CACHE = TokenCache()
+
+
+@given(batch=st.lists(messages, max_size=12))
+def test_counts_from_one_cache_shared_by_all_examples_equal_nanobot(
+    helpers: ModuleType, batch: list[dict[str, Any]]
+) -> None:
+    """Every example adds to the same cache: two payloads sharing a key would show here."""
+    nanobot_estimate = helpers.estimate_message_tokens
+    batch = [m for m in batch if isinstance(_outcome(nanobot_estimate, m), int)]
+    assert count_tokens(batch, cache=SHARED_CACHE, workers=1) == [
+        nanobot_estimate(m) for m in batch
+    ]
+
+
+@given(batch=st.lists(messages, max_size=12))
+def test_message_keys_do_not_depend_on_the_batch(batch: list[dict[str, Any]]) -> None:
+    assert _message_keys(batch) == [_message_keys([m])[0] for m in batch]
 
 
 @given(batch=st.lists(messages, max_size=12))

@@ -244,6 +244,57 @@ def test_cache_only_encodes_new_payloads(monkeypatch: pytest.MonkeyPatch) -> Non
     assert seen == ["你好\n" + json.dumps(IMAGE_BLOCK), "ok\nplan 🙂"]
 
 
+def test_equal_payloads_in_one_batch_are_tokenized_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[str] = []
+    encode = tokens._encode_lengths
+
+    def spy(payloads: list[str]) -> list[int]:
+        seen.extend(payloads)
+        return encode(payloads)
+
+    monkeypatch.setattr(tokens, "_encode_lengths", spy)
+    batch = [{"role": "user", "content": "hello world"}, {"role": "assistant", "content": "hi"}]
+    assert count_tokens(batch * 3, cache=TokenCache()) == [6, 5] * 3
+    assert seen == ["hello world", "hi"]
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        ({"content": "[1]"}, {"content": [1]}),  # a string is not its JSON look-alike
+        ({"content": "a", "name": "b"}, {"content": "a", "tool_call_id": "b"}),
+        ({"content": "a", "tool_calls": [{"id": "x"}]}, {"content": "a"}),
+    ],
+)
+def test_different_payloads_get_different_keys(one: dict[str, Any], other: dict[str, Any]) -> None:
+    first, second = tokens._message_keys([one, other])
+    assert first is not None and second is not None and first != second
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"content": [{"type": "text", "text": float("nan")}]},
+        {"content": "a", "tool_calls": [{"id": "x", "arguments": float("nan")}]},
+        {"content": [None]},
+        {"content": {1, 2}},
+    ],
+)
+def test_fields_without_faithful_json_get_no_key(message: dict[str, Any]) -> None:
+    assert tokens._message_keys([{"content": "ok"}, message])[1] is None
+
+
+def test_equal_fields_get_equal_keys_and_non_strings_count_as_absent() -> None:
+    keys = tokens._message_keys(
+        [
+            {"role": "user", "content": "x", "name": 3, "reasoning_content": None},
+            {"role": "assistant", "content": "x", "tool_calls": []},
+            {"content": "x", "tool_call_id": ["id"]},
+        ]
+    )
+    assert len(set(keys)) == 1 and keys[0] is not None
+
+
 def test_parallel_path_equals_single_path(monkeypatch: pytest.MonkeyPatch) -> None:
     messages = [{"role": "user", "content": f"message {i} " + "word " * (i % 7)} for i in range(40)]
     messages += MIXED
@@ -262,7 +313,7 @@ def test_parallel_path_equals_single_path(monkeypatch: pytest.MonkeyPatch) -> No
     assert pools == [2]
     cache = TokenCache()
     assert count_tokens(messages, cache=cache, workers=2) == single
-    assert len(cache) == len({tokens._fields_key(m) for m in messages}) == 47
+    assert len(cache) == len(set(tokens._message_keys(messages))) == 47
     assert count_tokens(messages, cache=cache, workers=1) == single
     assert single == [estimate_message_tokens(m) for m in messages]
 
