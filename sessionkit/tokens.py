@@ -229,10 +229,19 @@ def _message_keys(messages: Sequence[dict[str, Any]]) -> list[int | None]:
 
 
 def _encode_lengths(payloads: Sequence[str]) -> list[int]:
-    # A plain loop: encode_ordinary_batch(num_threads=1) runs the same calls through a
-    # thread pool and is about twice as slow.
-    encode = encoding().encode_ordinary
-    return [len(encode(payload)) for payload in payloads]
+    """Token counts of payloads holding no special-token text.
+
+    ``encode_to_numpy`` with nothing allowed or disallowed encodes exactly as
+    ``encode_ordinary`` but returns one buffer instead of a Python int per token (about 4%
+    faster).  A plain loop: ``encode_ordinary_batch(num_threads=1)`` runs the same calls
+    through a thread pool and is about twice as slow.
+    """
+    encode = encoding().encode_to_numpy
+    try:
+        return [len(encode(payload, disallowed_special=())) for payload in payloads]
+    except UnicodeEncodeError:  # a lone surrogate: encode_ordinary repairs it as nanobot's does
+        ordinary = encoding().encode_ordinary
+        return [len(ordinary(payload)) for payload in payloads]
 
 
 def _payload_counts(messages: Sequence[dict[str, Any]]) -> list[int]:

@@ -168,6 +168,13 @@ def test_special_lookalikes_are_counted_exactly() -> None:
     assert estimate_message_tokens({"content": text}) == len(encoding().encode(text)) + 4
 
 
+def test_lone_surrogates_are_counted_as_tiktoken_repairs_them() -> None:
+    text = "ok \ud800 then \udfff"
+    expected = len(encoding().encode_ordinary(text)) + 4
+    assert estimate_message_tokens({"content": text}) == expected
+    assert count_tokens([{"content": text}, {"content": "plain"}], cache=None) == [expected, 5]
+
+
 @pytest.mark.parametrize(
     ("message", "expected"),
     [
