@@ -236,33 +236,32 @@ def test_cached_recount_skips_the_encoder(monkeypatch: pytest.MonkeyPatch) -> No
         count_tokens(MIXED, cache=cache)
 
 
-def test_cache_only_encodes_new_payloads(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def encoded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every payload handed to the encoder from here on, in order."""
+    seen: list[str] = []
+    encode = tokens._encode_lengths
+
+    def spy(payloads: list[str]) -> list[int]:
+        seen.extend(payloads)
+        return encode(payloads)
+
+    monkeypatch.setattr(tokens, "_encode_lengths", spy)
+    return seen
+
+
+def test_cache_only_encodes_new_payloads(encoded: list[str]) -> None:
     cache = TokenCache()
     count_tokens(MIXED[:3], cache=cache)
-    seen: list[str] = []
-    encode = tokens._encode_lengths
-
-    def spy(payloads: list[str]) -> list[int]:
-        seen.extend(payloads)
-        return encode(payloads)
-
-    monkeypatch.setattr(tokens, "_encode_lengths", spy)
+    encoded.clear()
     assert count_tokens(MIXED, cache=cache) == [estimate_message_tokens(m) for m in MIXED]
-    assert seen == ["你好\n" + json.dumps(IMAGE_BLOCK), "ok\nplan 🙂"]
+    assert encoded == ["你好\n" + json.dumps(IMAGE_BLOCK), "ok\nplan 🙂"]
 
 
-def test_equal_payloads_in_one_batch_are_tokenized_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: list[str] = []
-    encode = tokens._encode_lengths
-
-    def spy(payloads: list[str]) -> list[int]:
-        seen.extend(payloads)
-        return encode(payloads)
-
-    monkeypatch.setattr(tokens, "_encode_lengths", spy)
+def test_equal_payloads_in_one_batch_are_tokenized_once(encoded: list[str]) -> None:
     batch = [{"role": "user", "content": "hello world"}, {"role": "assistant", "content": "hi"}]
     assert count_tokens(batch * 3, cache=TokenCache()) == [6, 5] * 3
-    assert seen == ["hello world", "hi"]
+    assert encoded == ["hello world", "hi"]
 
 
 @pytest.mark.parametrize(
