@@ -12,14 +12,13 @@ import numpy as np
 import pandas as pd
 
 from sessionkit import schema
+from sessionkit.fields import STR_OR_NONE, message_field
 from sessionkit.preview import flatten_content, session_preview, session_title
 from sessionkit.session import Session
 from sessionkit.store import Problem, parse_timestamp
 from sessionkit.tokens import Method, TokenCache, count_tokens
 
 __all__ = ["messages_frame", "problems_frame", "sessions_frame"]
-
-_STR_OR_NONE = frozenset({str, type(None)})
 
 
 def _naive(value: datetime | None) -> datetime | None:
@@ -45,14 +44,6 @@ def _to_datetime(values: list[Any]) -> np.ndarray:
     return pd.Series(parsed, dtype="datetime64[ns]").to_numpy()
 
 
-def _field(messages: list[dict[str, Any]], name: str) -> list[Any]:
-    """One field of every message (None where absent), read by a C-level ``map``."""
-    try:
-        return list(map(dict.get, messages, repeat(name)))
-    except TypeError:  # a mapping that is not a dict
-        return [m.get(name) for m in messages]
-
-
 def _is_instance(values: list[Any], kind: type) -> np.ndarray:
     return np.fromiter(map(isinstance, values, repeat(kind)), dtype=bool, count=len(values))
 
@@ -65,7 +56,7 @@ def _objects(values: list[Any]) -> np.ndarray:
 def _codes(values: list[Any]) -> tuple[np.ndarray, list[str]]:
     """Category codes (-1 for missing) and categories in order of first appearance, for
     short repeated labels like roles; non-string labels are shown as text."""
-    if not _STR_OR_NONE.issuperset(map(type, values)):
+    if not STR_OR_NONE.issuperset(map(type, values)):
         values = [v if v is None or type(v) is str else str(v) for v in values]
     codes, uniques = pd.factorize(_objects(values))
     return codes.astype(np.int64, copy=False), list(uniques)
@@ -130,12 +121,12 @@ def messages_frame(
     session_starts = np.cumsum(lengths) - lengths
     idx = np.arange(total, dtype=np.int64) - np.repeat(session_starts, lengths)
     msgs: list[dict[str, Any]] = list(chain.from_iterable(s.messages for s in sessions))
-    role_codes, roles = _codes(_field(msgs, "role"))
+    role_codes, roles = _codes(message_field(msgs, "role"))
     is_user = role_codes == roles.index("user") if "user" in roles else np.zeros(total, bool)
     users_before = np.concatenate(([0], np.cumsum(is_user)))
     user_index = users_before[1:] - np.repeat(users_before[session_starts], lengths) - 1
     offsets = np.repeat([s.last_consolidated for s in sessions], lengths)
-    text = _field(msgs, "content")
+    text = message_field(msgs, "content")
     for i in np.flatnonzero(~_is_instance(text, str)):
         text[i] = flatten_content(text[i])
     counts = count_tokens(msgs, method=tokens, cache=cache) if tokens else None
@@ -147,16 +138,18 @@ def messages_frame(
             "line_no": _line_numbers(sessions),
             "role": pd.Categorical.from_codes(role_codes, categories=roles),
             "text": _strings(text),
-            "timestamp": _to_datetime(_field(msgs, "timestamp")),
+            "timestamp": _to_datetime(message_field(msgs, "timestamp")),
             "tokens": pd.array(counts, dtype="Int64")
             if counts is not None
             else pd.arrays.IntegerArray(no_tokens, np.ones(total, dtype=bool)),
-            "is_command": _truthy(_field(msgs, "_command")),
-            "is_channel_delivery": _truthy(_field(msgs, "_channel_delivery")),
-            "n_tool_calls": pd.array(_list_lengths(_field(msgs, "tool_calls")), dtype="Int64"),
-            "tool_call_id": _strings(_field(msgs, "tool_call_id")),
-            "name": _strings(_field(msgs, "name")),
-            "has_media": _list_lengths(_field(msgs, "media")) > 0,
+            "is_command": _truthy(message_field(msgs, "_command")),
+            "is_channel_delivery": _truthy(message_field(msgs, "_channel_delivery")),
+            "n_tool_calls": pd.array(
+                _list_lengths(message_field(msgs, "tool_calls")), dtype="Int64"
+            ),
+            "tool_call_id": _strings(message_field(msgs, "tool_call_id")),
+            "name": _strings(message_field(msgs, "name")),
+            "has_media": _list_lengths(message_field(msgs, "media")) > 0,
             "consolidated": idx < offsets,
             "user_index": pd.array(user_index, dtype="Int64"),
         },

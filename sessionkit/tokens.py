@@ -24,6 +24,8 @@ import orjson
 import tiktoken
 from tiktoken.load import load_tiktoken_bpe
 
+from sessionkit.fields import STR_OR_NONE, message_field
+
 __all__ = [
     "CL100K_SHA256",
     "TokenCache",
@@ -164,7 +166,6 @@ class TokenCache:
 DEFAULT_CACHE = TokenCache()
 
 _KEY_FIELDS = ("content", "tool_calls", "name", "tool_call_id", "reasoning_content")
-_STR_OR_NONE = frozenset({str, type(None)})
 _NO_KEY = object()
 
 
@@ -193,17 +194,12 @@ def _message_keys(messages: Sequence[dict[str, Any]]) -> list[int | None]:
     faithful JSON form gets ``None`` and is counted without the cache.  Each field is read
     for all messages by one C-level ``map``; only odd values take a Python step.
     """
-    try:
-        contents, calls, names, ids, reasonings = (
-            list(map(dict.get, messages, repeat(field))) for field in _KEY_FIELDS
-        )
-    except TypeError:  # not all dicts: read them as mappings
-        contents, calls, names, ids, reasonings = (
-            [m.get(field) for m in messages] for field in _KEY_FIELDS
-        )
+    contents, calls, names, ids, reasonings = (
+        message_field(messages, field) for field in _KEY_FIELDS
+    )
     no_key: list[int] = []
-    if not _STR_OR_NONE.issuperset(map(type, contents)):
-        odd = [i for i, v in enumerate(contents) if type(v) not in _STR_OR_NONE]
+    if not STR_OR_NONE.issuperset(map(type, contents)):
+        odd = [i for i, v in enumerate(contents) if type(v) not in STR_OR_NONE]
         for i, dumped in zip(odd, _dumped([contents[i] for i in odd]), strict=True):
             contents[i] = (dumped,)
             if dumped is _NO_KEY:
@@ -218,7 +214,7 @@ def _message_keys(messages: Sequence[dict[str, Any]]) -> list[int | None]:
         if dumped is _NO_KEY:
             no_key.append(i)
     for column in (names, ids, reasonings):
-        if not _STR_OR_NONE.issuperset(map(type, column)):
+        if not STR_OR_NONE.issuperset(map(type, column)):
             column[:] = [v if type(v) is str else None for v in column]
     keys: list[int | None] = list(
         map(hash, zip(contents, calls, names, ids, reasonings, strict=True))
