@@ -39,7 +39,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from corpus import corpus_folder, ensure_corpus
+from corpus import add_corpus_options, chosen_corpus, ensure_corpus
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -369,18 +369,14 @@ def report(result: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> None:
     """Parse options; either run one phase (internal) or the whole benchmark."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", type=Path, help="sessions folder (generated if missing)")
-    parser.add_argument("--sessions", type=int, default=1000)
-    parser.add_argument("--messages", type=int, default=400_000)
-    parser.add_argument("--seed", type=int, default=0)
+    add_corpus_options(parser)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--out", type=Path, default=RESULTS / "bench_load.json")
     parser.add_argument("--phase", choices=sorted(PHASES), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
-    default = corpus_folder(args.sessions, args.messages, args.seed)
-    folder = (args.corpus or default).resolve()
+    folder = chosen_corpus(args)
     if args.phase:
         result = PHASES[args.phase](folder, args.workers)
         print(json.dumps({**result, **_peak_rss()}))

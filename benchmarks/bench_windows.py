@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from corpus import corpus_folder, ensure_corpus
+from corpus import add_corpus_options, chosen_corpus, ensure_corpus
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -207,16 +207,13 @@ def _report(result: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", type=Path, help="sessions folder (generated if missing)")
-    parser.add_argument("--sessions", type=int, default=1000)
-    parser.add_argument("--messages", type=int, default=400_000)
-    parser.add_argument("--seed", type=int, default=0)
+    add_corpus_options(parser)
     parser.add_argument("--sample", type=int, default=12, help="sessions timed with nanobot")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--phase", choices=["all", "sweep"], default="all", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    folder = args.corpus or corpus_folder(args.sessions, args.messages, args.seed)
+    folder = chosen_corpus(args)
     if args.phase == "sweep":
         print(json.dumps(sweep(folder, args.workers, args.repeats)))
         return
