@@ -128,7 +128,7 @@ def _all_messages(folder: Path) -> list[dict[str, Any]]:
 
 def phase_tokens(folder: Path, workers: int) -> dict[str, Any]:
     """``count_tokens`` cold (empty cache, all workers), then warm from the filled cache."""
-    from sessionkit.tokens import TokenCache, count_tokens
+    from sessionkit.counting import TokenCache, count_tokens
 
     messages = _all_messages(folder)
     cache = TokenCache()
@@ -155,7 +155,7 @@ def phase_tokens(folder: Path, workers: int) -> dict[str, Any]:
 
 def phase_tiktoken(folder: Path, workers: int) -> dict[str, Any]:
     """Single-threaded ``encode_ordinary`` over every payload; payload building not timed."""
-    from sessionkit.tokens import encoding, message_payload
+    from sessionkit.nanobot.tokens import encoding, message_payload
 
     messages = _all_messages(folder)
     start = _clock()
@@ -177,7 +177,7 @@ _PAYLOADS: list[str] = []
 
 
 def _encode_share(index: int, workers: int) -> int:
-    from sessionkit.tokens import encoding
+    from sessionkit.nanobot.tokens import encoding
 
     enc = encoding()
     return sum(len(enc.encode_ordinary(p)) for p in _PAYLOADS[index::workers])
@@ -189,7 +189,7 @@ def phase_tiktoken_split(folder: Path, workers: int) -> dict[str, Any]:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from sessionkit.tokens import encoding, message_payload
+    from sessionkit.nanobot.tokens import encoding, message_payload
 
     global _PAYLOADS
     _PAYLOADS = [message_payload(m) for m in _all_messages(folder)]

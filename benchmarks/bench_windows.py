@@ -67,7 +67,7 @@ def _cpu_s() -> float:
 
 def sweep(folder: Path, workers: int, repeats: int) -> dict[str, Any]:
     """The whole-corpus measurements (run in a fresh process for a cold token cache)."""
-    from sessionkit.windows import clear_cache, windows
+    from sessionkit.windowing import clear_cache, windows
 
     load_s, sessions = _timed(lambda: _load(folder))
     rss_loaded = _peak_rss_mib()["process"]
@@ -126,7 +126,7 @@ def versus_nanobot(folder: Path, n_sample: int, seed: int) -> dict[str, Any]:
     _offline_tiktoken_for_nanobot()
     from nanobot.session.manager import Session as NanobotSession
 
-    from sessionkit.windows import windows
+    from sessionkit.windowing import windows
 
     sessions = _load(folder)
     turns = np.array([s.n_user_turns for s in sessions], dtype=float)

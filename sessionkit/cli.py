@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from sessionkit.corpus import Corpus, load
-from sessionkit.store import SessionPathError
+from sessionkit.nanobot.reader import SessionPathError
 
 __all__ = ["main", "summary_table"]
 

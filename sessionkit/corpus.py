@@ -11,10 +11,15 @@ from pathlib import Path
 
 import pandas as pd
 
+from sessionkit.counting import DEFAULT_CACHE, Method
 from sessionkit.frames import messages_frame, problems_frame, sessions_frame
-from sessionkit.session import Session
-from sessionkit.store import Problem, SessionPathError, find_session_files, read_session_file
-from sessionkit.tokens import DEFAULT_CACHE, Method
+from sessionkit.nanobot.reader import (
+    Problem,
+    SessionPathError,
+    find_session_files,
+    read_session_file,
+)
+from sessionkit.nanobot.session import Session
 
 __all__ = ["Corpus", "default_data_dir", "load", "resolve_session"]
 

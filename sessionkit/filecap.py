@@ -16,9 +16,9 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from sessionkit.policy import Policy, Trim, get_policy
+from sessionkit.nanobot.policies import Policy, Trim, get_policy
+from sessionkit.nanobot.session import Session
 from sessionkit.schema import FILE_CAP
-from sessionkit.session import Session
 
 __all__ = ["FILE_CAP", "file_cap"]
 

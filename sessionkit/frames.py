@@ -12,11 +12,11 @@ import numpy as np
 import pandas as pd
 
 from sessionkit import schema
+from sessionkit.counting import Method, TokenCache, count_tokens
 from sessionkit.fields import STR_OR_NONE, message_field
-from sessionkit.preview import flatten_content, session_preview, session_title
-from sessionkit.session import Session
-from sessionkit.store import Problem, parse_timestamp
-from sessionkit.tokens import Method, TokenCache, count_tokens
+from sessionkit.nanobot.listing import flatten_content, session_preview, session_title
+from sessionkit.nanobot.reader import Problem, parse_timestamp
+from sessionkit.nanobot.session import Session
 
 __all__ = ["messages_frame", "problems_frame", "sessions_frame"]
 

@@ -25,9 +25,9 @@ from matplotlib.ticker import (
 )
 
 from sessionkit.filecap import file_cap
-from sessionkit.session import Session
+from sessionkit.nanobot.session import Session
 from sessionkit.states import message_states
-from sessionkit.windows import windows
+from sessionkit.windowing import windows
 
 if TYPE_CHECKING:
     from sessionkit.corpus import Corpus

@@ -16,7 +16,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 from nbconvert import HTMLExporter
 
-from sessionkit.store import find_session_files
+from sessionkit.nanobot.reader import find_session_files
 
 __all__ = ["ReportError", "tour_notebook", "write_report"]
 

@@ -21,11 +21,11 @@ import numpy as np
 import pandas as pd
 
 from sessionkit.corpus import resolve_session
-from sessionkit.policy import get_policy
+from sessionkit.counting import count_tokens
+from sessionkit.nanobot.policies import get_policy
+from sessionkit.nanobot.session import Session
 from sessionkit.schema import STATES, STATUSES, empty_frame
-from sessionkit.session import Session
-from sessionkit.tokens import count_tokens
-from sessionkit.windows import windows
+from sessionkit.windowing import windows
 
 if TYPE_CHECKING:
     from sessionkit.corpus import Corpus

@@ -18,7 +18,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from sessionkit.naming import Naming, session_filename, storage_key
+from sessionkit.nanobot.naming import Naming, session_filename, storage_key
+from sessionkit.nanobot.writer import jsonl_line
 
 __all__ = [
     "SAMPLE_SEED",
@@ -660,7 +661,7 @@ def generate_session(
 
 def to_jsonl(records: Iterable[Record]) -> str:
     """Records as nanobot 0.2.2's ``SessionManager.save`` writes them: one JSON line each."""
-    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    return "".join(map(jsonl_line, records))
 
 
 def write_store(

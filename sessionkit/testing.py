@@ -28,11 +28,11 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator
 
-from sessionkit.policy import get_policy, tool_call_ids, tool_result_id
+from sessionkit.counting import count_tokens
+from sessionkit.nanobot.policies import get_policy, tool_call_ids, tool_result_id
+from sessionkit.nanobot.session import Session
 from sessionkit.schema import FIGURE_DATA, VIOLATIONS, empty_frame
-from sessionkit.session import Session
-from sessionkit.tokens import count_tokens
-from sessionkit.windows import windows
+from sessionkit.windowing import windows
 
 if TYPE_CHECKING:
     from sessionkit.corpus import Corpus

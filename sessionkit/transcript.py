@@ -15,8 +15,8 @@ from typing import Any
 import anywidget
 import traitlets
 
-from sessionkit.preview import flatten_content
-from sessionkit.session import Session
+from sessionkit.nanobot.listing import flatten_content
+from sessionkit.nanobot.session import Session
 
 __all__ = ["STATUS_LABELS", "TranscriptWidget", "transcript_rows", "widgets_dir"]
 

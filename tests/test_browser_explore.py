@@ -25,8 +25,8 @@ import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
 import sessionkit
-from sessionkit.windows import windows
-from sessionkit.writer import session_path
+from sessionkit.nanobot.naming import session_path
+from sessionkit.windowing import windows
 
 pytestmark = pytest.mark.browser
 
@@ -59,7 +59,7 @@ def _free_port() -> int:
 def _notebook(root: Path, forks: Path) -> str:
     code = (
         "import sessionkit\n"
-        "from sessionkit.explore import explore\n\n"
+        "from sessionkit.explorer import explore\n\n"
         f"corpus = sessionkit.load({str(REPO / 'data')!r})\n"
         f"explore(corpus, sessions_dir={str(forks)!r})"
     )

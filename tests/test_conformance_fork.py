@@ -20,11 +20,11 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from sessionkit.fork import VOLATILE_METADATA_KEYS, ForkIndexError, fork
-from sessionkit.naming import UnsafeKeyError, session_filename
-from sessionkit.session import Session
-from sessionkit.store import read_session_file
-from sessionkit.writer import save_session
+from sessionkit.forking import VOLATILE_METADATA_KEYS, ForkIndexError, fork
+from sessionkit.nanobot.naming import UnsafeKeyError, session_filename
+from sessionkit.nanobot.reader import read_session_file
+from sessionkit.nanobot.session import Session
+from sessionkit.nanobot.writer import save_session
 
 nb = pytest.importorskip("nanobot.session.manager")
 

@@ -22,7 +22,7 @@ from strategies import message_lists, sessions
 
 import sessionkit
 from sessionkit import Session
-from sessionkit.policy import find_legal_message_start, recent_message_start_index
+from sessionkit.nanobot.policies import find_legal_message_start, recent_message_start_index
 
 pytestmark = pytest.mark.conformance
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sessionkit.store import read_session_file
+from sessionkit.nanobot.reader import read_session_file
 
 pytestmark = pytest.mark.conformance
 

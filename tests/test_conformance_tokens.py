@@ -10,13 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sessionkit.tokens import (
-    TokenCache,
-    _message_keys,
-    count_tokens,
-    estimate_message_tokens,
-    fallback_message_tokens,
-)
+from sessionkit.counting import TokenCache, _message_keys, count_tokens
+from sessionkit.nanobot.tokens import estimate_message_tokens, fallback_message_tokens
 
 pytestmark = pytest.mark.conformance
 

@@ -9,8 +9,11 @@ import pandas as pd
 import pytest
 
 import sessionkit
-import sessionkit.writer
-from sessionkit import Corpus, Session, SessionPathError, load
+import sessionkit.nanobot.writer
+from sessionkit import Corpus, Session, load
+from sessionkit.corpus import default_data_dir
+from sessionkit.nanobot.reader import SessionPathError
+from sessionkit.nanobot.tokens import fallback_message_tokens
 
 META = {
     "_type": "metadata",
@@ -128,9 +131,7 @@ def test_frames_are_cached(store: Path) -> None:
 
 def test_token_methods(store: Path) -> None:
     fallback = load(store, tokens="fallback").messages.tokens.tolist()
-    assert fallback == [
-        sessionkit.fallback_message_tokens(m) for s in load(store) for m in s.messages
-    ]
+    assert fallback == [fallback_message_tokens(m) for s in load(store) for m in s.messages]
     assert load(store, tokens=None).messages.tokens.isna().all()
 
 
@@ -154,7 +155,7 @@ def test_empty_path_errors(tmp_path: Path) -> None:
 
 
 def test_default_is_the_bundled_data() -> None:
-    assert sessionkit.default_data_dir().name == "data"
+    assert default_data_dir().name == "data"
 
 
 def test_save_unchanged_session_reproduces_nanobot_file(store: Path, tmp_path: Path) -> None:
@@ -162,7 +163,7 @@ def test_save_unchanged_session_reproduces_nanobot_file(store: Path, tmp_path: P
     session = load(original)["telegram:42"]
     out = tmp_path / "out"
     out.mkdir()
-    written = sessionkit.writer.save_session(session, out)
+    written = sessionkit.nanobot.writer.save_session(session, out)
     assert written.read_bytes() == original.read_bytes()
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 import sessionkit
-from sessionkit.explore import SCRATCH_FORK_DIR, Explorer, explore
+from sessionkit.explorer import SCRATCH_FORK_DIR, Explorer, explore
+from sessionkit.nanobot.naming import session_path
 from sessionkit.states import message_states, summarize
 from sessionkit.transcript import (
     MAX_TEXT_CHARS,
@@ -17,8 +18,7 @@ from sessionkit.transcript import (
     transcript_rows,
     widgets_dir,
 )
-from sessionkit.windows import windows
-from sessionkit.writer import session_path
+from sessionkit.windowing import windows
 
 KEY = "webui:f00d42"
 
@@ -185,7 +185,7 @@ def test_explore_one_session(corpus) -> None:
 
 
 def test_forks_default_to_the_sessions_own_folder(tmp_path: Path) -> None:
-    source = sessionkit.default_data_dir() / "sessions" / "telegram_42.jsonl"
+    source = sessionkit.corpus.default_data_dir() / "sessions" / "telegram_42.jsonl"
     (tmp_path / "sessions").mkdir()
     copy = tmp_path / "sessions" / source.name
     copy.write_bytes(source.read_bytes())

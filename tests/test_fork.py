@@ -14,18 +14,18 @@ import pandas as pd
 import pytest
 
 import sessionkit
-from sessionkit import writer
 from sessionkit.corpus import Corpus
-from sessionkit.fork import (
+from sessionkit.forking import (
     LINEAGE_KEY,
     VOLATILE_METADATA_KEYS,
     ForkIndexError,
     fork,
     fork_many,
 )
-from sessionkit.naming import UnsafeKeyError
-from sessionkit.session import Session
-from sessionkit.writer import save_session, session_lines
+from sessionkit.nanobot import writer
+from sessionkit.nanobot.naming import UnsafeKeyError
+from sessionkit.nanobot.session import Session
+from sessionkit.nanobot.writer import save_session, session_lines
 
 MESSAGES = [
     {"role": "assistant", "content": "Welcome back", "_channel_delivery": True},

@@ -1,4 +1,4 @@
-"""sessionkit.naming: nanobot's file names for keys, their inverses, hostile keys."""
+"""sessionkit.nanobot.naming: nanobot's file names for keys, their inverses, hostile keys."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sessionkit.naming import (
+from sessionkit.nanobot.naming import (
     UnsafeKeyError,
     key_from_filename,
     safe_key,

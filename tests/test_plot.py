@@ -16,7 +16,7 @@ import sessionkit
 from sessionkit import plot
 from sessionkit.filecap import file_cap
 from sessionkit.states import message_states, summarize
-from sessionkit.windows import windows
+from sessionkit.windowing import windows
 
 KEY = "telegram:12345"
 SETTINGS = {"turn": 600, "max_messages": 120, "max_tokens": 3000, "file_cap": 2000}

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from sessionkit import Session
-from sessionkit.policy import (
+from sessionkit.nanobot.policies import (
     POLICIES,
     Policy,
     find_legal_message_start,
@@ -15,7 +15,7 @@ from sessionkit.policy import (
     recent_message_start_index,
     sanitize_assistant_text,
 )
-from sessionkit.tokens import estimate_message_tokens
+from sessionkit.nanobot.tokens import estimate_message_tokens
 
 POLICY = get_policy("nanobot-0.2")
 

@@ -1,4 +1,4 @@
-"""sessionkit.preview: titles and previews exactly as nanobot 0.2.2's ``list_sessions``."""
+"""sessionkit.nanobot.listing: titles and previews exactly as nanobot 0.2.2's ``list_sessions``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from strategies import message_lists
 from strategies import messages as stored_messages
 
 from sessionkit import load
-from sessionkit.preview import (
+from sessionkit.nanobot.listing import (
     flatten_content,
     message_preview,
     sanitize_assistant_text,

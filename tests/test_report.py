@@ -8,7 +8,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from sessionkit import SessionPathError
+from sessionkit.nanobot.reader import SessionPathError
 from sessionkit.report import (
     INJECTED_TAG,
     PARAMETERS_TAG,

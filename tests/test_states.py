@@ -13,11 +13,11 @@ from strategies import sessions
 
 import sessionkit
 from sessionkit import Session
-from sessionkit.policy import get_policy
+from sessionkit.nanobot.policies import get_policy
+from sessionkit.nanobot.tokens import estimate_message_tokens
 from sessionkit.schema import STATES as COLUMNS
 from sessionkit.schema import STATUSES
 from sessionkit.states import message_states, summarize
-from sessionkit.tokens import estimate_message_tokens
 
 POLICY = get_policy("nanobot-0.2")
 SETTINGS = [

@@ -9,7 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from sessionkit.store import Problem, SessionPathError, find_session_files, read_session_file
+from sessionkit.nanobot.reader import (
+    Problem,
+    SessionPathError,
+    find_session_files,
+    read_session_file,
+)
 
 META = {
     "_type": "metadata",

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sessionkit.naming import key_from_filename, safe_key, storage_key
+from sessionkit.nanobot.naming import key_from_filename, safe_key, storage_key
 from sessionkit.synthetic import (
     FeatureMix,
     generate_corpus,

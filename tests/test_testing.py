@@ -26,7 +26,7 @@ from sessionkit.testing import (
     check_window_invariants,
     figure_data,
 )
-from sessionkit.windows import windows
+from sessionkit.windowing import windows
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""sessionkit.tokens: payload rules, exact counts, fallback, cache, parallel path, file check."""
+"""sessionkit.counting: payload rules, exact counts, fallback, cache, parallel path, file check."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from sessionkit import tokens
-from sessionkit.tokens import (
-    TokenCache,
-    count_tokens,
+from sessionkit import counting
+from sessionkit.counting import TokenCache, count_tokens
+from sessionkit.nanobot import tokens
+from sessionkit.nanobot.tokens import (
     encoding,
     estimate_message_tokens,
     fallback_message_tokens,
@@ -226,7 +226,7 @@ def test_cached_recount_skips_the_encoder(monkeypatch: pytest.MonkeyPatch) -> No
     def refuse(payloads: list[str]) -> list[int]:
         raise AssertionError(f"encoder called for {len(payloads)} payloads")
 
-    monkeypatch.setattr(tokens, "_encode_lengths", refuse)
+    monkeypatch.setattr(counting, "_encode_lengths", refuse)
     assert count_tokens(MIXED, cache=cache) == first
     with pytest.raises(AssertionError, match="encoder called"):
         count_tokens(MIXED, cache=None)
@@ -240,13 +240,13 @@ def test_cached_recount_skips_the_encoder(monkeypatch: pytest.MonkeyPatch) -> No
 def encoded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every payload handed to the encoder from here on, in order."""
     seen: list[str] = []
-    encode = tokens._encode_lengths
+    encode = counting._encode_lengths
 
     def spy(payloads: list[str]) -> list[int]:
         seen.extend(payloads)
         return encode(payloads)
 
-    monkeypatch.setattr(tokens, "_encode_lengths", spy)
+    monkeypatch.setattr(counting, "_encode_lengths", spy)
     return seen
 
 
@@ -273,7 +273,7 @@ def test_equal_payloads_in_one_batch_are_tokenized_once(encoded: list[str]) -> N
     ],
 )
 def test_different_payloads_get_different_keys(one: dict[str, Any], other: dict[str, Any]) -> None:
-    first, second = tokens._message_keys([one, other])
+    first, second = counting._message_keys([one, other])
     assert first is not None and second is not None and first != second
 
 
@@ -287,11 +287,11 @@ def test_different_payloads_get_different_keys(one: dict[str, Any], other: dict[
     ],
 )
 def test_fields_without_faithful_json_get_no_key(message: dict[str, Any]) -> None:
-    assert tokens._message_keys([{"content": "ok"}, message])[1] is None
+    assert counting._message_keys([{"content": "ok"}, message])[1] is None
 
 
 def test_equal_fields_get_equal_keys_and_non_strings_count_as_absent() -> None:
-    keys = tokens._message_keys(
+    keys = counting._message_keys(
         [
             {"role": "user", "content": "x", "name": 3, "reasoning_content": None},
             {"role": "assistant", "content": "x", "tool_calls": []},
@@ -306,20 +306,20 @@ def test_parallel_path_equals_single_path(monkeypatch: pytest.MonkeyPatch) -> No
     messages += MIXED
     single = count_tokens(messages, cache=None, workers=1)
     pools: list[int] = []
-    pool_class = tokens.ProcessPoolExecutor
+    pool_class = counting.ProcessPoolExecutor
 
     class SpyPool(pool_class):  # type: ignore[misc, valid-type]
         def __init__(self, max_workers: int, **kwargs: Any) -> None:
             pools.append(max_workers)
             super().__init__(max_workers, **kwargs)
 
-    monkeypatch.setattr(tokens, "ProcessPoolExecutor", SpyPool)
-    monkeypatch.setattr(tokens, "_PARALLEL_MIN_MESSAGES", 1)
+    monkeypatch.setattr(counting, "ProcessPoolExecutor", SpyPool)
+    monkeypatch.setattr(counting, "_PARALLEL_MIN_MESSAGES", 1)
     assert count_tokens(messages, cache=None, workers=2) == single
     assert pools == [2]
     cache = TokenCache()
     assert count_tokens(messages, cache=cache, workers=2) == single
-    assert len(cache) == len(set(tokens._message_keys(messages))) == 47
+    assert len(cache) == len(set(counting._message_keys(messages))) == 47
     assert count_tokens(messages, cache=cache, workers=1) == single
     assert single == [estimate_message_tokens(m) for m in messages]
 

@@ -14,10 +14,10 @@ from strategies import message_lists, sessions
 
 import sessionkit
 from sessionkit import Session
-from sessionkit.policy import find_legal_message_start, get_policy
+from sessionkit.counting import TokenCache, count_tokens
+from sessionkit.nanobot.policies import find_legal_message_start, get_policy
 from sessionkit.schema import WINDOWS
-from sessionkit.tokens import count_tokens
-from sessionkit.windows import (
+from sessionkit.windowing import (
     _legal_start,
     _orphan_jumps,
     _prepare,
@@ -245,12 +245,12 @@ def test_prepared_again_reads_token_counts_from_the_cache(
         Session(key=f"t:{i}", messages=[{"role": "user", "content": f"hello {i}"}] * 3)
         for i in range(3)
     ]
-    cache = sessionkit.TokenCache()
+    cache = TokenCache()
     first = windows(sessions, cache=cache, workers=1)
     clear_cache()
 
     def refuse(payloads: list[str]) -> list[int]:
         raise AssertionError("tokenized again despite a warm token cache")
 
-    monkeypatch.setattr(sessionkit.tokens, "_encode_lengths", refuse)
+    monkeypatch.setattr(sessionkit.counting, "_encode_lengths", refuse)
     pd.testing.assert_frame_equal(windows(sessions, cache=cache, workers=workers), first)

@@ -16,16 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from sessionkit import writer
-from sessionkit.naming import UnsafeKeyError
-from sessionkit.session import Session
-from sessionkit.writer import (
-    LOCK_FILENAME,
-    resolve_sessions_dir,
-    save_session,
-    session_lines,
-    session_path,
-)
+from sessionkit.nanobot import writer
+from sessionkit.nanobot.naming import UnsafeKeyError, session_path, sessions_folder
+from sessionkit.nanobot.session import Session
+from sessionkit.nanobot.writer import LOCK_FILENAME, save_session, session_lines
 
 CREATED = datetime(2025, 3, 1, 9, 30, 0, 123456)
 UPDATED = datetime(2025, 3, 1, 9, 45, 10)
@@ -134,7 +128,7 @@ def test_unknown_naming_is_refused(tmp_path):
 
 def test_workspace_resolves_to_its_sessions_folder(tmp_path):
     (tmp_path / "sessions").mkdir()
-    assert resolve_sessions_dir(tmp_path) == tmp_path / "sessions"
+    assert sessions_folder(tmp_path) == tmp_path / "sessions"
     assert save_session(_session(), tmp_path) == tmp_path / "sessions" / "telegram_123.jsonl"
 
 
@@ -261,8 +255,8 @@ def test_hard_crash_before_rename_keeps_the_original(tmp_path):
         f"""
         import os
         from datetime import datetime
-        from sessionkit import writer
-        from sessionkit.session import Session
+        from sessionkit.nanobot import writer
+        from sessionkit.nanobot.session import Session
 
         def crash(*args):
             os._exit(3)

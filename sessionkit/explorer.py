@@ -19,11 +19,11 @@ import numpy as np
 import pandas as pd
 
 from sessionkit.corpus import Corpus, default_data_dir
-from sessionkit.fork import fork
-from sessionkit.preview import flatten_content
-from sessionkit.session import Session
+from sessionkit.forking import fork
+from sessionkit.nanobot.listing import flatten_content
+from sessionkit.nanobot.reader import SessionPathError
+from sessionkit.nanobot.session import Session
 from sessionkit.states import message_states, summarize
-from sessionkit.store import SessionPathError
 from sessionkit.transcript import TranscriptWidget, transcript_rows
 
 __all__ = ["SCRATCH_FORK_DIR", "Explorer", "default_fork_dir", "explore"]

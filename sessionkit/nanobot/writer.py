@@ -23,16 +23,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sessionkit.naming import Naming, UnsafeKeyError, session_filename
-from sessionkit.session import Session
+from sessionkit.nanobot.naming import Naming, session_path
+from sessionkit.nanobot.session import Session
 
-__all__ = [
-    "LOCK_FILENAME",
-    "resolve_sessions_dir",
-    "save_session",
-    "session_lines",
-    "session_path",
-]
+__all__ = ["LOCK_FILENAME", "jsonl_line", "save_session", "session_lines"]
 
 LOCK_FILENAME = ".session-files.lock"
 """Advisory lock a later nanobot keeps in its sessions folder while it writes session files."""
@@ -49,9 +43,14 @@ def _isoformat(value: datetime | None, now: datetime, field: str) -> str:
     return value.isoformat()
 
 
+def jsonl_line(record: Any) -> str:
+    """One record as a line of a nanobot session file (``json.dumps``, non-ASCII kept)."""
+    return json.dumps(record, ensure_ascii=False) + "\n"
+
+
 def _line(record: Any, what: str, key: str) -> bytes:
     try:
-        return (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+        return jsonl_line(record).encode("utf-8")
     except UnicodeEncodeError as exc:
         raise ValueError(
             f"session {key!r}: {what} holds text that is not valid Unicode ({exc.reason})"
@@ -79,35 +78,6 @@ def session_lines(session: Session, *, now: datetime | None = None) -> bytes:
     parts += [_line(r, f"record {i}", session.key) for i, r in enumerate(session.records)]
     parts += [_line(m, f"message {i}", session.key) for i, m in enumerate(session.messages)]
     return b"".join(parts)
-
-
-def resolve_sessions_dir(sessions_dir: str | Path) -> Path:
-    """The folder session files go in: ``sessions_dir``, or its ``sessions/`` subfolder.
-
-    A folder holding a ``sessions/`` subfolder is a nanobot workspace, where nanobot 0.2 keeps
-    its session files (the same rule the loader uses), so passing a workspace writes where
-    nanobot will look.  ``~`` is expanded.
-    """
-    folder = Path(sessions_dir).expanduser()
-    if (folder / "sessions").is_dir():
-        folder = folder / "sessions"
-    return folder
-
-
-def session_path(key: str, sessions_dir: str | Path, naming: Naming = "nanobot-0.2") -> Path:
-    """Where ``key``'s file goes under ``sessions_dir``, refusing keys that would leave it.
-
-    Raises
-    ------
-    UnsafeKeyError
-        When the key has a NUL byte, maps to an empty, ``.`` or ``..`` name, or otherwise
-        would not name a file directly inside the folder.
-    """
-    folder = resolve_sessions_dir(sessions_dir)
-    path = folder / session_filename(key, naming)
-    if path.parent != folder:
-        raise UnsafeKeyError(f"session key {key!r} would be written outside {folder}")
-    return path
 
 
 @contextmanager

@@ -14,7 +14,7 @@ windows then come from index arithmetic on whole-corpus arrays:
 - the token budget: prefix sums of the rewritten entries' counts, searched from the tail,
   then the same user-turn and orphan rules on the replayed entries.
 
-:mod:`sessionkit.policy` is the ground truth; the tests check every window against it.
+:mod:`sessionkit.nanobot.policies` is the ground truth; the tests check every window against it.
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from sessionkit.policy import DEFAULT_POLICY, get_policy, tool_call_ids, tool_result_id
+from sessionkit.counting import DEFAULT_CACHE, TokenCache, count_tokens
+from sessionkit.nanobot.policies import DEFAULT_POLICY, get_policy, tool_call_ids, tool_result_id
+from sessionkit.nanobot.session import Session
 from sessionkit.schema import WINDOWS
-from sessionkit.session import Session
-from sessionkit.tokens import DEFAULT_CACHE, TokenCache, count_tokens
 
 __all__ = ["WINDOWS", "clear_cache", "prepared_cache_size", "windows"]
 

@@ -13,6 +13,8 @@ __all__ = [
     "key_from_filename",
     "safe_key",
     "session_filename",
+    "session_path",
+    "sessions_folder",
     "storage_key",
 ]
 
@@ -83,3 +85,30 @@ def key_from_filename(path: str | Path) -> str:
     if decoded is not None:
         return decoded
     return stem.replace("_", ":", 1)
+
+
+def sessions_folder(sessions_dir: str | Path) -> Path:
+    """The folder session files go in: ``sessions_dir``, or its ``sessions/`` subfolder.
+
+    A folder holding a ``sessions/`` subfolder is a nanobot workspace, where nanobot 0.2 keeps
+    its session files (the same rule the loader uses), so passing a workspace writes where
+    nanobot will look.  ``~`` is expanded.
+    """
+    folder = Path(sessions_dir).expanduser()
+    return folder / "sessions" if (folder / "sessions").is_dir() else folder
+
+
+def session_path(key: str, sessions_dir: str | Path, naming: Naming = "nanobot-0.2") -> Path:
+    """Where ``key``'s file goes under ``sessions_dir``, refusing keys that would leave it.
+
+    Raises
+    ------
+    UnsafeKeyError
+        When the key has a NUL byte, maps to an empty, ``.`` or ``..`` name, or otherwise
+        would not name a file directly inside the folder.
+    """
+    folder = sessions_folder(sessions_dir)
+    path = folder / session_filename(key, naming)
+    if path.parent != folder:
+        raise UnsafeKeyError(f"session key {key!r} would be written outside {folder}")
+    return path

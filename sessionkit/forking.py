@@ -3,7 +3,7 @@
 Without an edit, a fork equals field for field what nanobot 0.2.2's
 ``SessionManager.fork_session_before_user_index`` creates; with one, the rewritten user
 message is appended so the fork ends on the question nanobot would answer next.  Forks are
-written with :func:`sessionkit.writer.save_session`, so they are atomic, never replace an
+written with :func:`sessionkit.nanobot.writer.save_session`, so they are atomic, never replace an
 existing file unless asked, and never touch their source.
 """
 
@@ -24,9 +24,9 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from sessionkit.corpus import resolve_session
-from sessionkit.naming import Naming
-from sessionkit.session import Session
-from sessionkit.writer import save_session, session_path
+from sessionkit.nanobot.naming import Naming, session_path
+from sessionkit.nanobot.session import Session
+from sessionkit.nanobot.writer import save_session
 
 if TYPE_CHECKING:
     from sessionkit.corpus import Corpus
@@ -262,7 +262,7 @@ def fork(
         Which session of a Corpus to fork.
     sessions_dir
         Write the fork there (a sessions folder or a workspace; see
-        :func:`~sessionkit.writer.save_session`); ``None`` only returns it.
+        :func:`~sessionkit.nanobot.writer.save_session`); ``None`` only returns it.
     overwrite
         Replace an existing file for ``target_key``; the source's own file is never replaced.
     lineage
@@ -278,7 +278,7 @@ def fork(
     KeyError
         When ``source_key`` is not in the corpus.
     FileExistsError, UnsafeKeyError, PermissionError
-        From writing, as :func:`~sessionkit.writer.save_session` raises them.
+        From writing, as :func:`~sessionkit.nanobot.writer.save_session` raises them.
     """
     session = resolve_session(source, source_key, key_name="source_key")
     job = _prepare(session, target_key, before_user_index, edit, sessions_dir, naming)

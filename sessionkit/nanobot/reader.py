@@ -19,8 +19,8 @@ from typing import Any
 
 import orjson
 
-from sessionkit.naming import key_from_filename, storage_key
-from sessionkit.session import Session
+from sessionkit.nanobot.naming import key_from_filename, sessions_folder, storage_key
+from sessionkit.nanobot.session import Session
 
 __all__ = [
     "Problem",
@@ -61,7 +61,7 @@ def _expand(item: str | Path) -> list[Path]:
     if path.is_file():
         return [path]
     if path.is_dir():
-        folder = path / "sessions" if (path / "sessions").is_dir() else path
+        folder = sessions_folder(path)
         files = _session_files_in(folder)
         if not files:
             raise SessionPathError(f"{folder} holds no session files (*.jsonl or *.json)")

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sessionkit.tokens import estimate_message_tokens
+from sessionkit.nanobot.tokens import estimate_message_tokens
 
 __all__ = [
     "DEFAULT_POLICY",

