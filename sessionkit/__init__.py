@@ -14,6 +14,7 @@ from sessionkit.filecap import file_cap
 from sessionkit.forking import fork, fork_many
 from sessionkit.nanobot.policies import POLICIES, get_policy
 from sessionkit.nanobot.session import Session
+from sessionkit.nanobot.settings import HistorySettings
 from sessionkit.nanobot.tokens import estimate_message_tokens
 from sessionkit.nanobot.writer import save_session
 from sessionkit.states import message_states
@@ -22,6 +23,7 @@ from sessionkit.windowing import windows
 __all__ = [
     "POLICIES",
     "Corpus",
+    "HistorySettings",
     "Session",
     "count_tokens",
     "estimate_message_tokens",
