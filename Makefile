@@ -2,6 +2,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# Jupyter refuses to start as root (containers, CI) unless told it may.
+LAB_FLAGS := $(if $(filter 0,$(shell id -u)),--allow-root)
 
 .PHONY: lab test setup-lab setup-test chromium
 
@@ -21,7 +23,7 @@ chromium:
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium fonts-wqy-zenhei; }
 
 lab: setup-lab
-	$(BIN)/jupyter lab notebooks/
+	$(BIN)/jupyter lab $(LAB_FLAGS) notebooks/
 
 test: setup-test
 	$(BIN)/ruff check sessionkit tests benchmarks scripts notebooks

@@ -67,7 +67,8 @@ def _cpu_s() -> float:
 
 def sweep(folder: Path, workers: int, repeats: int) -> dict[str, Any]:
     """The whole-corpus measurements (run in a fresh process for a cold token cache)."""
-    from sessionkit.windowing import clear_cache, windows
+    from sessionkit.replay import clear_cache
+    from sessionkit.windowing import windows
 
     load_s, sessions = _timed(lambda: _load(folder))
     rss_loaded = _peak_rss_mib()["process"]

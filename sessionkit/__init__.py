@@ -6,6 +6,7 @@ The names below are the whole public surface; everything else lives in its submo
 """
 
 import importlib
+import importlib.metadata
 from typing import Any
 
 from sessionkit.corpus import Corpus, load
@@ -38,12 +39,14 @@ __all__ = [
     "windows",
 ]
 
+__version__ = importlib.metadata.version("sessionkit")
+
 _SUBMODULES = ("plot", "testing", "schema", "synthetic", "nanobot")
 
 
 def __getattr__(name: str) -> Any:
     if name == "explore":
-        return importlib.import_module("sessionkit.explore").explore
+        return importlib.import_module("sessionkit.explorer").explore
     if name in _SUBMODULES:
         return importlib.import_module(f"sessionkit.{name}")
     raise AttributeError(f"module 'sessionkit' has no attribute {name!r}")

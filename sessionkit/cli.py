@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import json
+import shlex
 import sys
 from collections.abc import Sequence
 
 import pandas as pd
 
+import sessionkit
 from sessionkit.corpus import Corpus, load
 from sessionkit.nanobot.reader import SessionPathError
 
@@ -24,37 +27,75 @@ _SUMMARY_COLUMNS = [
     "last_message_at",
     "title",
 ]
+_PATHS_HELP = "workspace, sessions folder, file or glob (default: bundled data)"
 
 
 def summary_table(corpus: Corpus) -> pd.DataFrame:
-    """Per-session summary rows followed by one ``TOTAL`` row."""
-    table = corpus.sessions[_SUMMARY_COLUMNS].copy()
-    totals = {
+    """One summary row per session, in load order."""
+    table = corpus.sessions[_SUMMARY_COLUMNS].reset_index(drop=True)
+    return table.astype({"format": "string"})
+
+
+def _with_total(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` and a ``TOTAL`` row, for reading (no sum of ``last_consolidated`` offsets)."""
+    total = {
         "key": "TOTAL",
+        "format": "",
         "n_messages": table["n_messages"].sum(),
         "n_user_turns": table["n_user_turns"].sum(),
-        "last_consolidated": table["last_consolidated"].sum(),
+        "last_consolidated": "",
         "tokens": table["tokens"].sum(min_count=1),
         "first_message_at": table["first_message_at"].min(),
         "last_message_at": table["last_message_at"].max(),
+        "title": "",
     }
-    table["format"] = table["format"].astype("string")
-    return pd.concat([table, pd.DataFrame([totals])], ignore_index=True)
+    rows = table.astype({"last_consolidated": "string"})
+    return pd.concat([rows, pd.DataFrame([total])], ignore_index=True)
+
+
+def _write(table: pd.DataFrame, fmt: str) -> None:
+    """``table`` on stdout as CSV, JSON records (times to the microsecond) or aligned text.
+
+    Text is aligned by display width (wide CJK characters count two columns); a text column
+    is made one wider than its header, so its header stands two spaces clear as numbers' do.
+    """
+    if fmt == "csv":
+        table.to_csv(sys.stdout, index=False)
+    elif fmt == "json":
+        records = json.loads(table.to_json(orient="records", date_format="iso", date_unit="us"))
+        sys.stdout.write(json.dumps(records, indent=2, ensure_ascii=False) + "\n")
+    else:
+        options = ("display.max_rows", None, "display.width", 200)
+        with pd.option_context(*options, "display.unicode.east_asian_width", True):
+            room = {c: len(c) + 1 for c in table.columns if table[c].dtype == "string"}
+            print(table.to_string(index=False, na_rep="-", col_space=room))
 
 
 def _summary(args: argparse.Namespace) -> int:
     corpus = load(args.path or None, tokens=args.tokens)
-    table = summary_table(corpus)
-    if args.format == "csv":
-        table.to_csv(sys.stdout, index=False)
-    elif args.format == "json":
-        sys.stdout.write(table.to_json(orient="records", date_format="iso", indent=2) + "\n")
-    else:
-        with pd.option_context("display.max_rows", None, "display.width", 200):
-            print(table.to_string(index=False, na_rep="-"))
+    shown = shlex.join(args.path) or "the bundled data"
     n_problems = len(corpus.problems)
+    hint = shlex.join(["sessionkit", "problems", *args.path])
+    if not len(corpus):
+        print(
+            f"sessionkit: error: no session could be loaded from {shown} "
+            f"({n_problems} problem(s); see `{hint}`)",
+            file=sys.stderr,
+        )
+        return 1
+    table = summary_table(corpus)
+    _write(_with_total(table) if args.format == "table" else table, args.format)
     if n_problems:
-        print(f"{n_problems} problem(s) found; see Corpus.problems", file=sys.stderr)
+        print(f"{n_problems} problem(s) found; see `{hint}`", file=sys.stderr)
+    return 0
+
+
+def _problems(args: argparse.Namespace) -> int:
+    corpus = load(args.path or None, tokens=None)
+    if args.format == "table" and corpus.problems.empty:
+        print("no problems found")
+    else:
+        _write(corpus.problems, args.format)
     return 0
 
 
@@ -70,15 +111,47 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _doctor_text(table: pd.DataFrame, fixed: bool) -> None:
+    """One block per file: what nanobot 0.2.2 loses, what sessionkit keeps, the fix."""
+    if table.empty:
+        print("nothing to fix" if fixed else "no session files found")
+        return
+    for row in table.itertuples(index=False):
+        print(f"{row.file}  ({row.kind})")
+        if row.nanobot_loses:
+            overwrite = "; its next save overwrites the file" if row.next_save_overwrites else ""
+            print(f"  nanobot 0.2.2 loses: {row.nanobot_loses}{overwrite}")
+        if not pd.isna(row.sessionkit_keeps):
+            print(f"  sessionkit keeps:    {row.sessionkit_keeps} messages")
+        if row.problems:
+            print(f"  problems:            {row.problems}")
+        if row.fix:
+            print(f"  {'fixed:' if fixed else '--fix:'}{' ' * 15}{row.fix}")
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from sessionkit.doctor import doctor, fix
+
+    try:
+        table = fix(args.path, args.backup_dir) if args.fix else doctor(args.path)
+    except ValueError as exc:
+        print(f"sessionkit: error: {exc}", file=sys.stderr)
+        return 2
+    if args.format == "table":
+        _doctor_text(table, args.fix)
+    else:
+        _write(table, args.format)
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sessionkit", description="Analyse nanobot conversation histories."
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {sessionkit.__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     summary = commands.add_parser("summary", help="per-session table and totals")
-    summary.add_argument(
-        "path", nargs="*", help="workspace, sessions folder, file or glob (default: bundled data)"
-    )
+    summary.add_argument("path", nargs="*", help=_PATHS_HELP)
     summary.add_argument("--format", choices=["table", "csv", "json"], default="table")
     summary.add_argument(
         "--tokens",
@@ -87,12 +160,30 @@ def _parser() -> argparse.ArgumentParser:
         help="exact cl100k count (default) or nanobot's chars//4 fallback",
     )
     summary.set_defaults(run=_summary)
+    problems = commands.add_parser("problems", help="damaged lines and files: path, line, reason")
+    problems.add_argument("path", nargs="*", help=_PATHS_HELP)
+    problems.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    problems.set_defaults(run=_problems)
+    doctor = commands.add_parser(
+        "doctor", help="what nanobot 0.2.2 would lose from a store, and --fix to mend it"
+    )
+    doctor.add_argument("path", help="workspace, sessions folder or file")
+    doctor.add_argument(
+        "--fix",
+        action="store_true",
+        help="rewrite files nanobot would damage and move leftover temp files to the backup",
+    )
+    doctor.add_argument(
+        "--backup-dir",
+        help="where --fix puts originals, damaged lines and temp files "
+        "(default: sessionkit-doctor-backup-<time> next to the sessions folder)",
+    )
+    doctor.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    doctor.set_defaults(run=_doctor)
     report = commands.add_parser(
         "report", help="run the tour notebook headless and write one HTML report"
     )
-    report.add_argument(
-        "path", nargs="?", help="workspace, sessions folder, file or glob (default: bundled data)"
-    )
+    report.add_argument("path", nargs="?", help=_PATHS_HELP)
     report.add_argument("-o", "--output", default="report.html", help="HTML file to write")
     report.add_argument("--no-code", action="store_true", help="leave code cells out")
     report.add_argument("--timeout", type=int, default=600, help="seconds any one cell may run")
@@ -101,7 +192,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status (2 for a bad path)."""
+    """Run the command line; returns the exit status (1 for no sessions, 2 for a bad path)."""
     args = _parser().parse_args(argv)
     try:
         return args.run(args)

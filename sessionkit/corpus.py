@@ -17,6 +17,7 @@ from sessionkit.nanobot.reader import (
     Problem,
     SessionPathError,
     find_session_files,
+    leftover_temp_files,
     read_session_file,
 )
 from sessionkit.nanobot.session import Session
@@ -39,14 +40,23 @@ def _no_gc() -> Iterator[None]:
             gc.enable()
 
 
+_PACKAGE = Path(__file__).resolve().parent
+REPOSITORY_DATA = _PACKAGE.parent / "data"
+"""The sample store of a source checkout (generated, 15 sessions)."""
+PACKAGED_SAMPLE = _PACKAGE / "_sample"
+"""Two of its sessions, shipped inside the wheel (see pyproject's force-include)."""
+
+
 def default_data_dir() -> Path:
-    """The bundled sample store (the repository's ``data/``), the default everywhere."""
-    path = Path(__file__).resolve().parent.parent / "data"
-    if not path.is_dir():
-        raise SessionPathError(
-            f"bundled sample data not found at {path}; pass the path of a nanobot workspace"
-        )
-    return path
+    """The bundled sample store, the default everywhere: the checkout's ``data/``, else (an
+    installed wheel) the two sessions packaged as ``sessionkit/_sample``."""
+    for path in (REPOSITORY_DATA, PACKAGED_SAMPLE):
+        if (path / "sessions").is_dir():
+            return path
+    raise SessionPathError(
+        f"no bundled sample data ({REPOSITORY_DATA} and {PACKAGED_SAMPLE} are missing); "
+        "pass the path of a nanobot workspace or sessions folder"
+    )
 
 
 class Corpus:
@@ -157,16 +167,27 @@ def load(
     SessionPathError
         When a path does not exist or holds no session files.
     """
-    files = find_session_files(default_data_dir() if path is None else path)
+    source = default_data_dir() if path is None else path
+    files = find_session_files(source)
     sessions: list[Session] = []
     problems: list[Problem] = []
     with _no_gc():
         for file in files:
-            session, found = read_session_file(file)
+            session, found = _read_isolated(file)
             problems.extend(found)
             if session is not None:
                 sessions.append(session)
+    problems.extend(leftover_temp_files(source))
     return Corpus(sessions, problems, tokens=tokens)
+
+
+def _read_isolated(file: Path) -> tuple[Session | None, list[Problem]]:
+    """:func:`read_session_file`, with any failure it did not foresee kept to this one file."""
+    try:
+        return read_session_file(file)
+    except Exception as exc:  # a bug must cost one file, never the whole corpus
+        reason = f"not loaded: sessionkit failed reading it ({type(exc).__name__}: {exc!s:.200})"
+        return None, [Problem(str(file), None, reason)]
 
 
 def resolve_session(

@@ -1,7 +1,7 @@
 """``sessionkit.explore(corpus)``: pick a session, move the limits, watch the window, fork.
 
 An ipywidgets app with no logic of its own: the statuses and counts come from
-:func:`sessionkit.states.message_states` and :func:`~sessionkit.states.summarize`, the
+:func:`sessionkit.states.message_states` and :meth:`~sessionkit.states.MessageStates.summary`, the
 timeline from :func:`sessionkit.plot.token_timeline`, forks from :func:`sessionkit.fork`.
 """
 
@@ -23,7 +23,8 @@ from sessionkit.forking import fork
 from sessionkit.nanobot.listing import flatten_content
 from sessionkit.nanobot.reader import SessionPathError
 from sessionkit.nanobot.session import Session
-from sessionkit.states import message_states, summarize
+from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings
+from sessionkit.states import MessageStates, message_states
 from sessionkit.transcript import TranscriptWidget, transcript_rows
 
 __all__ = ["SCRATCH_FORK_DIR", "Explorer", "default_fork_dir", "explore"]
@@ -71,8 +72,11 @@ class Explorer(widgets.VBox):
     sessions_dir
         Folder the fork panel writes to by default (default: the shown session's own folder,
         so nanobot lists the fork next to its source).
+    settings
+        Initial history settings (default: what nanobot 0.2.2's agent loop passes); the
+        controls change all but ``last_consolidated``.
     max_messages, max_tokens, include_timestamps, extend_to_user, file_cap
-        Initial settings (see :func:`sessionkit.states.message_states`).
+        Overrides of ``settings`` (None: the setting's).
     """
 
     def __init__(
@@ -81,15 +85,22 @@ class Explorer(widgets.VBox):
         *,
         key: str | None = None,
         sessions_dir: str | Path | None = None,
-        max_messages: int = 120,
-        max_tokens: int = 0,
-        include_timestamps: bool = True,
-        extend_to_user: bool = False,
-        file_cap: int = 2000,
+        settings: HistorySettings = DEFAULT_SETTINGS,
+        max_messages: int | None = None,
+        max_tokens: int | None = None,
+        include_timestamps: bool | None = None,
+        extend_to_user: bool | None = None,
+        file_cap: int | None = None,
     ) -> None:
         self.corpus = corpus
         self.default_dir = sessions_dir
-        self.states = pd.DataFrame()
+        self._initial = settings.replace(
+            max_messages=max_messages,
+            max_tokens=max_tokens,
+            include_timestamps=include_timestamps,
+            extend_to_user=extend_to_user,
+            file_cap=file_cap,
+        )
         self._scheduled = False
         self._quiet = False
         self._focus_next = False
@@ -103,18 +114,23 @@ class Explorer(widgets.VBox):
         self.search.add_class("sk-search")
         self.picker = widgets.Select(options=self._options, rows=7, layout=_wide())
         self.picker.add_class("sk-picker")
+        initial = self._initial
         self.max_messages = _slider(
-            "max_messages", max_messages, max(2000, longest), 1, "sk-max-messages"
+            "max_messages", initial.max_messages, max(2000, longest), 1, "sk-max-messages"
         )
         self.max_tokens = _slider(
-            "max_tokens", max_tokens, max(200_000, most_tokens), 100, "sk-max-tokens"
+            "max_tokens", initial.max_tokens, max(200_000, most_tokens), 100, "sk-max-tokens"
         )
         self.turn = _slider("turn", 0, 0, 1, "sk-turn")
-        self.file_cap = _slider("file cap", file_cap, max(4000, 2 * longest), 10, "sk-file-cap")
-        self.include_timestamps = _checkbox(
-            "include_timestamps", include_timestamps, "sk-include-timestamps"
+        self.file_cap = _slider(
+            "file cap", initial.file_cap, max(4000, 2 * longest), 10, "sk-file-cap"
         )
-        self.extend_to_user = _checkbox("extend_to_user", extend_to_user, "sk-extend-to-user")
+        self.include_timestamps = _checkbox(
+            "include_timestamps", initial.include_timestamps, "sk-include-timestamps"
+        )
+        self.extend_to_user = _checkbox(
+            "extend_to_user", initial.extend_to_user, "sk-extend-to-user"
+        )
         self.zoom = _checkbox("zoom to the turn", True, "sk-zoom")
         self.timeline = widgets.Image(format="png", layout=widgets.Layout(width="100%"))
         self.timeline.add_class("sk-timeline")
@@ -225,16 +241,15 @@ class Explorer(widgets.VBox):
         self._focus_next = True
         self._refresh(rows=True)
 
-    def settings(self) -> dict[str, Any]:
-        """The current control values, as :func:`~sessionkit.states.message_states` takes them."""
-        return {
-            "turn": self.turn.value,
-            "max_messages": self.max_messages.value,
-            "max_tokens": self.max_tokens.value,
-            "include_timestamps": self.include_timestamps.value,
-            "extend_to_user": self.extend_to_user.value,
-            "file_cap": self.file_cap.value,
-        }
+    def settings(self) -> HistorySettings:
+        """The history settings the controls show (the turn is ``self.turn.value``)."""
+        return self._initial.replace(
+            max_messages=self.max_messages.value,
+            max_tokens=self.max_tokens.value,
+            include_timestamps=self.include_timestamps.value,
+            extend_to_user=self.extend_to_user.value,
+            file_cap=self.file_cap.value,
+        )
 
     def _changed(self, change: dict[str, Any]) -> None:
         """Refresh now, or once the kernel has applied every pending control change."""
@@ -252,12 +267,15 @@ class Explorer(widgets.VBox):
 
     def _refresh(self, *, rows: bool = False) -> None:
         self._scheduled = False
-        self.states = message_states(self.session, **self.settings())
-        counts = summarize(self.states)
+        self.states: MessageStates = message_states(
+            self.session, turn=self.turn.value, settings=self.settings()
+        )
+        counts = self.states.summary()
         self._draw(counts)
+        frame = self.states.frame
         if rows:
-            self.transcript.rows = transcript_rows(self.session, self.states["tokens"].tolist())
-        self.transcript.status = self.states["status"].astype(str).tolist()
+            self.transcript.rows = transcript_rows(self.session, frame["tokens"].tolist())
+        self.transcript.status = frame["status"].astype(str).tolist()
         if self._focus_next:
             self._focus_next = False
             self._focus(counts)
@@ -266,15 +284,15 @@ class Explorer(widgets.VBox):
 
     def _focus(self, counts: dict[str, Any]) -> None:
         window = counts["window"]
-        self.transcript.focus = window[0] if window else max(0, self.states.attrs["stop"] - 1)
+        self.transcript.focus = window[0] if window else max(0, self.states.stop - 1)
 
     def _draw(self, counts: dict[str, Any]) -> None:
         """The timeline; zoomed, it spans the count window (token cut included) to the turn."""
         from sessionkit import plot
 
         ax = plot.timeline_axes(self._figure)
-        stop = self.states.attrs["stop"]
-        counted = np.flatnonzero(self.states["status"].isin(["trimmed_tokens", "in_window"]))
+        stop = self.states.stop
+        counted = np.flatnonzero(self.states.frame["status"].isin(["trimmed_tokens", "in_window"]))
         xlim = None
         if self.zoom.value and len(counted):
             start = int(counted[0])
@@ -285,8 +303,8 @@ class Explorer(widgets.VBox):
         self.timeline.value = buffer.getvalue()
 
     def _summary_html(self, counts: dict[str, Any]) -> str:
-        attrs = self.states.attrs
-        budget = f" of {attrs['max_tokens']:,}" if attrs["max_tokens"] else ""
+        max_tokens = self.states.settings.max_tokens
+        budget = f" of {max_tokens:,}" if max_tokens else ""
         window = counts["window"]
         span = f"messages {window[0]}–{window[1] - 1}" if window else "empty"
         parts = [
@@ -301,7 +319,7 @@ class Explorer(widgets.VBox):
             f"file cap {counts['file_cap']:,}",
             f"after turn {counts['later']:,}",
         ]
-        head = f"<b>{html.escape(self.session.key)}</b> at turn {attrs['turn']}: "
+        head = f"<b>{html.escape(self.session.key)}</b> at turn {self.states.turn}: "
         return head + " · ".join(parts)
 
     # -- fork -------------------------------------------------------------------------------
@@ -320,7 +338,8 @@ class Explorer(widgets.VBox):
         user = change["new"]
         if user < 0 or self._quiet:
             return
-        users = self.states.index[self.states["role"] == "user"]
+        frame = self.states.frame
+        users = frame.index[frame["role"] == "user"]
         idx = int(users[user])
         self._original = flatten_content(self.session.messages[idx].get("content"))
         self.fork_text.value = self._original
@@ -387,14 +406,15 @@ def explore(
     *,
     key: str | None = None,
     sessions_dir: str | Path | None = None,
-    **settings: Any,
+    settings: HistorySettings = DEFAULT_SETTINGS,
+    **overrides: Any,
 ) -> Explorer:
     """Show the explorer for a Corpus (or one Session); returns the app (an ipywidgets VBox).
 
-    ``settings`` are the initial ``max_messages``, ``max_tokens``, ``include_timestamps``,
-    ``extend_to_user`` and ``file_cap``; forks go to ``sessions_dir`` (default:
-    :func:`default_fork_dir`).
+    ``settings`` are the initial history settings and ``overrides`` replace some of them
+    (``max_messages``, ``max_tokens``, ``include_timestamps``, ``extend_to_user``,
+    ``file_cap``); forks go to ``sessions_dir`` (default: :func:`default_fork_dir`).
     """
     if isinstance(corpus, Session):
         corpus = Corpus([corpus])
-    return Explorer(corpus, key=key, sessions_dir=sessions_dir, **settings)
+    return Explorer(corpus, key=key, sessions_dir=sessions_dir, settings=settings, **overrides)

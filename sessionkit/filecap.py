@@ -12,13 +12,13 @@ import bisect
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
-import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
 from sessionkit.nanobot.policies import Policy, Trim, get_policy
 from sessionkit.nanobot.session import Session
-from sessionkit.schema import FILE_CAP
+from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings
+from sessionkit.schema import FILE_CAP, frame
 
 __all__ = ["FILE_CAP", "file_cap"]
 
@@ -74,8 +74,9 @@ def _growth(policy: Policy, session: Session, limit: int) -> list[tuple]:
 
 def file_cap(
     source: Session | Iterable[Session],
-    limits: int | Sequence[int] = (2000,),
+    limits: int | Sequence[int] | None = None,
     *,
+    settings: HistorySettings = DEFAULT_SETTINGS,
     replay: Literal["final", "growth"] = "final",
     progress: bool | None = None,
 ) -> pd.DataFrame:
@@ -86,7 +87,9 @@ def file_cap(
     source
         A Session, a Corpus or any iterable of Sessions (each is left untouched).
     limits
-        One limit or several (nanobot's is 2000).
+        One limit or several (default: ``settings.file_cap``, nanobot's 2000).
+    settings
+        The history settings whose ``file_cap`` is the default limit.
     replay
         ``"final"``: one row per (session, limit), the cap applied to the stored messages
         with the recorded offset.  ``"growth"``: the session rebuilt turn by turn with the
@@ -97,6 +100,8 @@ def file_cap(
     if replay not in ("final", "growth"):
         raise ValueError(f"replay must be 'final' or 'growth', not {replay!r}")
     sessions = [source] if isinstance(source, Session) else list(source)
+    if limits is None:
+        limits = settings.file_cap
     limit_list = [int(x) for x in (limits if isinstance(limits, list | tuple) else [limits])]
     step = _final if replay == "final" else _growth
     show = len(sessions) >= _AUTO_PROGRESS_SESSIONS if progress is None else progress
@@ -109,12 +114,10 @@ def file_cap(
 
 
 def _frame(rows: list[tuple], keys: list[str]) -> pd.DataFrame:
-    names = [c.name for c in FILE_CAP]
-    columns = list(zip(*rows, strict=True)) if rows else [() for _ in names]
-    data: dict[str, Any] = {}
-    for column, values in zip(FILE_CAP, columns, strict=True):
-        if column.dtype == "category":
-            data[column.name] = pd.Categorical(list(values), categories=list(dict.fromkeys(keys)))
-        else:
-            data[column.name] = np.array(values, dtype=column.dtype)
-    return pd.DataFrame(data, columns=names)
+    """The rows as the documented frame; ``session_key`` categories are the sessions' keys."""
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in FILE_CAP]
+    values = dict(zip([c.name for c in FILE_CAP], columns, strict=True))
+    categories = list(dict.fromkeys(keys))
+    code = {key: i for i, key in enumerate(categories)}
+    values["session_key"] = [code[key] for key in values["session_key"]]
+    return frame(FILE_CAP, values, categories={"session_key": categories})

@@ -165,29 +165,18 @@ def _digest(path: Path | None) -> str | None:
 def _make(job: _Job, now: datetime, lineage: dict[str, Any] | None) -> Session:
     """The fork itself: nanobot's cut and metadata rules, then the optional edit."""
     source = job.source
-    messages: list[dict[str, Any]] = []
-    edited: dict[str, Any] | None = None
-    users = 0
-    for message in source.messages:
-        if message.get("role") == "user":
-            if users == job.index:
-                edited = message
-                break
-            users += 1
-        messages.append(copy.deepcopy(message))
-
-    metadata = copy.deepcopy(source.metadata)
+    cut = source.before_user(job.index, deep=True)
+    metadata = cut.metadata
     for key in VOLATILE_METADATA_KEYS:
         metadata.pop(key, None)
-    offset = source.last_consolidated
-    if offset > len(messages):
+    if source.last_consolidated > len(cut.messages):
         metadata.pop("_last_summary", None)
-        offset = 0
     if lineage is not None:
         metadata[LINEAGE_KEY] = lineage
 
-    if job.edit is not None and edited is not None:
-        message = copy.deepcopy(edited)
+    messages = cut.messages
+    if job.edit is not None:
+        message = copy.deepcopy(source.messages[len(messages)])
         message["content"] = job.edit
         message["timestamp"] = now.isoformat()
         messages.append(message)
@@ -198,7 +187,7 @@ def _make(job: _Job, now: datetime, lineage: dict[str, Any] | None) -> Session:
         created_at=now,
         updated_at=now,
         metadata=metadata,
-        last_consolidated=offset,
+        last_consolidated=cut.last_consolidated,
         policy=source.policy,
     )
 

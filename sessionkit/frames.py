@@ -131,29 +131,28 @@ def messages_frame(
         text[i] = flatten_content(text[i])
     counts = count_tokens(msgs, method=tokens, cache=cache) if tokens else None
     no_tokens = np.zeros(total, dtype=np.int64)
-    return pd.DataFrame(
+    return schema.frame(
+        schema.MESSAGES,
         {
             "session_key": _session_codes(sessions, lengths),
-            "idx": pd.array(idx, dtype="Int64"),
+            "idx": idx,
             "line_no": _line_numbers(sessions),
-            "role": pd.Categorical.from_codes(role_codes, categories=roles),
+            "role": role_codes,
             "text": _strings(text),
             "timestamp": _to_datetime(message_field(msgs, "timestamp")),
-            "tokens": pd.array(counts, dtype="Int64")
+            "tokens": counts
             if counts is not None
             else pd.arrays.IntegerArray(no_tokens, np.ones(total, dtype=bool)),
             "is_command": _truthy(message_field(msgs, "_command")),
             "is_channel_delivery": _truthy(message_field(msgs, "_channel_delivery")),
-            "n_tool_calls": pd.array(
-                _list_lengths(message_field(msgs, "tool_calls")), dtype="Int64"
-            ),
+            "n_tool_calls": _list_lengths(message_field(msgs, "tool_calls")),
             "tool_call_id": _strings(message_field(msgs, "tool_call_id")),
             "name": _strings(message_field(msgs, "name")),
             "has_media": _list_lengths(message_field(msgs, "media")) > 0,
             "consolidated": idx < offsets,
-            "user_index": pd.array(user_index, dtype="Int64"),
+            "user_index": user_index,
         },
-        copy=False,
+        categories={"role": roles},
     )
 
 
@@ -183,50 +182,42 @@ def sessions_frame(
     last = by_key["timestamp"].max()
     index = pd.Index(keys, dtype=object)
     split = [_split_key(k) for k in keys]
-    frame = pd.DataFrame(
+    return schema.frame(
+        schema.SESSIONS,
         {
-            "key": pd.array(keys, dtype="string"),
-            "channel": pd.Categorical([c for c, _ in split]),
-            "chat_id": pd.array([c for _, c in split], dtype="string"),
-            "path": pd.array([str(s.path) if s.path else None for s in sessions], dtype="string"),
-            "format": pd.Categorical([s.format for s in sessions]),
-            "created_at": pd.Series(
-                [_naive(s.created_at) for s in sessions], dtype="datetime64[ns]"
-            ),
-            "updated_at": pd.Series(
-                [_naive(s.updated_at) for s in sessions], dtype="datetime64[ns]"
-            ),
-            "title": pd.array([session_title(s.metadata) for s in sessions], dtype="string"),
-            "preview": pd.array(
-                [
-                    session_preview(
-                        s.messages,
-                        line_numbers=s.line_numbers,
-                        first_damaged_line=damaged.get(str(s.path)),
-                    )
-                    for s in sessions
-                ],
-                dtype="string",
-            ),
-            "n_messages": pd.array([len(s.messages) for s in sessions], dtype="Int64"),
-            "n_user_turns": pd.array([s.n_user_turns for s in sessions], dtype="Int64"),
-            "last_consolidated": pd.array([s.last_consolidated for s in sessions], dtype="Int64"),
-            "tokens": pd.array(tokens.reindex(index).to_numpy(), dtype="Int64"),
+            "key": keys,
+            "channel": [c for c, _ in split],
+            "chat_id": [c for _, c in split],
+            "path": [str(s.path) if s.path else None for s in sessions],
+            "format": [s.format for s in sessions],
+            "created_at": [_naive(s.created_at) for s in sessions],
+            "updated_at": [_naive(s.updated_at) for s in sessions],
+            "title": [session_title(s.metadata) for s in sessions],
+            "preview": [
+                session_preview(
+                    s.messages,
+                    line_numbers=s.line_numbers,
+                    first_damaged_line=damaged.get(str(s.path)),
+                )
+                for s in sessions
+            ],
+            "n_messages": [len(s.messages) for s in sessions],
+            "n_user_turns": [s.n_user_turns for s in sessions],
+            "last_consolidated": [s.last_consolidated for s in sessions],
+            "tokens": tokens.reindex(index).to_numpy(),
             "first_message_at": first.reindex(index).to_numpy(),
             "last_message_at": last.reindex(index).to_numpy(),
-        }
+        },
     )
-    return frame
 
 
 def problems_frame(problems: Sequence[Problem]) -> pd.DataFrame:
     """One row per recorded problem (columns: :data:`sessionkit.schema.PROBLEMS`)."""
-    if not problems:
-        return schema.empty_frame(schema.PROBLEMS)
-    return pd.DataFrame(
+    return schema.frame(
+        schema.PROBLEMS,
         {
-            "path": pd.array([p.path for p in problems], dtype="string"),
-            "line_no": pd.array([p.line_no for p in problems], dtype="Int64"),
-            "reason": pd.array([p.reason for p in problems], dtype="string"),
-        }
+            "path": [p.path for p in problems],
+            "line_no": [p.line_no for p in problems],
+            "reason": [p.reason for p in problems],
+        },
     )

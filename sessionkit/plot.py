@@ -8,7 +8,7 @@ plot stays readable from the artists: bars are ``ax.patches`` (``StepPatch`` or 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -26,7 +26,9 @@ from matplotlib.ticker import (
 
 from sessionkit.filecap import file_cap
 from sessionkit.nanobot.session import Session
-from sessionkit.states import message_states
+from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings
+from sessionkit.schema import STATUSES
+from sessionkit.states import MessageStates, message_states
 from sessionkit.windowing import windows
 
 if TYPE_CHECKING:
@@ -34,7 +36,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ROLE_COLORS",
-    "STATUS_COLORS",
     "SWEEP_VALUES",
     "TRUNCATING_CUTS",
     "file_cap_curve",
@@ -45,6 +46,12 @@ __all__ = [
     "window_heatmap",
 ]
 
+
+def __dir__() -> list[str]:
+    """The public names only: ``dir()`` and tab completion leave out np, pd, Figure, ..."""
+    return sorted(__all__)
+
+
 ROLE_COLORS: dict[str, str] = {
     "user": "#4c72b0",
     "assistant": "#dd8452",
@@ -53,17 +60,8 @@ ROLE_COLORS: dict[str, str] = {
 }
 OTHER_ROLE_COLOR = "#999999"
 
-STATUS_COLORS: dict[str, str] = {
-    "in_window": "#2ca02c",
-    "trimmed_count": "#ff7f0e",
-    "trimmed_tokens": "#d62728",
-    "consolidated": "#7f7f7f",
-    "command": "#9467bd",
-    "skipped": "#bcbd22",
-    "file_cap": "#8c564b",
-    "later": "#c7c7c7",
-}
-"""One colour per status of :data:`sessionkit.schema.STATUSES` (the widget's CSS matches)."""
+_STATUS = {status.name: status for status in STATUSES}
+"""The status table by name: every status colour and legend label comes from it."""
 
 _SHADED = {"trimmed_tokens": 0.12, "consolidated": 0.25, "file_cap": 0.25, "later": 0.25}
 """Statuses shaded on the timeline, with their opacity."""
@@ -72,12 +70,13 @@ _SHADED = {"trimmed_tokens": 0.12, "consolidated": 0.25, "file_cap": 0.25, "late
 def timeline_axes(fig: Figure | None = None) -> Axes:
     """Fresh Axes for :func:`token_timeline` with fixed margins (fast to redraw).
 
-    On a new 10 x 4 inch Figure, or on ``fig`` after clearing it.
+    On a new 10 x 4 inch Figure, or on ``fig`` after clearing it.  The margins fit the axis
+    labels and compact tick labels (at most six characters, e.g. ``137.5k``) on both sides.
     """
     if fig is None:
         fig = Figure(figsize=(10.0, 4.0), dpi=100)
     fig.clear()
-    fig.subplots_adjust(left=0.07, right=0.92, top=0.93, bottom=0.25)
+    fig.subplots_adjust(left=0.08, right=0.915, top=0.93, bottom=0.25)
     return fig.add_subplot()
 
 
@@ -101,36 +100,38 @@ def _sent_from_here(states: pd.DataFrame) -> np.ndarray:
 
 
 def token_timeline(
-    source: Session | Corpus | pd.DataFrame,
+    source: Session | Corpus | MessageStates,
     key: str | None = None,
     *,
     turn: int | None = None,
-    max_messages: int = 120,
-    max_tokens: int = 0,
-    include_timestamps: bool = True,
-    extend_to_user: bool = False,
-    file_cap: int = 2000,
+    settings: HistorySettings = DEFAULT_SETTINGS,
+    max_messages: int | None = None,
+    max_tokens: int | None = None,
+    include_timestamps: bool | None = None,
+    extend_to_user: bool | None = None,
+    file_cap: int | None = None,
     xlim: tuple[float, float] | None = None,
     ax: Axes | None = None,
 ) -> Axes:
     """One session's messages as token bars by role, with the window kept at ``turn``.
 
-    ``source`` is a session, a Corpus with ``key``, or a frame from
-    :func:`sessionkit.states.message_states` (then the other settings are read from its
-    ``attrs``).  Drawn: one filled ``StepPatch`` per role (``gid`` ``"role:<role>"``, heights =
+    ``source`` is a session, a Corpus with ``key`` (``turn``, ``settings`` and the keywords
+    overriding them as for :func:`sessionkit.message_states`), or the
+    :class:`~sessionkit.states.MessageStates` that call returned.  Drawn: one filled ``StepPatch`` per role (``gid`` ``"role:<role>"``, heights =
     stored tokens); spans with gids ``"window"`` (first to last message sent),
     ``"trimmed_tokens"``, ``"consolidated"``, ``"file_cap"`` and ``"later"``; on a twin axis the tokens sent if the
     history started at each message (``gid`` ``"sent_from_here"``), the ``max_tokens`` budget
     (``gid`` ``"max_tokens"``) and the start of the ``max_messages`` window
     (``gid`` ``"max_messages"``).  Returns the main Axes; the twin is ``ax.figure.axes[-1]``.
     """
-    states = (
+    result = (
         source
-        if isinstance(source, pd.DataFrame)
+        if isinstance(source, MessageStates)
         else message_states(
             source,
             key,
             turn=turn,
+            settings=settings,
             max_messages=max_messages,
             max_tokens=max_tokens,
             include_timestamps=include_timestamps,
@@ -138,7 +139,7 @@ def token_timeline(
             file_cap=file_cap,
         )
     )
-    attrs = states.attrs
+    states = result.frame
     ax = ax if ax is not None else timeline_axes()
     n = len(states)
     edges = np.arange(n + 1) - 0.5
@@ -161,9 +162,9 @@ def token_timeline(
     status = states["status"].to_numpy()
     for name in _SHADED:
         for k, (start, stop) in enumerate(_runs(status == name)):
-            label = name.replace("_", " ") if k == 0 else "_nolegend_"
+            label = _STATUS[name].label if k == 0 else "_nolegend_"
             _span(
-                ax, start, stop, name, label, color=STATUS_COLORS[name], alpha=_SHADED[name], lw=0
+                ax, start, stop, name, label, color=_STATUS[name].color, alpha=_SHADED[name], lw=0
             )
     in_window = np.flatnonzero(status == "in_window")
     if len(in_window):
@@ -173,7 +174,7 @@ def token_timeline(
             in_window[-1] + 1,
             "window",
             f"window ({len(in_window)} sent)",
-            color=STATUS_COLORS["in_window"],
+            color=_STATUS["in_window"].color,
             alpha=0.18,
             lw=0,
         )
@@ -183,10 +184,10 @@ def token_timeline(
     ax.set_ylim(0, 1.05 * max(visible.max(initial=0.0), 1.0))
     ax.set_xlabel("message index")
     ax.set_ylabel("tokens per message")
-    title = f"{attrs.get('key', '')} at turn {attrs.get('turn', '')}"
-    ax.set_title(title.strip(), loc="left", fontsize=10)
+    ax.yaxis.set_major_formatter(_compact)
+    ax.set_title(f"{result.key} at turn {result.turn}", loc="left", fontsize=10)
     twin = ax.twinx()
-    _draw_budget(twin, states, in_window)
+    _draw_budget(twin, result, in_window)
     handles, labels = ax.get_legend_handles_labels()
     more_handles, more_labels = twin.get_legend_handles_labels()
     ax.legend(
@@ -201,9 +202,9 @@ def token_timeline(
     return ax
 
 
-def _draw_budget(twin: Axes, states: pd.DataFrame, in_window: np.ndarray) -> None:
+def _draw_budget(twin: Axes, result: MessageStates, in_window: np.ndarray) -> None:
     """The twin axis: tokens sent from each message to the turn, and the two limits."""
-    attrs = states.attrs
+    states = result.frame
     from_here = _sent_from_here(states)
     (line,) = twin.step(
         np.arange(len(states)),
@@ -214,23 +215,37 @@ def _draw_budget(twin: Axes, states: pd.DataFrame, in_window: np.ndarray) -> Non
         label="tokens sent from here",
     )
     line.set_gid("sent_from_here")
-    max_tokens = int(attrs.get("max_tokens", 0))
+    max_tokens = result.settings.max_tokens
     if max_tokens > 0:
-        twin.axhline(max_tokens, color=STATUS_COLORS["trimmed_tokens"], ls="--", lw=1.2).set(
+        twin.axhline(max_tokens, color=_STATUS["trimmed_tokens"].color, ls="--", lw=1.2).set(
             gid="max_tokens", label=f"max_tokens={max_tokens:,}"
+        )
+        # Named on the line itself: the eye reads a level line against the left axis.
+        twin.text(
+            0.995,
+            max_tokens,
+            f"max_tokens {max_tokens:,} (right axis)",
+            transform=twin.get_yaxis_transform(),
+            ha="right",
+            va="bottom",
+            fontsize=8,
+            color="#222222",
+            bbox={"facecolor": "white", "alpha": 0.8, "linewidth": 0, "pad": 1},
+            gid="max_tokens_label",
         )
     status = states["status"].to_numpy()
     trimmed = np.flatnonzero(status == "trimmed_count")
     live = np.flatnonzero(~np.isnan(from_here))
     count_start = trimmed[-1] + 1 if len(trimmed) else (live[0] if len(live) else None)
-    if count_start is not None and "max_messages" in attrs:
-        twin.axvline(count_start - 0.5, color=STATUS_COLORS["trimmed_count"], ls=":", lw=1.5).set(
-            gid="max_messages", label=f"max_messages={attrs['max_messages']} window"
+    if count_start is not None:
+        twin.axvline(count_start - 0.5, color=_STATUS["trimmed_count"].color, ls=":", lw=1.5).set(
+            gid="max_messages", label=f"max_messages={result.settings.max_messages} window"
         )
     window_tokens = float(from_here[in_window[0]]) if len(in_window) else 0.0
     top = 1.6 * max(max_tokens, window_tokens, 1.0)
     twin.set_ylim(0, top)
     twin.set_ylabel("tokens sent from here to the turn")
+    twin.yaxis.set_major_formatter(_compact)
 
 
 def _sessions_frame(source: Corpus | pd.DataFrame) -> pd.DataFrame:
@@ -243,34 +258,52 @@ def _log_bins(values: np.ndarray, n_bins: int) -> np.ndarray:
     return np.geomspace(low, high * 1.0001, n_bins + 1)
 
 
+def _compact(x: float, _pos: int | None = None) -> str:
+    """A tick value, exact and short with a k/M/B suffix: 500, 2k, 12.5k, 1M, 2B."""
+    for size, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if x >= size:
+            return f"{x / size:g}{suffix}"
+    return f"{x:g}"
+
+
+def _log_ticks(ax: Axes) -> None:
+    """Compact labels on a log x axis: at 1, 2 and 5 per decade over up to three decades, at
+    powers of ten beyond, so the labels never run into each other on a 4-inch axis."""
+    low, high = ax.get_xlim()
+    decades = np.log10(max(high, 1.0) / max(low, 1.0))
+    ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0) if decades <= 3 else (1.0,)))
+    ax.xaxis.set_major_formatter(_compact)
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 def session_lengths(
     source: Corpus | pd.DataFrame,
     *,
-    file_cap: int = 2000,
+    settings: HistorySettings = DEFAULT_SETTINGS,
+    file_cap: int | None = None,
     budgets: Sequence[int] = (8_000, 32_000),
     bins: int = 20,
 ) -> Figure:
     """Histograms of session length in messages and in tokens (log-spaced bins).
 
-    ``source`` is a Corpus or its ``sessions`` frame.  The file cap is marked on the messages
-    axis (``gid`` ``"file_cap"``), each token budget on the tokens axis (``gid``
-    ``"budget:<n>"``).  Returns the Figure; ``fig.axes`` are (messages, tokens) and their bars
-    are ``ax.patches`` with heights equal to ``np.histogram(values, bins=edges)``.
+    ``source`` is a Corpus or its ``sessions`` frame.  The file cap (``settings.file_cap``,
+    or ``file_cap`` when given) is marked on the messages axis (``gid`` ``"file_cap"``), each
+    token budget on the tokens axis (``gid`` ``"budget:<n>"``).  Returns the Figure;
+    ``fig.axes`` are (messages, tokens) and their bars are ``ax.patches`` with heights equal
+    to ``np.histogram(values, bins=edges)``.
     """
     sessions = _sessions_frame(source)
+    cap = settings.replace(file_cap=file_cap).file_cap
     fig = Figure(figsize=(10.0, 3.4), dpi=100, layout="constrained")
     ax_messages, ax_tokens = fig.subplots(1, 2)
     panels = (
-        (ax_messages, "n_messages", "messages per session", [("file_cap", file_cap)]),
+        (ax_messages, "n_messages", "messages per session", [("file_cap", cap)]),
         (ax_tokens, "tokens", "tokens per session", [(f"budget:{b}", b) for b in budgets]),
     )
     for ax, column, xlabel, marks in panels:
         values = sessions[column].dropna().to_numpy(dtype=float)
         ax.hist(values, bins=_log_bins(values, bins), color="#4c72b0", edgecolor="white", lw=0.5)
         ax.set_xscale("log")
-        ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-        ax.xaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
-        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel(xlabel)
         ax.set_ylabel("sessions")
@@ -281,6 +314,7 @@ def session_lengths(
                 ax.axvline(limit, color="#d62728", ls="--", lw=1.2).set(
                     gid=gid, label=f"{name} {limit:,}: {over} over"
                 )
+        _log_ticks(ax)
         if marks:
             ax.legend(fontsize=8, loc="upper right")
     return fig
@@ -304,17 +338,14 @@ def _sweep(
     source: Session | Corpus | pd.DataFrame,
     max_messages: Sequence[int],
     max_tokens: Sequence[int],
-    include_timestamps: bool,
+    settings: HistorySettings,
 ) -> pd.DataFrame:
     """A :func:`sessionkit.windows` frame over one grid, with a ``truncated`` column."""
     if isinstance(source, pd.DataFrame):
         frame = source
     else:
         frame = windows(
-            source,
-            max_messages=list(max_messages),
-            max_tokens=list(max_tokens),
-            include_timestamps=include_timestamps,
+            source, settings=settings, max_messages=list(max_messages), max_tokens=list(max_tokens)
         )
     for column in ("include_timestamps", "extend_to_user", "last_consolidated"):
         if frame[column].nunique() > 1:
@@ -329,28 +360,38 @@ def _budget_label(budget: int) -> str:
     return "none" if budget <= 0 else f"{budget:,}"
 
 
+def _budget_order(budgets: Iterable[int]) -> list[int]:
+    """Budgets ascending, no budget (0, "none") last: no limit is the largest budget."""
+    return sorted(budgets, key=lambda budget: (budget <= 0, budget))
+
+
 def window_heatmap(
     source: Session | Corpus | pd.DataFrame,
     *,
     value: str = "messages_kept",
     max_messages: Sequence[int] = DEFAULT_MAX_MESSAGES,
     max_tokens: Sequence[int] = DEFAULT_BUDGETS,
-    include_timestamps: bool = True,
+    settings: HistorySettings = DEFAULT_SETTINGS,
+    include_timestamps: bool | None = None,
     ax: Axes | None = None,
 ) -> Axes:
     """Mean window size (or truncation rate) per (max_tokens, max_messages), as a heatmap.
 
     ``source`` is a :func:`sessionkit.windows` frame (one value of every other setting), or
-    a Session or Corpus whose every-user-turn windows are computed over the grid given.
+    a Session or Corpus whose every-user-turn windows are computed over the grid given, the
+    other settings from ``settings`` (``include_timestamps`` overrides it).
     ``value`` is a key of :data:`SWEEP_VALUES`.  ``ax.images[0].get_array()`` is the grid:
-    rows are ``max_tokens`` ascending, columns ``max_messages`` ascending.
+    rows are ``max_tokens`` ascending with no budget (0) last, columns ``max_messages``
+    ascending.
     """
     if value not in SWEEP_VALUES:
         raise ValueError(f"value must be one of {', '.join(SWEEP_VALUES)}, not {value!r}")
-    frame = _sweep(source, max_messages, max_tokens, include_timestamps)
+    settings = settings.replace(include_timestamps=include_timestamps)
+    frame = _sweep(source, max_messages, max_tokens, settings)
     grid = frame.pivot_table(
         index="max_tokens", columns="max_messages", values=value, aggfunc="mean"
     ).astype(float)
+    grid = grid.reindex(_budget_order(grid.index))
     if ax is None:
         ax = Figure(figsize=(7.0, 4.2), dpi=100, layout="constrained").add_subplot()
     share = value == "truncated"
@@ -388,17 +429,21 @@ def truncation_share(
     *,
     max_messages: Sequence[int] = DEFAULT_MAX_MESSAGES,
     max_tokens: Sequence[int] = DEFAULT_BUDGETS,
-    include_timestamps: bool = True,
+    settings: HistorySettings = DEFAULT_SETTINGS,
+    include_timestamps: bool | None = None,
     ax: Axes | None = None,
 ) -> Axes:
     """Share of turns whose window was truncated (cut by count, an orphan or tokens) against the budget.
 
     One line per ``max_messages`` (``gid`` ``"max_messages=<n>"``), over the budgets in
-    ascending order, evenly spaced (x = position, tick labels = budgets; 0 is "none").
+    ascending order, evenly spaced (x = position, tick labels = budgets), no budget (0,
+    "none") last.
     ``source`` as for :func:`window_heatmap`.
     """
-    frame = _sweep(source, max_messages, max_tokens, include_timestamps)
+    settings = settings.replace(include_timestamps=include_timestamps)
+    frame = _sweep(source, max_messages, max_tokens, settings)
     share = frame.groupby(["max_messages", "max_tokens"])["truncated"].mean().unstack()
+    share = share[_budget_order(share.columns)]
     if ax is None:
         ax = Figure(figsize=(7.0, 3.8), dpi=100, layout="constrained").add_subplot()
     positions = np.arange(share.shape[1])
@@ -428,7 +473,7 @@ def file_cap_curve(
     Session or Corpus capped at ``limits`` (``replay`` as for ``file_cap``; with
     ``"growth"``, messages dropped add up over every trim).  On ``ax`` the number of sessions the cap
     trims (``gid`` ``"sessions"``); on a twin axis the messages it drops (``gid``
-    ``"messages"``); nanobot's limit 2000 is marked (``gid`` ``"nanobot"``).
+    ``"messages"``); nanobot's limit (``HistorySettings().file_cap``) is marked (``gid`` ``"nanobot"``).
     """
     if isinstance(source, pd.DataFrame):
         frame, grid = source, sorted(int(x) for x in source["limit"].unique())
@@ -451,7 +496,9 @@ def file_cap_curve(
     ax.set_ylim(bottom=0)
     ax.set_xlabel("file cap limit (messages)")
     ax.set_ylabel("sessions trimmed")
-    ax.axvline(2000, color="#7f7f7f", ls=":", lw=1.2).set(gid="nanobot", label="nanobot 0.2 limit")
+    ax.axvline(DEFAULT_SETTINGS.file_cap, color="#7f7f7f", ls=":", lw=1.2).set(
+        gid="nanobot", label="nanobot 0.2 limit"
+    )
     twin = ax.twinx()
     (line,) = twin.plot(
         grid, dropped.to_numpy(), marker="s", color="#d62728", label="messages dropped"

@@ -12,13 +12,15 @@ import copy
 from pathlib import Path
 
 import nbformat
+import zmq
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 from nbconvert import HTMLExporter
+from traitlets.config import Config
 
 from sessionkit.nanobot.reader import find_session_files
 
-__all__ = ["ReportError", "tour_notebook", "write_report"]
+__all__ = ["ReportError", "kernel_config", "tour_notebook", "write_report"]
 
 TOUR = "01_tour.ipynb"
 PARAMETERS_TAG = "parameters"
@@ -36,6 +38,17 @@ def tour_notebook() -> Path:
         if candidate.is_file():
             return candidate
     raise ReportError(f"the tour notebook {TOUR} is not installed with sessionkit")
+
+
+def kernel_config() -> Config:
+    """Encrypt the kernel's TCP sockets with CurveZMQ keys when pyzmq can.
+
+    Without keys ipykernel warns on every start that it "is running over TCP without
+    encryption"; with them the warning's cause is gone, not just its message.
+    """
+    if not zmq.has("curve"):
+        return Config()
+    return Config({"KernelManager": {"transport_encryption": "auto"}})
 
 
 def _with_data_path(notebook: nbformat.NotebookNode, data_path: Path) -> nbformat.NotebookNode:
@@ -91,6 +104,7 @@ def write_report(
         notebook,
         timeout=timeout,
         kernel_name="python3",
+        config=kernel_config(),
         resources={"metadata": {"path": str(source.parent)}},
     )
     try:

@@ -1,12 +1,16 @@
-"""Every DataFrame column sessionkit produces: its name, dtype and meaning, in one place.
+"""Every DataFrame column sessionkit produces (name, dtype, meaning), the message status table
+(name, label, colour), and :func:`frame`, which builds every documented frame from them.
 
-Plots, widgets and notebooks use these names; nothing re-derives them.
+Plots, widgets and notebooks use these names and colours; nothing re-derives them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
 
+import numpy as np
 import pandas as pd
 
 __all__ = [
@@ -18,11 +22,14 @@ __all__ = [
     "SESSIONS",
     "STATES",
     "STATUSES",
+    "STATUS_NAMES",
     "VIOLATIONS",
     "WINDOWS",
     "Column",
+    "Status",
     "describe",
     "empty_frame",
+    "frame",
 ]
 
 
@@ -124,25 +131,45 @@ FILE_CAP: tuple[Column, ...] = (
     Column("last_consolidated", "int64", "offset after the cap"),
 )
 
-STATUSES: tuple[str, ...] = (
-    "in_window",
-    "trimmed_count",
-    "trimmed_tokens",
-    "consolidated",
-    "command",
-    "skipped",
-    "file_cap",
-    "later",
-)
-"""Every status, in display order.
 
-``in_window``: sent to the model.  ``trimmed_count``: before the ``max_messages`` window (or cut
-to start it on a user turn or a legal tool boundary).  ``trimmed_tokens``: inside the count
-window but over ``max_tokens``.  ``consolidated``: below ``last_consolidated``.  ``command``: a
-``_command`` message, never sent.  ``skipped``: an assistant message with no text and nothing
-else to replay.  ``file_cap``: removed from the file by ``enforce_file_cap(limit)``.
-``later``: stored at or after the turn.
-"""
+@dataclass(frozen=True)
+class Status:
+    """One message status: its ``name`` in the ``status`` column, the ``label`` and ``color``
+    plots and the transcript show it with, and what it means."""
+
+    name: str
+    label: str
+    color: str
+    doc: str
+
+
+STATUSES: tuple[Status, ...] = (
+    Status("in_window", "in window", "#2ca02c", "sent to the model"),
+    Status(
+        "trimmed_count",
+        "trimmed: count",
+        "#ff7f0e",
+        "before the max_messages window (or cut to start it on a user turn or a legal tool "
+        "boundary)",
+    ),
+    Status(
+        "trimmed_tokens",
+        "trimmed: tokens",
+        "#d62728",
+        "inside the count window but over max_tokens",
+    ),
+    Status("consolidated", "consolidated", "#7f7f7f", "below last_consolidated"),
+    Status("command", "command", "#9467bd", "a _command message, never sent"),
+    Status(
+        "skipped", "skipped", "#bcbd22", "an assistant message with no text and nothing to replay"
+    ),
+    Status("file_cap", "file cap", "#8c564b", "removed from the file by enforce_file_cap(limit)"),
+    Status("later", "after turn", "#c7c7c7", "stored at or after the turn"),
+)
+"""Every message status, in display order: the one table plots and the transcript read."""
+
+STATUS_NAMES: tuple[str, ...] = tuple(s.name for s in STATUSES)
+"""The status names, in display order: the categories of the ``status`` column."""
 
 STATES: tuple[Column, ...] = (
     Column("idx", "Int64", "zero-based position in the session's messages"),
@@ -155,7 +182,7 @@ STATES: tuple[Column, ...] = (
         "tokens of the message as get_history would send it under these settings "
         "(<NA> for commands and skipped messages, which are never sent)",
     ),
-    Column("status", "category", f"one of {', '.join(STATUSES)}"),
+    Column("status", "category", f"one of {', '.join(STATUS_NAMES)}"),
 )
 
 
@@ -204,13 +231,43 @@ FIGURE_DATA: tuple[Column, ...] = (
 """Columns of :func:`sessionkit.testing.figure_data`: what a figure draws, not its pixels."""
 
 
+def _array(column: Column, values: Any, categories: Sequence[Any] | None) -> Any:
+    """``values`` as ``column``'s dtype; arrays already of that dtype are used as they are."""
+    if categories is not None:
+        return pd.Categorical.from_codes(np.asarray(values, dtype=np.int64), categories)
+    if getattr(values, "dtype", None) == column.dtype:
+        return values
+    if column.dtype == "category":
+        return pd.Categorical(values)
+    return pd.array(values, dtype=column.dtype)
+
+
+def frame(
+    columns: tuple[Column, ...],
+    values: Mapping[str, Any],
+    *,
+    categories: Mapping[str, Sequence[Any]] | None = None,
+) -> pd.DataFrame:
+    """The frame of ``columns``, in declared order, each column's ``values`` cast to its dtype.
+
+    ``values`` holds exactly the declared names.  A categorical column named in ``categories``
+    arrives as codes into those categories; any other one as labels (or a Categorical).
+    """
+    names = [c.name for c in columns]
+    if set(values) != set(names):
+        missing, extra = set(names) - set(values), set(values) - set(names)
+        raise ValueError(f"columns missing: {sorted(missing)}, not declared: {sorted(extra)}")
+    codes = categories or {}
+    return pd.DataFrame(
+        {c.name: _array(c, values[c.name], codes.get(c.name)) for c in columns}, copy=False
+    )
+
+
 def empty_frame(columns: tuple[Column, ...]) -> pd.DataFrame:
     """A zero-row frame with the documented columns and dtypes."""
-    return pd.DataFrame({c.name: pd.Series(dtype=c.dtype) for c in columns})
+    return frame(columns, {c.name: [] for c in columns})
 
 
-def describe(columns: tuple[Column, ...]) -> pd.DataFrame:
-    """The column documentation as a frame (name, dtype, doc), for notebooks and docs."""
-    return pd.DataFrame(
-        [(c.name, c.dtype, c.doc) for c in columns], columns=["name", "dtype", "doc"]
-    )
+def describe(rows: tuple[Column, ...] | tuple[Status, ...]) -> pd.DataFrame:
+    """A declaration as a frame (one row per column or status, one column per field)."""
+    return pd.DataFrame([asdict(row) for row in rows])

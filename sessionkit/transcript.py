@@ -1,7 +1,8 @@
 """The transcript widget: a session's messages with their statuses, rendered in the browser.
 
 Python decides everything shown (:func:`transcript_rows`, the statuses from
-:func:`sessionkit.states.message_states`); the front-end (``widgets/transcript.js`` and
+:func:`sessionkit.states.message_states`, their labels and colours from
+:data:`sessionkit.schema.STATUSES`); the front-end (``widgets/transcript.js`` and
 ``transcript.css``, shipped as ``sessionkit/_widgets``) only draws the rows it is sent and
 reports which user message was clicked.
 """
@@ -17,32 +18,19 @@ import traitlets
 
 from sessionkit.nanobot.listing import flatten_content
 from sessionkit.nanobot.session import Session
+from sessionkit.schema import STATUSES
 
-__all__ = ["STATUS_LABELS", "TranscriptWidget", "transcript_rows", "widgets_dir"]
-
-STATUS_LABELS: dict[str, str] = {
-    "in_window": "in window",
-    "trimmed_count": "trimmed: count",
-    "trimmed_tokens": "trimmed: tokens",
-    "consolidated": "consolidated",
-    "command": "command",
-    "skipped": "skipped",
-    "file_cap": "file cap",
-    "later": "after turn",
-}
-"""How each status of :data:`sessionkit.schema.STATUSES` is labelled in the transcript."""
+__all__ = ["MAX_TEXT_CHARS", "TranscriptWidget", "transcript_rows"]
 
 MAX_TEXT_CHARS = 4000
 _SUMMARY_CHARS = 120
 
 
-def widgets_dir() -> Path:
-    """Folder of the front-end files: ``sessionkit/_widgets`` when installed, else ``widgets/``."""
+def _front_end() -> Path:
+    """Folder of the front-end files: ``sessionkit/_widgets`` in a wheel, else ``widgets/``."""
     package = Path(__file__).resolve().parent
-    for folder in (package / "_widgets", package.parent / "widgets"):
-        if (folder / "transcript.js").is_file():
-            return folder
-    raise FileNotFoundError(f"widget front-end files not found next to {package}")
+    installed = package / "_widgets"
+    return installed if installed.is_dir() else package.parent / "widgets"
 
 
 def _clip(text: str, limit: int) -> str:
@@ -102,12 +90,15 @@ def transcript_rows(session: Session, tokens: list[int]) -> list[dict[str, Any]]
 class TranscriptWidget(anywidget.AnyWidget):
     """Rows and statuses in; the clicked user message (``selected``) out."""
 
-    _esm = traitlets.Unicode((widgets_dir() / "transcript.js").read_text()).tag(sync=True)
-    _css = traitlets.Unicode((widgets_dir() / "transcript.css").read_text()).tag(sync=True)
+    _esm = _front_end() / "transcript.js"
+    _css = _front_end() / "transcript.css"
 
     rows = traitlets.List(traitlets.Dict()).tag(sync=True)
     status = traitlets.List(traitlets.Unicode()).tag(sync=True)
-    labels = traitlets.Dict(STATUS_LABELS).tag(sync=True)
+    statuses = traitlets.List(
+        traitlets.Dict(), [{"name": s.name, "label": s.label, "color": s.color} for s in STATUSES]
+    ).tag(sync=True)
+    """The status table (name, label, color), from which the front-end takes every status colour."""
     selected = traitlets.Int(-1).tag(sync=True)
     focus = traitlets.Int(-1).tag(sync=True)
     """Message index to scroll into view."""

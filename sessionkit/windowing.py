@@ -3,8 +3,9 @@
 The window "at" message index ``e`` is ``get_history`` of the session cut to ``messages[:e]``,
 which is what nanobot's agent loop computes when the message at ``e`` arrives (it reads the
 history before storing the new message).  Computing it by calling the exact policy once per
-turn and setting re-tokenizes every window.  Here each message is rewritten and counted once;
-windows then come from index arithmetic on whole-corpus arrays:
+turn and setting re-tokenizes every window.  Here each message is rewritten and counted once
+(:mod:`sessionkit.replay`, cached); windows then come from index arithmetic on whole-corpus
+arrays:
 
 - count window, user-turn alignment and the ``extend_to_user`` recovery: next/previous
   user-message indices by ``searchsorted``;
@@ -20,231 +21,26 @@ windows then come from index arithmetic on whole-corpus arrays:
 from __future__ import annotations
 
 import itertools
-import multiprocessing
-import operator
-import os
-import weakref
-from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
-from sessionkit.counting import DEFAULT_CACHE, TokenCache, count_tokens
-from sessionkit.nanobot.policies import DEFAULT_POLICY, get_policy, tool_call_ids, tool_result_id
+from sessionkit import replay
+from sessionkit.counting import DEFAULT_CACHE, TokenCache
+from sessionkit.nanobot.policies import DEFAULT_POLICY, get_policy
 from sessionkit.nanobot.session import Session
-from sessionkit.schema import WINDOWS
+from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings, Offset
+from sessionkit.schema import WINDOWS, frame
 
-__all__ = ["WINDOWS", "clear_cache", "prepared_cache_size", "windows"]
+__all__ = ["WINDOWS", "replay_offset", "windows"]
 
 At = Literal["every_user_turn", "end"] | Sequence[int]
-Offset = Literal["recorded", "none"] | int
 
 
 _CUTS = ["none", "consolidation", "count", "orphan", "tokens"]
-_AUTO_PARALLEL_MESSAGES = 50_000
-_AUTO_PROGRESS_MESSAGES = 20_000
-_CHUNK_MESSAGES = 5_000
-
-
-@dataclass(frozen=True)
-class _Prepared:
-    """One session's per-message facts for one ``include_timestamps`` value.
-
-    ``declared`` (per message) and ``entry_declared`` (per replayed entry) hold, for a tool
-    result naming a call, the index of the latest assistant message declaring it (-1: none);
-    -2 for every other message.  ``command`` flags user messages marked ``_command``.
-    ``kept`` are the source indices of replayed entries and ``tokens`` their counts.
-    """
-
-    is_user: np.ndarray
-    delivery: np.ndarray
-    command: np.ndarray
-    declared: np.ndarray
-    kept: np.ndarray
-    entry_declared: np.ndarray
-    tokens: np.ndarray
-
-
-class _DeltaCache(TokenCache):
-    """A token cache that reads through to ``base`` and keeps its own new counts apart."""
-
-    def __init__(self, base: TokenCache | None) -> None:
-        super().__init__()
-        self.base = base
-        self.fresh: list[tuple[int, int]] = []
-
-    def get(self, key: int) -> int | None:
-        hit = self.base.get(key) if self.base is not None else None
-        return hit if hit is not None else super().get(key)
-
-    def update(self, keys: Iterable[int], counts: Iterable[int]) -> None:
-        pairs = list(zip(keys, counts, strict=True))
-        super().update((d for d, _ in pairs), (c for _, c in pairs))
-        self.fresh.extend(pairs)
-
-
-def _prepare(messages: list[dict[str, Any]], stamps: bool, cache: TokenCache | None) -> _Prepared:
-    """Rewrite and count every message once; record what the window rules need."""
-    policy = get_policy(DEFAULT_POLICY)
-    declared = [-2] * len(messages)
-    kept: list[int] = []
-    entry_declared: list[int] = []
-    entries: list[dict[str, Any]] = []
-    last_declared: dict[str, int] = {}
-    last_entry_declared: dict[str, int] = {}
-    for i, message in enumerate(messages):
-        entry = policy.replay_entry(message, stamps)
-        role = message.get("role")
-        answered = tool_result_id(message) if role == "tool" else None
-        if answered is not None:
-            declared[i] = last_declared.get(answered, -1)
-        if entry is not None:
-            entry_declared.append(-2 if answered is None else last_entry_declared.get(answered, -1))
-            kept.append(i)
-            entries.append(entry)
-        if role == "assistant":
-            for call in tool_call_ids(message):
-                last_declared[call] = i
-                if entry is not None:
-                    last_entry_declared[call] = len(entries) - 1
-    is_user = np.array([m.get("role") == "user" for m in messages], dtype=bool)
-    return _Prepared(
-        is_user=is_user,
-        delivery=np.array([bool(m.get("_channel_delivery")) for m in messages], dtype=bool),
-        command=is_user & np.array([bool(m.get("_command")) for m in messages], dtype=bool),
-        declared=np.array(declared, dtype=np.int32),
-        kept=np.array(kept, dtype=np.int32),
-        entry_declared=np.array(entry_declared, dtype=np.int32),
-        tokens=np.array(count_tokens(entries, cache=cache, workers=1), dtype=np.int64),
-    )
-
-
-# Prepared arrays by (id(session), include_timestamps).  An entry is valid while the session
-# object is alive and still holds the same messages list (kept here, so its id cannot be
-# reused) with the same length; it is dropped when the session is garbage-collected.
-_PREPARED: dict[tuple[int, bool], tuple[weakref.ref, list, int, _Prepared]] = {}
-
-
-def clear_cache() -> None:
-    """Forget every session's prepared arrays (needed after editing messages in place)."""
-    _PREPARED.clear()
-    _LAST_STACK.clear()
-
-
-def prepared_cache_size() -> int:
-    """How many (session, include_timestamps) preparations are cached."""
-    return len(_PREPARED)
-
-
-def _cached(session: Session, stamps: bool) -> _Prepared | None:
-    hit = _PREPARED.get((id(session), stamps))
-    if hit is None:
-        return None
-    ref, messages, length, prepared = hit
-    if ref() is session and messages is session.messages and length == len(messages):
-        return prepared
-    return None
-
-
-def _remember(session: Session, stamps: bool, prepared: _Prepared) -> None:
-    key = (id(session), stamps)
-
-    def forget(_: weakref.ref, key: tuple[int, bool] = key) -> None:
-        _PREPARED.pop(key, None)
-
-    ref = weakref.ref(session, forget)
-    _PREPARED[key] = (ref, session.messages, len(session.messages), prepared)
-
-
-# Shared with forked workers: the sessions, include_timestamps and the parent's token cache.
-_SHARED: dict[str, Any] = {}
-
-
-def _prepare_chunk(indices: list[int]) -> tuple[list[int], list[_Prepared], list]:
-    sessions, stamps, base = _SHARED["sessions"], _SHARED["stamps"], _SHARED["cache"]
-    delta = _DeltaCache(base)
-    prepared = [_prepare(sessions[i].messages, stamps, delta) for i in indices]
-    return indices, prepared, delta.fresh
-
-
-def _chunks(sizes: list[int], todo: list[int], n_chunks: int) -> list[list[int]]:
-    """Split ``todo`` into about ``n_chunks`` groups of similar message counts."""
-    order = sorted(todo, key=lambda i: -sizes[i])
-    groups: list[list[int]] = [[] for _ in range(max(1, n_chunks))]
-    loads = [0] * len(groups)
-    for i in order:
-        lightest = loads.index(min(loads))
-        groups[lightest].append(i)
-        loads[lightest] += sizes[i] + 1
-    return [g for g in groups if g]
-
-
-def _fork_context() -> multiprocessing.context.BaseContext | None:
-    if "fork" in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("fork")
-    return None
-
-
-def _prepare_in_workers(
-    sessions: list[Session],
-    stamps: bool,
-    cache: TokenCache | None,
-    chunks: list[list[int]],
-    workers: int,
-    context: multiprocessing.context.BaseContext,
-) -> Iterator[tuple[list[int], list[_Prepared]]]:
-    """Prepare chunks of sessions in forked workers; their new token counts join ``cache``."""
-    _SHARED.update(sessions=sessions, stamps=stamps, cache=cache)
-    try:
-        with ProcessPoolExecutor(workers, mp_context=context) as pool:
-            jobs = [pool.submit(_prepare_chunk, chunk) for chunk in chunks]
-            for job in as_completed(jobs):
-                indices, prepared, fresh = job.result()
-                if cache is not None and fresh:
-                    cache.update(*zip(*fresh, strict=True))
-                yield indices, prepared
-    finally:
-        _SHARED.clear()
-
-
-def _prepare_all(
-    sessions: list[Session],
-    stamps: bool,
-    *,
-    workers: int | None,
-    progress: bool | None,
-    cache: TokenCache | None,
-) -> list[_Prepared]:
-    """Prepared arrays for every session: cached ones reused, the rest computed (in parallel)."""
-    found = [_cached(s, stamps) for s in sessions]
-    todo = [i for i, p in enumerate(found) if p is None]
-    sizes = [len(s.messages) for s in sessions]
-    total = sum(sizes[i] for i in todo)
-    if workers is None:
-        workers = (os.cpu_count() or 1) if total >= _AUTO_PARALLEL_MESSAGES else 1
-    context = _fork_context()
-    show = total >= _AUTO_PROGRESS_MESSAGES if progress is None else progress
-    label = f"preparing (include_timestamps={stamps})"
-    with tqdm(total=total, unit="msg", desc=label, disable=not show or not todo) as bar:
-        if workers <= 1 or context is None or len(todo) < 2:
-            for i in todo:
-                found[i] = _prepare(sessions[i].messages, stamps, cache)
-                bar.update(sizes[i])
-        else:
-            chunks = _chunks(sizes, todo, max(4 * workers, total // _CHUNK_MESSAGES))
-            for indices, prepared in _prepare_in_workers(
-                sessions, stamps, cache, chunks, workers, context
-            ):
-                for i, p in zip(indices, prepared, strict=True):
-                    found[i] = p
-                bar.update(sum(sizes[i] for i in indices))
-    for i in todo:
-        _remember(sessions[i], stamps, found[i])
-    return found  # type: ignore[return-value]
 
 
 def _orphan_jumps(tools: np.ndarray, lowest: np.ndarray, size: int) -> list[np.ndarray]:
@@ -291,7 +87,7 @@ def _legal_start(jumps: list[np.ndarray], start: np.ndarray, stop: np.ndarray) -
 
 @dataclass(frozen=True)
 class _Stack:
-    """Every session's prepared arrays laid end to end, indexed globally."""
+    """Every session's replay arrays laid end to end, indexed globally."""
 
     offsets: np.ndarray  # first message of each session (length n_sessions + 1)
     is_user: np.ndarray
@@ -307,35 +103,20 @@ class _Stack:
     prefix: np.ndarray  # token prefix sums over entries (length n_entries + 1)
 
 
-# The last stack built, with the prepared arrays it was built from (reused while identical).
-_LAST_STACK: list[tuple[list[_Prepared], _Stack]] = []
-
-
-def _stacked(prepared: list[_Prepared]) -> _Stack:
-    """``_stack(prepared)``, reusing the previous result for the same prepared arrays."""
-    if _LAST_STACK:
-        before, stack = _LAST_STACK[0]
-        if len(before) == len(prepared) and all(map(operator.is_, before, prepared)):
-            return stack
-    stack = _stack(prepared)
-    _LAST_STACK[:] = [(prepared, stack)]
-    return stack
-
-
 def _global_declared(declared: np.ndarray, owner_start: np.ndarray) -> np.ndarray:
     """Per-session declaration indices made global; 'never declared' becomes start - 1."""
     return np.where(declared >= 0, declared + owner_start, owner_start - 1)
 
 
-def _stack(prepared: list[_Prepared]) -> _Stack:
-    sizes = np.array([len(p.is_user) for p in prepared], dtype=np.int64)
-    entry_sizes = np.array([len(p.kept) for p in prepared], dtype=np.int64)
+def _stack(replays: list[replay.Replay]) -> _Stack:
+    sizes = np.array([len(p.is_user) for p in replays], dtype=np.int64)
+    entry_sizes = np.array([len(p.kept) for p in replays], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     entry_offsets = np.concatenate([[0], np.cumsum(entry_sizes)])
     n, n_entries = int(offsets[-1]), int(entry_offsets[-1])
 
     def cat(name: str, dtype: type) -> np.ndarray:
-        return np.concatenate([getattr(p, name) for p in prepared] + [np.zeros(0, dtype)])
+        return np.concatenate([getattr(p, name) for p in replays] + [np.zeros(0, dtype)])
 
     is_user = cat("is_user", bool)
     declared = cat("declared", np.int64)
@@ -406,6 +187,22 @@ def _positions(sessions: list[Session], stack: _Stack, at: At) -> tuple[np.ndarr
 
 def _offset_label(offset: Offset) -> str:
     return offset if isinstance(offset, str) else str(offset)
+
+
+def replay_offset(session: Session, last_consolidated: Offset) -> int:
+    """The offset a replay of all of ``session``'s messages starts from: the rule
+    :func:`windows` applies to each window, for one session (e.g. ``Session.before_user(k)``)."""
+    if last_consolidated == "recorded":
+        wanted = session.last_consolidated
+    elif last_consolidated == "none":
+        wanted = 0
+    elif isinstance(last_consolidated, int) and not isinstance(last_consolidated, bool):
+        wanted = last_consolidated
+    else:
+        raise ValueError(
+            f"last_consolidated must be 'recorded', 'none' or an int, not {last_consolidated!r}"
+        )
+    return wanted if 0 <= wanted <= len(session.messages) else 0
 
 
 def _queries(
@@ -485,65 +282,76 @@ def _as_sessions(source: Session | Iterable[Session]) -> list[Session]:
     return sessions
 
 
+def _grid(settings: HistorySettings, name: str, override: Any) -> list[Any]:
+    """The values of one setting to sweep: the override (a value or a list), else the setting."""
+    return [getattr(settings, name)] if override is None else _as_list(override)
+
+
 def windows(
     source: Session | Iterable[Session],
     *,
-    max_messages: int | Sequence[int] = 120,
-    max_tokens: int | Sequence[int] = 0,
-    include_timestamps: bool | Sequence[bool] = False,
-    extend_to_user: bool | Sequence[bool] = False,
+    settings: HistorySettings = DEFAULT_SETTINGS,
+    max_messages: int | Sequence[int] | None = None,
+    max_tokens: int | Sequence[int] | None = None,
+    include_timestamps: bool | Sequence[bool] | None = None,
+    extend_to_user: bool | Sequence[bool] | None = None,
+    last_consolidated: Offset | Sequence[Offset] | None = None,
     at: At = "every_user_turn",
-    last_consolidated: Offset | Sequence[Offset] = "recorded",
     workers: int | None = None,
     progress: bool | None = None,
     cache: TokenCache | None = DEFAULT_CACHE,
 ) -> pd.DataFrame:
     """One row per (session, turn, setting): the history nanobot replays there, and why.
 
-    nanobot 0.2.2's agent calls ``get_history(120, max_tokens=context_window -
-    max_output_tokens - 1024, include_timestamps=True)``; the defaults here are
-    ``get_history``'s own.  Every setting accepts a list and the frame covers the whole grid
-    (columns: :data:`sessionkit.schema.WINDOWS`).  Each window equals
-    ``Session.get_history`` of the session cut at ``at``; windows of one setting form one
-    block of rows.  The file cap is not applied here (sessions as stored); see
-    :func:`sessionkit.file_cap` for what it would trim and :func:`sessionkit.message_states`
-    for one turn with the cap applied.
+    The history settings come from ``settings`` (default: what nanobot 0.2.2's agent loop
+    passes, see :class:`~sessionkit.HistorySettings`); each keyword given overrides one of
+    them and may be a list, and the frame covers the whole grid (columns:
+    :data:`sessionkit.schema.WINDOWS`).  Each window equals ``Session.get_history`` of the
+    session cut at ``at``; windows of one setting form one block of rows.  The file cap is
+    not applied here (sessions as stored); see :func:`sessionkit.file_cap` for what it would
+    trim and :func:`sessionkit.message_states` for one turn with the cap applied.
 
     Parameters
     ----------
     source
         A Session, a Corpus or any iterable of Sessions.
-    max_messages, max_tokens, include_timestamps, extend_to_user
-        ``get_history``'s settings, each a value or a list of values.
+    settings
+        The history settings (``file_cap`` is not used here).
+    max_messages, max_tokens, include_timestamps, extend_to_user, last_consolidated
+        Overrides of ``settings``, each a value or a list of values (None: the setting's).
     at
         ``"every_user_turn"`` (before each user message is stored), ``"end"`` (the history
         the next message would get) or a list of message indices (beyond a session's length:
         skipped).
-    last_consolidated
-        ``"recorded"`` (the stored offset where it lies within the prefix, else 0),
-        ``"none"`` (0) or an int used the same way; or a list of these.
     workers
-        Processes preparing the sessions (default: every core for large sweeps, needs the
-        ``fork`` start method).  Prepared sessions are cached and not prepared again.
+        Processes replaying the sessions (default: every core for large sweeps, needs the
+        ``fork`` start method).  Replays are cached (:mod:`sessionkit.replay`).
     progress
         Show a progress bar (default: for large sweeps).
     cache
         Token-count cache shared with :func:`sessionkit.count_tokens`.
     """
     sessions = _as_sessions(source)
-    stamps_grid = [bool(v) for v in _as_list(include_timestamps)]
-    offsets = _as_list(last_consolidated)
+    stamps_grid = [bool(v) for v in _grid(settings, "include_timestamps", include_timestamps)]
+    offsets = _grid(settings, "last_consolidated", last_consolidated)
     labels = list(dict.fromkeys(_offset_label(o) for o in offsets))
-    settings = list(itertools.product(_as_list(max_messages), _as_list(extend_to_user)))
-    budgets = [int(b) for b in _as_list(max_tokens)]
+    windowed = list(
+        itertools.product(
+            _grid(settings, "max_messages", max_messages),
+            _grid(settings, "extend_to_user", extend_to_user),
+        )
+    )
+    budgets = [int(b) for b in _grid(settings, "max_tokens", max_tokens)]
     keys = [s.key for s in sessions]
     categories = list(dict.fromkeys(keys))
     code_of = {key: i for i, key in enumerate(categories)}
     session_codes = np.array([code_of[k] for k in keys], dtype=np.int64)
     blocks: list[dict[str, Any]] = []
     for stamps in dict.fromkeys(stamps_grid):
-        prepared = _prepare_all(sessions, stamps, workers=workers, progress=progress, cache=cache)
-        stack = _stacked(prepared)
+        replays = replay.replay_all(
+            sessions, stamps, workers=workers, progress=progress, cache=cache
+        )
+        stack = replay.derived(replays, _stack)
         owner, at_index = _positions(sessions, stack, at)
         fixed = {
             "session_key": session_codes[owner],
@@ -555,7 +363,7 @@ def windows(
         }
         for offset in offsets:
             q = _queries(sessions, stack, owner, at_index, offset)
-            for count, extend in settings:
+            for count, extend in windowed:
                 count_start, aligned, legal = _count_window(stack, q, int(count), bool(extend))
                 for budget in budgets:
                     blocks.append(
@@ -611,15 +419,12 @@ def _frame(blocks: list[dict[str, Any]], categories: dict[str, list[str]]) -> pd
     Categorical columns arrive as codes into ``categories[name]``.
     """
     lengths = [len(b["turn"]) for b in blocks]
-    columns: dict[str, Any] = {}
-    for column in WINDOWS:
-        parts = [
-            np.broadcast_to(b[column.name], (n,)) for b, n in zip(blocks, lengths, strict=True)
-        ]
-        values = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-        if column.name in categories:
-            codes = values.astype(np.int64)
-            columns[column.name] = pd.Categorical.from_codes(codes, categories[column.name])
-        else:
-            columns[column.name] = values.astype(column.dtype)
-    return pd.DataFrame(columns)
+    values = {
+        column.name: np.concatenate(
+            [np.broadcast_to(b[column.name], (n,)) for b, n in zip(blocks, lengths, strict=True)]
+        )
+        if blocks
+        else np.zeros(0, dtype=np.int64)
+        for column in WINDOWS
+    }
+    return frame(WINDOWS, values, categories=categories)

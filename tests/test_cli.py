@@ -1,13 +1,18 @@
-"""The ``sessionkit summary`` command on a tiny store: exact table, CSV and JSON output."""
+"""The ``sessionkit`` command on a tiny store: exact summary and problems output, version."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import subprocess
+import sys
+import unicodedata
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import sessionkit
 from sessionkit.cli import main
 
 TELEGRAM = [
@@ -21,7 +26,7 @@ TELEGRAM = [
     },
     {"role": "user", "content": "plan a trip", "timestamp": "2026-03-01T09:00:00"},
     {"role": "assistant", "content": "Sure, where to?", "timestamp": "2026-03-01T09:00:05"},
-    {"role": "user", "content": "Lisbon", "timestamp": "2026-03-01T09:01:00"},
+    {"role": "user", "content": "Lisbon", "timestamp": "2026-03-01T09:01:00.654321"},
 ]
 CLI = [
     {
@@ -55,15 +60,33 @@ def test_table(workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out, err = capsys.readouterr()
     assert out.splitlines() == [
         "        key      format  n_messages  n_user_turns  last_consolidated  tokens"
-        "    first_message_at     last_message_at        title",
+        "    first_message_at            last_message_at        title",
         " cli:direct nanobot-0.2           2             1                  0      11"
-        "                   -                   -             ",
+        "                   -                          -             ",
         "telegram:42 nanobot-0.2           3             2                  1      23"
-        " 2026-03-01 09:00:00 2026-03-01 09:01:00 Weekend trip",
-        "      TOTAL        <NA>           5             3                  1      34"
-        " 2026-03-01 09:00:00 2026-03-01 09:01:00         <NA>",
+        " 2026-03-01 09:00:00 2026-03-01 09:01:00.654321 Weekend trip",
+        "      TOTAL                       5             3                         34"
+        " 2026-03-01 09:00:00 2026-03-01 09:01:00.654321             ",
     ]
     assert err == ""
+
+
+def _columns(line: str) -> str:
+    """``line`` as the terminal lays it out: a wide (W/F) character takes two columns."""
+    return "".join(c + "\0" if unicodedata.east_asian_width(c) in "WF" else c for c in line)
+
+
+def test_table_aligns_wide_characters(workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = workspace / "sessions" / "telegram_42.jsonl"
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text.replace("<think>naming</think>Weekend trip", "东京周末旅行计划"), "utf-8")
+    assert main(["summary", str(workspace)]) == 0
+    lines = [_columns(line) for line in capsys.readouterr().out.splitlines()]
+    assert _columns("东京周末旅行计划") in lines[2]
+    assert {len(line) for line in lines} == {len(lines[0])}
+    for header in ["key", "format", "tokens", "first_message_at", "last_message_at"]:
+        edge = lines[0].index(header) + len(header)
+        assert [line[edge] for line in lines] == [" "] * 4, header
 
 
 def test_csv(workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -72,8 +95,8 @@ def test_csv(workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
         "key,format,n_messages,n_user_turns,last_consolidated,tokens,first_message_at,"
         "last_message_at,title\n"
         "cli:direct,nanobot-0.2,2,1,0,11,,,\n"
-        "telegram:42,nanobot-0.2,3,2,1,23,2026-03-01 09:00:00,2026-03-01 09:01:00,Weekend trip\n"
-        "TOTAL,,5,3,1,34,2026-03-01 09:00:00,2026-03-01 09:01:00,\n"
+        "telegram:42,nanobot-0.2,3,2,1,23,2026-03-01 09:00:00,2026-03-01 09:01:00.654321,"
+        "Weekend trip\n"
     )
 
 
@@ -81,11 +104,7 @@ def test_csv_with_fallback_tokens(workspace: Path, capsys: pytest.CaptureFixture
     assert main(["summary", str(workspace), "--format", "csv", "--tokens", "fallback"]) == 0
     rows = [line.split(",") for line in capsys.readouterr().out.splitlines()]
     # chars // 4 + 4 per message: cli 6 + 4, telegram 6 + 7 + 5.
-    assert [(row[0], row[5]) for row in rows[1:]] == [
-        ("cli:direct", "10"),
-        ("telegram:42", "18"),
-        ("TOTAL", "28"),
-    ]
+    assert [(row[0], row[5]) for row in rows[1:]] == [("cli:direct", "10"), ("telegram:42", "18")]
 
 
 def test_json(workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -109,20 +128,9 @@ def test_json(workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
             "n_user_turns": 2,
             "last_consolidated": 1,
             "tokens": 23,
-            "first_message_at": "2026-03-01T09:00:00.000",
-            "last_message_at": "2026-03-01T09:01:00.000",
+            "first_message_at": "2026-03-01T09:00:00.000000",
+            "last_message_at": "2026-03-01T09:01:00.654321",
             "title": "Weekend trip",
-        },
-        {
-            "key": "TOTAL",
-            "format": None,
-            "n_messages": 5,
-            "n_user_turns": 3,
-            "last_consolidated": 1,
-            "tokens": 34,
-            "first_message_at": "2026-03-01T09:00:00.000",
-            "last_message_at": "2026-03-01T09:01:00.000",
-            "title": None,
         },
     ]
 
@@ -132,8 +140,77 @@ def test_single_file_and_problems_note(workspace: Path, capsys: pytest.CaptureFi
     damaged.write_text(damaged.read_text(encoding="utf-8") + "not json\n", encoding="utf-8")
     assert main(["summary", str(damaged), "--format", "csv"]) == 0
     out, err = capsys.readouterr()
-    assert out.splitlines()[1:] == ["cli:direct,nanobot-0.2,2,1,0,11,,,", "TOTAL,,2,1,0,11,,,"]
-    assert err == "1 problem(s) found; see Corpus.problems\n"
+    assert out.splitlines()[1:] == ["cli:direct,nanobot-0.2,2,1,0,11,,,"]
+    assert err == f"1 problem(s) found; see `sessionkit problems {damaged}`\n"
+
+
+@pytest.fixture
+def damaged(workspace: Path) -> Path:
+    """The workspace with a bad line 4 in cli_direct.jsonl; returns that file."""
+    path = workspace / "sessions" / "cli_direct.jsonl"
+    path.write_text(path.read_text(encoding="utf-8") + "[1, 2]\n", encoding="utf-8")
+    return path
+
+
+def test_problems_table(workspace: Path, damaged: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["problems", str(workspace)]) == 0
+    out, err = capsys.readouterr()
+    width = len(str(damaged))
+    assert out.splitlines() == [
+        f"{'path':>{width}}  line_no                    reason",
+        f"{damaged}        4 JSON array, not an object",
+    ]
+    assert err == ""
+
+
+def test_problems_csv_and_json(
+    workspace: Path, damaged: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["problems", str(workspace), "--format", "csv"]) == 0
+    assert (
+        capsys.readouterr().out == f'path,line_no,reason\n{damaged},4,"JSON array, not an object"\n'
+    )
+    assert main(["problems", str(workspace), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [
+        {"path": str(damaged), "line_no": 4, "reason": "JSON array, not an object"}
+    ]
+
+
+def test_no_problems(workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["problems", str(workspace)]) == 0
+    assert capsys.readouterr().out == "no problems found\n"
+    assert main(["problems", str(workspace), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
+def test_no_sessions_loaded_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "chat.json").write_text("[1, 2]", encoding="utf-8")
+    assert main(["summary", str(tmp_path)]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == (
+        f"sessionkit: error: no session could be loaded from {tmp_path} "
+        f"(1 problem(s); see `sessionkit problems {tmp_path}`)\n"
+    )
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert sessionkit.__version__ == importlib.metadata.version("sessionkit")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out == f"sessionkit {sessionkit.__version__}\n"
+
+
+def test_python_dash_m(workspace: Path) -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "sessionkit", "summary", str(workspace), "--format", "csv"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (run.returncode, run.stderr) == (0, "")
+    assert run.stdout.splitlines()[1] == "cli:direct,nanobot-0.2,2,1,0,11,,,"
 
 
 def test_missing_path_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,14 +10,9 @@ import pytest
 import sessionkit
 from sessionkit.explorer import SCRATCH_FORK_DIR, Explorer, explore
 from sessionkit.nanobot.naming import session_path
-from sessionkit.states import message_states, summarize
-from sessionkit.transcript import (
-    MAX_TEXT_CHARS,
-    STATUS_LABELS,
-    TranscriptWidget,
-    transcript_rows,
-    widgets_dir,
-)
+from sessionkit.nanobot.settings import HistorySettings
+from sessionkit.states import message_states
+from sessionkit.transcript import transcript_rows
 from sessionkit.windowing import windows
 
 KEY = "webui:f00d42"
@@ -41,11 +36,11 @@ def _shown(app: Explorer) -> dict:
     }
 
 
-def _expected(session: sessionkit.Session, **settings) -> dict:
-    states = message_states(session, **settings)
+def _expected(session: sessionkit.Session, **options) -> dict:
+    states = message_states(session, **options)
     return {
-        "status": states["status"].astype(str).tolist(),
-        "in_window": summarize(states)["in_window"],
+        "status": states.frame["status"].astype(str).tolist(),
+        "in_window": states.messages_kept,
     }
 
 
@@ -54,18 +49,11 @@ def test_initial_view(app: Explorer, corpus) -> None:
     assert app.session is session
     assert app.picker.value == KEY
     assert app.turn.max == app.turn.value == session.n_user_turns
-    assert app.settings() == {
-        "turn": session.n_user_turns,
-        "max_messages": 120,
-        "max_tokens": 0,
-        "include_timestamps": True,
-        "extend_to_user": False,
-        "file_cap": 2000,
-    }
+    assert app.settings() == HistorySettings()
     assert _shown(app) == _expected(session)
-    assert app.transcript.rows == transcript_rows(session, app.states["tokens"].tolist())
+    assert app.transcript.rows == transcript_rows(session, app.states.frame["tokens"].tolist())
     assert bytes(app.timeline.value).startswith(b"\x89PNG")
-    assert app.transcript.focus == summarize(app.states)["window"][0]
+    assert app.transcript.focus == app.states.summary()["window"][0]
 
 
 def test_controls_update_every_view(app: Explorer, corpus) -> None:
@@ -81,16 +69,11 @@ def test_controls_update_every_view(app: Explorer, corpus) -> None:
     app.extend_to_user.value = True
     app.file_cap.value = 50
     settings = app.settings()
-    assert settings == {
-        "turn": 40,
-        "max_messages": 30,
-        "max_tokens": 3000,
-        "include_timestamps": False,
-        "extend_to_user": True,
-        "file_cap": 50,
-    }
-    assert _shown(app) == _expected(session, **settings)
-    assert app.transcript.focus == summarize(app.states)["window"][0]
+    assert settings == HistorySettings(
+        max_messages=30, max_tokens=3000, include_timestamps=False, extend_to_user=True, file_cap=50
+    )
+    assert _shown(app) == _expected(session, turn=40, settings=settings)
+    assert app.transcript.focus == app.states.summary()["window"][0]
     assert "at turn 40" in app.summary.value
 
 
@@ -193,31 +176,13 @@ def test_forks_default_to_the_sessions_own_folder(tmp_path: Path) -> None:
     assert app.fork_dir.value == str(copy.parent)
 
 
-def test_transcript_rows() -> None:
-    call = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": '{"p": 1}'}}
-    session = sessionkit.Session(
-        "t:rows",
-        [
-            {"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "image_url"}]},
-            {"role": "assistant", "content": "", "tool_calls": [call, call]},
-            {"role": "tool", "content": "a\n  b " + "z" * MAX_TEXT_CHARS, "name": "read"},
-            {"role": "user", "content": "again"},
-        ],
+def test_initial_settings_value_and_overrides(corpus, tmp_path: Path) -> None:
+    chosen = HistorySettings(max_tokens=3000, include_timestamps=False, last_consolidated="none")
+    app = explore(corpus, key=KEY, sessions_dir=tmp_path, settings=chosen, max_messages=60)
+    assert (app.max_messages.value, app.max_tokens.value) == (60, 3000)
+    assert not app.include_timestamps.value
+    assert app.settings() == HistorySettings(
+        max_messages=60, max_tokens=3000, include_timestamps=False, last_consolidated="none"
     )
-    rows = transcript_rows(session, [1, 2, 3, 4])
-    assert [r["user"] for r in rows] == [0, -1, -1, 1]
-    assert rows[0]["text"] == "hi" and rows[0]["tokens"] == 1
-    assert rows[1]["summary"] == "2 tool calls: read, read"
-    assert rows[1]["calls"] == ['read({"p": 1})'] * 2
-    assert rows[2]["summary"].startswith("read: a b zzz") and len(rows[2]["summary"]) < 200
-    assert rows[2]["text"].endswith("(6 more characters)")
-
-
-def test_front_end_files_ship_with_the_widget() -> None:
-    folder = widgets_dir()
-    assert (folder / "transcript.js").is_file() and (folder / "transcript.css").is_file()
-    widget = TranscriptWidget()
-    assert "export default" in widget._esm and ".sk-transcript" in widget._css
-    assert widget.labels == STATUS_LABELS
-    css = (folder / "transcript.css").read_text()
-    assert all(f'[data-status="{status}"]' in css for status in STATUS_LABELS)
+    assert _shown(app) == _expected(corpus[KEY], settings=app.settings())
+    assert "consolidated" not in app.transcript.status

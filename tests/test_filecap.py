@@ -14,6 +14,7 @@ from strategies import sessions
 import sessionkit
 from sessionkit import Session
 from sessionkit.filecap import file_cap
+from sessionkit.nanobot.settings import HistorySettings
 from sessionkit.schema import FILE_CAP
 
 
@@ -109,3 +110,10 @@ def test_empty_results_keep_the_columns() -> None:
     pd.testing.assert_index_equal(frame.columns, file_cap([], [5]).columns)
     with pytest.raises(ValueError, match="replay"):
         file_cap([], replay="later")
+
+
+def test_the_default_limit_is_the_settings_file_cap() -> None:
+    session = Session("k", messages=[user(), assistant("a0"), user(), assistant("a1")])
+    assert file_cap(session)["limit"].tolist() == [2000]
+    small = HistorySettings(file_cap=2)
+    pd.testing.assert_frame_equal(file_cap(session, settings=small), file_cap(session, 2))

@@ -9,13 +9,16 @@ import numpy as np
 import pandas as pd
 import pytest
 from matplotlib.axes import Axes
+from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle, StepPatch
 
 import sessionkit
 from sessionkit import plot
 from sessionkit.filecap import file_cap
-from sessionkit.states import message_states, summarize
+from sessionkit.nanobot.settings import HistorySettings
+from sessionkit.schema import STATUSES
+from sessionkit.states import message_states
 from sessionkit.windowing import windows
 
 KEY = "telegram:12345"
@@ -53,7 +56,7 @@ def _png(fig: Figure) -> bytes:
 
 
 def test_timeline_bars_are_the_tokens_by_role(corpus) -> None:
-    states = message_states(corpus, KEY, **SETTINGS)
+    states = message_states(corpus, KEY, **SETTINGS).frame
     ax = plot.token_timeline(corpus, KEY, **SETTINGS)
     bars = [p for p in ax.patches if isinstance(p, StepPatch)]
     assert [b.get_gid() for b in bars] == ["role:user", "role:assistant", "role:tool"]
@@ -70,13 +73,13 @@ def test_timeline_bars_are_the_tokens_by_role(corpus) -> None:
 def test_timeline_spans_are_the_statuses(corpus) -> None:
     session = corpus[KEY]
     options = {"turn": 600, "max_tokens": 3000, "file_cap": 1500}
-    states = message_states(session, **options)
+    result = message_states(session, **options)
     ax = plot.token_timeline(session, **options)
-    status = states["status"].to_numpy()
+    status = result.frame["status"].to_numpy()
     for name in ("trimmed_tokens", "consolidated", "file_cap", "later"):
         assert [_span(p) for p in _gid(ax, name)] == _runs(status, name)
     assert _runs(status, "file_cap") and _runs(status, "later") and _runs(status, "trimmed_tokens")
-    first, stop = summarize(states)["window"]
+    first, stop = result.summary()["window"]
     assert [_span(p) for p in _gid(ax, "window")] == [(first - 0.5, stop - 0.5)]
     assert ax.get_xlim() == (-0.5, len(session.messages) - 0.5)
 
@@ -90,8 +93,9 @@ def test_timeline_consolidated_prefix(corpus) -> None:
 
 
 def test_timeline_budget_lines_and_sent_tokens(corpus) -> None:
-    states = message_states(corpus, KEY, **SETTINGS)
-    ax = plot.token_timeline(states)
+    result = message_states(corpus, KEY, **SETTINGS)
+    states = result.frame
+    ax = plot.token_timeline(result)
     twin = ax.figure.axes[-1]
     (budget,) = _gid(twin, "max_tokens")
     assert budget.get_ydata()[0] == SETTINGS["max_tokens"]
@@ -103,14 +107,17 @@ def test_timeline_budget_lines_and_sent_tokens(corpus) -> None:
     sent = states["sent_tokens"].fillna(0).to_numpy(dtype=float) * live
     expected = np.where(live, np.cumsum(sent[::-1])[::-1], np.nan)
     np.testing.assert_array_equal(line.get_ydata(), expected)
-    first = summarize(states)["window"][0]
-    assert line.get_ydata()[first] == summarize(states)["sent_tokens"]
+    first = result.summary()["window"][0]
+    assert line.get_ydata()[first] == result.tokens_kept
 
 
 def test_timeline_from_states_equals_from_session(corpus) -> None:
     a = plot.token_timeline(corpus, KEY, **SETTINGS)
     b = plot.token_timeline(message_states(corpus[KEY], **SETTINGS))
     assert _png(a.figure) == _png(b.figure)
+    turn, keywords = SETTINGS["turn"], {k: v for k, v in SETTINGS.items() if k != "turn"}
+    c = plot.token_timeline(corpus[KEY], turn=turn, settings=HistorySettings(**keywords))
+    assert _png(a.figure) == _png(c.figure)
 
 
 def test_timeline_on_given_axes_and_xlim(corpus) -> None:
@@ -153,10 +160,27 @@ def test_window_heatmap_cells(corpus, sweep, value: str) -> None:
     ax = plot.window_heatmap(corpus, value=value, **GRID)
     frame = sweep.assign(truncated=sweep["cut"].isin(plot.TRUNCATING_CUTS))
     expected = frame.groupby(["max_tokens", "max_messages"])[value].mean().unstack()
+    expected = expected.loc[[1_000, 8_000, 0]]  # no budget is the largest: last, not first
     np.testing.assert_allclose(ax.images[0].get_array(), expected.to_numpy())
     assert [t.get_text() for t in ax.get_xticklabels()] == ["10", "40", "120"]
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["none", "1,000", "8,000"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["1,000", "8,000", "none"]
     assert len(ax.texts) == 9
+
+
+def test_sweeps_take_their_other_settings_from_the_settings_value(corpus, sweep) -> None:
+    stamped = plot.window_heatmap(corpus, **GRID)
+    assert np.array_equal(
+        stamped.images[0].get_array(), plot.window_heatmap(sweep).images[0].get_array()
+    )
+    plain = HistorySettings(include_timestamps=False)
+    by_value = plot.truncation_share(corpus, settings=plain, **GRID)
+    by_keyword = plot.truncation_share(corpus, include_timestamps=False, **GRID)
+    frame = windows(corpus, settings=plain, **{k: list(v) for k, v in GRID.items()})
+    expected = plot.truncation_share(frame)
+    for ax in (by_value, by_keyword):
+        assert [line.get_ydata().tolist() for line in ax.get_lines()] == [
+            line.get_ydata().tolist() for line in expected.get_lines()
+        ]
 
 
 def test_window_heatmap_refuses_mixed_frames(corpus) -> None:
@@ -173,8 +197,9 @@ def test_truncation_share_lines(sweep) -> None:
     share = truncated.groupby([sweep["max_messages"], sweep["max_tokens"]]).mean().unstack()
     for count in GRID["max_messages"]:
         (line,) = _gid(ax, f"max_messages={count}")
-        np.testing.assert_allclose(line.get_ydata(), share.loc[count].to_numpy())
+        np.testing.assert_allclose(line.get_ydata(), share.loc[count, [1_000, 8_000, 0]])
         assert line.get_xdata().tolist() == [0, 1, 2]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1,000", "8,000", "none"]
 
 
 @pytest.mark.parametrize("replay", ["final", "growth"])
@@ -211,3 +236,92 @@ def test_same_data_same_picture(corpus, draw: Callable[[sessionkit.Corpus], Figu
     first = draw(corpus)
     assert first.get_size_inches().tolist() == draw(corpus).get_size_inches().tolist()
     assert _png(first) == _png(draw(corpus))
+
+
+def test_timeline_status_colours_and_labels_come_from_the_status_table(corpus) -> None:
+    ax = plot.token_timeline(corpus[KEY], turn=600, max_tokens=3000, file_cap=1500)
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend[3:6] == ["trimmed: tokens", "file cap", "after turn"]
+    spans = {gid: _gid(ax, gid)[0] for gid in ("trimmed_tokens", "file_cap", "later", "window")}
+    twin = {line.get_gid(): line for line in ax.figure.axes[-1].get_lines()}
+    drawn = {gid: to_hex(span.get_facecolor()) for gid, span in spans.items()} | {
+        gid: to_hex(twin[gid].get_color()) for gid in ("max_tokens", "max_messages")
+    }
+    color = {s.name: s.color for s in STATUSES}
+    assert drawn == {
+        "trimmed_tokens": color["trimmed_tokens"],
+        "file_cap": color["file_cap"],
+        "later": color["later"],
+        "window": color["in_window"],
+        "max_tokens": color["trimmed_tokens"],
+        "max_messages": color["trimmed_count"],
+    }
+
+
+def _drawn_tick_labels(ax: Axes) -> list:
+    """The x tick labels drawn, left to right: ticks inside the view, with text."""
+    low, high = ax.get_xlim()
+    ticks = zip(ax.get_xticks(), ax.get_xticklabels(), strict=True)
+    return [label for tick, label in ticks if low <= tick <= high and label.get_text()]
+
+
+@pytest.mark.parametrize(
+    ("low", "high"), [(50_000, 1_000_000), (10, 100_000_000), (1_000, 5_000), (3, 40)]
+)
+def test_session_lengths_tick_labels_never_collide(low: int, high: int) -> None:
+    values = np.geomspace(low, high, 30).round()
+    fig = plot.session_lengths(pd.DataFrame({"n_messages": values, "tokens": values}))
+    fig.canvas.draw()
+    for ax in fig.axes:
+        boxes = [label.get_window_extent() for label in _drawn_tick_labels(ax)]
+        assert len(boxes) >= 2
+        assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:], strict=False))
+
+
+def test_session_lengths_wide_token_range_labels() -> None:
+    tokens = np.geomspace(50_000, 1_000_000, 30).round()
+    fig = plot.session_lengths(pd.DataFrame({"n_messages": tokens / 100, "tokens": tokens}))
+    fig.canvas.draw()
+    labels = [label.get_text() for label in _drawn_tick_labels(fig.axes[1])]
+    assert labels == ["10k", "20k", "50k", "100k", "200k", "500k", "1M"]
+
+
+def _big_session(scale: float) -> sessionkit.Session:
+    """40 turns whose messages run to about ``scale`` x 8 tokens (a 5-digit axis at 1,000)."""
+    messages = []
+    for i in range(40):
+        messages.append({"role": "user", "content": "ask " * int(scale * (i % 5 + 1))})
+        messages.append({"role": "assistant", "content": "an answer " * int(scale * (i % 7 + 3))})
+    return sessionkit.Session("cli:big", messages)
+
+
+@pytest.mark.parametrize("scale", [1, 1_000, 10_000])
+def test_timeline_labels_fit_the_figure(scale: int) -> None:
+    ax = plot.token_timeline(_big_session(scale), max_tokens=190_784, file_cap=0)
+    fig = ax.figure
+    fig.savefig(io.BytesIO(), format="png", bbox_inches=None)
+    twin = fig.axes[-1]
+    inside = fig.bbox
+    for axis in (ax.yaxis, twin.yaxis):
+        box = axis.label.get_window_extent()
+        assert inside.x0 <= box.x0 and box.x1 <= inside.x1, axis.label.get_text()
+        for label in axis.get_ticklabels():
+            box = label.get_window_extent()
+            assert inside.x0 <= box.x0 and box.x1 <= inside.x1, label.get_text()
+
+
+def test_timeline_budget_reads_on_its_own_axis() -> None:
+    ax = plot.token_timeline(_big_session(1_000), max_tokens=190_784, file_cap=0)
+    twin = ax.figure.axes[-1]
+    (budget,) = _gid(twin, "max_tokens")
+    assert list(budget.get_ydata()) == [190_784, 190_784]
+    low, high = twin.get_ylim()
+    assert low < 190_784 < high and ax.get_ylim()[1] < 190_784
+    (note,) = _gid(twin, "max_tokens_label")
+    assert (note.get_text(), note.get_position()[1]) == ("max_tokens 190,784 (right axis)", 190_784)
+    assert twin.get_ylabel() == "tokens sent from here to the turn"
+
+
+def test_plot_namespace_is_its_public_names() -> None:
+    assert dir(plot) == sorted(plot.__all__)
+    assert not {"np", "pd", "plt", "Figure", "Axes"} & set(dir(plot))

@@ -14,6 +14,7 @@ from sessionkit.report import (
     PARAMETERS_TAG,
     ReportError,
     _with_data_path,
+    kernel_config,
     tour_notebook,
     write_report,
 )
@@ -36,6 +37,13 @@ def test_a_notebook_without_parameters_is_refused(tmp_path: Path) -> None:
         _with_data_path(bare, tmp_path)
 
 
+def test_the_kernel_is_started_with_encrypted_sockets() -> None:
+    zmq = pytest.importorskip("zmq")
+    if not zmq.has("curve"):
+        pytest.skip("pyzmq without CurveZMQ")
+    assert kernel_config().KernelManager.transport_encryption == "auto"
+
+
 def test_a_missing_store_fails_before_any_kernel_starts(tmp_path: Path) -> None:
     out = tmp_path / "report.html"
     with pytest.raises(SessionPathError):
@@ -52,7 +60,9 @@ def test_report_on_the_bundled_store_embeds_the_figures(tmp_path: Path) -> None:
     assert "# None: the bundled sample store" in html
 
 
-def test_report_runs_on_the_store_given(data_dir: Path, tmp_path: Path) -> None:
+def test_report_runs_on_the_store_given(
+    data_dir: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     sessions = tmp_path / "workspace" / "sessions"
     sessions.mkdir(parents=True)
     for name in ("telegram_777.jsonl", "discord_987.jsonl"):
@@ -63,3 +73,5 @@ def test_report_runs_on_the_store_given(data_dir: Path, tmp_path: Path) -> None:
     assert "&lt;Corpus: 2 sessions, 668 messages, 0 problems&gt;" in html
     assert "telegram:777" in html and "discord:987" in html
     assert "# None: the bundled sample store" not in html
+    # The kernel's stderr is this process's: no "running over TCP without encryption" warning.
+    assert "without encryption" not in capfd.readouterr().err

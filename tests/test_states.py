@@ -14,10 +14,12 @@ from strategies import sessions
 import sessionkit
 from sessionkit import Session
 from sessionkit.nanobot.policies import get_policy
+from sessionkit.nanobot.settings import HistorySettings
 from sessionkit.nanobot.tokens import estimate_message_tokens
 from sessionkit.schema import STATES as COLUMNS
-from sessionkit.schema import STATUSES
-from sessionkit.states import message_states, summarize
+from sessionkit.schema import STATUS_NAMES
+from sessionkit.states import MessageStates, message_states
+from sessionkit.windowing import windows
 
 POLICY = get_policy("nanobot-0.2")
 SETTINGS = [
@@ -50,16 +52,16 @@ def exact(session: Session, turn: int | None, **options: Any) -> tuple[list[int]
     return sent, sum(estimate_message_tokens(e) for _, e in replay), len(trim.dropped)
 
 
-def check(session: Session, turn: int | None, **options: Any) -> pd.DataFrame:
+def check(session: Session, turn: int | None, **options: Any) -> MessageStates:
     states = message_states(session, turn=turn, **options)
     sent, tokens, dropped = exact(session, turn, **options)
-    status = states["status"].to_numpy()
+    status = states.frame["status"].to_numpy()
     assert np.flatnonzero(status == "in_window").tolist() == sent
-    counts = summarize(states)
+    counts = states.summary()
     assert (counts["in_window"], counts["sent_tokens"]) == (len(sent), tokens)
     assert counts["file_cap"] == dropped
-    assert counts["later"] == len(session.messages) - states.attrs["stop"]
-    assert sum(counts[s] for s in STATUSES) == len(session.messages)
+    assert counts["later"] == len(session.messages) - states.stop
+    assert sum(counts[s] for s in STATUS_NAMES) == len(session.messages)
     return states
 
 
@@ -90,6 +92,26 @@ def test_generated_sessions_match_the_policy(session: Session, data: st.DataObje
     check(session, turn, **options)
 
 
+@settings(max_examples=60)
+@given(sessions(), st.booleans(), st.sampled_from([0, 40, 400]), st.booleans())
+def test_windows_at_the_end_agree_with_states_on_generated_sessions(
+    session: Session, stamps: bool, budget: int, extend: bool
+) -> None:
+    chosen = HistorySettings(
+        max_messages=3, max_tokens=budget, include_timestamps=stamps, extend_to_user=extend
+    )
+    (row,) = windows(session, settings=chosen, at="end").itertuples(index=False)
+    states = message_states(session, settings=chosen)
+    sent = states.frame["sent_tokens"][states.frame["status"] == "in_window"].sum()
+    assert (states.messages_kept, states.tokens_kept, states.cut, states.recovered) == (
+        row.messages_kept,
+        row.tokens_kept,
+        row.cut,
+        row.recovered,
+    )
+    assert sent == row.tokens_kept
+
+
 def _message(role: str, content: str = "x", **extra: Any) -> dict[str, Any]:
     return {"role": role, "content": content, "timestamp": "2026-01-01T10:00:00", **extra}
 
@@ -117,7 +139,7 @@ def every_status() -> Session:
 
 def test_every_status_on_a_small_session(every_status: Session) -> None:
     states = check(every_status, 4, max_messages=7, max_tokens=100)
-    assert states["status"].tolist() == [
+    assert states.frame["status"].tolist() == [
         "consolidated",
         "trimmed_count",
         "command",
@@ -132,18 +154,19 @@ def test_every_status_on_a_small_session(every_status: Session) -> None:
         "later",
         "later",
     ]
-    assert states.attrs["cut"] == "tokens"
-    assert summarize(states)["window"] == (9, 11)
+    assert states.cut == "tokens"
+    assert states.summary()["window"] == (9, 11)
 
 
 def test_file_cap_status(every_status: Session) -> None:
-    states = check(every_status, 4, file_cap=4)
+    states = check(every_status, 4, file_cap=4).frame
     assert states["status"].tolist()[:9] == ["file_cap"] * 9
     assert states["status"].tolist()[9:] == ["in_window", "in_window", "later", "later"]
 
 
-def test_frame_columns_tokens_and_attrs(every_status: Session) -> None:
-    states = message_states(every_status, max_tokens=100)
+def test_frame_columns_tokens_and_window_facts(every_status: Session) -> None:
+    result = message_states(every_status, max_tokens=100)
+    states = result.frame
     assert list(states.columns) == [c.name for c in COLUMNS]
     assert {c.name: str(states[c.name].dtype) for c in COLUMNS} == {
         c.name: c.dtype for c in COLUMNS
@@ -154,31 +177,62 @@ def test_frame_columns_tokens_and_attrs(every_status: Session) -> None:
         pd.NA if e is None else estimate_message_tokens(e) for e in entries
     ]
     assert states["user_index"].tolist() == [0, 0, 1, 1, 2, 2, 2, 2, 2, 3, 3, 4, 4]
-    assert states.attrs == {
-        "key": "test:states",
-        "turn": 5,
-        "stop": 13,
-        "max_messages": 120,
-        "max_tokens": 100,
-        "include_timestamps": True,
-        "extend_to_user": False,
-        "file_cap": 2000,
-        "cut": "tokens",
-        "messages_kept": 4,
-        "tokens_kept": summarize(states)["sent_tokens"],
-    }
+    assert states.attrs == {}
+    sent = sum(estimate_message_tokens(e) for e in entries[9:])
+    assert (result.key, result.turn, result.stop) == ("test:states", 5, 13)
+    assert result.settings == HistorySettings(max_tokens=100)
+    assert (result.cut, result.messages_kept, result.tokens_kept, result.recovered) == (
+        "tokens",
+        4,
+        sent,
+        False,
+    )
+    assert repr(result).startswith("MessageStates(key='test:states', turn=5, stop=13, settings=")
+
+
+def test_settings_value_and_keywords_agree(every_status: Session) -> None:
+    tight = HistorySettings(max_messages=7, max_tokens=100, file_cap=0)
+    by_value = message_states(every_status, turn=4, settings=tight)
+    by_keywords = message_states(every_status, turn=4, max_messages=7, max_tokens=100, file_cap=0)
+    pd.testing.assert_frame_equal(by_value.frame, by_keywords.frame)
+    assert by_value.settings == by_keywords.settings == tight
+    assert message_states(every_status).settings == HistorySettings()
+    overridden = message_states(every_status, turn=4, settings=tight, max_messages=120)
+    assert overridden.settings == HistorySettings(max_tokens=100, file_cap=0)
+    unconsolidated = message_states(
+        every_status, settings=HistorySettings(last_consolidated="none")
+    )
+    assert "consolidated" not in unconsolidated.frame["status"].tolist()
+
+
+def test_windows_at_the_end_and_states_agree_on_every_bundled_session(corpus) -> None:
+    ends = windows(corpus, at="end", progress=False).set_index("session_key")
+    for session in corpus:
+        states = message_states(session)
+        row = ends.loc[session.key]
+        in_window = states.frame["status"] == "in_window"
+        assert (
+            states.tokens_kept == row["tokens_kept"] == states.frame["sent_tokens"][in_window].sum()
+        )
+        assert states.messages_kept == row["messages_kept"] == int(in_window.sum())
+        assert (states.cut, states.recovered) == (row["cut"], row["recovered"])
+        assert states.summary()["window"] == (
+            (row["start"], row["stop"]) if row["messages_kept"] else None
+        )
 
 
 def test_counts_follow_edited_messages(every_status: Session) -> None:
-    before = message_states(every_status)["tokens"].tolist()
+    before = message_states(every_status).frame["tokens"].tolist()
     every_status.messages = [*every_status.messages, _message("user", "one more " * 50)]
-    after = message_states(every_status)["tokens"].tolist()
+    after = message_states(every_status).frame["tokens"].tolist()
     assert after[:-1] == before and after[-1] == estimate_message_tokens(every_status.messages[-1])
 
 
 def test_corpus_and_key(corpus) -> None:
     key = corpus.keys()[0]
-    pd.testing.assert_frame_equal(message_states(corpus, key), message_states(corpus[key]))
+    by_key, by_session = message_states(corpus, key), message_states(corpus[key])
+    pd.testing.assert_frame_equal(by_key.frame, by_session.frame)
+    assert repr(by_key) == repr(by_session)
     with pytest.raises(TypeError, match="key="):
         message_states(corpus)
     with pytest.raises(ValueError, match="given with session"):
@@ -193,5 +247,8 @@ def test_turn_out_of_range(every_status: Session, turn: Any) -> None:
 
 def test_empty_session() -> None:
     states = message_states(Session("test:empty"))
-    assert len(states) == 0 and list(states.columns) == [c.name for c in COLUMNS]
-    assert summarize(states)["in_window"] == 0 and summarize(states)["window"] is None
+    assert len(states.frame) == 0 and list(states.frame.columns) == [c.name for c in COLUMNS]
+    assert {c.name: str(states.frame[c.name].dtype) for c in COLUMNS} == {
+        c.name: c.dtype for c in COLUMNS
+    }
+    assert states.summary()["in_window"] == 0 and states.summary()["window"] is None

@@ -2,7 +2,8 @@
 // computed, and reports the user message clicked.  It computes nothing itself.
 //
 // Model: rows [{idx, role, user, tokens, text, summary, calls}], status [string per row],
-// labels {status: text}, selected (user index, written here), focus (row to scroll to).
+// statuses [{name, label, color}] (the status table: every status colour comes from it),
+// selected (user index, written here), focus (row to scroll to).
 
 function el(tag, className, text) {
   const node = document.createElement(tag);
@@ -44,22 +45,35 @@ function rowNode(row) {
   return node;
 }
 
+function statusTable(model) {
+  return new Map(model.get("statuses").map((status) => [status.name, status]));
+}
+
 function render({ model, el: root }) {
   root.classList.add("sk-transcript");
   const list = el("div", "sk-rows");
   root.append(list);
   let nodes = [];
+  let table = statusTable(model);
+
+  function restyle() {
+    table = statusTable(model);
+    for (const node of nodes) delete node.dataset.status;
+    paint();
+  }
 
   function paint() {
     const status = model.get("status");
-    const labels = model.get("labels");
     const selected = model.get("selected");
     for (let i = 0; i < nodes.length; i++) {
       const node = nodes[i];
       const value = status[i] || "";
       if (node.dataset.status !== value) {
+        const entry = table.get(value);
         node.dataset.status = value;
-        node.querySelector(".sk-status").textContent = labels[value] || value;
+        node.querySelector(".sk-status").textContent = entry ? entry.label : value;
+        if (entry) node.style.setProperty("--sk-status-color", entry.color);
+        else node.style.removeProperty("--sk-status-color");
       }
       node.classList.toggle("sk-selected", node.dataset.user === String(selected));
     }
@@ -90,6 +104,7 @@ function render({ model, el: root }) {
   list.addEventListener("click", click);
   model.on("change:rows", build);
   model.on("change:status", paint);
+  model.on("change:statuses", restyle);
   model.on("change:selected", paint);
   model.on("change:focus", scroll);
   build();
@@ -97,6 +112,7 @@ function render({ model, el: root }) {
     list.removeEventListener("click", click);
     model.off("change:rows", build);
     model.off("change:status", paint);
+    model.off("change:statuses", restyle);
     model.off("change:selected", paint);
     model.off("change:focus", scroll);
   };

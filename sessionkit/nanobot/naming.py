@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import base64
 import binascii
+import os
 import re
+import unicodedata
 from pathlib import Path
 from typing import Literal
 
 __all__ = [
     "UnsafeKeyError",
+    "check_key",
+    "check_name_length",
     "key_from_filename",
     "safe_key",
     "session_filename",
@@ -20,6 +24,8 @@ __all__ = [
 
 Naming = Literal["nanobot-0.2", "nanobot-0.3"]
 _UNSAFE = re.compile(r'[<>:"/\\|?*]')
+_SEPARATORS = ("/", "\\")
+_DEFAULT_NAME_MAX = 255
 
 
 class UnsafeKeyError(ValueError):
@@ -36,28 +42,77 @@ def storage_key(key: str) -> str:
     return base64.urlsafe_b64encode(key.encode("utf-8")).decode("ascii").rstrip("=")
 
 
+def check_key(key: object) -> str:
+    """``key`` if it can name a session file; refuses path-like and malformed keys.
+
+    Raises
+    ------
+    UnsafeKeyError
+        For a non-string key, a NUL byte or other control character, text that is not valid
+        Unicode (a lone surrogate), a path separator (``/`` or ``\\``), or a ``..`` component.
+    """
+    if not isinstance(key, str):
+        raise UnsafeKeyError(f"session key must be a string, got {type(key).__name__}")
+    if "\x00" in key:
+        raise UnsafeKeyError(f"session key {key!r} contains a NUL byte")
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UnsafeKeyError(f"session key {key!r} is not valid Unicode (lone surrogate)") from None
+    if any(sep in key for sep in _SEPARATORS):
+        raise UnsafeKeyError(f"session key {key!r} is path-like: it contains a path separator")
+    if key.strip() == "..":
+        raise UnsafeKeyError(f"session key {key!r} is path-like: it is a '..' component")
+    if any(unicodedata.category(c) == "Cc" for c in key.strip()):
+        raise UnsafeKeyError(f"session key {key!r} contains a control character")
+    return key
+
+
 def session_filename(key: str, naming: Naming = "nanobot-0.2") -> str:
     """The file name nanobot gives a key, refusing keys that cannot name a safe file.
 
     Raises
     ------
     UnsafeKeyError
-        For a non-string or empty key, a NUL byte, or a stem that is empty, ``.``/``..``,
-        or would still contain a path separator.
+        For a key :func:`check_key` refuses, or a stem that is empty or starts with ``.``
+        (a hidden file, including ``.`` and ``..``).
     """
-    if not isinstance(key, str):
-        raise UnsafeKeyError(f"session key must be a string, got {type(key).__name__}")
-    if "\x00" in key:
-        raise UnsafeKeyError(f"session key {key!r} contains a NUL byte")
+    check_key(key)
     if naming == "nanobot-0.2":
         stem = safe_key(key)
     elif naming == "nanobot-0.3":
         stem = storage_key(key)
     else:
         raise ValueError(f"unknown naming {naming!r}; use 'nanobot-0.2' or 'nanobot-0.3'")
-    if not stem or stem in {".", ".."} or "/" in stem or "\\" in stem:
-        raise UnsafeKeyError(f"session key {key!r} does not map to a safe file name ({stem!r})")
+    if not stem or stem.startswith("."):
+        raise UnsafeKeyError(
+            f"session key {key!r} does not map to a safe file name ({stem!r}: "
+            f"{'empty' if not stem else 'hidden'})"
+        )
     return f"{stem}.jsonl"
+
+
+def _name_max(folder: Path) -> int:
+    """The longest file name, in bytes, the nearest existing folder at or above ``folder`` takes."""
+    for candidate in (folder, *folder.parents):
+        try:
+            return os.pathconf(candidate, "PC_NAME_MAX")
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError):
+            break
+    return _DEFAULT_NAME_MAX
+
+
+def check_name_length(key: str, name: str, folder: Path) -> None:
+    """Refuse ``key`` when its file ``name`` is longer than ``folder``'s file system allows."""
+    limit = _name_max(folder)
+    size = len(name.encode("utf-8"))
+    if size > limit:
+        raise UnsafeKeyError(
+            f"session key {key!r} is too long: its file name is {size} bytes and {folder} "
+            f"takes at most {limit}"
+        )
 
 
 def _decode_storage_stem(stem: str) -> str | None:
@@ -104,11 +159,13 @@ def session_path(key: str, sessions_dir: str | Path, naming: Naming = "nanobot-0
     Raises
     ------
     UnsafeKeyError
-        When the key has a NUL byte, maps to an empty, ``.`` or ``..`` name, or otherwise
-        would not name a file directly inside the folder.
+        For a key :func:`session_filename` refuses, one whose file name is longer than the
+        folder's file system allows, or one that would not name a file directly inside it.
     """
     folder = sessions_folder(sessions_dir)
-    path = folder / session_filename(key, naming)
+    name = session_filename(key, naming)
+    path = folder / name
     if path.parent != folder:
         raise UnsafeKeyError(f"session key {key!r} would be written outside {folder}")
+    check_name_length(key, name, folder)
     return path

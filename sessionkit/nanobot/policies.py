@@ -1,7 +1,8 @@
 """nanobot's history policy, exactly: what it replays to the model and what it trims.
 
 This module is sessionkit's ground truth.  It works on plain message lists, reads like the
-rules it reproduces, and is checked against nanobot itself (``tests/test_conformance_policy``).
+rules it reproduces, and is checked against nanobot itself
+(``tests/nanobot/test_policies_conformance.py``).
 The fast sweeps in :mod:`sessionkit.windows` and :mod:`sessionkit.filecap` are checked
 against it.
 
@@ -17,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sessionkit.nanobot.settings import HistorySettings
 from sessionkit.nanobot.tokens import estimate_message_tokens
 
 __all__ = [
@@ -331,6 +333,20 @@ class Policy:
             )
         ]
 
+    def history_kwargs(self, settings: HistorySettings) -> dict[str, Any]:
+        """The keyword arguments this release's ``get_history`` takes for ``settings``."""
+        return {
+            "max_messages": settings.max_messages,
+            "max_tokens": settings.max_tokens,
+            "include_timestamps": settings.include_timestamps,
+            "extend_to_user": settings.extend_to_user,
+        }
+
+    def retention_value(self, trim: Trim) -> Any:
+        """What this release's ``retain_recent_legal_suffix`` returns: 0.2.2's tuple
+        ``(dropped, already_consolidated)``."""
+        return trim.dropped, trim.already_consolidated
+
     def retain_recent_legal_suffix(
         self,
         messages: list[Message],
@@ -371,6 +387,13 @@ class Policy:
 
 
 POLICIES: dict[str, Policy] = {DEFAULT_POLICY: Policy()}
+
+# Later releases live in their own modules, which import this one's helpers.
+from sessionkit.nanobot.policy_030 import Policy030  # noqa: E402
+from sessionkit.nanobot.policy_035 import Policy035  # noqa: E402
+
+POLICIES[Policy030.name] = Policy030()
+POLICIES[Policy035.name] = Policy035()  # type: ignore[assignment]
 
 
 def get_policy(name: str = DEFAULT_POLICY) -> Policy:

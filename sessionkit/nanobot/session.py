@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -10,12 +11,35 @@ from pathlib import Path
 from typing import Any
 
 from sessionkit.nanobot.policies import Trim, get_policy
+from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings, Offset
 
 __all__ = ["Session"]
 
 
 def _valid_offset(value: Any, n_messages: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= n_messages
+
+
+def _user_position(messages: list[dict[str, Any]], index: int) -> int | None:
+    """Where user message ``index`` sits (``len(messages)`` one past the last), else ``None``."""
+    users = 0
+    for position, message in enumerate(messages):
+        if message.get("role") == "user":
+            if users == index:
+                return position
+            users += 1
+    return len(messages) if users == index else None
+
+
+def _offset(setting: Offset, recorded: int, n_messages: int) -> int:
+    """The offset a replay starts from: the recorded one, 0, or a given index (0 when invalid)."""
+    if setting == "recorded":
+        return recorded
+    if setting == "none":
+        return 0
+    if isinstance(setting, int) and not isinstance(setting, bool):
+        return setting if 0 <= setting <= n_messages else 0
+    raise ValueError(f"last_consolidated must be 'recorded', 'none' or an int, not {setting!r}")
 
 
 @dataclass
@@ -54,51 +78,188 @@ class Session:
 
     @property
     def n_user_turns(self) -> int:
-        """Number of user messages, the range of ``before_user_index`` in forks."""
+        """Number of user messages: :meth:`before_user` and forks take 0 to this."""
         return sum(1 for m in self.messages if m.get("role") == "user")
 
     def copy(self) -> Session:
         """A deep copy, so mutating policy methods leave this session untouched."""
         return copy.deepcopy(self)
 
-    def get_history(
-        self,
-        max_messages: int = 120,
-        *,
-        max_tokens: int = 0,
-        include_timestamps: bool = False,
-        extend_to_user: bool = False,
-    ) -> list[dict[str, Any]]:
-        """What nanobot would send the model as history now (nanobot's own signature)."""
-        return get_policy(self.policy).get_history(
-            self.messages,
-            self.last_consolidated,
-            max_messages,
-            max_tokens=max_tokens,
-            include_timestamps=include_timestamps,
-            extend_to_user=extend_to_user,
+    def add_message(self, role: str, content: str, **kwargs: Any) -> None:
+        """Append ``{"role", "content", "timestamp", **kwargs}`` stamped now, as nanobot does.
+
+        The timestamp is local ``datetime.now().isoformat()`` (a ``timestamp`` keyword replaces
+        its value, not its place); ``updated_at`` becomes now.  ``line_numbers`` no longer
+        describe the messages, so they become ``None``.
+        """
+        self.messages.append(
+            {"role": role, "content": content, "timestamp": datetime.now().isoformat(), **kwargs}
+        )
+        self.updated_at = datetime.now()
+        self.line_numbers = None
+
+    def clear(self) -> None:
+        """Drop every message and the offset, and the summary that covered them, as nanobot does
+        (0.3.5 also forgets its provider state)."""
+        if hasattr(get_policy(self.policy), "commit_summary_checkpoint"):
+            self.records = [r for r in self.records if r.get("_type") != "provider_state"]
+        self.messages = []
+        self.last_consolidated = 0
+        self.updated_at = datetime.now()
+        self.line_numbers = None
+        if isinstance(self.metadata, dict):
+            self.metadata.pop("_last_summary", None)
+
+    def before_user(self, index: int, *, deep: bool = False) -> Session:
+        """The session as stored just before user message ``index`` (0-based) was added.
+
+        Its messages are those before that user message (``index == n_user_turns`` keeps them
+        all); ``last_consolidated`` is kept when it lies within them, else 0 (nanobot resets an
+        offset past the end).  Everything else is the source's: key, timestamps, metadata,
+        records, policy, path and format, with ``line_numbers`` cut to the messages.  This is
+        the history nanobot had when it answered user message ``index``, and what
+        :func:`sessionkit.forking.fork` copies.
+
+        Parameters
+        ----------
+        index
+            Zero-based user message to stop before, from 0 to ``n_user_turns``.
+        deep
+            Deep-copy messages, metadata and records.  By default the new session shares the
+            message dicts (a new list) and gets a shallow copy of the metadata, so taking every
+            turn of a long session stays cheap; do not edit its message dicts in place.
+
+        Raises
+        ------
+        TypeError
+            When ``index`` is not an integer (a bool is not one).
+        IndexError
+            When ``index`` is below 0 or past ``n_user_turns``.
+        """
+        if isinstance(index, bool):
+            raise TypeError("the user message index must be an integer, not a bool")
+        try:
+            index = operator.index(index)
+        except TypeError:
+            raise TypeError(
+                f"the user message index must be an integer, got {type(index).__name__}"
+            ) from None
+        stop = None if index < 0 else _user_position(self.messages, index)
+        if stop is None:
+            n_users = self.n_user_turns
+            raise IndexError(
+                f"user message index {index} is out of range: session {self.key!r} has "
+                f"{n_users} user messages, so it must be between 0 and {n_users}"
+            )
+        messages = self.messages[:stop]
+        clone = copy.deepcopy if deep else copy.copy
+        return Session(
+            key=self.key,
+            messages=copy.deepcopy(messages) if deep else messages,
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+            metadata=clone(self.metadata),
+            last_consolidated=self.last_consolidated if self.last_consolidated <= stop else 0,
+            path=self.path,
+            format=self.format,
+            records=clone(self.records),
+            line_numbers=None if self.line_numbers is None else self.line_numbers[:stop],
+            policy=self.policy,
         )
 
-    def retain_recent_legal_suffix(
-        self, max_messages: int, *, extend_to_user: bool = False
-    ) -> tuple[list[dict[str, Any]], int]:
-        """Trim to a legal recent suffix in place; return ``(dropped, already_consolidated)``."""
-        trim = get_policy(self.policy).retain_recent_legal_suffix(
+    def history(self, settings: HistorySettings = DEFAULT_SETTINGS) -> list[dict[str, Any]]:
+        """:meth:`get_history` for one :class:`HistorySettings` value, its offset included.
+
+        ``settings.last_consolidated`` picks the offset replayed from (``"recorded"`` is this
+        session's own); ``file_cap`` is not applied, as ``get_history`` does not apply it.
+        Only the settings this session's release takes are passed on.
+        """
+        policy = get_policy(self.policy)
+        return policy.get_history(
+            self.messages,
+            _offset(settings.last_consolidated, self.last_consolidated, len(self.messages)),
+            **policy.history_kwargs(settings),
+        )
+
+    def get_history(self, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        """What nanobot would send the model as history now, with the release's own signature.
+
+        ``nanobot-0.2``: ``(max_messages=120, *, max_tokens=0, include_timestamps=False,
+        extend_to_user=False)``; ``nanobot-0.3.0``: ``(max_messages=2000, *, max_tokens=0,
+        extend_to_user=False, include_runtime_context=True)``; ``nanobot-0.3.5``: the same with
+        ``max_messages=0`` (no count limit), replayed from :attr:`last_archived`.  A keyword the
+        release does not take raises ``TypeError``, as the release does.
+        """
+        policy = get_policy(self.policy)
+        return policy.get_history(self.messages, self.last_consolidated, *args, **kwargs)
+
+    def _release_method(self, name: str) -> Any:
+        """The policy, when this session's release has the ``Session`` method ``name``."""
+        policy = get_policy(self.policy)
+        if not hasattr(policy, name):
+            raise AttributeError(f"{self.policy} sessions have no {name}() (the release has none)")
+        return policy
+
+    def retain_recent_legal_suffix(self, max_messages: int, *, extend_to_user: bool = False) -> Any:
+        """Trim to a legal recent suffix in place; return what the release returns.
+
+        0.2.2: ``(dropped, already_consolidated)``; 0.3.0: a ``RetentionResult``.  0.3.5 has
+        no such method (``AttributeError``).
+        """
+        policy = self._release_method("retain_recent_legal_suffix")
+        trim = policy.retain_recent_legal_suffix(
             self.messages, self.last_consolidated, max_messages, extend_to_user=extend_to_user
         )
         self._apply(trim)
-        return trim.dropped, trim.already_consolidated
+        return policy.retention_value(trim)
 
     def enforce_file_cap(
         self,
         on_archive: Callable[[list[dict[str, Any]]], Any] | None = None,
         limit: int = 2000,
     ) -> None:
-        """Bound the file by archiving and trimming old messages, in place, as nanobot does."""
-        trim = get_policy(self.policy).file_cap(self.messages, self.last_consolidated, limit)
+        """Bound the file by archiving and trimming old messages, in place, as nanobot does.
+
+        0.2.2 and 0.3.0 only: 0.3.5 removed the file cap (``AttributeError``).
+        """
+        policy = self._release_method("file_cap")
+        trim = policy.file_cap(self.messages, self.last_consolidated, limit)
         self._apply(trim)
         if trim.archived and on_archive:
             on_archive(trim.archived)
+
+    @property
+    def last_archived(self) -> int:
+        """0.3.5's name for the replay offset (``last_consolidated``), read and written."""
+        self._release_method("commit_summary_checkpoint")
+        return self.last_consolidated
+
+    @last_archived.setter
+    def last_archived(self, value: int) -> None:
+        self._release_method("commit_summary_checkpoint")
+        self.last_consolidated = value
+
+    def commit_summary_checkpoint(
+        self, summary: Any, *, insert_at: int | None = None, last_active: datetime | None = None
+    ) -> None:
+        """0.3.5: insert the hidden continuation message at ``insert_at`` (default: the end),
+        replay from there, and remember the summary in ``metadata["_last_summary"]``.
+
+        The offset is stored as given, even outside the messages, as 0.3.5 stores it.
+        """
+        policy = self._release_method("commit_summary_checkpoint")
+        state = policy.commit_summary_checkpoint(
+            self.messages,
+            self.metadata,
+            summary,
+            insert_at=insert_at,
+            last_active=last_active or self.updated_at or datetime.now(),
+            now=datetime.now(),
+        )
+        self.messages[:] = state.messages
+        self.metadata["_last_summary"] = state.metadata["_last_summary"]
+        self.last_consolidated = state.last_archived
+        self.line_numbers = None
 
     def _apply(self, trim: Trim) -> None:
         """Take a policy's trim: new messages and offset (and a cleared summary)."""
@@ -107,6 +268,7 @@ class Session:
         self.messages = trim.retained
         self.last_consolidated = trim.last_consolidated
         self.updated_at = datetime.now()
+        self.line_numbers = None
         if trim.cleared and isinstance(self.metadata, dict):
             self.metadata.pop("_last_summary", None)
 

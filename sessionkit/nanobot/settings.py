@@ -35,6 +35,8 @@ class HistorySettings:
         Prefix each replayed user message with ``[Message Time: ...]`` (the loop does).
     extend_to_user
         Reach back to a user message when the count window holds none (subagents).
+    include_runtime_context
+        Keep a user turn's ``_runtime_context`` suffix in the replay (0.3.x releases only).
     file_cap
         ``enforce_file_cap``'s limit applied after each turn; 0 disables it.
     last_consolidated
@@ -46,21 +48,13 @@ class HistorySettings:
     max_tokens: int = 0
     include_timestamps: bool = True
     extend_to_user: bool = False
+    include_runtime_context: bool = True
     file_cap: int = 2000
     last_consolidated: Offset = "recorded"
 
     def replace(self, **changes: Any) -> HistorySettings:
         """A copy with some fields changed (``None`` values leave a field as it is)."""
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
-
-    def history_kwargs(self) -> dict[str, Any]:
-        """The keyword arguments ``Session.get_history`` takes for these settings."""
-        return {
-            "max_messages": self.max_messages,
-            "max_tokens": self.max_tokens,
-            "include_timestamps": self.include_timestamps,
-            "extend_to_user": self.extend_to_user,
-        }
 
 
 DEFAULT_SETTINGS = HistorySettings()

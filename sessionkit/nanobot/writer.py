@@ -15,7 +15,9 @@ import errno
 import fcntl
 import json
 import os
+import re
 import secrets
+import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -26,10 +28,25 @@ from typing import Any
 from sessionkit.nanobot.naming import Naming, session_path
 from sessionkit.nanobot.session import Session
 
-__all__ = ["LOCK_FILENAME", "jsonl_line", "save_session", "session_lines"]
+__all__ = [
+    "LOCK_FILENAME",
+    "TEMP_NAME",
+    "is_temp_file",
+    "jsonl_line",
+    "save_session",
+    "session_lines",
+    "write_file",
+]
 
 LOCK_FILENAME = ".session-files.lock"
 """Advisory lock a later nanobot keeps in its sessions folder while it writes session files."""
+
+TEMP_NAME = re.compile(r"\.(?P<stem>.*)\.[0-9a-f]{12}\.tmp", re.DOTALL)
+"""Name of a save's temporary file: ``.<first 64 bytes of the stem>.<12 hex digits>.tmp``.
+
+A save removes it; only a crash (``kill -9``, power loss) mid-save leaves one behind.
+"""
+_TEMP_STEM_BYTES = 64
 
 # os.link errors meaning "this file system has no hard links", not "the target exists".
 _NO_HARD_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.ENOSYS}
@@ -80,13 +97,129 @@ def session_lines(session: Session, *, now: datetime | None = None) -> bytes:
     return b"".join(parts)
 
 
-@contextmanager
-def _folder_lock(folder: Path, timeout: float) -> Iterator[None]:
-    """Hold an exclusive flock on the folder's lock file, when the file exists."""
-    lock_path = folder / LOCK_FILENAME
+def is_temp_file(path: str | Path) -> bool:
+    """Whether ``path`` is named like a temporary file a save left behind.
+
+    sessionkit's own are ``.<stem>.<12 hex digits>.tmp`` (:data:`TEMP_NAME`); nanobot 0.2's
+    ``SessionManager.save`` uses ``<stem>.jsonl.tmp``.  Both are left only by a crash mid-save.
+    """
+    name = Path(path).name
+    return bool(TEMP_NAME.fullmatch(name)) or name.endswith(".jsonl.tmp")
+
+
+def _temp_name(stem: str) -> str:
+    """A fresh :data:`TEMP_NAME` for ``stem``: at most 64 bytes of it, so the name stays short."""
+    prefix = stem.encode("utf-8")[:_TEMP_STEM_BYTES].decode("utf-8", "ignore")
+    return f".{prefix}.{secrets.token_hex(6)}.tmp"
+
+
+def _refusal(exc: OSError, key: str, final: Path, what: str) -> OSError:
+    """``exc`` again, naming the session key and the target file instead of a temp file."""
+    reason = exc.strerror or str(exc)
+    return OSError(exc.errno, f"cannot save session {key!r}: {what}: {reason}", str(final))
+
+
+def _check_folder(folder: Path, key: str, final: Path) -> None:
+    """Refuse a folder that cannot take new files, before anything is written."""
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PermissionError(
+            errno.EACCES,
+            f"cannot save session {key!r}: no permission to create files in {folder}",
+            str(final),
+        )
     try:
-        fd = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
+        read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    if read_only:
+        raise OSError(
+            errno.EROFS,
+            f"cannot save session {key!r}: {folder} is on a read-only file system",
+            str(final),
+        )
+
+
+def _stored_key(path: Path) -> str | None:
+    """The key of the session already stored in ``path``, when it can be read."""
+    # Imported here: the reader may use this module's temp-file names.
+    from sessionkit.nanobot.reader import read_session_file
+
+    session, _ = read_session_file(path)
+    return None if session is None else session.key
+
+
+def _exists_error(path: Path, key: str) -> FileExistsError:
+    stored = _stored_key(path) if path.is_file() else None
+    if stored is None:
+        held = "already exists"
+    elif stored == key:
+        held = f"already holds session {stored!r}"
+    else:
+        held = f"already holds session {stored!r}, whose key maps to the same file name"
+    return FileExistsError(
+        errno.EEXIST,
+        f"cannot save session {key!r}: the file {held}; pass overwrite=True to replace it",
+        str(path),
+    )
+
+
+def _lock_error(lock_path: Path, problem: str, saving: str) -> OSError:
+    return OSError(
+        errno.EINVAL,
+        f"{saving}: the lock file {lock_path} {problem}; remove it (nanobot recreates it) "
+        "and try again",
+        str(lock_path),
+    )
+
+
+def _open_lock(lock_path: Path, saving: str) -> int | None:
+    """An open descriptor on the folder's lock file, or None when there is none; never blocks."""
+    try:
+        mode = os.lstat(lock_path).st_mode
     except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(mode):
+        raise _lock_error(lock_path, f"is {_file_kind(mode)}, not a regular file", saving)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(lock_path, flags)
+    except FileNotFoundError:
+        return None
+    except PermissionError as exc:
+        raise PermissionError(
+            exc.errno, f"{saving}: no permission to open the lock file {lock_path}", str(lock_path)
+        ) from exc
+    except OSError as exc:
+        raise _lock_error(lock_path, f"cannot be opened ({exc.strerror})", saving) from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _lock_error(lock_path, "is not a regular file", saving)
+    return fd
+
+
+def _file_kind(mode: int) -> str:
+    """What kind of file ``mode`` describes, in words."""
+    kinds = [
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISLNK, "a symlink"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ]
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+@contextmanager
+def _folder_lock(folder: Path, timeout: float, saving: str) -> Iterator[None]:
+    """Hold an exclusive flock on the folder's lock file, if any, waiting ``timeout`` s at most.
+
+    The lock file is checked with ``lstat`` and opened non-blocking, so a FIFO or a device
+    named like it is refused instead of hanging; ``saving`` starts every error message.
+    """
+    lock_path = folder / LOCK_FILENAME
+    fd = _open_lock(lock_path, saving)
+    if fd is None:
         yield
         return
     try:
@@ -98,7 +231,7 @@ def _folder_lock(folder: Path, timeout: float) -> Iterator[None]:
             except BlockingIOError:
                 if time.monotonic() >= deadline:
                     raise TimeoutError(
-                        f"{lock_path} stayed locked for {timeout:g} s (is nanobot writing "
+                        f"{saving}: {lock_path} stayed locked for {timeout:g} s (is nanobot writing "
                         "sessions?); try again later or raise lock_timeout"
                     ) from None
                 time.sleep(0.05)
@@ -114,16 +247,12 @@ def _write_temp(folder: Path, stem: str, data: bytes, fsync: bool) -> Path:
     """Write ``data`` to a new hidden temporary file in ``folder`` and return its path."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
     while True:
-        tmp = folder / f".{stem[:64]}.{secrets.token_hex(6)}.tmp"
+        tmp = folder / _temp_name(stem)
         try:
             fd = os.open(tmp, flags, 0o666)
             break
         except FileExistsError:
             continue
-        except PermissionError as exc:
-            raise PermissionError(
-                exc.errno, "no permission to create files in the sessions folder", str(folder)
-            ) from exc
     try:
         with open(fd, "wb", closefd=True) as f:
             f.write(data)
@@ -136,15 +265,7 @@ def _write_temp(folder: Path, stem: str, data: bytes, fsync: bool) -> Path:
     return tmp
 
 
-def _exists_error(path: Path) -> FileExistsError:
-    return FileExistsError(
-        errno.EEXIST,
-        "session file already exists; pass overwrite=True to replace it",
-        str(path),
-    )
-
-
-def _move_into_place(tmp: Path, final: Path, overwrite: bool) -> None:
+def _move_into_place(tmp: Path, final: Path, overwrite: bool, key: str) -> None:
     """Rename ``tmp`` to ``final``; without ``overwrite``, never replace an existing file."""
     if overwrite:
         os.replace(tmp, final)
@@ -152,13 +273,13 @@ def _move_into_place(tmp: Path, final: Path, overwrite: bool) -> None:
     try:
         os.link(tmp, final)
     except FileExistsError:
-        raise _exists_error(final) from None
+        raise _exists_error(final, key) from None
     except OSError as exc:
         if exc.errno not in _NO_HARD_LINKS:
             raise
         # No hard links here: the existence check and rename can race; the lock narrows it.
         if os.path.lexists(final):
-            raise _exists_error(final) from None
+            raise _exists_error(final, key) from None
         os.replace(tmp, final)
         return
     tmp.unlink()
@@ -175,6 +296,46 @@ def _fsync_folder(folder: Path) -> None:
                 raise
         finally:
             os.close(fd)
+
+
+def write_file(
+    final: Path,
+    data: bytes,
+    key: str,
+    *,
+    overwrite: bool = False,
+    fsync: bool = True,
+    lock_timeout: float = 60.0,
+) -> Path:
+    """Write ``data`` atomically as ``final`` (session ``key``'s file), all checks first.
+
+    The folder must exist.  Folder permissions, the lock file and an existing file are
+    checked before a temporary file is created; any later failure removes the temporary file
+    and names ``key`` and ``final``, not the temporary file.
+    """
+    folder = final.parent
+    _check_folder(folder, key, final)
+    with _folder_lock(folder, lock_timeout, f"cannot save session {key!r} to {final}"):
+        if not overwrite and os.path.lexists(final):
+            raise _exists_error(final, key)
+        try:
+            tmp = _write_temp(folder, final.stem, data, fsync)
+        except OSError as exc:
+            raise _refusal(exc, key, final, "writing the temporary file failed") from exc
+        try:
+            _move_into_place(tmp, final, overwrite, key)
+        except FileExistsError:
+            tmp.unlink(missing_ok=True)
+            raise
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise _refusal(exc, key, final, "moving the file into place failed") from exc
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        if fsync:
+            _fsync_folder(folder)
+    return final
 
 
 def save_session(
@@ -213,28 +374,24 @@ def save_session(
     Raises
     ------
     UnsafeKeyError
-        For a key that cannot name a file inside the folder.
+        For a key that cannot name a file inside the folder: path-like, hidden, control
+        characters, or a file name longer than the folder's file system takes.
     FileExistsError
-        When the file exists and ``overwrite`` is false.
+        When the file exists and ``overwrite`` is false; the message names the session
+        already stored there (``a:b``, ``a_b`` and ``a\\b`` share ``a_b.jsonl``).
     PermissionError
-        When the folder cannot be written.
+        When the folder or its lock file cannot be written or read.
+    OSError
+        For a lock file that is not a regular file, a read-only file system, or a failed
+        write; every check comes before a temporary file exists, and errors name the key
+        and the target file.
     """
     final = session_path(session.key, sessions_dir, naming)
-    folder = final.parent
     data = session_lines(session)
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except PermissionError as exc:
-        raise PermissionError(exc.errno, "cannot create the sessions folder", str(folder)) from exc
-    with _folder_lock(folder, lock_timeout):
-        if not overwrite and os.path.lexists(final):
-            raise _exists_error(final)
-        tmp = _write_temp(folder, final.stem, data, fsync)
-        try:
-            _move_into_place(tmp, final, overwrite)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        if fsync:
-            _fsync_folder(folder)
-    return final
+        final.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _refusal(exc, session.key, final, "cannot create the sessions folder") from exc
+    return write_file(
+        final, data, session.key, overwrite=overwrite, fsync=fsync, lock_timeout=lock_timeout
+    )

@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from sessionkit.nanobot import reader
 from sessionkit.nanobot.reader import (
     Problem,
     SessionPathError,
     find_session_files,
+    leftover_temp_files,
     read_session_file,
 )
 
@@ -149,12 +151,167 @@ def test_empty_file_loads_as_empty_session_with_a_problem(tmp_path: Path) -> Non
     assert problems == [Problem(str(path), None, "empty file: no records")]
 
 
-def test_unreadable_file_is_a_problem_not_an_exception(tmp_path: Path) -> None:
-    folder = tmp_path / "dir.jsonl"
-    folder.mkdir()
-    session, problems = read_session_file(folder)
-    assert session is None
-    assert len(problems) == 1 and problems[0].reason.startswith("unreadable: ")
+def make_kinds(folder: Path) -> dict[str, str]:
+    """Things named like sessions that are not regular files, with the reason each gets."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "dir.jsonl").mkdir()
+    os.mkfifo(folder / "fifo.jsonl")
+    (folder / "dangling.jsonl").symlink_to("nowhere.jsonl")
+    (folder / "loop.jsonl").symlink_to("loop.jsonl")
+    return {
+        "dangling.jsonl": "a dangling symlink (to 'nowhere.jsonl'); not read",
+        "dir.jsonl": "a directory, not a regular file; not read",
+        "fifo.jsonl": "a FIFO (named pipe), not a regular file; not read",
+        "loop.jsonl": "a symlink loop; not read",
+    }
+
+
+def test_only_regular_files_are_opened(tmp_path: Path) -> None:
+    for name, reason in make_kinds(tmp_path).items():
+        assert read_session_file(tmp_path / name) == (
+            None,
+            [Problem(str(tmp_path / name), None, reason)],
+        )
+
+
+def test_a_symlink_to_a_session_file_is_read(tmp_path: Path) -> None:
+    target = write(tmp_path / "real" / "telegram_42.jsonl", jsonl(META, USER))
+    (tmp_path / "link.jsonl").symlink_to(target)
+    session, problems = read_session_file(tmp_path / "link.jsonl")
+    assert (session.key, session.messages, problems) == ("telegram:42", [USER], [])
+
+
+def test_special_files_are_listed_so_reading_reports_them(tmp_path: Path) -> None:
+    good = write(tmp_path / "a.jsonl", jsonl(USER))
+    make_kinds(tmp_path)
+    names = [p.name for p in find_session_files(tmp_path)]
+    assert names == ["a.jsonl", "dangling.jsonl", "dir.jsonl", "fifo.jsonl", "loop.jsonl"]
+    assert find_session_files(tmp_path / "fifo.jsonl") == [tmp_path / "fifo.jsonl"]
+    assert find_session_files(good) == [good]
+
+
+def test_leftover_temp_files_are_problems(tmp_path: Path) -> None:
+    write(tmp_path / "sessions" / "cli_x.jsonl", jsonl(USER))
+    ours = write(tmp_path / "sessions" / ".cli_x.0123456789ab.tmp", b"12345")
+    theirs = write(tmp_path / "sessions" / "cli_x.jsonl.tmp", b"")
+    write(tmp_path / "sessions" / ".cli_x.not-hex.tmp", b"")
+    expected = [
+        Problem(str(p), None, f"leftover temp file of an interrupted save ({n} bytes); not read")
+        for p, n in ((ours, 5), (theirs, 0))
+    ]
+    assert leftover_temp_files(tmp_path) == expected
+    assert leftover_temp_files([tmp_path / "sessions"]) == expected
+    assert leftover_temp_files(tmp_path / "sessions" / "cli_x.jsonl") == []
+
+
+def test_integers_of_any_size_and_lone_surrogates_stay_exact(tmp_path: Path) -> None:
+    line = (
+        b'{"role": "user", "big": 18446744073709551617, "low": -9223372036854775809, '
+        b'"max": 18446744073709551615, "f": 1.5, "s": "\\ud800x", "id": "12345678901234567890"}'
+    )
+    session, problems = read_session_file(write(tmp_path / "t.jsonl", line + b"\n"))
+    assert problems == []
+    assert repr(session.messages) == repr([json.loads(line)])
+    assert [type(v) for v in session.messages[0].values()] == [str, int, int, int, float, str, str]
+
+
+LOSES = "; nanobot 0.2.2's repair fails on it too and loses the whole session"
+
+
+def test_a_line_nanobots_json_refuses_is_reported_not_raised(tmp_path: Path) -> None:
+    huge = b'{"role": "user", "n": 1' + b"0" * 4300 + b"}"
+    deep = b'{"content": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    path = write(tmp_path / "t.jsonl", jsonl(META) + huge + b"\n" + deep + b"\n" + jsonl(USER))
+    session, problems = read_session_file(path)
+    assert session.messages == [USER]
+    assert [(p.line_no, p.reason, p.skipped) for p in problems] == [
+        (
+            2,
+            f"not JSON: Exceeds the limit (4300 digits) for integer string conversion{LOSES}",
+            True,
+        ),
+        (3, f"nested too deeply for json (RecursionError){LOSES}", True),
+        (1, "last_consolidated 1 is outside 0..1; using 0", False),
+    ]
+
+
+def test_a_damaged_metadata_line_says_what_it_changes(tmp_path: Path) -> None:
+    meta = json.dumps(META).replace('"last_consolidated": 1', '"last_consolidated": 1' + "0" * 5000)
+    path = write(tmp_path / "matrix_!room33_example.org.jsonl", meta.encode() + b"\n" + jsonl(USER))
+    session, problems = read_session_file(path)
+    assert (session.key, session.last_consolidated, session.metadata) == (
+        "matrix:!room33_example.org",
+        0,
+        {},
+    )
+    assert [(p.line_no, p.reason) for p in problems] == [
+        (
+            1,
+            "not JSON: Exceeds the limit (4300 digits) for integer string conversion"
+            f"{LOSES}; no metadata record survives, so the key falls back to the file name "
+            "('matrix:!room33_example.org'), last_consolidated is unknown (0 used), and the "
+            "title and other metadata are lost",
+        )
+    ]
+
+
+def test_a_metadata_key_that_is_not_a_string_is_reported(tmp_path: Path) -> None:
+    path = write(tmp_path / "cli_x.jsonl", jsonl({**META, "key": 7}, USER))
+    session, problems = read_session_file(path)
+    assert session.key == "cli:x"
+    assert problems == [
+        Problem(
+            str(path), 1, "metadata key 7 is not a non-empty string; using the file name ('cli:x')"
+        )
+    ][:0] + [
+        Problem(str(path), 1, "last_consolidated 1 is outside 0..1; using 0"),
+        Problem(
+            str(path), 1, "metadata key 7 is not a non-empty string; using the file name ('cli:x')"
+        ),
+    ]
+
+
+def test_keys_and_file_names_that_are_not_utf8_load(tmp_path: Path) -> None:
+    stored = write(
+        tmp_path / "a.jsonl", jsonl(META).replace(b"telegram:42", b"t:\\ud800") + jsonl(USER)
+    )
+    named = write(tmp_path / os.fsdecode(b"t_\xff.jsonl"), jsonl(USER))
+    assert (read_session_file(stored)[0].key, read_session_file(stored)[0].format) == (
+        "t:\ud800",
+        "nanobot-0.2",
+    )
+    assert (read_session_file(named)[0].key, read_session_file(named)[1]) == ("t:\udcff", [])
+
+
+def test_a_line_over_the_limit_is_reported_without_being_read(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(reader, "MAX_LINE_BYTES", 100)
+    monkeypatch.setattr(reader, "_SCAN_BYTES", 16)
+    path = write(
+        tmp_path / "t.jsonl",
+        jsonl(META) + jsonl(USER) + b"\r\n" + b" " * 150 + b"\n" + jsonl(REPLY),
+    )
+    session, problems = read_session_file(path)
+    assert session.messages == [USER, REPLY]
+    assert [(p.line_no, p.reason) for p in problems] == [
+        (
+            1,
+            "line of 167 bytes is over 100; not read; no metadata record survives, so the key falls back to the file name ('t'), last_consolidated is unknown (0 used), and the title and other metadata are lost",
+        ),
+        (4, "line of 150 bytes is over 100; not read"),
+    ]
+
+
+def test_a_huge_sparse_file_is_reported_not_read_into_memory(tmp_path: Path) -> None:
+    path = write(tmp_path / "x_1.jsonl", jsonl(USER))
+    os.truncate(path, 40 << 30)
+    session, problems = read_session_file(path)
+    size = (40 << 30) - len(jsonl(USER))
+    assert session.messages == [USER]
+    assert problems == [
+        Problem(
+            str(path), 2, f"line of {size:,} bytes is over 1,073,741,824; not read", skipped=True
+        )
+    ]
 
 
 def test_find_files_in_workspace_folder_file_glob_and_list(tmp_path: Path) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import copy
 import errno
 import fcntl
+import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -17,9 +19,20 @@ from pathlib import Path
 import pytest
 
 from sessionkit.nanobot import writer
-from sessionkit.nanobot.naming import UnsafeKeyError, session_path, sessions_folder
+from sessionkit.nanobot.naming import (
+    UnsafeKeyError,
+    key_from_filename,
+    sessions_folder,
+    storage_key,
+)
 from sessionkit.nanobot.session import Session
-from sessionkit.nanobot.writer import LOCK_FILENAME, save_session, session_lines
+from sessionkit.nanobot.writer import (
+    LOCK_FILENAME,
+    TEMP_NAME,
+    is_temp_file,
+    save_session,
+    session_lines,
+)
 
 CREATED = datetime(2025, 3, 1, 9, 30, 0, 123456)
 UPDATED = datetime(2025, 3, 1, 9, 45, 10)
@@ -159,7 +172,9 @@ def test_file_mode_follows_umask_like_nanobot(tmp_path):
 def test_existing_file_is_not_replaced(tmp_path):
     original = tmp_path / "telegram_123.jsonl"
     original.write_bytes(b"original\n")
-    with pytest.raises(FileExistsError, match=r"already exists; pass overwrite=True") as info:
+    with pytest.raises(
+        FileExistsError, match=r"the file already holds session 'telegram:123'; pass overwrite=True"
+    ) as info:
         save_session(_session(), tmp_path)
     assert info.value.filename == str(original)
     assert str(info.value).endswith("telegram_123.jsonl'")
@@ -198,20 +213,102 @@ def test_hostile_keys_are_refused(tmp_path, key):
 
 
 @pytest.mark.parametrize(
-    ("key", "name"),
+    ("key", "naming"),
     [
-        ("../../etc/passwd", ".._.._etc_passwd.jsonl"),
-        ("/etc/passwd", "_etc_passwd.jsonl"),
-        ("a\\..\\b", "a_.._b.jsonl"),
-        ("cli:../x", "cli_.._x.jsonl"),
+        *(
+            (key, naming)
+            for key in [
+                "../../etc/evil",
+                "/etc/passwd",
+                "a\\..\\b",
+                "cli:../x",
+                "a/b",
+                "a\\b",
+                "..",
+            ]
+            for naming in ["nanobot-0.2", "nanobot-0.3"]
+        ),
+        (".hidden", "nanobot-0.2"),
+        ("..:x", "nanobot-0.2"),
     ],
 )
-def test_separators_stay_inside_the_folder(tmp_path, key, name):
+def test_path_like_keys_are_refused_before_any_write(tmp_path, monkeypatch, key, naming):
+    monkeypatch.setattr(writer, "_write_temp", _never)
     folder = tmp_path / "sessions"
-    path = save_session(_session(key=key), folder)
-    assert path == folder / name
-    assert sorted(p.name for p in tmp_path.rglob("*")) == sorted(["sessions", name])
-    assert session_path(key, folder, "nanobot-0.3").parent == folder
+    with pytest.raises(UnsafeKeyError, match="path-like|hidden"):
+        save_session(_session(key=key), folder, naming=naming)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("key", "name"),
+    [
+        ("telegram:123", "telegram_123.jsonl"),
+        ("webui:abc-def", "webui_abc-def.jsonl"),
+        ("matrix:!room33_example.org", "matrix_!room33_example.org.jsonl"),
+        ("feishu:用户_五", "feishu_用户_五.jsonl"),
+        ("slack:C01:thread", "slack_C01_thread.jsonl"),
+        ("email:alice@example.com", "email_alice@example.com.jsonl"),
+    ],
+)
+def test_nanobot_keys_still_save(tmp_path, key, name):
+    assert save_session(_session(key=key), tmp_path).name == name
+
+
+def test_every_bundled_key_can_be_saved(tmp_path, data_dir):
+    files = sorted((data_dir / "sessions").glob("*.jsonl")) + sorted(
+        (data_dir / "damaged").glob("*.jsonl")
+    )
+    for file in files:
+        first = file.read_bytes().split(b"\n", 1)[0]
+        key = json.loads(first).get("key") if b'"metadata"' in first else None
+        key = key or key_from_filename(file)
+        naming = "nanobot-0.3" if file.stem == storage_key(key) else "nanobot-0.2"
+        assert save_session(_session(key=key), tmp_path / file.parent.name, naming=naming).name == (
+            file.name
+        )
+    assert len(files) == 26
+
+
+def _never(*args, **kwargs):
+    raise AssertionError("a temporary file was about to be written")
+
+
+def test_a_key_too_long_for_the_file_system_is_refused_first(tmp_path, monkeypatch):
+    monkeypatch.setattr(writer, "_write_temp", _never)
+    key = "telegram:" + "x" * 300
+    with pytest.raises(UnsafeKeyError, match=r"too long: its file name is 315 bytes and .* 255"):
+        save_session(_session(key=key), tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_longest_name_the_folder_takes_is_written(tmp_path):
+    key = "t:" + "é" * 123 + "x"  # a 249-byte stem and ".jsonl": 255 bytes
+    path = save_session(_session(key=key), tmp_path)
+    assert len(path.name.encode()) == 255 and path.read_bytes().count(b"\n") == 3
+
+
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [("t:\ud800", "not valid Unicode"), ("t:a\nb", "control character"), ("t:\x00", "NUL")],
+)
+def test_malformed_keys_are_refused(tmp_path, key, message):
+    with pytest.raises(UnsafeKeyError, match=message):
+        save_session(_session(key=key), tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("key", ["a:b", "a_b", "a<b", "a|b"])
+def test_a_collision_names_the_session_stored_there(tmp_path, key):
+    save_session(_session(key="a:b"), tmp_path)
+    with pytest.raises(FileExistsError) as info:
+        save_session(_session(key=key), tmp_path)
+    assert info.value.strerror == (
+        f"cannot save session {key!r}: the file already holds session 'a:b'"
+        + ("" if key == "a:b" else ", whose key maps to the same file name")
+        + "; pass overwrite=True to replace it"
+    )
+    assert info.value.filename == str(tmp_path / "a_b.jsonl")
 
 
 # --- atomicity -----------------------------------------------------------------------------
@@ -270,8 +367,7 @@ def test_hard_crash_before_rename_keeps_the_original(tmp_path):
     assert result.returncode == 3
     assert original.read_bytes() == b"original\n"
     leftovers = [p.name for p in tmp_path.iterdir() if p != original]
-    assert len(leftovers) == 1 and leftovers[0].startswith(".telegram_123.")
-    assert leftovers[0].endswith(".tmp")
+    assert len(leftovers) == 1 and TEMP_NAME.fullmatch(leftovers[0]).group("stem") == "telegram_123"
 
 
 def test_file_appearing_meanwhile_is_not_replaced(tmp_path, monkeypatch):
@@ -315,7 +411,7 @@ def test_without_hard_links_still_refuses_a_late_file(tmp_path, monkeypatch):
 # --- permissions ---------------------------------------------------------------------------
 
 
-def test_unwritable_folder_simulated(tmp_path, monkeypatch):
+def test_failed_temp_file_names_the_key_and_target(tmp_path, monkeypatch):
     real_open = os.open
 
     def deny_create(path, flags, *args, **kwargs):
@@ -324,9 +420,12 @@ def test_unwritable_folder_simulated(tmp_path, monkeypatch):
         return real_open(path, flags, *args, **kwargs)
 
     monkeypatch.setattr(writer.os, "open", deny_create)
-    with pytest.raises(PermissionError, match="no permission to create files") as info:
+    with pytest.raises(PermissionError) as info:
         save_session(_session(), tmp_path)
-    assert info.value.filename == str(tmp_path)
+    assert info.value.strerror == (
+        "cannot save session 'telegram:123': writing the temporary file failed: Permission denied"
+    )
+    assert info.value.filename == str(tmp_path / "telegram_123.jsonl")
     assert _listing(tmp_path) == {}
 
 
@@ -337,7 +436,30 @@ def test_uncreatable_folder_simulated(tmp_path, monkeypatch):
     monkeypatch.setattr(writer.Path, "mkdir", deny_mkdir)
     with pytest.raises(PermissionError, match="cannot create the sessions folder") as info:
         save_session(_session(), tmp_path / "new")
-    assert info.value.filename == str(tmp_path / "new")
+    assert info.value.filename == str(tmp_path / "new" / "telegram_123.jsonl")
+
+
+def test_unwritable_folder_is_refused_before_any_write(tmp_path, monkeypatch):
+    monkeypatch.setattr(writer, "_write_temp", _never)
+    monkeypatch.setattr(writer.os, "access", lambda path, mode: False)
+    with pytest.raises(PermissionError) as info:
+        save_session(_session(), tmp_path)
+    assert info.value.strerror == (
+        f"cannot save session 'telegram:123': no permission to create files in {tmp_path}"
+    )
+    assert info.value.filename == str(tmp_path / "telegram_123.jsonl")
+
+
+def test_read_only_file_system_is_refused_before_any_write(tmp_path, monkeypatch):
+    class ReadOnly:
+        f_flag = os.ST_RDONLY
+
+    monkeypatch.setattr(writer, "_write_temp", _never)
+    monkeypatch.setattr(writer.os, "statvfs", lambda path: ReadOnly)
+    with pytest.raises(OSError, match="is on a read-only file system") as info:
+        save_session(_session(), tmp_path)
+    assert info.value.errno == errno.EROFS
+    assert info.value.filename == str(tmp_path / "telegram_123.jsonl")
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
@@ -348,7 +470,7 @@ def test_read_only_folder(tmp_path):
     try:
         with pytest.raises(PermissionError, match="no permission to create files") as info:
             save_session(_session(), folder)
-        assert info.value.filename == str(folder)
+        assert info.value.filename == str(folder / "telegram_123.jsonl")
         assert list(folder.iterdir()) == []
     finally:
         folder.chmod(0o700)
@@ -424,3 +546,126 @@ def test_folder_fsync_refused_by_the_file_system_is_skipped(tmp_path, monkeypatc
 
     monkeypatch.setattr(writer.os, "fsync", no_folder_fsync)
     assert save_session(_session(), tmp_path).read_bytes() == EXPECTED
+
+
+def test_fifo_lock_file_is_refused_without_blocking(tmp_path):
+    os.mkfifo(tmp_path / LOCK_FILENAME)
+    started = time.monotonic()
+    with pytest.raises(
+        OSError, match=r"\.session-files\.lock is a FIFO, not a regular file"
+    ) as info:
+        save_session(_session(), tmp_path, lock_timeout=1)
+    assert time.monotonic() - started < 1
+    assert info.value.filename == str(tmp_path / LOCK_FILENAME)
+    assert str(info.value).startswith(
+        f"[Errno 22] cannot save session 'telegram:123' to {tmp_path / 'telegram_123.jsonl'}: "
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == [LOCK_FILENAME]
+
+
+@pytest.mark.parametrize("make", [lambda p: p.mkdir(), lambda p: p.symlink_to(p.parent / "x")])
+def test_other_non_regular_lock_files_are_refused(tmp_path, make):
+    make(tmp_path / LOCK_FILENAME)
+    with pytest.raises(OSError, match="not a regular file"):
+        save_session(_session(), tmp_path, lock_timeout=1)
+
+
+def test_unreadable_lock_file_is_named(tmp_path, monkeypatch):
+    (tmp_path / LOCK_FILENAME).write_bytes(b"")
+    real_open = os.open
+
+    def deny_lock(path, flags, *args, **kwargs):
+        if Path(path).name == LOCK_FILENAME:
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(writer.os, "open", deny_lock)
+    with pytest.raises(PermissionError, match="no permission to open the lock file") as info:
+        save_session(_session(), tmp_path)
+    assert info.value.filename == str(tmp_path / LOCK_FILENAME)
+    assert "cannot save session 'telegram:123'" in info.value.strerror
+
+
+# --- temporary files and hard crashes -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "temp"),
+    [
+        (".telegram_123.0123456789ab.tmp", True),
+        (".a.b.c.ffffffffffff.tmp", True),
+        ("telegram_123.jsonl.tmp", True),
+        (".telegram_123.0123456789AB.tmp", False),
+        (".telegram_123.tmp", False),
+        ("telegram_123.jsonl", False),
+        (".session-files.lock", False),
+    ],
+)
+def test_is_temp_file(name, temp):
+    assert is_temp_file(Path("/ws/sessions") / name) is temp
+
+
+def test_temp_names_stay_short_and_recognisable():
+    name = writer._temp_name("é" * 120)
+    assert TEMP_NAME.fullmatch(name) and len(name.encode()) == 1 + 64 + 1 + 12 + 4
+
+
+_CRASH = """
+import os, signal, sys
+from sessionkit.nanobot import writer
+from sessionkit.nanobot.session import Session
+
+step, folder, overwrite = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+
+def die():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def after(real, when=lambda *a: True):
+    def wrapped(*args, **kwargs):
+        result = real(*args, **kwargs)
+        if when(*args):
+            die()
+        return result
+    return wrapped
+
+def before(real):
+    def wrapped(*args, **kwargs):
+        die()
+    return wrapped
+
+os_ = writer.os
+if step == "after temp create":
+    os_.open = after(os_.open, lambda path, flags, *a: bool(flags & os_.O_CREAT))
+elif step == "after write":
+    os_.fsync = before(os_.fsync)
+elif step == "before rename":
+    os_.link, os_.replace = before(os_.link), before(os_.replace)
+elif step == "after rename":
+    os_.link, os_.replace = after(os_.link), after(os_.replace)
+s = Session("telegram:123", messages=[{"role": "user", "content": "x" * 200000}])
+writer.save_session(s, folder, overwrite=overwrite)
+"""
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+@pytest.mark.parametrize(
+    "step", ["after temp create", "after write", "before rename", "after rename"]
+)
+def test_kill_9_mid_save_leaves_no_partial_file(tmp_path, step, overwrite):
+    from sessionkit.doctor import doctor
+
+    final = tmp_path / "telegram_123.jsonl"
+    if overwrite:
+        final.write_bytes(b"original\n")
+    run = subprocess.run([sys.executable, "-c", _CRASH, step, str(tmp_path), str(int(overwrite))])
+    assert run.returncode == -signal.SIGKILL
+    content = final.read_bytes() if final.exists() else None
+    if step == "after rename":
+        assert content is not None and content.endswith(b"x" * 200000 + b'"}\n')
+    else:
+        assert content == (b"original\n" if overwrite else None)
+    leftovers = sorted(p.name for p in tmp_path.iterdir() if p != final)
+    assert all(is_temp_file(name) for name in leftovers)
+    assert len(leftovers) == (0 if step == "after rename" and overwrite else 1)
+    report = doctor(tmp_path)
+    assert sorted(report.loc[report["kind"] == "temp file", "file"]) == leftovers

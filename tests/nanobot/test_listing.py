@@ -30,14 +30,6 @@ SUBAGENT = (
 )
 
 
-@pytest.fixture(scope="module")
-def nanobot() -> ModuleType:
-    """nanobot.session.manager, imported once outside any hypothesis example."""
-    from nanobot.session import manager
-
-    return manager
-
-
 # --- the pieces ----------------------------------------------------------------------------
 
 

@@ -9,23 +9,24 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from reference import require
 
 from sessionkit.nanobot.reader import read_session_file
 
+nb = require()
+
 pytestmark = pytest.mark.conformance
 
-DATA = Path(__file__).resolve().parent.parent / "data"
+DATA = Path(__file__).resolve().parents[2] / "data"
 
 
 def nanobot_load(file: Path, workspace: Path):
     """Load ``file`` with nanobot's own SessionManager (None when nanobot gives up)."""
-    from nanobot.session.manager import SessionManager
-
     sessions = workspace / "sessions"
     sessions.mkdir(parents=True, exist_ok=True)
     stem = file.stem
     shutil.copyfile(file, sessions / f"{stem}.jsonl")
-    manager = SessionManager(workspace)
+    manager = nb.SessionManager(workspace)
     manager.legacy_sessions_dir = workspace / "no-legacy"
     return manager._load(stem)
 

@@ -16,13 +16,15 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from nanobot.session import manager as nanobot_manager
-from nanobot.utils import helpers as nanobot_helpers
+from reference import require
 from strategies import message_lists, sessions
 
 import sessionkit
 from sessionkit import Session
 from sessionkit.nanobot.policies import find_legal_message_start, recent_message_start_index
+
+nanobot_manager = require()
+nanobot_helpers = require("nanobot.utils.helpers")
 
 pytestmark = pytest.mark.conformance
 
@@ -193,7 +195,7 @@ def test_helpers_edge_cases(name: str) -> None:
             assert recent_message_start_index(tail, size, extend_to_user=extend) == expected
 
 
-SAMPLE = sorted((Path(__file__).resolve().parent.parent / "data" / "sessions").glob("*.json*"))
+SAMPLE = sorted((Path(__file__).resolve().parents[2] / "data" / "sessions").glob("*.json*"))
 
 
 @pytest.fixture(scope="module")

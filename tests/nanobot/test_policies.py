@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 
-from sessionkit import Session
 from sessionkit.nanobot.policies import (
     POLICIES,
     Policy,
@@ -282,24 +281,3 @@ def test_file_cap_only_past_the_limit() -> None:
     assert POLICY.file_cap(messages, 0, 0).retained is messages
     trim = POLICY.file_cap(messages, 1, 3)
     assert len(trim.retained) == 2 and len(trim.archived) == 1
-
-
-def test_session_methods_mutate_as_nanobot_does() -> None:
-    messages = [user("u0"), assistant("a0"), user("u1"), assistant("a1")]
-    session = Session("k", messages=list(messages), last_consolidated=3)
-    session.metadata["_last_summary"] = "s"
-    new, dropped, already = session.with_history_trimmed(2)
-    assert contents(new.messages) == ["u1", "a1"] and new.last_consolidated == 1
-    assert (contents(dropped), already) == (["u0", "a0"], 2)
-    assert session.messages == messages
-
-    archived_once, archived = session.with_file_cap(limit=3)
-    assert archived == [] and len(archived_once.messages) == 2
-
-    chunks: list[list[dict[str, Any]]] = []
-    session.last_consolidated = 0
-    session.enforce_file_cap(chunks.append, limit=3)
-    assert chunks == [messages[:2]] and len(session) == 2
-
-    assert session.retain_recent_legal_suffix(0) == (messages[2:], 0)
-    assert session.messages == [] and "_last_summary" not in session.metadata

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
+from reference import require
 
 from sessionkit.forking import VOLATILE_METADATA_KEYS, ForkIndexError, fork
 from sessionkit.nanobot.naming import UnsafeKeyError, session_filename
@@ -26,11 +27,11 @@ from sessionkit.nanobot.reader import read_session_file
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.writer import save_session
 
-nb = pytest.importorskip("nanobot.session.manager")
+nb = require()
 
 pytestmark = pytest.mark.conformance
 
-DATA = Path(__file__).resolve().parent.parent / "data" / "sessions"
+DATA = Path(__file__).resolve().parents[2] / "data" / "sessions"
 SAMPLE_INDICES = 24
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from reference import require
 
 from sessionkit.counting import TokenCache, _message_keys, count_tokens
 from sessionkit.nanobot.tokens import estimate_message_tokens, fallback_message_tokens
@@ -113,9 +114,7 @@ def helpers() -> ModuleType:
     Importing nanobot pulls in ``rich``, which draws from the global ``random`` at import
     time; doing that inside an example would make hypothesis flag the example as flaky.
     """
-    from nanobot.utils import helpers
-
-    return helpers
+    return require("nanobot.utils.helpers")
 
 
 def _outcome(estimate: Callable[[dict[str, Any]], int], message: dict[str, Any]) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from sessionkit.nanobot.naming import (
     UnsafeKeyError,
+    check_name_length,
     key_from_filename,
     safe_key,
     session_filename,
@@ -29,14 +31,6 @@ keys = st.one_of(
         st.sampled_from(["<", ">", ":", '"', "/", "\\", "|", "?", "*", " ", ".", "a", "日"])
     ).map("".join),
 )
-
-
-@pytest.fixture(scope="module")
-def manager() -> ModuleType:
-    """nanobot.session.manager, imported once outside any hypothesis example."""
-    from nanobot.session import manager
-
-    return manager
 
 
 @pytest.mark.parametrize(
@@ -78,12 +72,13 @@ def test_storage_key(key: str, stem: str) -> None:
     [
         ("telegram:123", "nanobot-0.2", "telegram_123.jsonl"),
         ("telegram:123", "nanobot-0.3", "dGVsZWdyYW06MTIz.jsonl"),
-        ("../x", "nanobot-0.2", ".._x.jsonl"),
-        ("../x", "nanobot-0.3", "Li4veA.jsonl"),
-        ("/abs", "nanobot-0.2", "_abs.jsonl"),
-        ("a/b", "nanobot-0.2", "a_b.jsonl"),
-        ("..", "nanobot-0.3", "Li4.jsonl"),
+        ("a<b>|c?*", "nanobot-0.2", "a_b__c__.jsonl"),
+        ("matrix:!room33_example.org", "nanobot-0.2", "matrix_!room33_example.org.jsonl"),
+        ("webui:abc-def", "nanobot-0.2", "webui_abc-def.jsonl"),
+        ("微信:用户一", "nanobot-0.2", "微信_用户一.jsonl"),
+        (".hidden", "nanobot-0.3", "LmhpZGRlbg.jsonl"),
         ("   ", "nanobot-0.3", "ICAg.jsonl"),
+        ("t:1\n", "nanobot-0.2", "t_1.jsonl"),
     ],
 )
 def test_session_filename(key: str, naming: Any, name: str) -> None:
@@ -95,9 +90,18 @@ def test_session_filename(key: str, naming: Any, name: str) -> None:
     [
         ("", "nanobot-0.2", "does not map to a safe file name"),
         ("", "nanobot-0.3", "does not map to a safe file name"),
-        ("   ", "nanobot-0.2", "does not map to a safe file name"),
-        ("..", "nanobot-0.2", r"\('\.\.'\)"),
-        (" . ", "nanobot-0.2", r"\('\.'\)"),
+        ("   ", "nanobot-0.2", r"does not map to a safe file name \('': empty\)"),
+        ("..", "nanobot-0.2", "is path-like: it is a '..' component"),
+        ("..", "nanobot-0.3", "is path-like: it is a '..' component"),
+        (" . ", "nanobot-0.2", r"\('\.': hidden\)"),
+        (".hidden", "nanobot-0.2", r"\('\.hidden': hidden\)"),
+        ("..:x", "nanobot-0.2", r"\('\.\._x': hidden\)"),
+        ("../x", "nanobot-0.2", "is path-like: it contains a path separator"),
+        ("../x", "nanobot-0.3", "is path-like: it contains a path separator"),
+        ("/abs", "nanobot-0.2", "is path-like"),
+        ("a\\b", "nanobot-0.3", "is path-like"),
+        ("t:\ud800", "nanobot-0.2", "not valid Unicode"),
+        ("t:a\tb", "nanobot-0.2", "control character"),
         ("a\x00b", "nanobot-0.2", "NUL byte"),
         ("a\x00b", "nanobot-0.3", "NUL byte"),
         (None, "nanobot-0.2", "must be a string, got NoneType"),
@@ -141,29 +145,31 @@ def test_key_from_filename(path: str | Path, key: str) -> None:
 
 
 @given(key=keys)
-def test_safe_key_equals_nanobot(manager: ModuleType, key: str) -> None:
-    assert safe_key(key) == manager.SessionManager.safe_key(key)
+def test_safe_key_equals_nanobot(nanobot: ModuleType, key: str) -> None:
+    assert safe_key(key) == nanobot.SessionManager.safe_key(key)
 
 
 @given(key=keys)
-def test_session_filename_stays_inside_the_folder(manager: ModuleType, key: str) -> None:
+def test_session_filename_stays_inside_the_folder(nanobot: ModuleType, key: str) -> None:
     for naming in ("nanobot-0.2", "nanobot-0.3"):
         try:
             name = session_filename(key, naming)
         except UnsafeKeyError:
             stem = safe_key(key) if naming == "nanobot-0.2" else storage_key(key)
-            assert "\x00" in key or stem in {"", ".", ".."}
+            control = any(unicodedata.category(c) == "Cc" for c in key.strip())
+            path_like = "/" in key or "\\" in key or key.strip() == ".."
+            assert control or path_like or stem.startswith(".") or not stem
             continue
         folder = Path("/ws/sessions")
         assert (folder / name).parent == folder
         assert name not in {".jsonl", "..jsonl"}
         if naming == "nanobot-0.2":
-            assert name == f"{manager.SessionManager.safe_key(key)}.jsonl"
+            assert name == f"{nanobot.SessionManager.safe_key(key)}.jsonl"
 
 
 @given(key=keys)
 def test_storage_names_round_trip(key: str) -> None:
-    if "\x00" in key or not key or ":" not in key or not key.isprintable():
+    if not key or ":" not in key or not key.isprintable() or "/" in key or "\\" in key:
         return
     assert key_from_filename(session_filename(key, "nanobot-0.3")) == key
 
@@ -178,3 +184,9 @@ def test_safe_names_round_trip(channel: str, chat: str) -> None:
     found = key_from_filename(name)
     # A safe stem that is also the base64url of some printable "x:y" key reads as that key.
     assert found == key or f"{storage_key(found)}.jsonl" == name
+
+
+def test_check_name_length_walks_up_to_an_existing_folder(tmp_path: Path) -> None:
+    check_name_length("k", "x" * 255, tmp_path / "not" / "yet")
+    with pytest.raises(UnsafeKeyError, match="its file name is 256 bytes .* at most 255"):
+        check_name_length("k", "x" * 256, tmp_path / "not" / "yet")

@@ -14,17 +14,12 @@ from strategies import message_lists, sessions
 
 import sessionkit
 from sessionkit import Session
-from sessionkit.counting import TokenCache, count_tokens
+from sessionkit.counting import count_tokens
 from sessionkit.nanobot.policies import find_legal_message_start, get_policy
+from sessionkit.nanobot.settings import HistorySettings
+from sessionkit.replay import clear_cache, replay
 from sessionkit.schema import WINDOWS
-from sessionkit.windowing import (
-    _legal_start,
-    _orphan_jumps,
-    _prepare,
-    clear_cache,
-    prepared_cache_size,
-    windows,
-)
+from sessionkit.windowing import _legal_start, _orphan_jumps, replay_offset, windows
 
 POLICY = get_policy("nanobot-0.2")
 GRID = {
@@ -126,9 +121,9 @@ def test_generated_sessions_match_the_policy(session: Session) -> None:
 @settings(max_examples=60)
 @given(message_lists())
 def test_orphan_jumps_give_every_legal_start(messages: list[dict[str, Any]]) -> None:
-    prepared = _prepare(messages, False, None)
-    tools = np.flatnonzero(prepared.declared != -2)
-    lowest = np.where(prepared.declared[tools] >= 0, prepared.declared[tools], -1) + 1
+    replayed = replay(Session("k", messages), False, cache=None)
+    tools = np.flatnonzero(replayed.declared != -2)
+    lowest = np.where(replayed.declared[tools] >= 0, replayed.declared[tools], -1) + 1
     jumps = _orphan_jumps(tools, lowest, len(messages))
     pairs = list(itertools.combinations_with_replacement(range(len(messages) + 1), 2))
     begin, end = (np.array(side, dtype=np.int64) for side in zip(*pairs, strict=True))
@@ -187,22 +182,6 @@ def test_sessions_without_user_turns_and_empty_sessions() -> None:
     assert ends.loc["empty", "messages_kept"] == 0
 
 
-def test_prepared_arrays_are_cached_until_the_session_changes() -> None:
-    clear_cache()
-    session = Session("k", messages=[user(), assistant(), user()])
-    windows(session)
-    windows(session, max_tokens=[10, 20])
-    assert prepared_cache_size() == 1
-    session.messages.append(assistant())
-    assert windows(session, at="end")["messages_kept"].item() == 4
-    session.retain_recent_legal_suffix(1)
-    assert windows(session, at="end")["messages_kept"].item() == 1
-    windows(session, include_timestamps=[False, True])
-    assert prepared_cache_size() == 2
-    del session
-    assert prepared_cache_size() == 0
-
-
 def test_workers_give_the_same_frame(sample: list[Session]) -> None:
     clear_cache()
     parallel = windows(sample, max_tokens=[0, 2000], workers=2, progress=False)
@@ -237,20 +216,40 @@ def test_orphan_tool_result_sets_the_cut() -> None:
     assert [m["content"] for m in kept] == ["b", "c"]
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_prepared_again_reads_token_counts_from_the_cache(
-    monkeypatch: pytest.MonkeyPatch, workers: int
-) -> None:
-    sessions = [
-        Session(key=f"t:{i}", messages=[{"role": "user", "content": f"hello {i}"}] * 3)
-        for i in range(3)
-    ]
-    cache = TokenCache()
-    first = windows(sessions, cache=cache, workers=1)
-    clear_cache()
+def test_settings_give_the_defaults_and_keywords_override_them(sample: list[Session]) -> None:
+    session = sample[0]
+    agent = HistorySettings()
+    assert (agent.max_messages, agent.include_timestamps, agent.last_consolidated) == (
+        120,
+        True,
+        "recorded",
+    )
+    pd.testing.assert_frame_equal(windows(session), windows(session, settings=agent))
+    assert windows(session)["include_timestamps"].all()
+    tight = HistorySettings(max_messages=20, max_tokens=500, include_timestamps=False)
+    pd.testing.assert_frame_equal(
+        windows(session, settings=tight),
+        windows(session, max_messages=20, max_tokens=500, include_timestamps=False),
+    )
+    grid = windows(session, settings=tight, max_tokens=[0, 500], extend_to_user=[False, True])
+    assert grid.groupby(["max_tokens", "extend_to_user"]).size().to_dict() == {
+        (0, False): session.n_user_turns,
+        (0, True): session.n_user_turns,
+        (500, False): session.n_user_turns,
+        (500, True): session.n_user_turns,
+    }
+    assert set(grid["max_messages"]) == {20} and not grid["include_timestamps"].any()
+    offsets = windows(session, settings=HistorySettings(last_consolidated="none"))
+    assert offsets["last_consolidated"].tolist() == ["none"] * session.n_user_turns
+    assert (offsets["consolidated"] == 0).all()
 
-    def refuse(payloads: list[str]) -> list[int]:
-        raise AssertionError("tokenized again despite a warm token cache")
 
-    monkeypatch.setattr(sessionkit.counting, "_encode_lengths", refuse)
-    pd.testing.assert_frame_equal(windows(sessions, cache=cache, workers=workers), first)
+def test_replay_offset_is_the_window_rule_for_one_session() -> None:
+    session = Session("k", messages=[user(), assistant(), user(), assistant()], last_consolidated=2)
+    assert replay_offset(session, "recorded") == 2
+    assert replay_offset(session, "none") == 0
+    assert [replay_offset(session, n) for n in (-1, 0, 3, 4, 5)] == [0, 0, 3, 4, 0]
+    assert replay_offset(session.before_user(1), "recorded") == 2
+    assert replay_offset(session.before_user(0), "recorded") == 0
+    with pytest.raises(ValueError, match="last_consolidated must be"):
+        replay_offset(session, "all")

@@ -1,0 +1,321 @@
+"""``sessionkit doctor``: what nanobot 0.2.2 would lose from a session store, and the mend.
+
+:func:`doctor` reports, one row per file, what nanobot 0.2.2 loses (the whole session or some
+lines, which its next save of the key then overwrites) against what sessionkit keeps, plus
+leftover temporary files and anything else named like a session that is not a regular file.
+
+:func:`fix` rewrites each file nanobot would damage, atomically, into the lines nanobot loads
+(each intact line byte for byte, stripped), and moves leftover temporary files out.  The
+original file and its damaged lines go to a backup folder, by default
+``<parent of the sessions folder>/sessionkit-doctor-backup-<YYYYmmdd-HHMMSS>/``: never inside
+the folder nanobot reads, and never deleted.  A second run changes nothing.  Run it while
+nanobot is stopped: nanobot 0.2.2 takes no lock while it saves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+
+from sessionkit.nanobot.loss import NanobotLoad, nanobot_load, read_line, split_lines
+from sessionkit.nanobot.naming import key_from_filename, sessions_folder
+from sessionkit.nanobot.reader import SESSION_SUFFIXES, SessionPathError, read_session_file
+from sessionkit.nanobot.writer import LOCK_FILENAME, is_temp_file, write_file
+
+__all__ = ["COLUMNS", "doctor", "fix"]
+
+COLUMNS = [
+    "file",
+    "kind",
+    "nanobot_keeps",
+    "sessionkit_keeps",
+    "nanobot_loses",
+    "next_save_overwrites",
+    "problems",
+    "fix",
+    "path",
+]
+"""Columns of :func:`doctor`'s frame.
+
+``nanobot_keeps``/``sessionkit_keeps`` count the messages each loads (missing where nanobot
+loses the whole session or does not read the file); ``next_save_overwrites`` is true when
+nanobot's next save of the key writes the file without what it lost; ``fix`` says what
+:func:`fix` does (``""`` for nothing, ``"by hand: ..."`` for what it leaves to you).
+"""
+
+_REWRITE = "rewrite without lines {lines} (kept in the backup)"
+_MOVE = "move to the backup folder"
+
+
+@dataclass(frozen=True)
+class _Row:
+    """One file's diagnosis; ``load`` is set for the session files nanobot reads."""
+
+    path: Path
+    kind: str
+    nanobot_keeps: int | None = None
+    sessionkit_keeps: int | None = None
+    nanobot_loses: str = ""
+    next_save_overwrites: bool = False
+    problems: str = ""
+    fix: str = ""
+    load: NanobotLoad | None = None
+
+
+def _kind(mode: int) -> str:
+    kinds = [
+        (stat.S_ISDIR, "folder"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+    ]
+    return next((name for test, name in kinds if test(mode)), "special file")
+
+
+def _lines_text(numbers: Sequence[int]) -> str:
+    return ", ".join(map(str, numbers))
+
+
+def _nanobot_loses(load: NanobotLoad) -> str:
+    if load.lost and load.fatal:
+        line_no, reason = load.fatal[0]
+        return f"whole session (line {line_no}: {reason})"
+    if load.lost:
+        return "whole session (no message and empty metadata after skipping bad lines)"
+    lost = list(load.replaced)
+    if load.skipped:
+        numbers = [n for n, _ in load.skipped]
+        lost.insert(0, f"line{'s' if len(numbers) > 1 else ''} {_lines_text(numbers)} (not JSON)")
+    return "; ".join(lost) or "nothing"
+
+
+def _load(path: Path) -> NanobotLoad:
+    with open(path, "rb") as stream:
+        return nanobot_load(split_lines(stream))
+
+
+def _session_row(path: Path) -> _Row:
+    session, problems = read_session_file(path)
+    kept = None if session is None else len(session.messages) + len(session.records)
+    text = "; ".join(
+        p.reason if p.line_no is None else f"line {p.line_no}: {p.reason}" for p in problems
+    )
+    if path.suffix != ".jsonl":
+        return _Row(
+            path,
+            "legacy JSON session",
+            sessionkit_keeps=kept,
+            nanobot_loses="not read: nanobot 0.2.2 reads only .jsonl files",
+            problems=text,
+        )
+    load = _load(path)
+    damaged = load.damaged_lines
+    fix = ""
+    if damaged:
+        fix = _REWRITE.format(lines=_lines_text(damaged))
+        if path.is_symlink():
+            fix = "by hand: a symlink; run doctor on the file it points to"
+    return _Row(
+        path,
+        "session",
+        nanobot_keeps=None if load.lost else len(load.message_lines),
+        sessionkit_keeps=kept,
+        nanobot_loses=_nanobot_loses(load),
+        next_save_overwrites=load.lost or bool(load.skipped),
+        problems=text,
+        fix=fix,
+        load=load,
+    )
+
+
+def _row(path: Path) -> _Row | None:
+    """The row for a session file, a leftover temp file or an oddity; None for other files."""
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return None
+    if is_temp_file(path) and stat.S_ISREG(mode):
+        return _Row(
+            path,
+            "temp file",
+            problems="left by a save that crashed; not a session",
+            fix=_MOVE,
+        )
+    if path.name == LOCK_FILENAME:
+        if stat.S_ISREG(mode):
+            return None
+        what = "a symlink" if stat.S_ISLNK(mode) else f"a {_kind(mode)}"
+        return _Row(
+            path,
+            "lock file",
+            problems=f"{what}, not a regular file: sessionkit refuses to save here",
+            fix="by hand: remove it (nanobot recreates it)",
+        )
+    if path.suffix not in SESSION_SUFFIXES:
+        return None
+    if stat.S_ISLNK(mode):
+        try:
+            mode = path.stat().st_mode
+        except OSError as exc:
+            return _Row(
+                path,
+                "broken symlink",
+                problems=f"a symlink that leads nowhere ({exc.strerror}); no session loads",
+                fix="by hand: remove it or point it at a session file",
+            )
+    if stat.S_ISREG(mode):
+        return _session_row(path)
+    return _Row(
+        path,
+        _kind(mode),
+        problems=f"named like a session but a {_kind(mode)}; no session loads from it",
+        fix="by hand: move it out of the sessions folder",
+    )
+
+
+def _entries(path: str | Path) -> tuple[Path, list[Path]]:
+    """The sessions folder and the entries to examine in it (or the one file named)."""
+    target = Path(path).expanduser()
+    if target.is_dir():
+        folder = sessions_folder(target)
+        return folder, sorted(folder.iterdir())
+    if os.path.lexists(target):
+        return target.parent, [target]
+    raise SessionPathError(f"no such file or folder: {target}")
+
+
+def _rows(path: str | Path) -> tuple[Path, list[_Row]]:
+    folder, entries = _entries(path)
+    return folder, [row for entry in entries if (row := _row(entry)) is not None]
+
+
+def _frame(rows: list[_Row]) -> pd.DataFrame:
+    records = [
+        {
+            "file": row.path.name,
+            "kind": row.kind,
+            "nanobot_keeps": row.nanobot_keeps,
+            "sessionkit_keeps": row.sessionkit_keeps,
+            "nanobot_loses": row.nanobot_loses,
+            "next_save_overwrites": row.next_save_overwrites,
+            "problems": row.problems,
+            "fix": row.fix,
+            "path": str(row.path),
+        }
+        for row in rows
+    ]
+    frame = pd.DataFrame(records, columns=COLUMNS)
+    return frame.astype(
+        {
+            "nanobot_keeps": "Int64",
+            "sessionkit_keeps": "Int64",
+            "next_save_overwrites": "bool",
+        }
+    )
+
+
+def doctor(path: str | Path) -> pd.DataFrame:
+    """One row per session file, temp file or oddity in a sessions folder (see :data:`COLUMNS`).
+
+    ``path`` is a workspace, a sessions folder or one file.  Nothing is written.
+    """
+    return _frame(_rows(path)[1])
+
+
+def _backup_folder(folder: Path, backup_dir: str | Path | None) -> Path:
+    """The backup folder, created; refused when inside the sessions folder."""
+    if backup_dir is None:
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        backup = folder.resolve().parent / f"sessionkit-doctor-backup-{stamp}"
+    else:
+        backup = Path(backup_dir).expanduser()
+    if backup.resolve().is_relative_to(folder.resolve()):
+        raise ValueError(
+            f"the backup folder {backup} is inside the sessions folder {folder}, where nanobot "
+            "would read it; choose one outside"
+        )
+    backup.mkdir(parents=True, exist_ok=True)
+    return backup
+
+
+def _fresh(backup: Path, name: str) -> Path:
+    """A path in ``backup`` for ``name`` that holds nothing yet."""
+    candidate, n = backup / name, 1
+    while os.path.lexists(candidate):
+        candidate, n = backup / f"{name}.{n}", n + 1
+    return candidate
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    """Write ``data`` to a new file and flush it to disk."""
+    with open(path, "xb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _mended(path: Path, load: NanobotLoad) -> tuple[bytes, bytes]:
+    """The file's lines nanobot loads (stripped), and its damaged lines as JSON records."""
+    damaged = dict(load.skipped + load.fatal)
+    kept, lost = [], []
+    with open(path, "rb") as stream:
+        for line_no, raw in enumerate(split_lines(stream), 1):
+            if line_no in damaged:
+                text = raw.decode("utf-8", "surrogateescape")
+                record = {"line_no": line_no, "reason": damaged[line_no], "text": text}
+                lost.append(json.dumps(record) + "\n")
+            elif read_line(raw).status == "record":
+                kept.append(raw.decode("utf-8").strip() + "\n")
+    return "".join(kept).encode("utf-8"), "".join(lost).encode("ascii")
+
+
+def _rewrite(row: _Row, load: NanobotLoad, backup: Path) -> str:
+    data, lost = _mended(row.path, load)
+    original = _fresh(backup, row.path.name)
+    shutil.copy2(row.path, original)
+    _write_new(_fresh(backup, f"{row.path.name}.damaged-lines.jsonl"), lost)
+    session, _ = read_session_file(row.path)
+    key = session.key if session is not None else key_from_filename(row.path)
+    write_file(row.path, data, key, overwrite=True)
+    return f"rewrote without lines {_lines_text(load.damaged_lines)}; original in {original}"
+
+
+def _move(row: _Row, backup: Path) -> str:
+    moved = _fresh(backup, row.path.name)
+    shutil.move(row.path, moved)
+    return f"moved to {moved}"
+
+
+def fix(path: str | Path, backup_dir: str | Path | None = None) -> pd.DataFrame:
+    """Mend what nanobot 0.2.2 would destroy; returns the rows acted on, ``fix`` saying what was done.
+
+    Parameters
+    ----------
+    path
+        A workspace, a sessions folder or one file.
+    backup_dir
+        Where the originals, their damaged lines (``<file>.damaged-lines.jsonl``: one JSON
+        record per line with ``line_no``, ``reason`` and ``text``) and the leftover temporary
+        files go; created if missing and refused inside the sessions folder.  Default:
+        ``sessionkit-doctor-backup-<timestamp>`` next to the sessions folder, made only when
+        there is something to fix.
+    """
+    folder, rows = _rows(path)
+    todo = [row for row in rows if row.fix.startswith(("rewrite", "move"))]
+    if not todo:
+        return _frame([])
+    backup = _backup_folder(folder, backup_dir)
+    done = []
+    for row in todo:
+        action = _move(row, backup) if row.load is None else _rewrite(row, row.load, backup)
+        done.append(replace(row, fix=action))
+    return _frame(done)

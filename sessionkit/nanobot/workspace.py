@@ -1,0 +1,132 @@
+"""Where nanobot-ai 0.3.5 keeps a workspace's sessions, found by reading only.
+
+0.3.5 stores sessions outside the workspace, in ``<config dir>/sessions/<workspace id>/``.
+The config dir is the folder of the config file nanobot runs with (``--config``; no
+environment variable sets it), by default ``~/.nanobot`` (``$HOME`` decides ``~``).  The
+32-hex workspace id is in ``<workspace>/.nanobot/workspace-id``; when that file is missing,
+nanobot recovers the id from the namespace whose ``.workspace`` file names this workspace.
+Building nanobot's store creates and migrates folders; nothing here writes.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+__all__ = [
+    "WORKSPACE_ID_FILE",
+    "default_config_dir",
+    "sessions_dir_035",
+    "sessions_root_035",
+    "workspace_id_035",
+]
+
+WORKSPACE_ID_FILE = Path(".nanobot") / "workspace-id"
+_WORKSPACE_ID = re.compile(r"[0-9a-f]{32}")
+_NAMESPACE_MARKER = ".workspace"
+
+
+def default_config_dir() -> Path:
+    """``~/.nanobot``: the folder of 0.3.5's default config file."""
+    return Path.home() / ".nanobot"
+
+
+def _canonical(path: str | Path) -> Path:
+    return Path(path).expanduser().resolve(strict=False)
+
+
+def sessions_root_035(config_dir: str | Path | None = None) -> Path:
+    """``<config dir>/sessions``, resolved as 0.3.5 resolves it (may not exist)."""
+    return _canonical(Path(config_dir or default_config_dir()) / "sessions")
+
+
+def _read_id(marker: Path) -> str:
+    if marker.is_symlink():
+        raise RuntimeError(f"nanobot 0.3.5 refuses a symlinked workspace id file: {marker}")
+    value = marker.read_text(encoding="utf-8").strip()
+    if not _WORKSPACE_ID.fullmatch(value):
+        raise RuntimeError(f"nanobot 0.3.5 refuses an invalid workspace id in {marker}")
+    return value
+
+
+def _recorded_workspace(namespace: Path) -> Path | None:
+    """The workspace a namespace's ``.workspace`` file names, or None when unreadable."""
+    marker = namespace / _NAMESPACE_MARKER
+    if marker.is_symlink() or not marker.is_file():
+        return None
+    try:
+        return _canonical(marker.read_text(encoding="utf-8").strip())
+    except (OSError, UnicodeError, ValueError):
+        return None
+
+
+def _same(recorded: Path, workspace: Path) -> bool:
+    try:
+        return recorded == workspace or (recorded.exists() and recorded.samefile(workspace))
+    except OSError:
+        return False
+
+
+def _recovered_id(workspace: Path, root: Path) -> str | None:
+    if not root.is_dir():
+        return None
+    matches = [
+        namespace.name
+        for namespace in root.iterdir()
+        if _WORKSPACE_ID.fullmatch(namespace.name)
+        and not namespace.is_symlink()
+        and namespace.is_dir()
+        and (recorded := _recorded_workspace(namespace)) is not None
+        and _same(recorded, workspace)
+    ]
+    if len(matches) > 1:
+        raise RuntimeError(f"several session namespaces in {root} claim workspace {workspace}")
+    return matches[0] if matches else None
+
+
+def workspace_id_035(workspace: str | Path, config_dir: str | Path | None = None) -> str | None:
+    """The id 0.3.5 uses for ``workspace``, or None when it would make a new one.
+
+    Raises ``RuntimeError`` where 0.3.5 refuses to start (symlinked or invalid id file,
+    two namespaces claiming the workspace).
+    """
+    workspace = _canonical(workspace)
+    state = workspace / WORKSPACE_ID_FILE.parent
+    if state.is_symlink():
+        raise RuntimeError(f"nanobot 0.3.5 refuses a symlinked workspace state folder: {state}")
+    marker = workspace / WORKSPACE_ID_FILE
+    if marker.exists() or marker.is_symlink():
+        return _read_id(marker)
+    return _recovered_id(workspace, sessions_root_035(config_dir))
+
+
+def sessions_dir_035(workspace: str | Path, config_dir: str | Path | None = None) -> Path | None:
+    """The folder holding 0.3.5's session files for ``workspace``, or None if it has none.
+
+    None also when 0.3.5 would start a fresh namespace: no id yet, no folder for the id, or
+    a folder claimed by another workspace that still exists (a copied workspace).
+    """
+    workspace = _canonical(workspace)
+    root = sessions_root_035(config_dir)
+    if root == workspace or root.is_relative_to(workspace):
+        raise RuntimeError(f"nanobot 0.3.5 refuses a sessions folder inside the workspace: {root}")
+    workspace_id = workspace_id_035(workspace, config_dir)
+    if workspace_id is None:
+        return None
+    folder = root / workspace_id
+    if folder.is_symlink():
+        raise RuntimeError(f"nanobot 0.3.5 refuses a symlinked session namespace: {folder}")
+    if not folder.is_dir():
+        return None
+    marker = folder / _NAMESPACE_MARKER
+    if marker.is_symlink():
+        raise RuntimeError(f"nanobot 0.3.5 refuses a symlinked namespace marker: {marker}")
+    if not marker.exists():
+        if any(folder.iterdir()):
+            raise RuntimeError(f"nanobot 0.3.5 refuses a namespace with no marker: {folder}")
+        return folder
+    text = marker.read_text(encoding="utf-8").strip()
+    if not text:
+        raise RuntimeError(f"nanobot 0.3.5 refuses an empty namespace marker: {marker}")
+    recorded = _canonical(text)
+    return folder if _same(recorded, workspace) or not recorded.exists() else None

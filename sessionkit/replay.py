@@ -1,0 +1,327 @@
+"""Each session's messages rewritten and counted once: the cache windows, states and testing share.
+
+A :class:`Replay` holds what every fast path needs from one session for one
+``include_timestamps`` value: the replayed entries' source indices and token counts, and the
+per-message flags the window rules read.  :func:`replay` and :func:`replay_all` compute it
+(in forked workers for large corpora) and keep it while the session object is alive and still
+holds the same messages list at the same length; :func:`clear_cache` forgets everything
+(needed after editing messages in place).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import operator
+import os
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from sessionkit.counting import DEFAULT_CACHE, TokenCache, count_tokens
+from sessionkit.nanobot.policies import get_policy, tool_call_ids, tool_result_id
+from sessionkit.nanobot.session import Session
+
+__all__ = [
+    "Replay",
+    "cache_size",
+    "clear_cache",
+    "derived",
+    "replay",
+    "replay_all",
+    "stored_tokens",
+]
+
+T = TypeVar("T")
+
+_AUTO_PARALLEL_MESSAGES = 50_000
+_AUTO_PROGRESS_MESSAGES = 20_000
+_CHUNK_MESSAGES = 5_000
+
+
+@dataclass(frozen=True, eq=False)
+class Replay:
+    """One session's messages as replayed with one ``include_timestamps`` value.
+
+    ``declared`` (per message) and ``entry_declared`` (per replayed entry) hold, for a tool
+    result naming a call, the index of the latest assistant message declaring it (-1: none);
+    -2 for every other message.  ``command`` flags user messages marked ``_command``.
+    ``kept`` are the source indices of replayed entries and ``tokens`` their counts.
+    """
+
+    is_user: np.ndarray
+    delivery: np.ndarray
+    command: np.ndarray
+    declared: np.ndarray
+    kept: np.ndarray
+    entry_declared: np.ndarray
+    tokens: np.ndarray
+
+    def sent(self) -> np.ndarray:
+        """Per message: whether it is replayed at all (False: skipped, or a command)."""
+        mask = np.zeros(len(self.is_user), dtype=bool)
+        mask[self.kept] = True
+        return mask
+
+    def sent_tokens(self) -> pd.arrays.IntegerArray:
+        """Per message: its tokens as replayed, ``<NA>`` where it never is."""
+        counts = np.zeros(len(self.is_user), dtype=np.int64)
+        counts[self.kept] = self.tokens
+        return pd.arrays.IntegerArray(counts, ~self.sent())
+
+
+def _compute(session: Session, stamps: bool, cache: TokenCache | None) -> Replay:
+    """Rewrite (by the session's policy) and count every message once; record what the
+    window rules need."""
+    policy = get_policy(session.policy)
+    messages = session.messages
+    declared = [-2] * len(messages)
+    kept: list[int] = []
+    entry_declared: list[int] = []
+    entries: list[dict[str, Any]] = []
+    last_declared: dict[str, int] = {}
+    last_entry_declared: dict[str, int] = {}
+    for i, message in enumerate(messages):
+        entry = policy.replay_entry(message, stamps)
+        role = message.get("role")
+        answered = tool_result_id(message) if role == "tool" else None
+        if answered is not None:
+            declared[i] = last_declared.get(answered, -1)
+        if entry is not None:
+            entry_declared.append(-2 if answered is None else last_entry_declared.get(answered, -1))
+            kept.append(i)
+            entries.append(entry)
+        if role == "assistant":
+            for call in tool_call_ids(message):
+                last_declared[call] = i
+                if entry is not None:
+                    last_entry_declared[call] = len(entries) - 1
+    is_user = np.array([m.get("role") == "user" for m in messages], dtype=bool)
+    return Replay(
+        is_user=is_user,
+        delivery=np.array([bool(m.get("_channel_delivery")) for m in messages], dtype=bool),
+        command=is_user & np.array([bool(m.get("_command")) for m in messages], dtype=bool),
+        declared=np.array(declared, dtype=np.int32),
+        kept=np.array(kept, dtype=np.int32),
+        entry_declared=np.array(entry_declared, dtype=np.int32),
+        tokens=np.array(count_tokens(entries, cache=cache, workers=1), dtype=np.int64),
+    )
+
+
+@dataclass
+class _Slot:
+    """What is cached for one session: valid while it holds ``messages`` at ``length``
+    under ``policy``."""
+
+    ref: weakref.ref
+    messages: list[dict[str, Any]]  # kept, so the list's id cannot be reused
+    length: int
+    policy: str
+    replays: dict[bool, Replay] = field(default_factory=dict)
+    stored: np.ndarray | None = None
+
+    def holds(self, session: Session) -> bool:
+        """Whether this slot still describes ``session`` as it is now."""
+        return (
+            self.ref() is session
+            and self.messages is session.messages
+            and self.length == len(session.messages)
+            and self.policy == session.policy
+        )
+
+
+# Slots by id(session), dropped when the session is garbage-collected.
+_SLOTS: dict[int, _Slot] = {}
+# The last value derived from a list of replays, with that list (see `derived`).
+_DERIVED: list[tuple[list[Replay], Any]] = []
+
+
+def clear_cache() -> None:
+    """Forget every session's replays and stored-message counts."""
+    _SLOTS.clear()
+    _DERIVED.clear()
+
+
+def cache_size() -> int:
+    """How many (session, include_timestamps) replays are cached."""
+    return sum(len(slot.replays) for slot in _SLOTS.values())
+
+
+def _slot(session: Session) -> _Slot:
+    """The session's cache slot, emptied if its messages changed since it was filled."""
+    key = id(session)
+    slot = _SLOTS.get(key)
+    if slot is not None and slot.holds(session):
+        return slot
+    if slot is not None and slot.ref() is session:
+        ref = slot.ref
+    else:
+
+        def forget(_: weakref.ref, key: int = key) -> None:
+            _SLOTS.pop(key, None)
+
+        ref = weakref.ref(session, forget)
+    slot = _Slot(ref, session.messages, len(session.messages), session.policy)
+    _SLOTS[key] = slot
+    return slot
+
+
+def _cached(session: Session, stamps: bool) -> Replay | None:
+    slot = _SLOTS.get(id(session))
+    return slot.replays.get(stamps) if slot is not None and slot.holds(session) else None
+
+
+def replay(
+    session: Session, include_timestamps: bool, cache: TokenCache | None = DEFAULT_CACHE
+) -> Replay:
+    """The session's :class:`Replay`, from the cache or computed (and cached) now."""
+    return replay_all([session], include_timestamps, workers=1, progress=False, cache=cache)[0]
+
+
+def stored_tokens(session: Session) -> np.ndarray:
+    """Tokens of each message as stored (what nanobot's file holds), cached like replays.
+
+    The array is read-only: it is the cached one.
+    """
+    slot = _slot(session)
+    if slot.stored is None:
+        slot.stored = np.array(count_tokens(session.messages), dtype=np.int64)
+        slot.stored.flags.writeable = False
+    return slot.stored
+
+
+def derived(replays: list[Replay], build: Callable[[list[Replay]], T]) -> T:
+    """``build(replays)``, reused while asked again for the same replays (the last only)."""
+    if _DERIVED:
+        before, value = _DERIVED[0]
+        if len(before) == len(replays) and all(map(operator.is_, before, replays)):
+            return value
+    value = build(replays)
+    _DERIVED[:] = [(replays, value)]
+    return value
+
+
+class _DeltaCache(TokenCache):
+    """A token cache that reads through to ``base`` and keeps its own new counts apart."""
+
+    def __init__(self, base: TokenCache | None) -> None:
+        super().__init__()
+        self.base = base
+        self.fresh: list[tuple[int, int]] = []
+
+    def get(self, key: int) -> int | None:
+        hit = self.base.get(key) if self.base is not None else None
+        return hit if hit is not None else super().get(key)
+
+    def update(self, keys: Iterable[int], counts: Iterable[int]) -> None:
+        pairs = list(zip(keys, counts, strict=True))
+        super().update((d for d, _ in pairs), (c for _, c in pairs))
+        self.fresh.extend(pairs)
+
+
+# Shared with forked workers: the sessions, include_timestamps and the parent's token cache.
+_SHARED: dict[str, Any] = {}
+
+
+def _compute_chunk(indices: list[int]) -> tuple[list[int], list[Replay], list]:
+    sessions, stamps, base = _SHARED["sessions"], _SHARED["stamps"], _SHARED["cache"]
+    delta = _DeltaCache(base)
+    replays = [_compute(sessions[i], stamps, delta) for i in indices]
+    return indices, replays, delta.fresh
+
+
+def _chunks(sizes: list[int], todo: list[int], n_chunks: int) -> list[list[int]]:
+    """Split ``todo`` into about ``n_chunks`` groups of similar message counts."""
+    order = sorted(todo, key=lambda i: -sizes[i])
+    groups: list[list[int]] = [[] for _ in range(max(1, n_chunks))]
+    loads = [0] * len(groups)
+    for i in order:
+        lightest = loads.index(min(loads))
+        groups[lightest].append(i)
+        loads[lightest] += sizes[i] + 1
+    return [g for g in groups if g]
+
+
+def _fork_context() -> multiprocessing.context.BaseContext | None:
+    if "fork" in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("fork")
+    return None
+
+
+def _compute_in_workers(
+    sessions: list[Session],
+    stamps: bool,
+    cache: TokenCache | None,
+    chunks: list[list[int]],
+    workers: int,
+    context: multiprocessing.context.BaseContext,
+) -> Iterator[tuple[list[int], list[Replay]]]:
+    """Replay chunks of sessions in forked workers; their new token counts join ``cache``."""
+    _SHARED.update(sessions=sessions, stamps=stamps, cache=cache)
+    try:
+        with ProcessPoolExecutor(workers, mp_context=context) as pool:
+            jobs = [pool.submit(_compute_chunk, chunk) for chunk in chunks]
+            for job in as_completed(jobs):
+                indices, replays, fresh = job.result()
+                if cache is not None and fresh:
+                    cache.update(*zip(*fresh, strict=True))
+                yield indices, replays
+    finally:
+        _SHARED.clear()
+
+
+def replay_all(
+    sessions: list[Session],
+    include_timestamps: bool,
+    *,
+    workers: int | None = None,
+    progress: bool | None = None,
+    cache: TokenCache | None = DEFAULT_CACHE,
+) -> list[Replay]:
+    """Every session's :class:`Replay`: cached ones reused, the rest computed and cached.
+
+    Parameters
+    ----------
+    sessions
+        The sessions, in the order of the result.
+    include_timestamps
+        Whether user messages are replayed with their ``[Message Time: ...]`` prefix.
+    workers
+        Processes computing the missing replays (default: every core for large batches;
+        needs the ``fork`` start method).
+    progress
+        Show a progress bar (default: for large batches).
+    cache
+        Token-count cache shared with :func:`sessionkit.count_tokens`.
+    """
+    stamps = bool(include_timestamps)
+    found = [_cached(s, stamps) for s in sessions]
+    todo = [i for i, r in enumerate(found) if r is None]
+    sizes = [len(s.messages) for s in sessions]
+    total = sum(sizes[i] for i in todo)
+    if workers is None:
+        workers = (os.cpu_count() or 1) if total >= _AUTO_PARALLEL_MESSAGES else 1
+    context = _fork_context()
+    show = total >= _AUTO_PROGRESS_MESSAGES if progress is None else progress
+    label = f"preparing (include_timestamps={stamps})"
+    with tqdm(total=total, unit="msg", desc=label, disable=not show or not todo) as bar:
+        if workers <= 1 or context is None or len(todo) < 2:
+            for i in todo:
+                found[i] = _compute(sessions[i], stamps, cache)
+                bar.update(sizes[i])
+        else:
+            chunks = _chunks(sizes, todo, max(4 * workers, total // _CHUNK_MESSAGES))
+            for indices, replays in _compute_in_workers(
+                sessions, stamps, cache, chunks, workers, context
+            ):
+                for i, r in zip(indices, replays, strict=True):
+                    found[i] = r
+                bar.update(sum(sizes[i] for i in indices))
+    for i in todo:
+        _slot(sessions[i]).replays[stamps] = found[i]  # type: ignore[assignment]
+    return found  # type: ignore[return-value]

@@ -1,0 +1,36 @@
+"""Regression helpers for tests and notebooks: snapshots, figure data and window invariants.
+
+- :mod:`~sessionkit.testing.snapshots`: pin a DataFrame in a small CSV or JSON file beside the
+  notebook and compare it cell by cell on rerun (:func:`assert_frame_snapshot`).
+- :mod:`~sessionkit.testing.figures`: the data a figure draws, as a frame to snapshot
+  (:func:`figure_data`, :func:`assert_figure_snapshot`).
+- :mod:`~sessionkit.testing.invariants`: properties every history window of nanobot 0.2.2's
+  policy has (:func:`check_window_invariants`, :func:`assert_window_invariants`).
+"""
+
+from sessionkit.testing.figures import assert_figure_snapshot, figure_data
+from sessionkit.testing.invariants import (
+    InvariantViolation,
+    assert_window_invariants,
+    check_window_invariants,
+)
+from sessionkit.testing.snapshots import (
+    FLOAT_DIGITS,
+    UPDATE_ENV,
+    Snapshot,
+    SnapshotMismatch,
+    assert_frame_snapshot,
+)
+
+__all__ = [
+    "FLOAT_DIGITS",
+    "UPDATE_ENV",
+    "InvariantViolation",
+    "Snapshot",
+    "SnapshotMismatch",
+    "assert_figure_snapshot",
+    "assert_frame_snapshot",
+    "assert_window_invariants",
+    "check_window_invariants",
+    "figure_data",
+]

