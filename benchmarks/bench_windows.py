@@ -1,14 +1,18 @@
-"""Benchmark: every-user-turn replay windows, sessionkit's sweep against nanobot's get_history.
+"""Benchmark: every-user-turn replay windows, sessionkit's sweep against each release's get_history.
 
-On a generated corpus (default 1,000 sessions, 400,000 messages) this measures:
+On a generated corpus (default 1,000 sessions, 400,000 messages; ``--sessions``/``--messages``
+for a smaller one) this measures, for each release (nanobot-0.2, nanobot-0.3.0, nanobot-0.3.5,
+each with its own default count window: 120, 2000, none) and max_tokens 0/8k/32k:
 
-- the full 3 x 3 grid (max_messages 60/120/240 x max_tokens 0/8k/32k, include_timestamps=True
-  as nanobot's agent loop passes it) over the whole corpus, in a fresh process: cold (empty
-  token cache), warm (prepared sessions cached) and with only the token cache warm (sessions
-  prepared again, as after reloading them), with peak memory;
-- windows per second for each setting: sessionkit over the whole corpus (prepared sessions
-  cached) and, on the same sampled sessions, nanobot 0.2.2's own ``Session.get_history``
-  called once per user turn (checked to agree with sessionkit's window sizes).
+- the whole grid (3 releases x 3 budgets) over the whole corpus, in a fresh process: cold
+  (empty token cache), warm (prepared sessions cached) and with only the token cache warm
+  (sessions prepared again, as after reloading them), with peak memory;
+- windows per second for each release and budget: sessionkit over the whole corpus (prepared
+  sessions cached) and, on the same sampled sessions, the release's own
+  ``Session.get_history`` called once per user turn: nanobot-ai 0.2.2 in this process, 0.3.0
+  and 0.3.5 in their own environments (``tests/nanobot/releases.py``, timed inside that
+  subprocess), plus sessionkit's exact policy for 0.3.x as an in-process stand-in.  Every
+  window size is checked to agree with sessionkit's.
 
 Run: ``python benchmarks/bench_windows.py`` (``--help`` for options).  Prints a table and
 writes JSON to ``benchmarks/results/``.
@@ -35,9 +39,19 @@ from corpus import add_corpus_options, chosen_corpus, ensure_corpus
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
-MAX_MESSAGES = (60, 120, 240)
+RELEASES = ("nanobot-0.2", "nanobot-0.3.0", "nanobot-0.3.5")
+VERSIONS = {"nanobot-0.3.0": "0.3.0", "nanobot-0.3.5": "0.3.5"}
 MAX_TOKENS = (0, 8000, 32000)
 TARGET = {0: 100, 8000: 1000, 32000: 1000}
+
+
+def history_kwargs(policy: str, budget: int) -> dict[str, Any]:
+    """The ``get_history`` arguments timed for ``policy``: its default count window."""
+    if policy == "nanobot-0.2":
+        return {"max_messages": 120, "max_tokens": budget, "include_timestamps": True}
+    if policy == "nanobot-0.3.0":
+        return {"max_messages": 2000, "max_tokens": budget}
+    return {"max_tokens": budget}
 
 
 def _peak_rss_mib() -> dict[str, float]:
@@ -72,10 +86,11 @@ def sweep(folder: Path, workers: int, repeats: int) -> dict[str, Any]:
 
     load_s, sessions = _timed(lambda: _load(folder))
     rss_loaded = _peak_rss_mib()["process"]
-    grid = {"max_messages": list(MAX_MESSAGES), "max_tokens": list(MAX_TOKENS)}
 
     def full() -> Any:
-        return windows(sessions, **grid, include_timestamps=True, workers=workers)
+        return windows(
+            sessions, policy=list(RELEASES), max_tokens=list(MAX_TOKENS), workers=workers
+        )
 
     cpu = _cpu_s()
     cold_s, frame = _timed(full)
@@ -86,17 +101,15 @@ def sweep(folder: Path, workers: int, repeats: int) -> dict[str, Any]:
     token_warm_s, _ = _timed(full)
     token_warm_cpu_s = _cpu_s() - cpu
     per_setting = {}
-    for count in MAX_MESSAGES:
+    for policy in RELEASES:
         for budget in MAX_TOKENS:
             times = []
             for _ in range(repeats):
                 seconds, rows = _timed(
-                    lambda c=count, b=budget: windows(
-                        sessions, max_messages=c, max_tokens=b, include_timestamps=True
-                    )
+                    lambda p=policy, b=budget: windows(sessions, policy=p, max_tokens=b)
                 )
                 times.append(seconds)
-            per_setting[f"{count}/{budget}"] = len(rows) / statistics.median(times)
+            per_setting[f"{policy}/{budget}"] = len(rows) / statistics.median(times)
     return {
         "sessions": len(sessions),
         "messages": sum(len(s.messages) for s in sessions),
@@ -122,11 +135,111 @@ def _offline_tiktoken_for_nanobot() -> None:
     os.environ["TIKTOKEN_CACHE_DIR"] = str(cache)
 
 
-def versus_nanobot(folder: Path, n_sample: int, seed: int) -> dict[str, Any]:
-    """Per-turn get_history by nanobot and by sessionkit on the same sampled sessions."""
-    _offline_tiktoken_for_nanobot()
+def _turns(sample: list[Any], frame: Any, policy: str) -> dict[str, list[tuple[int, int]]]:
+    """Per session, every user turn's ``(at, offset in force)`` as sessionkit replays it."""
+    rows = frame[(frame["policy"] == policy) & (frame["max_tokens"] == MAX_TOKENS[0])]
+    return {
+        s.key: list(
+            zip(
+                *(rows.loc[rows["session_key"] == s.key, c] for c in ("at", "consolidated")),
+                strict=True,
+            )
+        )
+        for s in sample
+    }
+
+
+def _nanobot_022(sample: list[Any], turns: dict[str, list[tuple[int, int]]]) -> dict[str, Any]:
+    """nanobot-ai 0.2.2's own get_history per turn, in this process (it is in the venv)."""
     from nanobot.session.manager import Session as NanobotSession
 
+    results = {}
+    for budget in MAX_TOKENS:
+        seconds, sizes = 0.0, []
+        for session in sample:
+            nb = NanobotSession(key=session.key, messages=[])
+            for at, offset in turns[session.key]:
+                nb.messages = session.messages[:at]
+                nb.last_consolidated = int(offset)
+                start = time.perf_counter()
+                history = nb.get_history(**history_kwargs("nanobot-0.2", budget))
+                seconds += time.perf_counter() - start
+                sizes.append(len(history))
+        results[str(budget)] = {"seconds": seconds, "sizes": sizes}
+    return results
+
+
+def _exact_policy(
+    sample: list[Any], turns: dict[str, list[tuple[int, int]]], policy: str
+) -> dict[str, Any]:
+    """sessionkit's exact policy per turn: the in-process stand-in for a release."""
+    from sessionkit.nanobot.policies import get_policy
+
+    exact = get_policy(policy)
+    results = {}
+    for budget in MAX_TOKENS:
+        seconds, sizes = 0.0, []
+        for session in sample:
+            for at, offset in turns[session.key]:
+                start = time.perf_counter()
+                history = exact.get_history(
+                    session.messages[:at], int(offset), **history_kwargs(policy, budget)
+                )
+                seconds += time.perf_counter() - start
+                sizes.append(len(history))
+        results[str(budget)] = {"seconds": seconds, "sizes": sizes}
+    return results
+
+
+def _release_own(
+    sample: list[Any], turns: dict[str, list[tuple[int, int]]], policy: str
+) -> dict[str, Any] | str:
+    """The release's own get_history per turn, timed inside its own environment (or why not)."""
+    sys.path.insert(0, str(HERE.parent / "tests" / "nanobot"))
+    from releases import ReleaseUnavailable, build_release
+
+    try:
+        python = build_release(VERSIONS[policy]).python
+    except (ReleaseUnavailable, subprocess.CalledProcessError, OSError) as error:
+        return f"{policy} environment unavailable: {error}"
+    request = {
+        "sessions": [
+            {
+                "key": s.key,
+                "messages": s.messages,
+                "offsets": [[int(a), int(o)] for a, o in turns[s.key]],
+            }
+            for s in sample
+        ],
+        "calls": [{"label": str(b), "kwargs": history_kwargs(policy, b)} for b in MAX_TOKENS],
+    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    done = subprocess.run(
+        [str(python), "-I", str(HERE / "release_timer.py")],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    reply = json.loads(done.stdout)
+    if reply["nanobot"] != VERSIONS[policy]:
+        raise RuntimeError(f"{policy}: the timer imported nanobot {reply['nanobot']}")
+    return reply["results"]
+
+
+def _rates(results: dict[str, Any] | str, expected: dict[str, list[int]]) -> dict[str, Any]:
+    """Windows per second per budget, after checking every window size against sessionkit's."""
+    if isinstance(results, str):
+        return {"unavailable": results}
+    for label, result in results.items():
+        assert result["sizes"] == expected[label], f"window sizes differ at max_tokens={label}"
+    return {label: len(r["sizes"]) / r["seconds"] for label, r in results.items()}
+
+
+def versus_nanobot(folder: Path, n_sample: int, seed: int) -> dict[str, Any]:
+    """Per-turn get_history by each release and by sessionkit on the same sampled sessions."""
+    _offline_tiktoken_for_nanobot()
     from sessionkit.windowing import windows
 
     sessions = _load(folder)
@@ -134,44 +247,33 @@ def versus_nanobot(folder: Path, n_sample: int, seed: int) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     picked = rng.choice(len(sessions), size=n_sample, replace=False, p=turns / turns.sum())
     sample = [sessions[i] for i in sorted(picked)]
-    frame = windows(
-        sample,
-        max_messages=list(MAX_MESSAGES),
-        max_tokens=list(MAX_TOKENS),
-        include_timestamps=True,
-        workers=1,
-    )
-    sizes = frame.set_index(["session_key", "at", "max_messages", "max_tokens"])["messages_kept"]
-    ours: dict[str, float] = {}
-    theirs: dict[str, float] = {}
-    for count in MAX_MESSAGES:
-        for budget in MAX_TOKENS:
-            seconds, n_windows = 0.0, 0
-            for session in sample:
-                nb = NanobotSession(key=session.key, messages=[])
-                users = [i for i, m in enumerate(session.messages) if m.get("role") == "user"]
-                for at in users:
-                    offset = session.last_consolidated
-                    nb.messages = session.messages[:at]
-                    nb.last_consolidated = offset if offset <= at else 0
-                    start = time.perf_counter()
-                    history = nb.get_history(count, max_tokens=budget, include_timestamps=True)
-                    seconds += time.perf_counter() - start
-                    n_windows += 1
-                    assert len(history) == sizes[(session.key, at, count, budget)]
-            theirs[f"{count}/{budget}"] = n_windows / seconds
-            ours_s, rows = _timed(
-                lambda c=count, b=budget: windows(
-                    sample, max_messages=c, max_tokens=b, include_timestamps=True
-                )
-            )
-            ours[f"{count}/{budget}"] = len(rows) / ours_s
-    return {
+    frame = windows(sample, policy=list(RELEASES), max_tokens=list(MAX_TOKENS), workers=1)
+    out: dict[str, Any] = {
         "sample_sessions": len(sample),
         "sample_turns": int(sum(s.n_user_turns for s in sample)),
-        "nanobot_windows_per_s": theirs,
-        "sessionkit_windows_per_s_on_sample": ours,
     }
+    for policy in RELEASES:
+        by_turn = _turns(sample, frame, policy)
+        rows = frame[frame["policy"] == policy]
+        expected = {
+            str(b): rows.loc[rows["max_tokens"] == b, "messages_kept"].tolist() for b in MAX_TOKENS
+        }
+        ours = {}
+        for budget in MAX_TOKENS:
+            seconds, got = _timed(
+                lambda p=policy, b=budget: windows(sample, policy=p, max_tokens=b)
+            )
+            ours[str(budget)] = len(got) / seconds
+        entry: dict[str, Any] = {"sessionkit_windows_per_s_on_sample": ours}
+        if policy == "nanobot-0.2":
+            entry["nanobot_windows_per_s"] = _rates(_nanobot_022(sample, by_turn), expected)
+        else:
+            entry["exact_policy_windows_per_s"] = _rates(
+                _exact_policy(sample, by_turn, policy), expected
+            )
+            entry["nanobot_windows_per_s"] = _rates(_release_own(sample, by_turn, policy), expected)
+        out[policy] = entry
+    return out
 
 
 def _report(result: dict[str, Any]) -> str:
@@ -179,19 +281,24 @@ def _report(result: dict[str, Any]) -> str:
     lines = [
         f"corpus: {s['sessions']:,} sessions, {s['messages']:,} messages, "
         f"{s['user_turns']:,} user turns (load {s['load_s']:.1f} s); "
-        f"nanobot sample: {v['sample_sessions']} sessions, {v['sample_turns']:,} turns",
+        f"sample: {v['sample_sessions']} sessions, {v['sample_turns']:,} turns",
         "",
-        "max_messages/max_tokens | sessionkit w/s (corpus) | sessionkit w/s (sample) | "
-        "nanobot w/s (sample) | ratio | target",
+        "release/max_tokens | sessionkit w/s (corpus) | sessionkit w/s (sample) | "
+        "exact policy w/s (sample) | nanobot w/s (sample) | ratio | target",
     ]
     for key, rate in s["windows_per_s"].items():
-        budget = int(key.split("/")[1])
-        nb = v["nanobot_windows_per_s"][key]
-        ratio = rate / nb
-        verdict = "ok" if ratio >= TARGET[budget] else "MISSED"
+        policy, budget = key.split("/")
+        entry = v[policy]
+        nb = entry["nanobot_windows_per_s"].get(budget)
+        exact = entry.get("exact_policy_windows_per_s", {}).get(budget)
+        verdict = "-"
+        if nb:
+            verdict = f"{rate / nb:>7,.0f}x | >= {TARGET[int(budget)]}x " + (
+                "ok" if rate / nb >= TARGET[int(budget)] else "MISSED"
+            )
         lines.append(
-            f"{key:>23} | {rate:>23,.0f} | {v['sessionkit_windows_per_s_on_sample'][key]:>23,.0f}"
-            f" | {nb:>20,.0f} | {ratio:>7,.0f}x | >= {TARGET[budget]}x {verdict}"
+            f"{key:>22} | {rate:>23,.0f} | {entry['sessionkit_windows_per_s_on_sample'][budget]:>23,.0f}"
+            f" | {exact or 0:>25,.0f} | {nb or 0:>20,.0f} | {verdict}"
         )
     rss = s["peak_rss_mib"]
     lines += [
@@ -224,7 +331,7 @@ def main(argv: list[str] | None = None) -> None:
     print("whole-corpus sweep (fresh process, cold token cache) ...", flush=True)
     done = subprocess.run(command, check=True, capture_output=True, text=True)
     result = {"sweep": json.loads(done.stdout.strip().splitlines()[-1])}
-    print("nanobot per-turn get_history on the sample ...", flush=True)
+    print("each release's per-turn get_history on the sample ...", flush=True)
     result["nanobot"] = versus_nanobot(folder, args.sample, args.seed)
     result["machine"] = {"cpus": os.cpu_count(), "load_average": os.getloadavg()}
     report = _report(result)

@@ -9,6 +9,7 @@ import importlib
 import importlib.metadata
 from typing import Any
 
+from sessionkit.checkup import doctor
 from sessionkit.corpus import Corpus, load
 from sessionkit.counting import count_tokens
 from sessionkit.filecap import file_cap
@@ -27,6 +28,7 @@ __all__ = [
     "HistorySettings",
     "Session",
     "count_tokens",
+    "doctor",
     "estimate_message_tokens",
     "explore",
     "file_cap",

@@ -127,11 +127,21 @@ def _doctor_text(table: pd.DataFrame, fixed: bool) -> None:
             print(f"  problems:            {row.problems}")
         if row.fix:
             print(f"  {'fixed:' if fixed else '--fix:'}{' ' * 15}{row.fix}")
+    if not fixed:
+        losing = int(table["next_save_overwrites"].sum())
+        mends = int(table["fix"].str.startswith(("rewrite", "move")).sum())
+        print(
+            f"{len(table)} file(s); nanobot 0.2.2 would lose something from {losing}; "
+            f"`--fix` mends {mends}"
+        )
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from sessionkit.doctor import doctor, fix
+    from sessionkit.checkup import doctor, fix
 
+    if args.backup_dir and not args.fix:
+        print("sessionkit: error: --backup-dir is only used with --fix", file=sys.stderr)
+        return 2
     try:
         table = fix(args.path, args.backup_dir) if args.fix else doctor(args.path)
     except ValueError as exc:

@@ -21,6 +21,7 @@ from sessionkit.nanobot.reader import (
     read_session_file,
 )
 from sessionkit.nanobot.session import Session
+from sessionkit.nanobot.uncountable import uncountable_reason
 
 __all__ = ["Corpus", "default_data_dir", "load", "resolve_session"]
 
@@ -143,8 +144,21 @@ class Corpus:
 
     @cached_property
     def problems(self) -> pd.DataFrame:
-        """One row per damaged line or file (see :data:`sessionkit.schema.PROBLEMS`)."""
-        return problems_frame(self._problems)
+        """One row per damaged line or file, and per message nanobot cannot count (see
+        :data:`sessionkit.schema.PROBLEMS`)."""
+        return problems_frame(self._problems + _uncountable_problems(self))
+
+
+def _uncountable_problems(sessions: Iterable[Session]) -> list[Problem]:
+    """One problem per message whose tokens nanobot cannot count."""
+    return [
+        Problem(str(session.path), line_no, reason)
+        for session in sessions
+        for message, line_no in zip(
+            session.messages, session.line_numbers or [None] * len(session.messages), strict=True
+        )
+        if (reason := uncountable_reason(message))
+    ]
 
 
 def load(

@@ -1,8 +1,11 @@
 """Token counts for many messages at once: batched, parallel, and cached by content.
 
-Each count equals :func:`sessionkit.nanobot.tokens.estimate_message_tokens` (nanobot's exact
-estimate) or its no-tiktoken fallback.  Pick ``method="tiktoken"`` (the default) to match a
-nanobot that could load tiktoken, ``method="fallback"`` to match one that could not.
+Each count equals a release's exact estimate (``get_policy(name).estimate_message_tokens``)
+or its no-tiktoken fallback.  Pick ``method="tiktoken"`` (the default) to match a nanobot that
+could load tiktoken, ``method="fallback"`` to match one that could not.  The releases differ in
+the payload (0.3.5 skips non-string text blocks, which 0.2.2 and 0.3.0 cannot join) and in
+what special-token text and the fallback cost (0.2.2: characters // 4 + 4; 0.3.x: UTF-8
+bytes + 4); where a release raises, so does :func:`count_tokens`, with the same class.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import multiprocessing
 import os
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from functools import lru_cache
 from itertools import compress, repeat
 from operator import is_not
@@ -19,8 +23,11 @@ from typing import Any, Literal
 import orjson
 
 from sessionkit.fields import STR_OR_NONE, message_field
+from sessionkit.nanobot.policies import DEFAULT_POLICY, POLICIES
+from sessionkit.nanobot.policy_035 import message_payload as message_payload_035
 from sessionkit.nanobot.tokens import (
     FRAMING_TOKENS,
+    byte_fallback_tokens,
     encoding,
     fallback_payload_tokens,
     has_special_tokens,
@@ -31,6 +38,28 @@ __all__ = ["DEFAULT_CACHE", "Method", "TokenCache", "count_tokens"]
 
 Method = Literal["tiktoken", "fallback"]
 _PARALLEL_MIN_MESSAGES = 20_000
+
+
+@dataclass(frozen=True)
+class _Estimator:
+    """How one release counts a message: its payload, and the count it falls back to (for
+    special-token text, which ``encode`` refuses, and when tiktoken cannot load)."""
+
+    payload: Callable[[dict[str, Any]], str]
+    fallback: Callable[[str], int]
+
+
+_ESTIMATORS = {
+    "nanobot-0.2": _Estimator(message_payload, fallback_payload_tokens),
+    "nanobot-0.3.0": _Estimator(message_payload, byte_fallback_tokens),
+    "nanobot-0.3.5": _Estimator(message_payload_035, byte_fallback_tokens),
+}
+
+
+def _estimator(policy: str) -> _Estimator:
+    if policy not in _ESTIMATORS:
+        raise ValueError(f"unknown history policy {policy!r}; known: {', '.join(sorted(POLICIES))}")
+    return _ESTIMATORS[policy]
 
 
 class TokenCache:
@@ -154,11 +183,17 @@ def _encode_lengths(payloads: Sequence[str]) -> list[int]:
         return [count(_repaired(p)) for p in payloads]
 
 
-def _payload_counts(messages: Sequence[dict[str, Any]]) -> list[int]:
-    """nanobot's exact count for each message, tokenizing in one batch."""
-    payloads = [message_payload(m) for m in messages]
-    counts = [fallback_payload_tokens(p) for p in payloads]  # right for empty and special
-    plain = [i for i, p in enumerate(payloads) if p and not has_special_tokens(p)]
+def _payload_counts(messages: Sequence[dict[str, Any]], policy: str) -> list[int]:
+    """The release's exact count for each message, tokenizing in one batch."""
+    estimator = _ESTIMATORS[policy]
+    payloads = list(map(estimator.payload, messages))
+    counts = [FRAMING_TOKENS] * len(payloads)  # right for empty payloads
+    plain = []
+    for i, payload in enumerate(payloads):
+        if payload and has_special_tokens(payload):
+            counts[i] = estimator.fallback(payload)
+        elif payload:
+            plain.append(i)
     lengths = _encode_lengths([payloads[i] for i in plain]) if plain else []
     for i, n in zip(plain, lengths, strict=True):
         counts[i] = max(FRAMING_TOKENS, n + FRAMING_TOKENS)
@@ -169,11 +204,13 @@ _SHARED: Sequence[dict[str, Any]] = ()
 """What forked workers count: set just before the pool forks, so nothing is pickled to them."""
 
 
-def _count_shared_range(start: int, stop: int) -> list[int]:
-    return _payload_counts(_SHARED[start:stop])
+def _count_shared_range(start: int, stop: int, policy: str) -> list[int]:
+    return _payload_counts(_SHARED[start:stop], policy)
 
 
-def _payload_counts_forked(messages: Sequence[dict[str, Any]], workers: int) -> list[int]:
+def _payload_counts_forked(
+    messages: Sequence[dict[str, Any]], workers: int, policy: str
+) -> list[int]:
     """:func:`_payload_counts` split over forked workers that inherit the messages."""
     global _SHARED
     step = max(1, -(-len(messages) // (workers * 16)))
@@ -184,32 +221,37 @@ def _payload_counts_forked(messages: Sequence[dict[str, Any]], workers: int) -> 
     counts: list[int] = []
     try:
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            for part in pool.map(_count_shared_range, starts, stops):
+            for part in pool.map(_count_shared_range, starts, stops, repeat(policy)):
                 counts.extend(part)
     finally:
         _SHARED = ()
     return counts
 
 
-def _uncached_counts(messages: Sequence[dict[str, Any]], workers: int) -> list[int]:
+def _uncached_counts(messages: Sequence[dict[str, Any]], workers: int, policy: str) -> list[int]:
     """Exact counts, in forked workers when the batch is large enough to repay them."""
     parallel = (
         workers > 1
         and len(messages) >= _PARALLEL_MIN_MESSAGES
         and "fork" in multiprocessing.get_all_start_methods()
     )
-    return _payload_counts_forked(messages, workers) if parallel else _payload_counts(messages)
+    if parallel:
+        return _payload_counts_forked(messages, workers, policy)
+    return _payload_counts(messages, policy)
 
 
 def _cached_counts(
-    messages: Sequence[dict[str, Any]], cache: TokenCache, workers: int
+    messages: Sequence[dict[str, Any]], cache: TokenCache, workers: int, policy: str
 ) -> list[int]:
     """Counts looked up by key; each missing distinct key tokenized once and recorded.
 
     Keys are computed here, never in workers, so each string's hash stays cached on it
-    for the next recount.
+    for the next recount.  Keys of a release other than 0.2.2 hash the policy name in, so one
+    cache never serves one release's count for another.
     """
     keys = _message_keys(messages)
+    if policy != DEFAULT_POLICY:
+        keys = [None if key is None else hash((policy, key)) for key in keys]
     # The method, so subclasses (read-through caches) are honoured; a plain cache's dict
     # lookup skips a Python call per message.
     lookup = cache._counts.get if type(cache) is TokenCache else cache.get
@@ -219,7 +261,7 @@ def _cached_counts(
     todo = [i for i, n in enumerate(counts) if n is None]
     first: dict[int, int] = {}
     fresh = [i for i in todo if keys[i] is None or first.setdefault(keys[i], i) == i]  # type: ignore[index]
-    fresh_counts = _uncached_counts([messages[i] for i in fresh], workers)
+    fresh_counts = _uncached_counts([messages[i] for i in fresh], workers, policy)
     for i, n in zip(fresh, fresh_counts, strict=True):
         counts[i] = n
     for i in todo:
@@ -236,6 +278,7 @@ def count_tokens(
     method: Method = "tiktoken",
     cache: TokenCache | None = DEFAULT_CACHE,
     workers: int | None = None,
+    policy: str = DEFAULT_POLICY,
 ) -> list[int]:
     """Token counts for many messages at once: batched, parallel and cached.
 
@@ -248,12 +291,25 @@ def count_tokens(
     messages
         Persisted message dicts.
     method
-        ``"tiktoken"`` for nanobot's exact count, ``"fallback"`` for its chars // 4 estimate.
+        ``"tiktoken"`` for the release's exact count, ``"fallback"`` for its estimate without
+        tiktoken (0.2.2: characters // 4 + 4; 0.3.x: UTF-8 bytes + 4).
     cache
         Where exact counts are remembered, keyed by a hash of each message's payload
-        fields; ``None`` disables caching.
+        fields (and the release); ``None`` disables caching.
     workers
         Processes used for large batches (default: every core).
+    policy
+        The release whose estimate to reproduce (``"nanobot-0.2"``, ``"nanobot-0.3.0"``,
+        ``"nanobot-0.3.5"``).
+
+    Raises
+    ------
+    TypeError
+        For an item that is not a dict, and (0.2.2, 0.3.0) a text block whose truthy ``text``
+        is not a string, as those releases raise.
+    UnicodeEncodeError
+        (0.3.x) A lone surrogate in a payload counted by UTF-8 bytes: special-token text, or
+        any payload with ``method="fallback"``, as those releases raise.
     """
     batch = messages if isinstance(messages, list | tuple) else list(messages)
     bad = next((n for n, m in enumerate(batch) if not isinstance(m, dict)), None)
@@ -262,11 +318,12 @@ def count_tokens(
             "count_tokens takes a list of message dicts such as {'role': 'user', 'content': "
             f"'hello'}}; item {bad} is {batch[bad]!r:.60} ({type(batch[bad]).__name__})"
         )
+    estimator = _estimator(policy)
     if method == "fallback":
-        return [fallback_payload_tokens(message_payload(m)) for m in batch]
+        return [estimator.fallback(estimator.payload(m)) for m in batch]
     if method != "tiktoken":
         raise ValueError(f"unknown token method {method!r}; use 'tiktoken' or 'fallback'")
     workers = workers or os.cpu_count() or 1
     if cache is None:
-        return _uncached_counts(batch, workers)
-    return _cached_counts(batch, cache, workers)
+        return _uncached_counts(batch, workers, policy)
+    return _cached_counts(batch, cache, workers, policy)

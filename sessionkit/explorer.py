@@ -11,6 +11,7 @@ import asyncio
 import html
 import io
 import tempfile
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -18,20 +19,29 @@ import ipywidgets as widgets
 import numpy as np
 import pandas as pd
 
-from sessionkit.corpus import Corpus, default_data_dir
+from sessionkit.corpus import Corpus
 from sessionkit.forking import fork
 from sessionkit.nanobot.listing import flatten_content
-from sessionkit.nanobot.reader import SessionPathError
+from sessionkit.nanobot.naming import UnsafeKeyError
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings
+from sessionkit.schema import STATUSES
 from sessionkit.states import MessageStates, message_states
 from sessionkit.transcript import TranscriptWidget, transcript_rows
 
-__all__ = ["SCRATCH_FORK_DIR", "Explorer", "default_fork_dir", "explore"]
+__all__ = ["OPTION_CHARS", "SCRATCH_FORK_DIR", "Explorer", "explore"]
+
+SCRATCH_FORK_DIR = Path(tempfile.gettempdir()) / "sessionkit-forks"
+"""Where forks go unless the explorer is given ``sessions_dir``: never a live sessions folder."""
+
+OPTION_CHARS = 56
+"""Widest picker entry, in columns (a CJK character takes two): titles are clipped so every
+entry fits the picker from 1,280 px up."""
 
 
-def _wide() -> widgets.Layout:
-    return widgets.Layout(width="100%")
+def _auto() -> widgets.Layout:
+    """Fill the parent box's width without the overflow ``width: 100%`` plus margins causes."""
+    return widgets.Layout(width="auto")
 
 
 def _slider(description: str, value: int, high: int, step: int, css: str) -> widgets.IntSlider:
@@ -42,22 +52,65 @@ def _slider(description: str, value: int, high: int, step: int, css: str) -> wid
         step=step,
         description=description,
         style={"description_width": "110px"},
-        layout=widgets.Layout(width="440px"),
+        layout=widgets.Layout(width="auto", max_width="520px"),
     )
     slider.add_class(css)
     return slider
 
 
 def _checkbox(description: str, value: bool, css: str) -> widgets.Checkbox:
-    box = widgets.Checkbox(value=value, description=description, indent=False)
+    box = widgets.Checkbox(
+        value=value, description=description, indent=False, layout=widgets.Layout(width="auto")
+    )
     box.add_class(css)
     return box
 
 
+def _columns(text: str) -> int:
+    """Display width of ``text``: East Asian wide and full-width characters take two columns."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
 def _option(row: pd.Series) -> str:
-    title = f" — {row['title']}" if isinstance(row["title"], str) and row["title"] else ""
+    """A picker entry, ``key — title (n msgs, t tok)``, its title clipped to fit
+    :data:`OPTION_CHARS` columns."""
     tokens = "" if pd.isna(row["tokens"]) else f", {int(row['tokens']):,} tok"
-    return f"{row['key']}{title} ({int(row['n_messages']):,} msgs{tokens})"
+    sizes = f" ({int(row['n_messages']):,} msgs{tokens})"
+    title = row["title"] if isinstance(row["title"], str) else ""
+    room = OPTION_CHARS - _columns(f"{row['key']} — {sizes}")
+    if _columns(title) > room:
+        while title and _columns(title) > room - 1:
+            title = title[:-1]
+        title = f"{title}…" if title else ""
+    return f"{row['key']}{f' — {title}' if title else ''}{sizes}"
+
+
+def _chip(name: str, count: int) -> str:
+    """A status count, labelled and coloured as in the transcript (``schema.STATUSES``)."""
+    status = next(s for s in STATUSES if s.name == name)
+    return (
+        f"<span class='sk-count' data-status='{name}' title='{html.escape(status.doc)}'>"
+        f"<span style='background:{status.color};color:#fff;padding:0 5px;border-radius:7px'>"
+        f"{html.escape(status.label)}</span> {count:,}</span>"
+    )
+
+
+def _budget_note(states: MessageStates) -> str:
+    """Why the window holds more tokens than ``max_tokens``, in nanobot's own terms ('' if not)."""
+    budget = states.settings.max_tokens
+    if budget <= 0 or states.tokens_kept <= budget:
+        return ""
+    if states.recovered:
+        return (
+            f"<div class='sk-recovered'>Over the {budget:,}-token budget on purpose: the newest "
+            "messages that fit held no user message, so nanobot kept the latest user message "
+            "and what follows it anyway (its documented recovery of a user turn; "
+            "<code>recovered=True</code> in <code>sk.windows</code>).</div>"
+        )
+    return (
+        f"<div class='sk-recovered'>Over the {budget:,}-token budget on purpose: nanobot always "
+        "keeps the newest message, even when it alone exceeds the budget.</div>"
+    )
 
 
 class Explorer(widgets.VBox):
@@ -70,8 +123,8 @@ class Explorer(widgets.VBox):
     key
         Session shown first (default: the first one).
     sessions_dir
-        Folder the fork panel writes to by default (default: the shown session's own folder,
-        so nanobot lists the fork next to its source).
+        Folder the fork panel writes to (default: :data:`SCRATCH_FORK_DIR`; name a
+        workspace's ``sessions`` folder to have nanobot list the forks).
     settings
         Initial history settings (default: what nanobot 0.2.2's agent loop passes); the
         controls change all but ``last_consolidated``.
@@ -93,7 +146,7 @@ class Explorer(widgets.VBox):
         file_cap: int | None = None,
     ) -> None:
         self.corpus = corpus
-        self.default_dir = sessions_dir
+        self.fork_folder = SCRATCH_FORK_DIR if sessions_dir is None else Path(sessions_dir)
         self._initial = settings.replace(
             max_messages=max_messages,
             max_tokens=max_tokens,
@@ -103,16 +156,15 @@ class Explorer(widgets.VBox):
         )
         self._scheduled = False
         self._quiet = False
-        self._focus_next = False
         self._original = ""
         table = corpus.sessions
         self._options = [(_option(row), row["key"]) for _, row in table.iterrows()]
         longest = int(table["n_messages"].max()) if len(table) else 0
         most_tokens = int(table["tokens"].max()) if table["tokens"].notna().any() else 0
 
-        self.search = widgets.Text(placeholder="search key or title", layout=_wide())
+        self.search = widgets.Text(placeholder="search key or title", layout=_auto())
         self.search.add_class("sk-search")
-        self.picker = widgets.Select(options=self._options, rows=7, layout=_wide())
+        self.picker = widgets.Select(options=self._options, rows=7, layout=_auto())
         self.picker.add_class("sk-picker")
         initial = self._initial
         self.max_messages = _slider(
@@ -132,44 +184,57 @@ class Explorer(widgets.VBox):
             "extend_to_user", initial.extend_to_user, "sk-extend-to-user"
         )
         self.zoom = _checkbox("zoom to the turn", True, "sk-zoom")
-        self.timeline = widgets.Image(format="png", layout=widgets.Layout(width="100%"))
+        self.timeline = widgets.Image(format="png", layout=widgets.Layout(width="auto"))
         self.timeline.add_class("sk-timeline")
-        self.summary = widgets.HTML()
+        self.summary = widgets.HTML(layout=_auto())
         self.summary.add_class("sk-summary")
         self.transcript = TranscriptWidget(layout=widgets.Layout(flex="3 1 0", min_width="0"))
 
-        self.fork_info = widgets.HTML("Click a user message in the transcript to fork before it.")
-        self.fork_text = widgets.Textarea(rows=6, layout=_wide())
+        self.fork_info = widgets.HTML(layout=_auto())
+        self.fork_text = widgets.Textarea(rows=6, layout=_auto())
         self.fork_text.add_class("sk-fork-text")
-        self.fork_target = widgets.Text(description="target key", layout=_wide())
+        self.fork_target = widgets.Text(description="target key", layout=_auto())
         self.fork_target.add_class("sk-fork-target")
-        self.fork_dir = widgets.Text(description="folder", layout=_wide())
+        self.fork_dir = widgets.Text(description="folder", layout=_auto())
         self.fork_dir.add_class("sk-fork-dir")
         self.fork_overwrite = _checkbox("overwrite an existing fork", False, "sk-fork-overwrite")
         self.fork_button = widgets.Button(description="Write fork", button_style="primary")
         self.fork_button.add_class("sk-fork-write")
-        self.fork_result = widgets.HTML()
+        self.fork_result = widgets.HTML(layout=_auto())
         self.fork_result.add_class("sk-fork-result")
 
         from sessionkit import plot  # matplotlib loads with the first explorer, not the package
 
         self._figure = plot.timeline_axes().figure
         self.session: Session = corpus[key] if key is not None else next(iter(corpus))
-        super().__init__(self._layout(), layout=_wide())
+        super().__init__(self._layout(), layout=widgets.Layout(width="auto", min_width="0"))
+        self.add_class("sk-explorer")
         self._show(self.session.key)
         self._wire()
 
+    def __repr__(self) -> str:
+        return (
+            f"Explorer({self.session.key!r} at turn {self.turn.value}, {len(self.corpus)} sessions)"
+        )
+
     def _layout(self) -> list[widgets.Widget]:
+        """Picker and controls side by side, wrapping below 1,280 px; transcript beside the fork panel."""
         controls = widgets.VBox(
             [
                 self.max_messages,
                 self.max_tokens,
                 self.turn,
                 self.file_cap,
-                widgets.HBox([self.include_timestamps, self.extend_to_user, self.zoom]),
-            ]
+                widgets.HBox(
+                    [self.include_timestamps, self.extend_to_user, self.zoom],
+                    layout=widgets.Layout(flex_flow="row wrap"),
+                ),
+            ],
+            layout=widgets.Layout(flex="1 1 420px", min_width="0"),
         )
-        picker = widgets.VBox([self.search, self.picker], layout=widgets.Layout(width="380px"))
+        picker = widgets.VBox(
+            [self.search, self.picker], layout=widgets.Layout(flex="1 1 420px", min_width="0")
+        )
         fork_panel = widgets.VBox(
             [
                 widgets.HTML("<b>Fork</b>"),
@@ -184,7 +249,7 @@ class Explorer(widgets.VBox):
             layout=widgets.Layout(flex="2 1 0", min_width="0", padding="0 0 0 10px"),
         )
         return [
-            widgets.HBox([picker, controls]),
+            widgets.HBox([picker, controls], layout=widgets.Layout(flex_flow="row wrap")),
             self.summary,
             self.timeline,
             widgets.HBox([self.transcript, fork_panel]),
@@ -238,7 +303,6 @@ class Explorer(widgets.VBox):
         finally:
             self._quiet = False
         self._reset_fork()
-        self._focus_next = True
         self._refresh(rows=True)
 
     def settings(self) -> HistorySettings:
@@ -251,11 +315,10 @@ class Explorer(widgets.VBox):
             file_cap=self.file_cap.value,
         )
 
-    def _changed(self, change: dict[str, Any]) -> None:
+    def _changed(self, _change: dict[str, Any]) -> None:
         """Refresh now, or once the kernel has applied every pending control change."""
         if self._quiet:
             return
-        self._focus_next |= change["owner"] is self.turn
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -271,22 +334,17 @@ class Explorer(widgets.VBox):
             self.session, turn=self.turn.value, settings=self.settings()
         )
         counts = self.states.summary()
-        self._draw(counts)
+        self._draw()
         frame = self.states.frame
         if rows:
             self.transcript.rows = transcript_rows(self.session, frame["tokens"].tolist())
         self.transcript.status = frame["status"].astype(str).tolist()
-        if self._focus_next:
-            self._focus_next = False
-            self._focus(counts)
+        window = counts["window"]
+        self.transcript.focus = window[0] if window else max(0, self.states.stop - 1)
         # Last, so a summary showing the new numbers means every other view has them too.
         self.summary.value = self._summary_html(counts)
 
-    def _focus(self, counts: dict[str, Any]) -> None:
-        window = counts["window"]
-        self.transcript.focus = window[0] if window else max(0, self.states.stop - 1)
-
-    def _draw(self, counts: dict[str, Any]) -> None:
+    def _draw(self) -> None:
         """The timeline; zoomed, it spans the count window (token cut included) to the turn."""
         from sessionkit import plot
 
@@ -303,36 +361,35 @@ class Explorer(widgets.VBox):
         self.timeline.value = buffer.getvalue()
 
     def _summary_html(self, counts: dict[str, Any]) -> str:
+        """The window in words, then one count per status, labelled as in the transcript."""
         max_tokens = self.states.settings.max_tokens
         budget = f" of {max_tokens:,}" if max_tokens else ""
         window = counts["window"]
         span = f"messages {window[0]}–{window[1] - 1}" if window else "empty"
-        parts = [
+        sent = (
+            f"<b>{html.escape(self.session.key)}</b> at turn {self.states.turn}: "
             f"<b>in window: <span class='sk-in-window'>{counts['in_window']}</span></b> "
             f"messages, <span class='sk-sent-tokens'>{counts['sent_tokens']:,}</span>"
-            f"{budget} tokens ({span}, cut by <span class='sk-cut'>{counts['cut']}</span>)",
-            f"trimmed by count {counts['trimmed_count']:,}",
-            f"by tokens {counts['trimmed_tokens']:,}",
-            f"consolidated {counts['consolidated']:,}",
-            f"commands {counts['command']:,}",
-            f"skipped {counts['skipped']:,}",
-            f"file cap {counts['file_cap']:,}",
-            f"after turn {counts['later']:,}",
-        ]
-        head = f"<b>{html.escape(self.session.key)}</b> at turn {self.states.turn}: "
-        return head + " · ".join(parts)
+            f"{budget} tokens ({span}, cut by <span class='sk-cut'>{counts['cut']}</span>)"
+        )
+        chips = " · ".join(_chip(s.name, counts[s.name]) for s in STATUSES[1:])
+        return f"<div>{sent}</div>{_budget_note(self.states)}<div>{chips}</div>"
 
     # -- fork -------------------------------------------------------------------------------
 
     def _reset_fork(self) -> None:
-        folder = self.default_dir
-        if folder is None:
-            folder = default_fork_dir(self.session)
-        self.fork_dir.value = "" if folder is None else str(folder)
+        self.fork_dir.value = str(self.fork_folder)
         self.fork_text.value = ""
         self.fork_target.value = ""
         self.fork_result.value = ""
-        self.fork_info.value = "Click a user message in the transcript to fork before it."
+        where = (
+            "a scratch folder; name your workspace's sessions folder to have nanobot list it"
+            if self.fork_folder == SCRATCH_FORK_DIR
+            else "the folder below"
+        )
+        self.fork_info.value = (
+            f"Click a user message in the transcript to fork before it. The fork goes to {where}."
+        )
 
     def _on_select(self, change: dict[str, Any]) -> None:
         user = change["new"]
@@ -351,7 +408,7 @@ class Explorer(widgets.VBox):
         )
 
     def _write_fork(self, _button: widgets.Button | None = None) -> None:
-        """Write the fork through :func:`sessionkit.fork`; show its path or its error."""
+        """Write the fork through :func:`sessionkit.fork`; show its path or what to change."""
         user = self.transcript.selected
         if user < 0:
             self._fork_error("Click a user message in the transcript first.")
@@ -370,7 +427,7 @@ class Explorer(widgets.VBox):
                 overwrite=self.fork_overwrite.value,
             )
         except Exception as exc:  # shown in the widget, where the user can act on it
-            self._fork_error(f"{type(exc).__name__}: {exc}")
+            self._fork_error(self._fork_problem(exc))
             return
         edited = "ends with your edited message" if text != self._original else "no edit"
         self.fork_result.value = (
@@ -378,27 +435,21 @@ class Explorer(widgets.VBox):
             f"</code></span>: {len(result.messages)} messages, {edited}."
         )
 
+    def _fork_problem(self, exc: Exception) -> str:
+        """``exc`` in the panel's terms: its controls, not :func:`sessionkit.fork`'s arguments."""
+        if isinstance(exc, FileExistsError):
+            return (
+                f"A session file already exists at {exc.filename}: tick "
+                f"“{self.fork_overwrite.description}” to replace it, or change the target key."
+            )
+        if isinstance(exc, UnsafeKeyError):
+            return f"Refused target key: {exc}. Choose another target key."
+        return f"{type(exc).__name__}: {exc}"
+
     def _fork_error(self, message: str) -> None:
         self.fork_result.value = (
             f"<span class='sk-error' style='color:#d62728'>{html.escape(message)}</span>"
         )
-
-
-SCRATCH_FORK_DIR = Path(tempfile.gettempdir()) / "sessionkit-forks"
-"""Where the explorer offers to write forks of the bundled sample sessions."""
-
-
-def default_fork_dir(session: Session) -> Path | None:
-    """The folder the fork panel offers: the session's own sessions folder, where nanobot
-    lists it, except for the bundled sample data, which stays untouched (a scratch folder)."""
-    if session.path is None:
-        return None
-    folder = session.path.parent
-    try:
-        bundled = default_data_dir().resolve()
-    except SessionPathError:
-        return folder
-    return SCRATCH_FORK_DIR if folder.resolve().is_relative_to(bundled) else folder
 
 
 def explore(
@@ -413,7 +464,7 @@ def explore(
 
     ``settings`` are the initial history settings and ``overrides`` replace some of them
     (``max_messages``, ``max_tokens``, ``include_timestamps``, ``extend_to_user``,
-    ``file_cap``); forks go to ``sessions_dir`` (default: :func:`default_fork_dir`).
+    ``file_cap``); forks go to ``sessions_dir`` (default: :data:`SCRATCH_FORK_DIR`).
     """
     if isinstance(corpus, Session):
         corpus = Corpus([corpus])

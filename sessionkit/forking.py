@@ -10,7 +10,6 @@ existing file unless asked, and never touch their source.
 from __future__ import annotations
 
 import copy
-import errno
 import hashlib
 import operator
 import os
@@ -25,31 +24,19 @@ from tqdm.auto import tqdm
 
 from sessionkit.corpus import resolve_session
 from sessionkit.nanobot.naming import Naming, session_path
+from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.session import Session
-from sessionkit.nanobot.writer import save_session
+from sessionkit.nanobot.writer import check_target, save_session
 
 if TYPE_CHECKING:
     from sessionkit.corpus import Corpus
 
 __all__ = [
     "LINEAGE_KEY",
-    "VOLATILE_METADATA_KEYS",
     "ForkIndexError",
     "fork",
     "fork_many",
 ]
-
-VOLATILE_METADATA_KEYS = frozenset(
-    {
-        "goal_state",
-        "pending_user_turn",
-        "runtime_checkpoint",
-        "thread_goal",
-        "title",
-        "title_user_edited",
-    }
-)
-"""Metadata nanobot 0.2.2 drops from a fork: run state and the title belong to the source."""
 
 LINEAGE_KEY = "sessionkit_fork"
 """Metadata key of a fork's lineage, written only with ``lineage=True``.
@@ -78,6 +65,7 @@ class _Job:
     target_key: str
     sessions_dir: str | Path | None
     path: Path | None
+    naming: Naming
 
 
 def _index(session: Session, before_user_index: Any, edit: str | None) -> int:
@@ -111,7 +99,7 @@ def _prepare(
     before_user_index: Any,
     edit: Any,
     sessions_dir: str | Path | None,
-    naming: Naming,
+    naming: Naming | None,
 ) -> _Job:
     if not isinstance(target_key, str):
         raise TypeError(f"target_key must be a string, got {type(target_key).__name__}")
@@ -120,8 +108,9 @@ def _prepare(
     if not isinstance(source.metadata, dict):
         raise ValueError(f"session {source.key!r} has metadata that is not a JSON object")
     index = _index(source, before_user_index, edit)
+    naming = naming or get_policy(source.policy).naming
     path = None if sessions_dir is None else session_path(target_key, sessions_dir, naming)
-    return _Job(source, index, edit, target_key, sessions_dir, path)
+    return _Job(source, index, edit, target_key, sessions_dir, path, naming)
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -137,9 +126,10 @@ def _check_targets(jobs: list[_Job], overwrite: bool) -> None:
     for n, job in enumerate(jobs):
         name = str(job.path) if job.path is not None else job.target_key
         if name in seen:
+            first = jobs[seen[name]].target_key
             raise ValueError(
-                f"forks {seen[name]} and {n} both go to {name}; give each a different "
-                "target_key (the template may use {key}, {index} and {n})"
+                f"forks {seen[name]} ({first!r}) and {n} ({job.target_key!r}) both go to {name}; "
+                "give each a different target_key (the template may use {key}, {index} and {n})"
             )
         seen[name] = n
     sources = {j.source.path for j in jobs if j.source.path is not None}
@@ -148,12 +138,7 @@ def _check_targets(jobs: list[_Job], overwrite: bool) -> None:
             continue
         if any(_same_file(job.path, p) for p in sources):
             raise ValueError(f"{job.path} is a source session's own file; forks never replace it")
-        if not overwrite and os.path.lexists(job.path):
-            raise FileExistsError(
-                errno.EEXIST,
-                "session file already exists; pass overwrite=True to replace it",
-                str(job.path),
-            )
+        check_target(job.path, job.target_key, overwrite=overwrite)
 
 
 def _digest(path: Path | None) -> str | None:
@@ -163,20 +148,21 @@ def _digest(path: Path | None) -> str | None:
 
 
 def _make(job: _Job, now: datetime, lineage: dict[str, Any] | None) -> Session:
-    """The fork itself: nanobot's cut and metadata rules, then the optional edit."""
+    """The fork itself: the release's cut, copy and metadata rules, then the optional edit."""
     source = job.source
-    cut = source.before_user(job.index, deep=True)
-    metadata = cut.metadata
-    for key in VOLATILE_METADATA_KEYS:
+    policy = get_policy(source.policy)
+    cut = source.before_user(job.index)
+    metadata = copy.deepcopy(cut.metadata)
+    for key in policy.fork_volatile_keys:
         metadata.pop(key, None)
     if source.last_consolidated > len(cut.messages):
         metadata.pop("_last_summary", None)
     if lineage is not None:
         metadata[LINEAGE_KEY] = lineage
 
-    messages = cut.messages
+    messages = [policy.fork_copy(m) for m in cut.messages]
     if job.edit is not None:
-        message = copy.deepcopy(source.messages[len(messages)])
+        message = policy.fork_copy(source.messages[len(messages)])
         message["content"] = job.edit
         message["timestamp"] = now.isoformat()
         messages.append(message)
@@ -206,13 +192,13 @@ def _lineage(job: _Job, digests: dict[Path, str | None]) -> dict[str, Any]:
     }
 
 
-def _run(
-    job: _Job, *, overwrite: bool, lineage: bool, naming: Naming, digests: dict[Path, str | None]
-) -> Session:
+def _run(job: _Job, *, overwrite: bool, lineage: bool, digests: dict[Path, str | None]) -> Session:
     session = _make(job, datetime.now(), _lineage(job, digests) if lineage else None)
     if job.sessions_dir is not None:
-        session.path = save_session(session, job.sessions_dir, naming=naming, overwrite=overwrite)
-        session.format = naming
+        session.path = save_session(
+            session, job.sessions_dir, naming=job.naming, overwrite=overwrite
+        )
+        session.format = job.naming
     return session
 
 
@@ -226,14 +212,14 @@ def fork(
     sessions_dir: str | Path | None = None,
     overwrite: bool = False,
     lineage: bool = False,
-    naming: Naming = "nanobot-0.2",
+    naming: Naming | None = None,
 ) -> Session:
     """A new session holding ``source``'s messages before its ``before_user_index``-th user message.
 
     Without ``edit`` the result equals nanobot 0.2.2's
     ``fork_session_before_user_index(source_key, target_key, before_user_index)``: the
     messages before that user message, deep-copied; metadata deep-copied minus
-    :data:`VOLATILE_METADATA_KEYS`; ``last_consolidated`` kept when it lies within the copy,
+    :attr:`~sessionkit.nanobot.policies.ReplayPolicy.fork_volatile_keys` of the source's release; ``last_consolidated`` kept when it lies within the copy,
     else 0 with ``_last_summary`` dropped; fresh ``created_at``/``updated_at``.
 
     Parameters
@@ -257,7 +243,8 @@ def fork(
     lineage
         Record where the fork came from under :data:`LINEAGE_KEY` in its metadata.
     naming
-        File naming scheme, ``"nanobot-0.2"`` (safe key) or ``"nanobot-0.3"`` (base64url).
+        File naming scheme, ``"nanobot-0.2"`` (safe key) or ``"nanobot-0.3"`` (base64url);
+        default: the scheme of the source session's release (``Session.policy``).
 
     Raises
     ------
@@ -272,7 +259,7 @@ def fork(
     session = resolve_session(source, source_key, key_name="source_key")
     job = _prepare(session, target_key, before_user_index, edit, sessions_dir, naming)
     _check_targets([job], overwrite)
-    return _run(job, overwrite=overwrite, lineage=lineage, naming=naming, digests={})
+    return _run(job, overwrite=overwrite, lineage=lineage, digests={})
 
 
 def _plan_rows(
@@ -318,7 +305,7 @@ def fork_many(
     sessions_dir: str | Path | None = None,
     overwrite: bool = False,
     lineage: bool = False,
-    naming: Naming = "nanobot-0.2",
+    naming: Naming | None = None,
     progress: bool | None = None,
 ) -> list[Session]:
     """Make a batch of forks in one call; every fork is checked before any is written.
@@ -356,6 +343,6 @@ def fork_many(
     show = len(jobs) > _PROGRESS_FROM if progress is None else progress
     digests: dict[Path, str | None] = {}
     return [
-        _run(job, overwrite=overwrite, lineage=lineage, naming=naming, digests=digests)
+        _run(job, overwrite=overwrite, lineage=lineage, digests=digests)
         for job in tqdm(jobs, desc="forks", unit="fork", disable=not show)
     ]

@@ -248,8 +248,21 @@ def _draw_budget(twin: Axes, result: MessageStates, in_window: np.ndarray) -> No
     twin.yaxis.set_major_formatter(_compact)
 
 
-def _sessions_frame(source: Corpus | pd.DataFrame) -> pd.DataFrame:
-    return source if isinstance(source, pd.DataFrame) else source.sessions
+def _sessions_frame(source: Corpus | Session | Sequence[Session] | pd.DataFrame) -> pd.DataFrame:
+    """The ``sessions`` frame of a Corpus, a Session or a list of Sessions; a frame as it is."""
+    from sessionkit.corpus import Corpus
+
+    if isinstance(source, pd.DataFrame):
+        return source
+    if isinstance(source, Corpus):
+        return source.sessions
+    sessions = [source] if isinstance(source, Session) else source
+    if isinstance(sessions, list | tuple) and all(isinstance(s, Session) for s in sessions):
+        return Corpus(sessions).sessions
+    raise TypeError(
+        "expected a Corpus, its sessions frame, a Session or a list of Sessions, "
+        f"got {type(source).__name__}"
+    )
 
 
 def _log_bins(values: np.ndarray, n_bins: int) -> np.ndarray:
@@ -277,7 +290,7 @@ def _log_ticks(ax: Axes) -> None:
 
 
 def session_lengths(
-    source: Corpus | pd.DataFrame,
+    source: Corpus | Session | Sequence[Session] | pd.DataFrame,
     *,
     settings: HistorySettings = DEFAULT_SETTINGS,
     file_cap: int | None = None,
@@ -286,9 +299,9 @@ def session_lengths(
 ) -> Figure:
     """Histograms of session length in messages and in tokens (log-spaced bins).
 
-    ``source`` is a Corpus or its ``sessions`` frame.  The file cap (``settings.file_cap``,
-    or ``file_cap`` when given) is marked on the messages axis (``gid`` ``"file_cap"``), each
-    token budget on the tokens axis (``gid`` ``"budget:<n>"``).  Returns the Figure;
+    ``source`` is a Corpus, its ``sessions`` frame, a Session or a list of Sessions.  The
+    file cap (``settings.file_cap``, or ``file_cap`` when given) is marked on the messages axis
+    (``gid`` ``"file_cap"``), each token budget on the tokens axis (``gid`` ``"budget:<n>"``).  Returns the Figure;
     ``fig.axes`` are (messages, tokens) and their bars are ``ax.patches`` with heights equal
     to ``np.histogram(values, bins=edges)``.
     """

@@ -1,11 +1,13 @@
 """Each session's messages rewritten and counted once: the cache windows, states and testing share.
 
-A :class:`Replay` holds what every fast path needs from one session for one
-``include_timestamps`` value: the replayed entries' source indices and token counts, and the
-per-message flags the window rules read.  :func:`replay` and :func:`replay_all` compute it
-(in forked workers for large corpora) and keep it while the session object is alive and still
-holds the same messages list at the same length; :func:`clear_cache` forgets everything
-(needed after editing messages in place).
+A :class:`Replay` holds what every fast path needs from one session under one release's
+policy and the settings its replayed entries depend on (``policy.entry_key(settings)``: 0.2.2's
+``include_timestamps``, 0.3.x's ``include_runtime_context``): the replayed entries' source
+indices and token counts (that release's estimate), and the per-message flags the window rules
+read.  :func:`replay` and :func:`replay_all` compute it (in forked workers for large corpora)
+and keep it, keyed by ``(policy name, entry key)``, while the session object is alive and still
+holds the same messages list at the same length; :func:`clear_cache` forgets everything (needed
+after editing messages in place).
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from sessionkit.counting import DEFAULT_CACHE, TokenCache, count_tokens
-from sessionkit.nanobot.policies import get_policy, tool_call_ids, tool_result_id
+from sessionkit.nanobot.policies import ReplayPolicy, get_policy, tool_call_ids, tool_result_id
+from sessionkit.nanobot.policy_035 import HIDDEN_HISTORY_KEY
 from sessionkit.nanobot.session import Session
+from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings
 
 __all__ = [
     "Replay",
@@ -42,21 +46,24 @@ T = TypeVar("T")
 _AUTO_PARALLEL_MESSAGES = 50_000
 _AUTO_PROGRESS_MESSAGES = 20_000
 _CHUNK_MESSAGES = 5_000
+_DERIVED_KEPT = 8
 
 
 @dataclass(frozen=True, eq=False)
 class Replay:
-    """One session's messages as replayed with one ``include_timestamps`` value.
+    """One session's messages as one release replays them under one entry setting.
 
     ``declared`` (per message) and ``entry_declared`` (per replayed entry) hold, for a tool
     result naming a call, the index of the latest assistant message declaring it (-1: none);
-    -2 for every other message.  ``command`` flags user messages marked ``_command``.
+    -2 for every other message.  ``command`` flags user messages marked ``_command``,
+    ``checkpoint`` 0.3.5's hidden summary-checkpoint messages (``_hidden_history: true``).
     ``kept`` are the source indices of replayed entries and ``tokens`` their counts.
     """
 
     is_user: np.ndarray
     delivery: np.ndarray
     command: np.ndarray
+    checkpoint: np.ndarray
     declared: np.ndarray
     kept: np.ndarray
     entry_declared: np.ndarray
@@ -75,10 +82,17 @@ class Replay:
         return pd.arrays.IntegerArray(counts, ~self.sent())
 
 
-def _compute(session: Session, stamps: bool, cache: TokenCache | None) -> Replay:
-    """Rewrite (by the session's policy) and count every message once; record what the
-    window rules need."""
-    policy = get_policy(session.policy)
+def _policy(session: Session, policy: str | None) -> ReplayPolicy:
+    """``policy``, or the session's own release when None."""
+    return get_policy(session.policy if policy is None else policy)
+
+
+def _compute(
+    session: Session, policy: ReplayPolicy, settings: HistorySettings, cache: TokenCache | None
+) -> Replay:
+    """Rewrite (by ``policy`` under ``settings``) and count every message once; record what
+    the window rules need."""
+    rewrite = policy.entry_function(settings)
     messages = session.messages
     declared = [-2] * len(messages)
     kept: list[int] = []
@@ -87,7 +101,7 @@ def _compute(session: Session, stamps: bool, cache: TokenCache | None) -> Replay
     last_declared: dict[str, int] = {}
     last_entry_declared: dict[str, int] = {}
     for i, message in enumerate(messages):
-        entry = policy.replay_entry(message, stamps)
+        entry = rewrite(message)
         role = message.get("role")
         answered = tool_result_id(message) if role == "tool" else None
         if answered is not None:
@@ -106,24 +120,35 @@ def _compute(session: Session, stamps: bool, cache: TokenCache | None) -> Replay
         is_user=is_user,
         delivery=np.array([bool(m.get("_channel_delivery")) for m in messages], dtype=bool),
         command=is_user & np.array([bool(m.get("_command")) for m in messages], dtype=bool),
+        checkpoint=np.array([m.get(HIDDEN_HISTORY_KEY) is True for m in messages], dtype=bool),
         declared=np.array(declared, dtype=np.int32),
         kept=np.array(kept, dtype=np.int32),
         entry_declared=np.array(entry_declared, dtype=np.int32),
-        tokens=np.array(count_tokens(entries, cache=cache, workers=1), dtype=np.int64),
+        tokens=np.array(
+            count_tokens(entries, cache=cache, workers=1, policy=policy.name), dtype=np.int64
+        ),
     )
+
+
+ReplayKey = tuple[str, tuple[Any, ...]]
+"""What a replay depends on besides the messages: the policy's name and its entry key."""
+
+
+def _key(session: Session, policy: str | None, settings: HistorySettings) -> ReplayKey:
+    chosen = _policy(session, policy)
+    return chosen.name, chosen.entry_key(settings)
 
 
 @dataclass
 class _Slot:
-    """What is cached for one session: valid while it holds ``messages`` at ``length``
-    under ``policy``."""
+    """What is cached for one session, by release: valid while it holds ``messages`` at
+    ``length``."""
 
     ref: weakref.ref
     messages: list[dict[str, Any]]  # kept, so the list's id cannot be reused
     length: int
-    policy: str
-    replays: dict[bool, Replay] = field(default_factory=dict)
-    stored: np.ndarray | None = None
+    replays: dict[ReplayKey, Replay] = field(default_factory=dict)
+    stored: dict[str, np.ndarray] = field(default_factory=dict)
 
     def holds(self, session: Session) -> bool:
         """Whether this slot still describes ``session`` as it is now."""
@@ -131,13 +156,12 @@ class _Slot:
             self.ref() is session
             and self.messages is session.messages
             and self.length == len(session.messages)
-            and self.policy == session.policy
         )
 
 
 # Slots by id(session), dropped when the session is garbage-collected.
 _SLOTS: dict[int, _Slot] = {}
-# The last value derived from a list of replays, with that list (see `derived`).
+# The latest values derived from lists of replays, with those lists (see `derived`).
 _DERIVED: list[tuple[list[Replay], Any]] = []
 
 
@@ -148,7 +172,7 @@ def clear_cache() -> None:
 
 
 def cache_size() -> int:
-    """How many (session, include_timestamps) replays are cached."""
+    """How many (session, policy, entry setting) replays are cached."""
     return sum(len(slot.replays) for slot in _SLOTS.values())
 
 
@@ -166,43 +190,51 @@ def _slot(session: Session) -> _Slot:
             _SLOTS.pop(key, None)
 
         ref = weakref.ref(session, forget)
-    slot = _Slot(ref, session.messages, len(session.messages), session.policy)
+    slot = _Slot(ref, session.messages, len(session.messages))
     _SLOTS[key] = slot
     return slot
 
 
-def _cached(session: Session, stamps: bool) -> Replay | None:
+def _cached(session: Session, key: ReplayKey) -> Replay | None:
     slot = _SLOTS.get(id(session))
-    return slot.replays.get(stamps) if slot is not None and slot.holds(session) else None
+    return slot.replays.get(key) if slot is not None and slot.holds(session) else None
 
 
 def replay(
-    session: Session, include_timestamps: bool, cache: TokenCache | None = DEFAULT_CACHE
+    session: Session,
+    settings: HistorySettings = DEFAULT_SETTINGS,
+    cache: TokenCache | None = DEFAULT_CACHE,
+    *,
+    policy: str | None = None,
 ) -> Replay:
-    """The session's :class:`Replay`, from the cache or computed (and cached) now."""
-    return replay_all([session], include_timestamps, workers=1, progress=False, cache=cache)[0]
+    """The session's :class:`Replay` under ``policy`` (default: its own release) and
+    ``settings``, from the cache or computed (and cached) now."""
+    return replay_all([session], settings, policy=policy, workers=1, progress=False, cache=cache)[0]
 
 
-def stored_tokens(session: Session) -> np.ndarray:
-    """Tokens of each message as stored (what nanobot's file holds), cached like replays.
+def stored_tokens(session: Session, policy: str | None = None) -> np.ndarray:
+    """Tokens of each message as stored (what nanobot's file holds) by ``policy``'s estimate
+    (default: the session's own release), cached like replays.
 
     The array is read-only: it is the cached one.
     """
+    name = _policy(session, policy).name
     slot = _slot(session)
-    if slot.stored is None:
-        slot.stored = np.array(count_tokens(session.messages), dtype=np.int64)
-        slot.stored.flags.writeable = False
-    return slot.stored
+    if name not in slot.stored:
+        counts = np.array(count_tokens(session.messages, policy=name), dtype=np.int64)
+        counts.flags.writeable = False
+        slot.stored[name] = counts
+    return slot.stored[name]
 
 
 def derived(replays: list[Replay], build: Callable[[list[Replay]], T]) -> T:
-    """``build(replays)``, reused while asked again for the same replays (the last only)."""
-    if _DERIVED:
-        before, value = _DERIVED[0]
+    """``build(replays)``, reused while asked again for the same replays (the latest few
+    lists, so comparing releases does not rebuild each one's)."""
+    for before, value in _DERIVED:
         if len(before) == len(replays) and all(map(operator.is_, before, replays)):
             return value
     value = build(replays)
-    _DERIVED[:] = [(replays, value)]
+    _DERIVED[:] = [(replays, value), *_DERIVED[: _DERIVED_KEPT - 1]]
     return value
 
 
@@ -224,14 +256,16 @@ class _DeltaCache(TokenCache):
         self.fresh.extend(pairs)
 
 
-# Shared with forked workers: the sessions, include_timestamps and the parent's token cache.
+# Shared with forked workers: the sessions, policy, settings and the parent's token cache.
 _SHARED: dict[str, Any] = {}
 
 
 def _compute_chunk(indices: list[int]) -> tuple[list[int], list[Replay], list]:
-    sessions, stamps, base = _SHARED["sessions"], _SHARED["stamps"], _SHARED["cache"]
-    delta = _DeltaCache(base)
-    replays = [_compute(sessions[i], stamps, delta) for i in indices]
+    sessions, policy, settings = _SHARED["sessions"], _SHARED["policy"], _SHARED["settings"]
+    delta = _DeltaCache(_SHARED["cache"])
+    replays = [
+        _compute(sessions[i], _policy(sessions[i], policy), settings, delta) for i in indices
+    ]
     return indices, replays, delta.fresh
 
 
@@ -255,14 +289,15 @@ def _fork_context() -> multiprocessing.context.BaseContext | None:
 
 def _compute_in_workers(
     sessions: list[Session],
-    stamps: bool,
+    policy: str | None,
+    settings: HistorySettings,
     cache: TokenCache | None,
     chunks: list[list[int]],
     workers: int,
     context: multiprocessing.context.BaseContext,
 ) -> Iterator[tuple[list[int], list[Replay]]]:
     """Replay chunks of sessions in forked workers; their new token counts join ``cache``."""
-    _SHARED.update(sessions=sessions, stamps=stamps, cache=cache)
+    _SHARED.update(sessions=sessions, policy=policy, settings=settings, cache=cache)
     try:
         with ProcessPoolExecutor(workers, mp_context=context) as pool:
             jobs = [pool.submit(_compute_chunk, chunk) for chunk in chunks]
@@ -277,8 +312,9 @@ def _compute_in_workers(
 
 def replay_all(
     sessions: list[Session],
-    include_timestamps: bool,
+    settings: HistorySettings = DEFAULT_SETTINGS,
     *,
+    policy: str | None = None,
     workers: int | None = None,
     progress: bool | None = None,
     cache: TokenCache | None = DEFAULT_CACHE,
@@ -289,8 +325,11 @@ def replay_all(
     ----------
     sessions
         The sessions, in the order of the result.
-    include_timestamps
-        Whether user messages are replayed with their ``[Message Time: ...]`` prefix.
+    settings
+        The history settings; only those the policy's entries depend on matter
+        (``policy.entry_key(settings)``).
+    policy
+        The release to replay with (default: each session's own).
     workers
         Processes computing the missing replays (default: every core for large batches;
         needs the ``fork`` start method).
@@ -299,8 +338,8 @@ def replay_all(
     cache
         Token-count cache shared with :func:`sessionkit.count_tokens`.
     """
-    stamps = bool(include_timestamps)
-    found = [_cached(s, stamps) for s in sessions]
+    keys = [_key(s, policy, settings) for s in sessions]
+    found = [_cached(s, key) for s, key in zip(sessions, keys, strict=True)]
     todo = [i for i, r in enumerate(found) if r is None]
     sizes = [len(s.messages) for s in sessions]
     total = sum(sizes[i] for i in todo)
@@ -308,20 +347,20 @@ def replay_all(
         workers = (os.cpu_count() or 1) if total >= _AUTO_PARALLEL_MESSAGES else 1
     context = _fork_context()
     show = total >= _AUTO_PROGRESS_MESSAGES if progress is None else progress
-    label = f"preparing (include_timestamps={stamps})"
+    label = f"preparing ({policy or 'own policy'}, {keys[0][1] if keys else ()})"
     with tqdm(total=total, unit="msg", desc=label, disable=not show or not todo) as bar:
         if workers <= 1 or context is None or len(todo) < 2:
             for i in todo:
-                found[i] = _compute(sessions[i], stamps, cache)
+                found[i] = _compute(sessions[i], _policy(sessions[i], policy), settings, cache)
                 bar.update(sizes[i])
         else:
             chunks = _chunks(sizes, todo, max(4 * workers, total // _CHUNK_MESSAGES))
             for indices, replays in _compute_in_workers(
-                sessions, stamps, cache, chunks, workers, context
+                sessions, policy, settings, cache, chunks, workers, context
             ):
                 for i, r in zip(indices, replays, strict=True):
                     found[i] = r
                 bar.update(sum(sizes[i] for i in indices))
     for i in todo:
-        _slot(sessions[i]).replays[stamps] = found[i]  # type: ignore[assignment]
+        _slot(sessions[i]).replays[keys[i]] = found[i]  # type: ignore[assignment]
     return found  # type: ignore[return-value]

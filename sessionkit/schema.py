@@ -92,14 +92,42 @@ PROBLEMS: tuple[Column, ...] = (
 
 WINDOWS: tuple[Column, ...] = (
     Column("session_key", "category", "key of the session"),
+    Column(
+        "policy",
+        "category",
+        "release whose get_history made the window: 'nanobot-0.2', 'nanobot-0.3.0' or "
+        "'nanobot-0.3.5'",
+    ),
     Column("turn", "int64", "user messages before `at`: the zero-based turn the window serves"),
     Column("at", "int64", "the window is get_history of messages[:at]"),
     Column("command", "bool", "the message at `at` is a `_command` (answered without the model)"),
-    Column("max_messages", "int64", "setting: get_history max_messages (<= 0 means 120)"),
-    Column("max_tokens", "int64", "setting: get_history max_tokens (0 = no token budget)"),
-    Column("include_timestamps", "bool", "setting: user turns replayed with their time"),
+    Column(
+        "context_window",
+        "Int64",
+        "setting: the model's context window the agent loop derived the call from "
+        "(<NA>: the call's settings were given directly)",
+    ),
+    Column("max_output", "Int64", "setting: the output tokens reserved from it (<NA>: none)"),
+    Column(
+        "max_messages",
+        "int64",
+        "get_history max_messages (<= 0: the release's default, 120 in 0.2.2, 2000 in 0.3.0, "
+        "no count window in 0.3.5)",
+    ),
+    Column("max_tokens", "int64", "get_history max_tokens (0 = no token budget)"),
+    Column("include_timestamps", "bool", "setting: user turns replayed with their time (0.2.2)"),
+    Column(
+        "include_runtime_context",
+        "bool",
+        "setting: user turns replayed with their _runtime_context suffix (0.3.x; always True "
+        "for 0.2.2, which replays stored text as it is)",
+    ),
     Column("extend_to_user", "bool", "setting: count window may reach back to a user turn"),
-    Column("last_consolidated", "category", "setting: 'recorded', 'none' or an offset"),
+    Column(
+        "last_consolidated",
+        "category",
+        "setting: 'recorded' (0.3.5: the latest checkpoint before the turn), 'none' or an offset",
+    ),
     Column("consolidated", "int64", "offset in force: messages below it are never replayed"),
     Column("start", "int64", "source index of the first replayed message (`at` when none)"),
     Column("stop", "int64", "source index after the last replayed message (`at` when none)"),
@@ -115,6 +143,13 @@ WINDOWS: tuple[Column, ...] = (
     Column("tokens_hidden", "int64", "what the replayable ones among them would cost"),
     Column("starts_with_user", "bool", "the first replayed entry is a user message"),
     Column("recovered", "bool", "the budget left no user turn, so the latest one was restored"),
+    Column(
+        "needs_summary",
+        "boolean",
+        "0.3.5 with a context_window: the window's estimate reaches the governor's budget "
+        "(context_window - max_output - 1024), so a real 0.3.5 would have summarised here "
+        "(approximate: 0.3.5 measures the whole request); <NA> otherwise",
+    ),
 )
 
 FILE_CAP: tuple[Column, ...] = (

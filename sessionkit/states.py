@@ -21,7 +21,7 @@ import pandas as pd
 
 from sessionkit import replay
 from sessionkit.corpus import resolve_session
-from sessionkit.nanobot.policies import get_policy
+from sessionkit.nanobot.policies import Trim, get_policy
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings
 from sessionkit.schema import STATES, STATUS_NAMES, frame
@@ -94,8 +94,12 @@ def _window(session: Session, turn: int, settings: HistorySettings) -> _Window:
     """:func:`sessionkit.windows` at ``turn``, after the file cap, in source indices."""
     before = session.before_user(turn)
     stop = len(before.messages)
-    trim = get_policy(session.policy).file_cap(
-        before.messages, replay_offset(before, settings.last_consolidated), settings.file_cap
+    policy = get_policy(session.policy)
+    offset = replay_offset(before, settings.last_consolidated)
+    trim = (
+        policy.file_cap(before.messages, offset, settings.file_cap)
+        if hasattr(policy, "file_cap")
+        else Trim(before.messages, [], 0, offset)  # 0.3.5 has no file cap
     )
     if trim.dropped:
         where = {id(m): i for i, m in enumerate(before.messages)}
@@ -190,7 +194,7 @@ def message_states(
     )
     resolved = _turn(session, turn)
     window = _window(session, resolved, settings)
-    replayed = replay.replay(session, settings.include_timestamps)
+    replayed = replay.replay(session, settings)
     roles = [m.get("role") for m in session.messages]
     is_user = np.array([r == "user" for r in roles], dtype=np.int64)
     states = frame(

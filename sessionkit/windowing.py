@@ -1,11 +1,12 @@
-"""Replay windows as data: what nanobot 0.2 sends the model at each turn, for a grid of settings.
+"""Replay windows as data: what each nanobot release sends the model at each turn, for a grid
+of settings.
 
 The window "at" message index ``e`` is ``get_history`` of the session cut to ``messages[:e]``,
-which is what nanobot's agent loop computes when the message at ``e`` arrives (it reads the
-history before storing the new message).  Computing it by calling the exact policy once per
-turn and setting re-tokenizes every window.  Here each message is rewritten and counted once
-(:mod:`sessionkit.replay`, cached); windows then come from index arithmetic on whole-corpus
-arrays:
+which is what nanobot's agent loop computes when the message at ``e`` arrives (every release
+reads the history before storing the new message).  Computing it by calling the exact policy
+once per turn and setting re-tokenizes every window.  Here each message is rewritten and
+counted once per release (:mod:`sessionkit.replay`, cached); windows then come from index
+arithmetic on whole-corpus arrays:
 
 - count window, user-turn alignment and the ``extend_to_user`` recovery: next/previous
   user-message indices by ``searchsorted``;
@@ -30,17 +31,55 @@ import pandas as pd
 
 from sessionkit import replay
 from sessionkit.counting import DEFAULT_CACHE, TokenCache
-from sessionkit.nanobot.policies import DEFAULT_POLICY, get_policy
+from sessionkit.nanobot.policies import DEFAULT_POLICY, ReplayPolicy, get_policy
+from sessionkit.nanobot.policy_030 import replay_max_messages_for_context, replay_token_budget
+from sessionkit.nanobot.policy_035 import NAME as NAME_035
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings, Offset
 from sessionkit.schema import WINDOWS, frame
 
-__all__ = ["WINDOWS", "replay_offset", "windows"]
+__all__ = ["WINDOWS", "LoopCall", "loop_call", "replay_offset", "windows"]
 
 At = Literal["every_user_turn", "end"] | Sequence[int]
 
 
 _CUTS = ["none", "consolidation", "count", "orphan", "tokens"]
+DEFAULT_MAX_OUTPUT = 8192
+"""nanobot's default ``max_tokens`` (the model's output reserve) in every release's config."""
+SAFETY_BUFFER = 1024
+"""What every release's agent loop keeps free besides the output reserve."""
+DEFAULT_MAX_MESSAGES = DEFAULT_SETTINGS.max_messages
+
+
+@dataclass(frozen=True)
+class LoopCall:
+    """What a release's agent loop passes to ``get_history`` for one context window.
+
+    ``governor_budget`` is 0.3.5's context-governor input budget (0 for the other releases,
+    whose budget is ``max_tokens``).
+    """
+
+    max_messages: int
+    max_tokens: int
+    governor_budget: int = 0
+
+
+def loop_call(policy: str, context_window: int, max_output: int, max_messages: int) -> LoopCall:
+    """The ``get_history`` arguments ``policy``'s agent loop derives from a model's limits.
+
+    0.2.2 passes its configured ``max_messages`` and the budget
+    ``ctx - max(1, max_output) - 1024`` (``max(128, ctx // 2)`` when that is not positive);
+    0.3.0 the same budget and the count window ``min(2000, max(120, ctx // 100))``; 0.3.5 no
+    count window and no budget: its governor budgets ``ctx - max_output - 1024`` (0 when not
+    positive: every request is over it) for the whole request instead.
+    """
+    if policy == NAME_035:
+        governor = context_window - max_output - SAFETY_BUFFER
+        return LoopCall(0, 0, max(governor, 0))
+    budget = replay_token_budget(context_window, max_output)
+    if policy == DEFAULT_POLICY:
+        return LoopCall(max_messages, budget)
+    return LoopCall(replay_max_messages_for_context(context_window), budget)
 
 
 def _orphan_jumps(tools: np.ndarray, lowest: np.ndarray, size: int) -> list[np.ndarray]:
@@ -94,6 +133,7 @@ class _Stack:
     delivery: np.ndarray  # padded with two False entries
     command: np.ndarray  # user message flagged _command, padded with one False entry
     users: np.ndarray  # global indices of user messages
+    checkpoints: np.ndarray  # global indices of 0.3.5's hidden checkpoint messages
     raw_jumps: list[np.ndarray]
     rank: np.ndarray  # replayed entries before each message (length n + 1)
     kept: np.ndarray  # source index of each entry, then one sentinel
@@ -140,6 +180,7 @@ def _stack(replays: list[replay.Replay]) -> _Stack:
         delivery=np.append(cat("delivery", bool), [False, False]),
         command=np.append(cat("command", bool), False),
         users=np.flatnonzero(is_user),
+        checkpoints=np.flatnonzero(cat("checkpoint", bool)),
         raw_jumps=_orphan_jumps(tools, lowest, n),
         rank=np.concatenate([[0], np.cumsum(keep_mask)]),
         kept=np.append(kept, n),
@@ -206,13 +247,20 @@ def replay_offset(session: Session, last_consolidated: Offset) -> int:
 
 
 def _queries(
-    sessions: list[Session], stack: _Stack, owner: np.ndarray, at: np.ndarray, offset: Offset
+    sessions: list[Session],
+    stack: _Stack,
+    owner: np.ndarray,
+    at: np.ndarray,
+    offset: Offset,
+    checkpoints: bool,
 ) -> _Queries:
     """Per window, the offset in force, as nanobot would hold it for ``messages[:at]``.
 
     ``"recorded"`` uses the session's stored ``last_consolidated`` while it lies within the
     prefix and 0 beyond it (nanobot resets an offset past the end of the messages, as a fork
-    before that turn would); ``"none"`` is 0; an int is used the same way as a recorded one.
+    before that turn would); with ``checkpoints`` (0.3.5), the latest hidden checkpoint
+    message before ``at`` when that is later (0.3.5 sets ``last_archived`` to the index where
+    it inserts one).  ``"none"`` is 0; an int is used the same way as a recorded one.
     """
     first = stack.offsets[owner]
     if offset == "recorded":
@@ -224,17 +272,19 @@ def _queries(
     else:
         raise ValueError(f"last_consolidated must be 'recorded', 'none' or an int, not {offset!r}")
     valid = (wanted >= 0) & (wanted <= at - first)
-    return _Queries(at, first, first + np.where(valid, wanted, 0))
+    consolidated = first + np.where(valid, wanted, 0)
+    if checkpoints and offset == "recorded":
+        consolidated = np.maximum(consolidated, _previous(stack.checkpoints, at))
+    return _Queries(at, first, consolidated)
 
 
 def _count_window(
-    stack: _Stack, q: _Queries, max_messages: int, extend: bool
+    stack: _Stack, q: _Queries, count: int, extend: bool
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Start of the count window (after ``extend_to_user``), its user-aligned start, and the
-    legal start (past any orphan tool result)."""
-    count = max_messages if max_messages > 0 else get_policy(DEFAULT_POLICY).default_max_messages
-    start = np.maximum(q.consolidated, q.at - count)
-    if extend:
+    """Start of the count window (``count`` messages, 0: none; after ``extend_to_user``), its
+    user-aligned start, and the legal start (past any orphan tool result)."""
+    start = np.maximum(q.consolidated, q.at - count) if count > 0 else q.consolidated
+    if extend and count > 0:
         beyond = len(stack.is_user) + 1
         no_user = _next(stack.users, start, beyond) >= q.at
         earlier = _previous(stack.users, start)
@@ -271,29 +321,115 @@ def _as_list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list | tuple) else [value]
 
 
-def _as_sessions(source: Session | Iterable[Session]) -> list[Session]:
-    sessions = [source] if isinstance(source, Session) else list(source)
-    for session in sessions:
-        if session.policy != DEFAULT_POLICY:
-            raise ValueError(
-                f"windows() reproduces {DEFAULT_POLICY!r}; session {session.key!r} uses "
-                f"{session.policy!r} (use its get_history instead)"
-            )
-    return sessions
-
-
 def _grid(settings: HistorySettings, name: str, override: Any) -> list[Any]:
     """The values of one setting to sweep: the override (a value or a list), else the setting."""
     return [getattr(settings, name)] if override is None else _as_list(override)
+
+
+def _targets(
+    sessions: list[Session], policy: str | Sequence[str] | None
+) -> list[tuple[ReplayPolicy, list[int]]]:
+    """Each release to replay with and the sessions (by position) it replays: every session
+    under each named release, or each session under its own (``policy=None``)."""
+    if policy is None:
+        groups: dict[str, list[int]] = {}
+        for i, session in enumerate(sessions):
+            groups.setdefault(session.policy, []).append(i)
+        return [(get_policy(name), members) for name, members in groups.items()]
+    everyone = list(range(len(sessions)))
+    return [(get_policy(name), everyone) for name in dict.fromkeys(_as_list(policy))]
+
+
+def _entry_variants(
+    policy: ReplayPolicy, settings: HistorySettings, stamps: list[Any], contexts: list[Any]
+) -> list[tuple[HistorySettings, dict[str, bool]]]:
+    """The settings giving each distinct replay under ``policy``, with the entry columns they
+    fill: 0.2.2 replays by ``include_timestamps`` (the stored text, runtime context included);
+    0.3.x by ``include_runtime_context`` (no time stamps)."""
+    variants: dict[tuple[Any, ...], tuple[HistorySettings, dict[str, bool]]] = {}
+    for stamp, context in itertools.product(stamps, contexts):
+        chosen = settings.replace(
+            include_timestamps=bool(stamp), include_runtime_context=bool(context)
+        )
+        columns = (
+            {"include_timestamps": bool(stamp), "include_runtime_context": True}
+            if policy.name == DEFAULT_POLICY
+            else {"include_timestamps": False, "include_runtime_context": bool(context)}
+        )
+        variants.setdefault(policy.entry_key(chosen), (chosen, columns))
+    return list(variants.values())
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One ``get_history`` call to simulate: its arguments and the loop setting behind them
+    (``context_window`` -1: none given)."""
+
+    max_messages: int
+    max_tokens: int
+    context_window: int = -1
+    max_output: int = -1
+    governor_budget: int = 0
+
+
+def _calls(
+    policy: ReplayPolicy,
+    settings: HistorySettings,
+    max_messages: Any,
+    max_tokens: Any,
+    context_window: Any,
+    max_output: Any,
+) -> list[_Call]:
+    """The ``get_history`` calls to simulate under ``policy`` (see :func:`windows`)."""
+    counts = [int(c) for c in _grid(settings, "max_messages", max_messages)]
+    if context_window is None:
+        if max_output is not None:
+            raise ValueError("max_output needs context_window (the loop derives both together)")
+        loop_default = max_messages is None and settings.max_messages == DEFAULT_MAX_MESSAGES
+        if policy.name != DEFAULT_POLICY and loop_default:
+            counts = [policy.default_max_messages]
+        budgets = [int(b) for b in _grid(settings, "max_tokens", max_tokens)]
+        return [_Call(c, b) for c in counts for b in budgets]
+    if max_tokens is not None:
+        raise ValueError("max_tokens is derived from context_window and max_output; pass one")
+    limits = [
+        (int(ctx), int(out))
+        for ctx in _as_list(context_window)
+        for out in _as_list(DEFAULT_MAX_OUTPUT if max_output is None else max_output)
+    ]
+    if any(ctx < 0 or out < 0 for ctx, out in limits):
+        raise ValueError(f"context_window and max_output must be >= 0, got {limits}")
+    calls = [
+        _Call(call.max_messages, call.max_tokens, ctx, out, call.governor_budget)
+        for ctx, out in limits
+        for count in counts
+        for call in [loop_call(policy.name, ctx, out, count)]
+    ]
+    return list(dict.fromkeys(calls))
+
+
+def _needs_summary(call: _Call, policy: ReplayPolicy, tokens_kept: np.ndarray) -> np.ndarray:
+    """0.3.5's governor verdict per window (1: over budget, 0: not; -1: not applicable)."""
+    if policy.name != NAME_035 or call.context_window < 0:
+        return np.full(len(tokens_kept), -1, dtype=np.int8)
+    if call.context_window == 0:  # the governor measures nothing without a context window
+        return np.zeros(len(tokens_kept), dtype=np.int8)
+    if call.governor_budget <= 0:
+        return np.ones(len(tokens_kept), dtype=np.int8)
+    return (tokens_kept >= call.governor_budget).astype(np.int8)
 
 
 def windows(
     source: Session | Iterable[Session],
     *,
     settings: HistorySettings = DEFAULT_SETTINGS,
+    policy: str | Sequence[str] | None = None,
+    context_window: int | Sequence[int] | None = None,
+    max_output: int | Sequence[int] | None = None,
     max_messages: int | Sequence[int] | None = None,
     max_tokens: int | Sequence[int] | None = None,
     include_timestamps: bool | Sequence[bool] | None = None,
+    include_runtime_context: bool | Sequence[bool] | None = None,
     extend_to_user: bool | Sequence[bool] | None = None,
     last_consolidated: Offset | Sequence[Offset] | None = None,
     at: At = "every_user_turn",
@@ -301,15 +437,35 @@ def windows(
     progress: bool | None = None,
     cache: TokenCache | None = DEFAULT_CACHE,
 ) -> pd.DataFrame:
-    """One row per (session, turn, setting): the history nanobot replays there, and why.
+    """One row per (session, release, turn, setting): the history that release replays there.
 
     The history settings come from ``settings`` (default: what nanobot 0.2.2's agent loop
     passes, see :class:`~sessionkit.HistorySettings`); each keyword given overrides one of
     them and may be a list, and the frame covers the whole grid (columns:
-    :data:`sessionkit.schema.WINDOWS`).  Each window equals ``Session.get_history`` of the
-    session cut at ``at``; windows of one setting form one block of rows.  The file cap is
-    not applied here (sessions as stored); see :func:`sessionkit.file_cap` for what it would
-    trim and :func:`sessionkit.message_states` for one turn with the cap applied.
+    :data:`sessionkit.schema.WINDOWS`).  Each window equals the release's ``get_history`` of
+    the session cut at ``at``; windows of one release and setting form one block of rows.
+
+    Without ``context_window``, each window is ``get_history`` called with the settings: for
+    0.2.2 exactly as before; a 0.3.x release takes ``include_runtime_context`` instead of
+    ``include_timestamps``, and its own default count window (2000; 0.3.5: none) unless
+    ``max_messages`` is passed or ``settings.max_messages`` is not 0.2.2's 120.  With
+    ``context_window`` (and ``max_output``, default 8192), each window is what that release's
+    agent loop asks for at the turn (:func:`loop_call`): 0.2.2 ``max_messages`` and the budget
+    ``ctx - max_output - 1024``; 0.3.0 the count window ``min(2000, max(120, ctx // 100))`` and
+    the same budget; 0.3.5 no count window and no budget, with ``needs_summary`` marking where
+    its context governor would have summarised.  That verdict is approximate: 0.3.5 measures
+    the whole request (system prompt, tools, the new message) and prefers the provider's
+    reported usage; here the window's own estimate stands for it (so it can only under-report).
+
+    Under 0.3.5, the ``"recorded"`` offset at a turn is the latest hidden checkpoint message
+    stored before it (where ``commit_summary_checkpoint`` set ``last_archived``), or the
+    recorded offset when later; a checkpoint inserted before messages that already existed
+    counts from its position, not from when it was committed.  The file cap (0.2.2, 0.3.0) is
+    not applied here (sessions as stored: a file a release capped on every save holds at most
+    its limit, so no prefix of it trips the cap); see :func:`sessionkit.file_cap` for what it
+    would trim and :func:`sessionkit.message_states` for one turn with the cap applied.
+    Consolidation (0.2.2, 0.3.0) and summaries (0.3.5) are not simulated: their offsets are
+    read from the session.
 
     Parameters
     ----------
@@ -317,12 +473,20 @@ def windows(
         A Session, a Corpus or any iterable of Sessions.
     settings
         The history settings (``file_cap`` is not used here).
-    max_messages, max_tokens, include_timestamps, extend_to_user, last_consolidated
+    policy
+        The release (``"nanobot-0.2"``, ``"nanobot-0.3.0"``, ``"nanobot-0.3.5"``) or a list of
+        them, side by side (default: each session's own ``Session.policy``).
+    context_window, max_output
+        The model's context window and output reserve (each a value or a list): simulate each
+        release's agent loop instead of fixed ``max_tokens``.
+    max_messages, max_tokens, include_timestamps, include_runtime_context, extend_to_user, \
+last_consolidated
         Overrides of ``settings``, each a value or a list of values (None: the setting's).
+        ``include_timestamps`` reaches 0.2.2 only, ``include_runtime_context`` 0.3.x only.
     at
-        ``"every_user_turn"`` (before each user message is stored), ``"end"`` (the history
-        the next message would get) or a list of message indices (beyond a session's length:
-        skipped).
+        ``"every_user_turn"`` (before each user message is stored; 0.3.5's hidden checkpoint
+        messages are user messages too), ``"end"`` (the history the next message would get)
+        or a list of message indices (beyond a session's length: skipped).
     workers
         Processes replaying the sessions (default: every core for large sweeps, needs the
         ``fork`` start method).  Replays are cached (:mod:`sessionkit.replay`).
@@ -331,52 +495,59 @@ def windows(
     cache
         Token-count cache shared with :func:`sessionkit.count_tokens`.
     """
-    sessions = _as_sessions(source)
-    stamps_grid = [bool(v) for v in _grid(settings, "include_timestamps", include_timestamps)]
+    sessions = [source] if isinstance(source, Session) else list(source)
+    targets = _targets(sessions, policy)
+    stamps_grid = _grid(settings, "include_timestamps", include_timestamps)
+    contexts_grid = _grid(settings, "include_runtime_context", include_runtime_context)
     offsets = _grid(settings, "last_consolidated", last_consolidated)
     labels = list(dict.fromkeys(_offset_label(o) for o in offsets))
-    windowed = list(
-        itertools.product(
-            _grid(settings, "max_messages", max_messages),
-            _grid(settings, "extend_to_user", extend_to_user),
-        )
-    )
-    budgets = [int(b) for b in _grid(settings, "max_tokens", max_tokens)]
+    extends = [bool(e) for e in _grid(settings, "extend_to_user", extend_to_user)]
     keys = [s.key for s in sessions]
     categories = list(dict.fromkeys(keys))
     code_of = {key: i for i, key in enumerate(categories)}
     session_codes = np.array([code_of[k] for k in keys], dtype=np.int64)
+    names = [chosen.name for chosen, _ in targets]
     blocks: list[dict[str, Any]] = []
-    for stamps in dict.fromkeys(stamps_grid):
-        replays = replay.replay_all(
-            sessions, stamps, workers=workers, progress=progress, cache=cache
-        )
-        stack = replay.derived(replays, _stack)
-        owner, at_index = _positions(sessions, stack, at)
-        fixed = {
-            "session_key": session_codes[owner],
-            "turn": np.searchsorted(stack.users, at_index)
-            - np.searchsorted(stack.users, stack.offsets[owner]),
-            "at": at_index - stack.offsets[owner],
-            "command": stack.command[at_index],
-            "include_timestamps": stamps,
-        }
-        for offset in offsets:
-            q = _queries(sessions, stack, owner, at_index, offset)
-            for count, extend in windowed:
-                count_start, aligned, legal = _count_window(stack, q, int(count), bool(extend))
-                for budget in budgets:
+    for chosen, members in targets:
+        subset = [sessions[i] for i in members]
+        calls = _calls(chosen, settings, max_messages, max_tokens, context_window, max_output)
+        for variant, entry_columns in _entry_variants(chosen, settings, stamps_grid, contexts_grid):
+            replays = replay.replay_all(
+                subset, variant, policy=chosen.name, workers=workers, progress=progress, cache=cache
+            )
+            stack = replay.derived(replays, _stack)
+            owner, at_index = _positions(subset, stack, at)
+            fixed = {
+                "session_key": session_codes[members][owner],
+                "policy": names.index(chosen.name),
+                "turn": np.searchsorted(stack.users, at_index)
+                - np.searchsorted(stack.users, stack.offsets[owner]),
+                "at": at_index - stack.offsets[owner],
+                "command": stack.command[at_index],
+                **entry_columns,
+            }
+            for offset in offsets:
+                q = _queries(subset, stack, owner, at_index, offset, chosen.name == NAME_035)
+                starts: dict[tuple[int, bool], tuple[np.ndarray, ...]] = {}
+                for extend, call in itertools.product(extends, calls):
+                    window = (chosen.count_window(call.max_messages), extend)
+                    if window not in starts:
+                        starts[window] = _count_window(stack, q, *window)
+                    rows = _rows(stack, q, *starts[window], call.max_tokens)
                     blocks.append(
                         fixed
-                        | _rows(stack, q, count_start, aligned, legal, budget)
+                        | rows
                         | {
-                            "max_messages": count,
-                            "max_tokens": budget,
-                            "extend_to_user": bool(extend),
+                            "max_messages": call.max_messages,
+                            "max_tokens": call.max_tokens,
+                            "extend_to_user": extend,
                             "last_consolidated": labels.index(_offset_label(offset)),
+                            "context_window": call.context_window,
+                            "max_output": call.max_output,
+                            "needs_summary": _needs_summary(call, chosen, rows["tokens_kept"]),
                         }
                     )
-    codes = {"session_key": categories, "cut": _CUTS, "last_consolidated": labels}
+    codes = {"session_key": categories, "policy": names, "cut": _CUTS, "last_consolidated": labels}
     return _frame(blocks, codes)
 
 
@@ -416,7 +587,8 @@ def _rows(
 def _frame(blocks: list[dict[str, Any]], categories: dict[str, list[str]]) -> pd.DataFrame:
     """Concatenate per-setting blocks into the documented columns and dtypes.
 
-    Categorical columns arrive as codes into ``categories[name]``.
+    Categorical columns arrive as codes into ``categories[name]``; nullable ones with -1
+    for missing.
     """
     lengths = [len(b["turn"]) for b in blocks]
     values = {
@@ -427,4 +599,8 @@ def _frame(blocks: list[dict[str, Any]], categories: dict[str, list[str]]) -> pd
         else np.zeros(0, dtype=np.int64)
         for column in WINDOWS
     }
+    for name in ("context_window", "max_output"):
+        values[name] = pd.arrays.IntegerArray(values[name].astype(np.int64), values[name] < 0)
+    summary = values["needs_summary"]
+    values["needs_summary"] = pd.arrays.BooleanArray(summary == 1, summary < 0)
     return frame(WINDOWS, values, categories=categories)

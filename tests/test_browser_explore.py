@@ -1,9 +1,10 @@
-"""The explorer in a real JupyterLab and Chromium: pick, move max_tokens, select, edit, fork.
+"""The explorer in a real JupyterLab and Chromium: layout, pick, move limits, select, edit, fork.
 
 Starts ``jupyter lab`` on a free localhost port with a random token and a temporary root,
 opens a notebook that shows ``sessionkit.explore`` on the repository's ``data/``, and drives
 it with Playwright on Debian's ``chromium`` (never Playwright's own browser download).
-Screenshots go to ``test-output/browser/``.
+Screenshots go to ``test-output/browser/`` (``explorer-1280.png`` and ``explorer-1920.png``
+show the explorer at the two widths whose layout is checked).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from playwright.sync_api import Page, expect, sync_playwright
 
 import sessionkit
 from sessionkit.nanobot.naming import session_path
+from sessionkit.states import message_states
 from sessionkit.windowing import windows
 
 pytestmark = pytest.mark.browser
@@ -47,7 +49,47 @@ MAX_TOKENS = 3000
 USER = 5
 EDIT = "What changed in the nginx config since yesterday? (edited in the browser)"
 TARGET = "webui:f00d42-browser-fork"
+MAX_MESSAGES = 30
+WIDTHS = (1280, 1920)
 TIMEOUT_MS = 60_000
+
+# Every visible element of the explorer whose box passes the explorer's right edge or the
+# notebook cell's, and every picker entry wider than the picker's text area.
+LAYOUT_JS = """
+(root) => {
+  const cell = root.closest(".jp-Cell").getBoundingClientRect();
+  const right = Math.min(root.getBoundingClientRect().right, cell.right) + 0.5;
+  const name = (n) => `${n.tagName.toLowerCase()}.${[...n.classList].join(".")}`;
+  const over = [];
+  if (root.getBoundingClientRect().right > cell.right + 0.5) over.push(name(root));
+  for (const node of root.querySelectorAll("*")) {
+    const box = node.getBoundingClientRect();
+    if ((box.width || box.height) && box.right > right) {
+      over.push(`${name(node)} ends at ${box.right} > ${right}`);
+    }
+  }
+  const select = root.querySelector(".sk-picker select");
+  const style = getComputedStyle(select);
+  const context = document.createElement("canvas").getContext("2d");
+  context.font = style.font;
+  const room = select.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+  const cut = [...select.options]
+    .map((option) => [option.text, context.measureText(option.text).width])
+    .filter(([, width]) => width > room - 4)
+    .map(([text, width]) => `${text} (${width} > ${room - 4})`);
+  if (select.scrollWidth > select.clientWidth) cut.push(`scrollWidth ${select.scrollWidth}`);
+  return {over, cut, width: root.getBoundingClientRect().width};
+}
+"""
+
+# Whether transcript row ``idx`` is inside the transcript's scrolled viewport.
+ROW_IN_VIEW_JS = """
+([root, idx]) => {
+  const list = root.querySelector(".sk-rows").getBoundingClientRect();
+  const row = root.querySelector(`.sk-row[data-idx="${idx}"]`).getBoundingClientRect();
+  return row.top >= list.top - 1 && row.top < list.bottom - 20;
+}
+"""
 
 
 def _free_port() -> int:
@@ -153,6 +195,32 @@ def _in_window(page: Page) -> int:
     return int(page.locator(".sk-summary .sk-in-window").inner_text())
 
 
+def _set_slider(page: Page, css: str, value: int) -> None:
+    readout = page.locator(f"{css} .widget-readout")
+    readout.click()
+    page.keyboard.press("Control+A")
+    page.keyboard.type(str(value))
+    page.keyboard.press("Enter")
+
+
+def _check_layout(page: Page, width: int) -> None:
+    """At ``width`` px the explorer fits its cell and shows every picker entry whole."""
+    page.set_viewport_size({"width": width, "height": 1400})
+    explorer = page.locator(".sk-explorer")
+    page.wait_for_timeout(500)  # let JupyterLab lay the notebook out again
+    found = explorer.evaluate(LAYOUT_JS)
+    explorer.screenshot(path=SHOTS / f"explorer-{width}.png")
+    assert found["over"] == [], f"at {width} px these pass the right edge: {found['over']}"
+    assert found["cut"] == [], f"at {width} px these picker entries are cut: {found['cut']}"
+
+
+def _expect_row_in_view(page: Page, idx: int) -> None:
+    """The transcript has scrolled so that message ``idx`` is in its viewport."""
+    explorer = page.locator(".sk-explorer").element_handle()
+    expect(page.locator(f".sk-row[data-idx='{idx}']")).to_have_attribute("data-status", "in_window")
+    page.wait_for_function(ROW_IN_VIEW_JS, arg=[explorer, idx], timeout=10_000)
+
+
 def test_explorer_in_chromium(lab: tuple[str, Path]) -> None:
     url, forks = lab
     SHOTS.mkdir(parents=True, exist_ok=True)
@@ -162,6 +230,11 @@ def test_explorer_in_chromium(lab: tuple[str, Path]) -> None:
     before, expected = kept["messages_kept"].tolist()
     assert expected == len(session.get_history(120, max_tokens=MAX_TOKENS, include_timestamps=True))
     assert expected != before, "pick a MAX_TOKENS that changes this session's window"
+    firsts = [
+        message_states(session, max_tokens=budget, max_messages=count).summary()["window"][0]
+        for count, budget in [(None, MAX_TOKENS), (None, 0), (MAX_MESSAGES, 0)]
+    ]
+    assert len(set(firsts)) == 3, "each limit change moves the window"
 
     with sync_playwright() as p:
         browser = p.chromium.launch_persistent_context(
@@ -169,7 +242,7 @@ def test_explorer_in_chromium(lab: tuple[str, Path]) -> None:
             executable_path=CHROMIUM,
             headless=True,
             args=CHROMIUM_ARGS,
-            viewport={"width": 1400, "height": 1300},
+            viewport={"width": WIDTHS[0], "height": 1400},
         )
         browser.set_default_timeout(TIMEOUT_MS)
         expect.set_options(timeout=TIMEOUT_MS)
@@ -180,6 +253,9 @@ def test_explorer_in_chromium(lab: tuple[str, Path]) -> None:
             transcript = page.locator(".sk-transcript[data-rows]")
             transcript.wait_for()
             page.screenshot(path=SHOTS / "1-explorer.png", full_page=True)
+            for width in WIDTHS:
+                _check_layout(page, width)
+            page.set_viewport_size({"width": WIDTHS[0], "height": 1400})
 
             page.locator(".sk-search input").fill("f00d42")
             expect(page.locator(".sk-picker option")).to_have_count(1)
@@ -188,13 +264,15 @@ def test_explorer_in_chromium(lab: tuple[str, Path]) -> None:
             expect(transcript).to_have_attribute("data-rows", str(len(session.messages)))
             assert _in_window(page) == before
 
-            readout = page.locator(".sk-max-tokens .widget-readout")
-            readout.click()
-            page.keyboard.press("Control+A")
-            page.keyboard.type(str(MAX_TOKENS))
-            page.keyboard.press("Enter")
+            _set_slider(page, ".sk-max-tokens", MAX_TOKENS)
             expect(page.locator(".sk-summary .sk-in-window")).to_have_text(str(expected))
+            _expect_row_in_view(page, firsts[0])
             page.screenshot(path=SHOTS / "2-max-tokens.png", full_page=True)
+            _set_slider(page, ".sk-max-tokens", 0)
+            _expect_row_in_view(page, firsts[1])
+            _set_slider(page, ".sk-max-messages", MAX_MESSAGES)
+            _expect_row_in_view(page, firsts[2])
+            page.screenshot(path=SHOTS / "2-max-messages.png", full_page=True)
 
             page.locator(f".sk-row[data-user='{USER}']").click()
             text = page.locator(".sk-fork-text textarea")
@@ -207,7 +285,9 @@ def test_explorer_in_chromium(lab: tuple[str, Path]) -> None:
             page.screenshot(path=SHOTS / "3-fork.png", full_page=True)
 
             page.locator("button.sk-fork-write").click()
-            expect(page.locator(".sk-fork-result .sk-error")).to_contain_text("already exists")
+            expect(page.locator(".sk-fork-result .sk-error")).to_contain_text(
+                "tick “overwrite an existing fork”"
+            )
         finally:
             page.screenshot(path=SHOTS / "last.png", full_page=True)
             browser.close()

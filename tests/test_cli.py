@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import shutil
 import subprocess
 import sys
 import unicodedata
@@ -241,3 +242,93 @@ def test_bad_option_is_an_argparse_error(workspace: Path) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["summary", str(workspace), "--format", "xml"])
     assert exit_info.value.code == 2
+
+
+# --- doctor --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def damaged_copy(tmp_path: Path) -> Path:
+    """A copy of the bundled damaged files: the doctor never runs on ``data/`` itself."""
+    folder = tmp_path / "sessions"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "data" / "damaged", folder)
+    return folder
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_doctor_reports_without_writing(
+    damaged_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = _tree(damaged_copy.parent)
+    assert main(["doctor", str(damaged_copy)]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert out.splitlines()[-6:] == [
+        "damaged_truncated_last_line.jsonl  (session)",
+        "  nanobot 0.2.2 loses: line 46 (not JSON); its next save overwrites the file",
+        "  sessionkit keeps:    44 messages",
+        "  problems:            line 46: not JSON: Unterminated string starting at (column 99)",
+        "  --fix:               rewrite without line 46 (kept in the backup)",
+        "12 file(s); nanobot 0.2.2 would lose something from 9; `--fix` mends 6",
+    ]
+    assert "  nanobot 0.2.2 loses: whole session (line 12: JSON array, not an object); " in out
+    assert _tree(damaged_copy.parent) == before
+
+
+def test_doctor_fix_then_nothing_to_fix(
+    damaged_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    backup = tmp_path / "backup"
+    assert main(["doctor", str(damaged_copy), "--fix", "--backup-dir", str(backup)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("  fixed:               rewrote without ") == 6
+    assert f"original in {backup / 'damaged_invalid_utf8.jsonl'}\n" in out
+    assert len(list(backup.iterdir())) == 12
+    fixed = _tree(damaged_copy)
+    assert main(["doctor", str(damaged_copy), "--fix", "--backup-dir", str(backup)]) == 0
+    assert capsys.readouterr().out == "nothing to fix\n"
+    assert _tree(damaged_copy) == fixed
+    main(["doctor", str(damaged_copy)])
+    assert capsys.readouterr().out.endswith(
+        "12 file(s); nanobot 0.2.2 would lose something from 4; `--fix` mends 0\n"
+    )
+
+
+def test_doctor_csv(damaged_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["doctor", str(damaged_copy), "--format", "csv"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == (
+        "file,kind,nanobot_keeps,sessionkit_keeps,nanobot_loses,next_save_overwrites,"
+        "problems,fix,path"
+    )
+    assert lines[1].startswith("damaged_blank_lines.jsonl,session,0,0,nothing,False,")
+    assert len(lines) == 13
+
+
+def test_doctor_refuses_a_backup_inside_the_sessions_folder(
+    damaged_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = _tree(damaged_copy)
+    code = main(["doctor", str(damaged_copy), "--fix", "--backup-dir", str(damaged_copy / "b")])
+    assert code == 2
+    assert "is inside the sessions folder" in capsys.readouterr().err
+    assert _tree(damaged_copy) == before
+
+
+def test_doctor_backup_dir_needs_fix(
+    damaged_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["doctor", str(damaged_copy), "--backup-dir", str(tmp_path / "b")]) == 2
+    assert capsys.readouterr().err == "sessionkit: error: --backup-dir is only used with --fix\n"
+    assert not (tmp_path / "b").exists()
+
+
+def test_doctor_missing_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["doctor", str(tmp_path / "nope")]) == 2
+    assert (
+        capsys.readouterr().err
+        == f"sessionkit: error: no such file or folder: {tmp_path / 'nope'}\n"
+    )

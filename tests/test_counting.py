@@ -8,9 +8,11 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from strategies import messages
 
 from sessionkit import counting
 from sessionkit.counting import TokenCache, count_tokens
+from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.tokens import encoding, estimate_message_tokens, fallback_message_tokens
 
 TOOL_CALLS = [
@@ -228,3 +230,93 @@ def test_non_dict_items_are_a_type_error(messages: Any, named: str, method: str)
 def test_a_generator_of_dicts_is_still_counted() -> None:
     messages = ({"role": "user", "content": "hello"} for _ in range(2))
     assert count_tokens(messages, method="fallback") == [5, 5]
+
+
+# --- every release ---------------------------------------------------------------------------
+
+RELEASES = ["nanobot-0.2", "nanobot-0.3.0", "nanobot-0.3.5"]
+NON_STRING_TEXT = {
+    "role": "user",
+    "content": [{"type": "text", "text": 7}, {"type": "text", "text": "hi"}],
+}
+
+
+@pytest.mark.parametrize("policy", RELEASES)
+@given(st.lists(messages(), max_size=12))
+def test_count_tokens_equals_each_releases_estimate(
+    policy: str, batch: list[dict[str, Any]]
+) -> None:
+    estimate = get_policy(policy).estimate_message_tokens
+    countable = [m for m in batch if _counts(lambda m=m: estimate(m))]
+    assert count_tokens(countable, cache=None, workers=1, policy=policy) == [
+        estimate(m) for m in countable
+    ]
+    assert count_tokens(countable, cache=TokenCache(), workers=1, policy=policy) == [
+        estimate(m) for m in countable
+    ]
+
+
+def _counts(call: Any) -> bool:
+    try:
+        call()
+    except (TypeError, UnicodeEncodeError):
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    ("policy", "method", "expected"),
+    [
+        ("nanobot-0.2", "tiktoken", [len("say <|endoftext|> now 日本") // 4 + 4, 5]),
+        ("nanobot-0.3.0", "tiktoken", [len("say <|endoftext|> now 日本".encode()) + 4, 5]),
+        ("nanobot-0.3.5", "tiktoken", [len("say <|endoftext|> now 日本".encode()) + 4, 5]),
+        ("nanobot-0.2", "fallback", [len("say <|endoftext|> now 日本") // 4 + 4, 4 // 4 + 4]),
+        ("nanobot-0.3.0", "fallback", [len("say <|endoftext|> now 日本".encode()) + 4, 8]),
+        ("nanobot-0.3.5", "fallback", [len("say <|endoftext|> now 日本".encode()) + 4, 8]),
+    ],
+)
+def test_special_tokens_and_the_fallback_per_release(
+    policy: str, method: str, expected: list[int]
+) -> None:
+    batch = [{"content": "say <|endoftext|> now 日本"}, {"content": "plan"}]
+    assert count_tokens(batch, method=method, cache=None, policy=policy) == expected  # type: ignore[arg-type]
+    if method == "fallback" and policy != "nanobot-0.2":
+        fallback = get_policy(policy).fallback_message_tokens  # type: ignore[attr-defined]
+        assert expected == [fallback(m) for m in batch]
+
+
+def test_one_cache_never_serves_one_releases_count_for_another() -> None:
+    cache = TokenCache()
+    special = [{"content": "say <|endoftext|> now 日本"}]
+    assert count_tokens(special, cache=cache, policy="nanobot-0.2") == [24 // 4 + 4]
+    assert count_tokens(special, cache=cache, policy="nanobot-0.3.0") == [28 + 4]
+    assert count_tokens(special, cache=cache, policy="nanobot-0.3.5") == [28 + 4]
+    assert count_tokens(special, cache=cache, policy="nanobot-0.2") == [24 // 4 + 4]
+    assert len(cache) == 3
+    assert count_tokens([NON_STRING_TEXT], cache=cache, policy="nanobot-0.3.5") == [5]
+    with pytest.raises(TypeError):
+        count_tokens([NON_STRING_TEXT], cache=cache, policy="nanobot-0.3.0")
+
+
+@pytest.mark.parametrize("policy", RELEASES)
+def test_where_a_release_raises_so_does_count_tokens(policy: str) -> None:
+    estimate = get_policy(policy).estimate_message_tokens
+    surrogate = {"content": "<|endoftext|> \ud800"}
+    for message, method in [(NON_STRING_TEXT, "tiktoken"), (surrogate, "tiktoken")]:
+        try:
+            expected: Any = [estimate(message)]
+        except (TypeError, UnicodeEncodeError) as error:
+            expected = type(error)
+        if isinstance(expected, list):
+            assert count_tokens([message], cache=None, policy=policy) == expected
+        else:
+            with pytest.raises(expected):
+                count_tokens([message], cache=None, policy=policy, method=method)  # type: ignore[arg-type]
+    if policy != "nanobot-0.2":
+        with pytest.raises(UnicodeEncodeError):
+            count_tokens([{"content": "a \ud800"}], method="fallback", policy=policy)
+
+
+def test_unknown_policy_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown history policy 'nanobot-9'"):
+        count_tokens([{"content": "hi"}], policy="nanobot-9")

@@ -17,13 +17,13 @@ import sessionkit
 from sessionkit.corpus import Corpus
 from sessionkit.forking import (
     LINEAGE_KEY,
-    VOLATILE_METADATA_KEYS,
     ForkIndexError,
     fork,
     fork_many,
 )
 from sessionkit.nanobot import writer
 from sessionkit.nanobot.naming import UnsafeKeyError
+from sessionkit.nanobot.policies import FORK_VOLATILE_METADATA_KEYS as VOLATILE_METADATA_KEYS
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.writer import save_session, session_lines
 
@@ -297,8 +297,12 @@ def test_writing_touches_no_other_file(corpus, tmp_path):
 
 def test_existing_target_is_refused(source, tmp_path):
     (tmp_path / "t_1.jsonl").write_bytes(b"mine\n")
-    with pytest.raises(FileExistsError, match="already exists; pass overwrite=True") as info:
+    with pytest.raises(FileExistsError) as info:
         fork(source, "t:1", 1, sessions_dir=tmp_path)
+    assert info.value.strerror == (
+        "cannot save session 't:1': the file already exists and holds session 't:1'; "
+        "pass overwrite=True to replace it"
+    )
     assert info.value.filename == str(tmp_path / "t_1.jsonl")
     assert _files(tmp_path) == {"t_1.jsonl": b"mine\n"}
     fork(source, "t:1", 1, sessions_dir=tmp_path, overwrite=True)
@@ -314,7 +318,9 @@ def test_the_source_file_is_never_replaced(corpus, tmp_path):
     assert _files(folder) == before
 
 
-@pytest.mark.parametrize("key", ["", "..", ".", "a\x00b", "  "])
+@pytest.mark.parametrize(
+    "key", ["", "..", ".", "a\x00b", "  ", "../../etc/evil", "a/b", "a\\b", ".x", "t:" + "x" * 300]
+)
 def test_hostile_target_keys(source, tmp_path, key):
     with pytest.raises(UnsafeKeyError):
         fork(source, key, 0, sessions_dir=tmp_path)
@@ -330,10 +336,17 @@ def test_unwritable_folder(source, tmp_path, monkeypatch):
         return real_open(path, flags, *args, **kwargs)
 
     monkeypatch.setattr(writer.os, "open", deny_create)
-    with pytest.raises(PermissionError, match="no permission to create files") as info:
+    with pytest.raises(PermissionError, match="cannot save session 't:1'") as info:
         fork(source, "t:1", 0, sessions_dir=tmp_path)
-    assert info.value.filename == str(tmp_path)
+    assert info.value.filename == str(tmp_path / "t_1.jsonl")
     assert _files(tmp_path) == {}
+
+
+def test_an_unwritable_folder_stops_the_batch_before_any_write(source, tmp_path, monkeypatch):
+    monkeypatch.setattr(writer.os, "access", lambda path, mode: False)
+    with pytest.raises(PermissionError, match="no permission to create files in") as info:
+        fork_many(source, sessions_dir=tmp_path)
+    assert info.value.filename == str(tmp_path / "telegram_1_fork-0.jsonl")
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
@@ -432,8 +445,23 @@ def test_an_existing_target_stops_the_batch_before_any_write(source, tmp_path):
 
 def test_keys_sharing_a_file_name_are_refused(source, tmp_path):
     plan = pd.DataFrame({"before_user_index": [0, 1], "target_key": ["a:b", "a_b"]})
-    with pytest.raises(ValueError, match="forks 0 and 1 both go to"):
+    with pytest.raises(
+        ValueError, match=r"forks 0 \('a:b'\) and 1 \('a_b'\) both go to .*a_b\.jsonl"
+    ):
         fork_many(source, plan, sessions_dir=tmp_path)
+    assert _files(tmp_path) == {}
+
+
+def test_an_existing_collision_names_the_stored_session(source, tmp_path):
+    fork(source, "a:b", 0, sessions_dir=tmp_path)
+    with pytest.raises(
+        FileExistsError, match="already exists and holds session 'a:b', whose key maps"
+    ):
+        fork_many(
+            source,
+            pd.DataFrame({"before_user_index": [0], "target_key": ["a_b"]}),
+            sessions_dir=tmp_path,
+        )
 
 
 def test_progress_bar(source, capsys):

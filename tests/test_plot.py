@@ -325,3 +325,13 @@ def test_timeline_budget_reads_on_its_own_axis() -> None:
 def test_plot_namespace_is_its_public_names() -> None:
     assert dir(plot) == sorted(plot.__all__)
     assert not {"np", "pd", "plt", "Figure", "Axes"} & set(dir(plot))
+
+
+def test_session_lengths_of_sessions(corpus) -> None:
+    """A Session or a list of them is plotted as its own corpus; anything else is refused."""
+    one, two = corpus["webui:f00d42"], corpus["cli:direct"]
+    for source, n in [(one, 1), ([one, two], 2), ((one, two), 2)]:
+        fig = plot.session_lengths(source)
+        assert [sum(p.get_height() for p in ax.patches) for ax in fig.axes] == [n, n]
+    with pytest.raises(TypeError, match="a Session or a list of Sessions, got str"):
+        plot.session_lengths("data/")

@@ -12,12 +12,15 @@ import sessionkit
 from sessionkit import Session
 from sessionkit.counting import TokenCache, count_tokens
 from sessionkit.nanobot.policies import get_policy
+from sessionkit.nanobot.settings import HistorySettings
 from sessionkit.replay import cache_size, clear_cache, derived, replay, replay_all, stored_tokens
 from sessionkit.states import message_states
 from sessionkit.testing import check_window_invariants
 from sessionkit.windowing import windows
 
 POLICY = get_policy("nanobot-0.2")
+STAMPED = HistorySettings(include_timestamps=True)
+PLAIN = HistorySettings(include_timestamps=False)
 
 
 def user(text: str = "hi", **extra: Any) -> dict[str, Any]:
@@ -35,14 +38,14 @@ def session() -> Session:
 
 def test_a_replay_holds_the_entries_and_their_tokens(session: Session) -> None:
     for stamps in (False, True):
-        replayed = replay(session, stamps)
+        replayed = replay(session, HistorySettings(include_timestamps=stamps))
         entries = [POLICY.replay_entry(m, stamps) for m in session.messages]
         assert replayed.kept.tolist() == [2, 3]
         assert replayed.sent().tolist() == [False, False, True, True]
         assert replayed.tokens.tolist() == count_tokens([e for e in entries if e is not None])
         assert replayed.sent_tokens().tolist() == [pd.NA, pd.NA, *replayed.tokens.tolist()]
         assert replayed.command.tolist() == [True, False, False, False]
-    assert replay(session, True).tokens[0] > replay(session, False).tokens[0]
+    assert replay(session, STAMPED).tokens[0] > replay(session, PLAIN).tokens[0]
 
 
 def test_replays_are_cached_until_the_session_changes() -> None:
@@ -58,7 +61,7 @@ def test_replays_are_cached_until_the_session_changes() -> None:
     windows(session, include_timestamps=[False, True])
     assert cache_size() == 2
     session.messages = [user()]
-    assert replay(session, True).kept.tolist() == [0] and cache_size() == 1
+    assert replay(session, STAMPED).kept.tolist() == [0] and cache_size() == 1
     del session
     assert cache_size() == 0
 
@@ -67,7 +70,7 @@ def test_windows_states_and_testing_share_one_replay(
     session: Session, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clear_cache()
-    first = replay(session, True)
+    first = replay(session, STAMPED)
     stored_tokens(session)
 
     def refuse(*args: Any, **kwargs: Any) -> Any:
@@ -78,16 +81,16 @@ def test_windows_states_and_testing_share_one_replay(
     windows(session, at="end")
     message_states(session)
     assert check_window_invariants(session).empty
-    assert replay(session, True) is first and cache_size() == 1
+    assert replay(session, STAMPED) is first and cache_size() == 1
 
 
 def test_clear_cache_forgets_replays_stored_counts_and_derived_values(session: Session) -> None:
-    replayed = replay_all([session], True)
+    replayed = replay_all([session], STAMPED)
     stored = stored_tokens(session)
     assert derived(replayed, len) == 1
     clear_cache()
     assert cache_size() == 0
-    assert replay(session, True) is not replayed[0]
+    assert replay(session, STAMPED) is not replayed[0]
     assert stored_tokens(session) is not stored
     calls: list[int] = []
     derived(replayed, calls.append)
@@ -105,7 +108,7 @@ def test_stored_counts_are_read_only_and_follow_edits(session: Session) -> None:
 
 def test_derived_values_are_reused_for_the_same_replays(session: Session) -> None:
     clear_cache()
-    replays = replay_all([session], True)
+    replays = replay_all([session], STAMPED)
     calls: list[list] = []
 
     def build(values: list) -> int:
@@ -114,17 +117,26 @@ def test_derived_values_are_reused_for_the_same_replays(session: Session) -> Non
 
     assert derived(replays, build) == 1
     assert derived(list(replays), build) == 1
-    assert derived(replay_all([session], False), build) == 2
+    assert derived(replay_all([session], PLAIN), build) == 2
 
 
 def test_workers_give_the_same_replays() -> None:
     sessions = [Session(f"t:{i}", [user(f"q{j} {i}") for j in range(i + 2)]) for i in range(6)]
     clear_cache()
-    parallel = replay_all(sessions, True, workers=2, progress=False)
+    parallel = replay_all(sessions, STAMPED, workers=2, progress=False)
     clear_cache()
-    serial = replay_all(sessions, True, workers=1, progress=False)
+    serial = replay_all(sessions, STAMPED, workers=1, progress=False)
     for a, b in zip(parallel, serial, strict=True):
-        for name in ("is_user", "delivery", "command", "declared", "kept", "entry_declared"):
+        names = (
+            "is_user",
+            "delivery",
+            "command",
+            "checkpoint",
+            "declared",
+            "kept",
+            "entry_declared",
+        )
+        for name in names:
             np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
         np.testing.assert_array_equal(a.tokens, b.tokens)
 

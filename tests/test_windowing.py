@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 from strategies import message_lists, sessions
 
 import sessionkit
@@ -19,7 +20,14 @@ from sessionkit.nanobot.policies import find_legal_message_start, get_policy
 from sessionkit.nanobot.settings import HistorySettings
 from sessionkit.replay import clear_cache, replay
 from sessionkit.schema import WINDOWS
-from sessionkit.windowing import _legal_start, _orphan_jumps, replay_offset, windows
+from sessionkit.windowing import (
+    LoopCall,
+    _legal_start,
+    _orphan_jumps,
+    loop_call,
+    replay_offset,
+    windows,
+)
 
 POLICY = get_policy("nanobot-0.2")
 GRID = {
@@ -121,7 +129,7 @@ def test_generated_sessions_match_the_policy(session: Session) -> None:
 @settings(max_examples=60)
 @given(message_lists())
 def test_orphan_jumps_give_every_legal_start(messages: list[dict[str, Any]]) -> None:
-    replayed = replay(Session("k", messages), False, cache=None)
+    replayed = replay(Session("k", messages), HistorySettings(include_timestamps=False), cache=None)
     tools = np.flatnonzero(replayed.declared != -2)
     lowest = np.where(replayed.declared[tools] >= 0, replayed.declared[tools], -1) + 1
     jumps = _orphan_jumps(tools, lowest, len(messages))
@@ -190,10 +198,13 @@ def test_workers_give_the_same_frame(sample: list[Session]) -> None:
     pd.testing.assert_frame_equal(parallel, serial)
 
 
-def test_other_policies_and_bad_settings_are_refused() -> None:
-    session = Session("k", messages=[user()], policy="nanobot-0.3")
-    with pytest.raises(ValueError, match="nanobot-0.2"):
-        windows(session)
+def test_unknown_policies_and_bad_settings_are_refused() -> None:
+    with pytest.raises(ValueError, match="unknown history policy 'nanobot-0.3'"):
+        windows(Session("k", messages=[user()], policy="nanobot-0.3"))
+    with pytest.raises(ValueError, match="unknown history policy 'nanobot-9'"):
+        windows(Session("k", messages=[user()]), policy=["nanobot-0.2", "nanobot-9"])
+    with pytest.raises(ValueError, match="must be >= 0"):
+        windows(Session("k", messages=[user()]), context_window=-1)
     with pytest.raises(ValueError, match="at must be"):
         windows(Session("k"), at="start")
     with pytest.raises(ValueError, match="last_consolidated"):
@@ -253,3 +264,220 @@ def test_replay_offset_is_the_window_rule_for_one_session() -> None:
     assert replay_offset(session.before_user(0), "recorded") == 0
     with pytest.raises(ValueError, match="last_consolidated must be"):
         replay_offset(session, "all")
+
+
+# --- every release ---------------------------------------------------------------------------
+
+RELEASES = ["nanobot-0.2", "nanobot-0.3.0", "nanobot-0.3.5"]
+CONTEXT = (
+    "[Runtime Context — metadata only, not instructions]\nCurrent Time: 10:00\n[/Runtime Context]"
+)
+
+
+def release_row(session: Session, row: Any) -> tuple:
+    """What ``row.policy``'s exact ``get_history`` gives for one window row, in its terms."""
+    policy = get_policy(row.policy)
+    entry = policy.entry_function(
+        HistorySettings(
+            include_timestamps=row.include_timestamps,
+            include_runtime_context=row.include_runtime_context,
+        )
+    )
+    replayed = policy.replay_from(
+        session.messages[: row.at],
+        row.consolidated,
+        row.max_messages,
+        max_tokens=row.max_tokens,
+        extend_to_user=row.extend_to_user,
+        entry=entry,
+    )
+    if not replayed:
+        return (row.at, row.at, 0, 0, False)
+    entries = [e for _, e in replayed]
+    return (
+        replayed[0][0],
+        replayed[-1][0] + 1,
+        len(replayed),
+        sum(count_tokens(entries, policy=row.policy)),
+        entries[0]["role"] == "user",
+    )
+
+
+def assert_release_rows_match(frame: pd.DataFrame, by_key: dict[str, Session]) -> int:
+    for row in frame.itertuples(index=False):
+        got = (row.start, row.stop, row.messages_kept, row.tokens_kept, row.starts_with_user)
+        assert got == release_row(by_key[row.session_key], row), row
+    return len(frame)
+
+
+def checkpoint_offset(session: Session, at: int) -> int:
+    """0.3.5's offset in force before ``messages[at]``, computed the slow way."""
+    recorded = session.last_consolidated if 0 <= session.last_consolidated <= at else 0
+    hidden = [i for i, m in enumerate(session.messages[:at]) if m.get("_hidden_history") is True]
+    return max([recorded, *hidden])
+
+
+@st.composite
+def release_sessions(draw: st.DrawFn) -> Session:
+    """Sessions in 0.3.x's shape: runtime-context markers, hidden checkpoints, media."""
+    items = draw(message_lists(max_blocks=10))
+    for _ in range(draw(st.integers(0, 3))):
+        text = draw(st.sampled_from(["", "hi", "look <|endoftext|>"]))
+        marked = {
+            "role": "user",
+            "content": f"{text}\n\n{CONTEXT}" if text else CONTEXT,
+            "_runtime_context": {"version": 1, "sources": ["clock"], "suffix": CONTEXT},
+        }
+        if draw(st.booleans()):
+            marked["media"] = draw(st.sampled_from([["/a.png"], [3, ""], "p.png"]))
+        if draw(st.booleans()):
+            marked["cli_apps"] = [{"name": "git", "entry_point": "main.py"}]
+        items.insert(draw(st.integers(0, len(items))), marked)
+    for _ in range(draw(st.integers(0, 2))):
+        hidden = {"role": "user", "content": "Continue.", "_hidden_history": True}
+        items.insert(draw(st.integers(0, len(items))), hidden)
+    offset = draw(st.integers(0, len(items) + 1))
+    return Session(
+        "k", messages=items, last_consolidated=offset, policy=draw(st.sampled_from(RELEASES))
+    )
+
+
+@settings(max_examples=40, deadline=None)
+@given(release_sessions())
+def test_generated_sessions_match_every_release(session: Session) -> None:
+    grid = {
+        "max_messages": [0, 2, 5],
+        "max_tokens": [0, 1, 30, 400],
+        "include_timestamps": [False, True],
+        "include_runtime_context": [False, True],
+        "extend_to_user": [False, True],
+    }
+    frame = windows(
+        session,
+        policy=RELEASES,
+        **grid,
+        at=list(range(len(session.messages) + 1)),
+        last_consolidated=["recorded", "none"],
+        progress=False,
+    )
+    # 0.2.2 varies by time stamps, 0.3.x by runtime context: 2 entry settings each.
+    assert len(frame) == 3 * 3 * 4 * 2 * 2 * 2 * (len(session.messages) + 1)
+    recorded = frame[frame["last_consolidated"] == "recorded"]
+    for row in recorded.drop_duplicates(["policy", "at"]).itertuples(index=False):
+        expected = (
+            checkpoint_offset(session, row.at)
+            if row.policy == "nanobot-0.3.5"
+            else replay_offset(session, "recorded")
+            if session.last_consolidated <= row.at
+            else 0
+        )
+        assert row.consolidated == expected, row
+    columns = ["policy", "at", "consolidated", *grid]
+    assert_release_rows_match(frame.drop_duplicates(columns), {session.key: session})
+
+
+def test_every_sample_session_matches_every_release_at_every_turn(sample: list[Session]) -> None:
+    frame = windows(
+        sample,
+        policy=RELEASES,
+        context_window=[16_000],
+        max_output=[4096],
+        include_runtime_context=[True, False],
+        progress=False,
+    )
+    n_turns = sum(s.n_user_turns for s in sample)
+    counts = frame.groupby("policy", observed=True).size().to_dict()
+    assert counts == {
+        "nanobot-0.2": n_turns,
+        "nanobot-0.3.0": 2 * n_turns,
+        "nanobot-0.3.5": 2 * n_turns,
+    }
+    assert assert_release_rows_match(frame, {s.key: s for s in sample}) == 5 * n_turns
+    assert frame.loc[frame["policy"] == "nanobot-0.3.5", "needs_summary"].any()
+
+
+def test_own_release_by_default_and_release_defaults_without_a_context_window() -> None:
+    messages = [user("q0"), assistant("a0"), user("q1"), assistant("a1"), user("q2")]
+    sessions = [Session(f"k{name}", messages=messages, policy=name) for name in RELEASES]
+    frame = windows(sessions, at="end")
+    assert frame["policy"].tolist() == RELEASES
+    assert frame["max_messages"].tolist() == [120, 2000, 0]
+    assert frame["include_timestamps"].tolist() == [True, False, False]
+    assert frame["include_runtime_context"].tolist() == [True, True, True]
+    assert frame["context_window"].isna().all() and frame["needs_summary"].isna().all()
+    assert frame["messages_kept"].tolist() == [5, 5, 5]
+    for session in sessions:
+        kept = frame.loc[frame["session_key"] == session.key, "messages_kept"].item()
+        assert kept == len(session.get_history())
+    fixed = windows(sessions, at="end", max_messages=2)
+    assert fixed["max_messages"].tolist() == [2, 2, 2]
+    assert fixed["messages_kept"].tolist() == [1, 1, 1]
+
+
+@pytest.mark.parametrize(
+    ("policy", "context_window", "max_output", "expected"),
+    [
+        ("nanobot-0.2", 128_000, 8192, LoopCall(120, 118_784)),
+        ("nanobot-0.2", 4096, 8192, LoopCall(120, 2048)),
+        ("nanobot-0.2", 200, 8192, LoopCall(120, 128)),
+        ("nanobot-0.2", 0, 8192, LoopCall(120, 0)),
+        ("nanobot-0.3.0", 128_000, 8192, LoopCall(1280, 118_784)),
+        ("nanobot-0.3.0", 8000, 4096, LoopCall(120, 2880)),
+        ("nanobot-0.3.0", 1_000_000, 8192, LoopCall(2000, 990_784)),
+        ("nanobot-0.3.0", 0, 8192, LoopCall(2000, 0)),
+        ("nanobot-0.3.5", 128_000, 8192, LoopCall(0, 0, 118_784)),
+        ("nanobot-0.3.5", 8000, 4096, LoopCall(0, 0, 2880)),
+        ("nanobot-0.3.5", 4096, 8192, LoopCall(0, 0, 0)),
+    ],
+)
+def test_agent_loop_calls_per_release(
+    policy: str, context_window: int, max_output: int, expected: LoopCall
+) -> None:
+    assert loop_call(policy, context_window, max_output, 120) == expected
+
+
+def test_context_window_gives_each_releases_loop_call_and_summary_verdict() -> None:
+    long = "word " * 400  # 404 tokens
+    messages = [user(long), assistant(long), user(long), assistant(long), user("next")]
+    session = Session("k", messages=messages)
+    frame = windows(
+        session, policy=RELEASES, context_window=[3000, 20_000], max_output=1000, at="end"
+    ).set_index(["policy", "context_window"])
+    assert frame["max_output"].tolist() == [1000] * 6
+    assert frame["max_messages"].tolist() == [120, 120, 120, 200, 0, 0]
+    assert frame["max_tokens"].tolist() == [976, 17_976, 976, 17_976, 0, 0]
+    assert frame.loc[("nanobot-0.2", 3000), "cut"] == "tokens"
+    assert frame.loc[("nanobot-0.2", 3000), "messages_kept"] == 3
+    assert frame.loc[("nanobot-0.3.5", 3000), "messages_kept"] == 5
+    assert frame["needs_summary"].tolist() == [pd.NA, pd.NA, pd.NA, pd.NA, True, False]
+    with pytest.raises(ValueError, match="max_tokens is derived"):
+        windows(session, context_window=3000, max_tokens=10)
+    with pytest.raises(ValueError, match="needs context_window"):
+        windows(session, max_output=10)
+
+
+def test_a_checkpoint_is_in_force_from_the_turn_after_it_was_committed() -> None:
+    session = Session("k", policy="nanobot-0.3.5")
+    histories = []
+    for turn in range(6):
+        histories.append((len(session.messages), len(session.get_history())))
+        session.add_message("user", f"q{turn}")
+        session.add_message("assistant", f"a{turn}")
+        if turn in (1, 3):
+            session.commit_summary_checkpoint(f"summary {turn}")
+    assert histories == [(0, 0), (2, 2), (5, 1), (7, 3), (10, 1), (12, 3)]
+    frame = windows(session)
+    assert frame["at"].tolist() == [0, 2, 4, 5, 7, 9, 10, 12]  # 4 and 9: the hidden messages
+    assert frame["consolidated"].tolist() == [0, 0, 0, 4, 4, 9, 9, 9]
+    turns = frame[~frame["at"].isin([4, 9])]
+    assert list(zip(turns["at"], turns["messages_kept"], strict=True)) == histories
+
+
+def test_max_tokens_none_takes_the_settings_budget(data_dir: Path) -> None:
+    """``windows(s, max_tokens=None)`` is "the setting's budget", not an int() error."""
+    session = sessionkit.load(data_dir)["webui:f00d42"]
+    assert windows(session, max_tokens=None).equals(windows(session, max_tokens=0))
+    chosen = HistorySettings(max_tokens=3000)
+    frame = windows(session, settings=chosen, max_tokens=None)
+    assert frame["max_tokens"].unique().tolist() == [3000]
+    assert frame.equals(windows(session, max_tokens=3000))

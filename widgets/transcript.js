@@ -3,7 +3,11 @@
 //
 // Model: rows [{idx, role, user, tokens, text, summary, calls}], status [string per row],
 // statuses [{name, label, color}] (the status table: every status colour comes from it),
-// selected (user index, written here), focus (row to scroll to).
+// selected (user index, written here), focus (row to scroll to: Python sets it to the window's
+// first message whenever the window moves).
+
+// Pixels of the row before the focused one left in view, so the window's edge shows.
+const LEAD = 28;
 
 function el(tag, className, text) {
   const node = document.createElement(tag);
@@ -88,9 +92,17 @@ function render({ model, el: root }) {
     requestAnimationFrame(scroll);
   }
 
+  // Rows off screen have an estimated height (content-visibility), so place the focused row,
+  // let the rows now on screen take their real height, and place it again.
   function scroll() {
     const node = nodes[model.get("focus")];
-    if (node) list.scrollTop = Math.max(0, node.offsetTop - list.clientHeight / 3);
+    if (!node) return;
+    const place = () => {
+      const offset = node.getBoundingClientRect().top - list.getBoundingClientRect().top;
+      list.scrollTop += offset - LEAD;
+    };
+    place();
+    requestAnimationFrame(place);
   }
 
   function click(event) {

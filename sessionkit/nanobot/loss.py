@@ -16,7 +16,20 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, BinaryIO
 
-__all__ = ["LineVerdict", "NanobotLoad", "nanobot_load", "read_line", "split_lines"]
+__all__ = [
+    "MAX_LINE_BYTES",
+    "LineVerdict",
+    "LongLine",
+    "NanobotLoad",
+    "nanobot_load",
+    "read_line",
+    "split_lines",
+]
+
+MAX_LINE_BYTES = 1 << 30
+"""Longest line read (1 GiB); nanobot would try to read a longer one whole, and most likely
+fail for lack of memory, losing the session, which is what is reported for it."""
+_BLOCK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -52,20 +65,47 @@ class NanobotLoad:
         return tuple(sorted(n for n, _ in self.skipped + self.fatal))
 
 
-def split_lines(stream: BinaryIO) -> Iterator[bytes]:
+class LongLine(bytes):
+    """Stands in for a line over :data:`MAX_LINE_BYTES`, which is not read; ``size`` in bytes."""
+
+    size: int
+
+    def __new__(cls, size: int) -> LongLine:
+        line = super().__new__(cls, b"")
+        line.size = size
+        return line
+
+
+def _line(pieces: list[bytes], size: int, limit: int) -> bytes:
+    return LongLine(size) if size > limit else b"".join(pieces)
+
+
+def split_lines(stream: BinaryIO, limit: int = MAX_LINE_BYTES) -> Iterator[bytes]:
     r"""The lines of a binary stream without their ends, split as Python's text mode splits.
 
-    ``\n``, ``\r\n`` and a lone ``\r`` each end a line; the stream is read line by line.
+    ``\n``, ``\r\n`` and a lone ``\r`` each end a line.  The stream is read in blocks; a line
+    over ``limit`` bytes is not kept but counted, and comes out as a :class:`LongLine`.
     """
-    for chunk in stream:
-        ended = chunk.endswith(b"\n")
-        body = chunk[:-1] if ended else chunk
-        if ended and body.endswith(b"\r"):
-            body = body[:-1]
-        parts = body.split(b"\r")
-        if not ended and len(parts) > 1 and not parts[-1]:
-            parts.pop()
-        yield from parts
+    pieces: list[bytes] = []
+    size = 0
+    held_cr = False
+    for block in iter(lambda: stream.read(_BLOCK), b""):
+        if held_cr:
+            block = b"\r" + block
+        held_cr = block.endswith(b"\r")
+        if held_cr:
+            block = block[:-1]
+        *ends, rest = block.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+        for end in ends:
+            yield _line([*pieces, end], size + len(end), limit)
+            pieces, size = [], 0
+        size += len(rest)
+        if size <= limit:
+            pieces.append(rest)
+        else:
+            pieces = []
+    if held_cr or size:
+        yield _line(pieces, size, limit)
 
 
 def _json_type(value: Any) -> str:
@@ -75,6 +115,8 @@ def _json_type(value: Any) -> str:
 
 def read_line(raw: bytes) -> LineVerdict:
     """How nanobot's loader treats one line: blank, a record, skipped by repair, or fatal."""
+    if isinstance(raw, LongLine):
+        return LineVerdict("fatal", reason=f"a line of {raw.size:,} bytes, too long to read")
     try:
         text = raw.decode("utf-8").strip()
     except UnicodeDecodeError as exc:

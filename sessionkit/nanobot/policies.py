@@ -13,9 +13,11 @@ registered in :data:`POLICIES`; callers only ever say ``get_policy(name)``.
 
 from __future__ import annotations
 
+import copy
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from sessionkit.nanobot.settings import HistorySettings
@@ -23,9 +25,12 @@ from sessionkit.nanobot.tokens import estimate_message_tokens
 
 __all__ = [
     "DEFAULT_POLICY",
+    "FORK_VOLATILE_METADATA_KEYS",
     "POLICIES",
     "Policy",
+    "ReplayPolicy",
     "Trim",
+    "fit_budget",
     "find_legal_message_start",
     "get_policy",
     "recent_message_start_index",
@@ -37,6 +42,19 @@ __all__ = [
 Message = dict[str, Any]
 
 DEFAULT_POLICY = "nanobot-0.2"
+
+FORK_VOLATILE_METADATA_KEYS = frozenset(
+    {
+        "goal_state",
+        "pending_user_turn",
+        "runtime_checkpoint",
+        "thread_goal",
+        "title",
+        "title_user_edited",
+    }
+)
+"""Metadata nanobot 0.2.2 and 0.3.0 drop from a fork: run state and the title stay with the
+source."""
 
 # Copied onto a replayed entry when the stored message has them.
 _REPLAY_FIELDS = ("tool_calls", "tool_call_id", "name", "reasoning_content", "thinking_blocks")
@@ -225,16 +243,124 @@ def _keep_range(messages: list[Message], last_consolidated: int, start: int, sto
     )
 
 
+def fit_budget(
+    entries: list[tuple[int, Message]], max_tokens: int, estimate: Callable[[Message], int]
+) -> list[tuple[int, Message]]:
+    """Keep the newest entries within ``max_tokens``, then restore a legal user start.
+
+    The newest entry is always kept.  If the budget leaves no user message, the latest
+    user message is recovered even though that exceeds the budget.
+    """
+    first = len(entries) - 1
+    used = estimate(entries[first][1])
+    while first > 0:
+        cost = estimate(entries[first - 1][1])
+        if used + cost > max_tokens:
+            break
+        used += cost
+        first -= 1
+    users = [k for k, (_, entry) in enumerate(entries) if _is_user(entry)]
+    first = next((k for k in users if k >= first), users[-1] if users else first)
+    kept = entries[first:]
+    return kept[find_legal_message_start([entry for _, entry in kept]) :]
+
+
 @dataclass(frozen=True)
-class Policy:
+class ReplayPolicy:
+    """What every release shares: replay from an offset through a count window, a user-turn
+    start, a legal tool-call start and a token budget from the tail.
+
+    A release supplies its entry rewrite (:meth:`entry_function`), its token estimate, its
+    default count window and ``get_history``'s exact signature.  Methods never modify their
+    arguments; :class:`sessionkit.Session` applies results.
+    """
+
+    name: str = DEFAULT_POLICY
+    default_max_messages: int = 120
+    naming: str = "nanobot-0.2"
+    fork_volatile_keys: frozenset[str] = FORK_VOLATILE_METADATA_KEYS
+
+    def is_user_turn(self, message: Message) -> bool:
+        """Whether ``message`` is a user turn: what forks and "before user message k" count."""
+        return message.get("role") == "user"
+
+    def fork_copy(self, message: Message) -> Message:
+        """The copy of a stored message a fork keeps (0.2.2: the message as it is)."""
+        return copy.deepcopy(message)
+
+    def metadata_record(
+        self, key: str, created_at: str, updated_at: str, metadata: Any, offset: int
+    ) -> dict[str, Any]:
+        """The first line of a session file as this release writes it."""
+        return {
+            "_type": "metadata",
+            "key": key,
+            "created_at": created_at,
+            "updated_at": updated_at,
+            "metadata": metadata,
+            "last_consolidated": offset,
+        }
+
+    def estimate_message_tokens(self, message: Message) -> int:
+        """This release's prompt-token estimate for one replayed entry."""
+        return estimate_message_tokens(message)
+
+    def entry_function(self, settings: HistorySettings) -> Callable[[Message], Message | None]:
+        """The rewrite of one stored message into its replayed entry under ``settings``."""
+        raise NotImplementedError
+
+    def entry_key(self, settings: HistorySettings) -> tuple[Any, ...]:
+        """The settings that change replayed entries (what a replay cache is keyed by)."""
+        raise NotImplementedError
+
+    def count_window(self, max_messages: int) -> int:
+        """The count window ``get_history(max_messages)`` applies; 0 means none."""
+        return max_messages if max_messages > 0 else self.default_max_messages
+
+    def new_message(
+        self, role: str, content: Any, timestamp: str, extra: Mapping[str, Any]
+    ) -> Message:
+        """The dict ``add_message(role, content, **extra)`` appends (``extra`` may override
+        the timestamp's value, not its place)."""
+        return {"role": role, "content": content, "timestamp": timestamp, **extra}
+
+    def replay_from(
+        self,
+        messages: Sequence[Message],
+        offset: int,
+        max_messages: int,
+        *,
+        max_tokens: int,
+        extend_to_user: bool,
+        entry: Callable[[Message], Message | None],
+    ) -> list[tuple[int, Message]]:
+        """``get_history`` with each entry's source index: ``[(index, entry), ...]``."""
+        start = _offset_start(offset, len(messages))
+        count = self.count_window(max_messages)
+        if count > 0:
+            start += recent_message_start_index(
+                messages[start:], count, extend_to_user=extend_to_user
+            )
+        start = _align_to_user(messages, start)
+        start += find_legal_message_start(messages[start:])
+        entries = [
+            (i, replayed)
+            for i in range(start, len(messages))
+            if (replayed := entry(messages[i])) is not None
+        ]
+        if max_tokens > 0 and entries:
+            entries = fit_budget(entries, max_tokens, self.estimate_message_tokens)
+        return entries
+
+
+@dataclass(frozen=True)
+class Policy(ReplayPolicy):
     """nanobot-ai 0.2.2's replay and trimming rules (``name="nanobot-0.2"``).
 
     Every method takes the session's ``messages`` and ``last_consolidated`` and leaves them
     untouched; :class:`sessionkit.Session` applies the results.
     """
 
-    name: str = DEFAULT_POLICY
-    default_max_messages: int = 120
     file_limit: int = 2000
 
     def replay_entry(self, message: Message, include_timestamps: bool = False) -> Message | None:
@@ -262,6 +388,14 @@ class Policy:
         entry.update((key, message[key]) for key in _REPLAY_FIELDS if key in message)
         return entry
 
+    def entry_function(self, settings: HistorySettings) -> Callable[[Message], Message | None]:
+        """0.2.2 rewrites entries by ``include_timestamps`` only."""
+        return partial(self.replay_entry, include_timestamps=settings.include_timestamps)
+
+    def entry_key(self, settings: HistorySettings) -> tuple[Any, ...]:
+        """0.2.2's entries depend on ``include_timestamps`` only."""
+        return (settings.include_timestamps,)
+
     def replay(
         self,
         messages: Sequence[Message],
@@ -273,42 +407,14 @@ class Policy:
         extend_to_user: bool = False,
     ) -> list[tuple[int, Message]]:
         """``get_history`` with each entry's source index: ``[(index, entry), ...]``."""
-        offset = _offset_start(last_consolidated, len(messages))
-        count = max_messages if max_messages > 0 else self.default_max_messages
-        start = offset + recent_message_start_index(
-            messages[offset:], count, extend_to_user=extend_to_user
+        return self.replay_from(
+            messages,
+            last_consolidated,
+            max_messages,
+            max_tokens=max_tokens,
+            extend_to_user=extend_to_user,
+            entry=partial(self.replay_entry, include_timestamps=include_timestamps),
         )
-        start = _align_to_user(messages, start)
-        start += find_legal_message_start(messages[start:])
-        entries = [
-            (i, entry)
-            for i in range(start, len(messages))
-            if (entry := self.replay_entry(messages[i], include_timestamps)) is not None
-        ]
-        if max_tokens > 0 and entries:
-            entries = self._fit_budget(entries, max_tokens)
-        return entries
-
-    def _fit_budget(
-        self, entries: list[tuple[int, Message]], max_tokens: int
-    ) -> list[tuple[int, Message]]:
-        """Keep the newest entries within ``max_tokens``, then restore a legal user start.
-
-        The newest entry is always kept.  If the budget leaves no user message, the latest
-        user message is recovered even though that exceeds the budget.
-        """
-        first = len(entries) - 1
-        used = estimate_message_tokens(entries[first][1])
-        while first > 0:
-            cost = estimate_message_tokens(entries[first - 1][1])
-            if used + cost > max_tokens:
-                break
-            used += cost
-            first -= 1
-        users = [k for k, (_, entry) in enumerate(entries) if _is_user(entry)]
-        first = next((k for k in users if k >= first), users[-1] if users else first)
-        kept = entries[first:]
-        return kept[find_legal_message_start([entry for _, entry in kept]) :]
 
     def get_history(
         self,

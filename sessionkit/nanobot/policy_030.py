@@ -10,21 +10,18 @@ such a marker, and MCP-preset breadcrumbs are gone; the token fallback counts UT
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from sessionkit.nanobot import tokens
 from sessionkit.nanobot.policies import (
     Policy,
     Trim,
-    _align_to_user,
     _append_lines,
     _attachment_names,
     _field_or,
-    _offset_start,
-    find_legal_message_start,
-    recent_message_start_index,
     sanitize_assistant_text,
 )
 from sessionkit.nanobot.policy_035 import RUNTIME_CONTEXT_KEY, public_message
@@ -50,31 +47,18 @@ _REPLAY_FIELDS = ("tool_calls", "tool_call_id", "name", "reasoning_content", "th
 _NON_TEXT_FIELDS = ("tool_calls", "reasoning_content", "thinking_blocks")
 
 
-def _byte_tokens(payload: str) -> int:
-    # A lone surrogate raises UnicodeEncodeError here, as it does in 0.3.0's fallback.
-    return max(tokens.FRAMING_TOKENS, len(payload.encode("utf-8")) + tokens.FRAMING_TOKENS)
-
-
 def estimate_message_tokens(message: Message) -> int:
     """0.3.0's estimate: cl100k_base tokens + 4, or UTF-8 bytes + 4 when encoding fails.
 
     Encoding fails when the encoder cannot be built or the payload holds special-token text;
     a non-string text block raises ``TypeError`` first (the payload is 0.2.2's).
     """
-    payload = tokens.message_payload(message)
-    if not payload:
-        return tokens.FRAMING_TOKENS
-    try:
-        count = len(tokens.encoding().encode(payload))
-    except Exception:
-        return _byte_tokens(payload)
-    return max(tokens.FRAMING_TOKENS, count + tokens.FRAMING_TOKENS)
+    return tokens.byte_fallback_estimate(tokens.message_payload(message))
 
 
 def fallback_message_tokens(message: Message) -> int:
     """0.3.0's estimate on a machine where tiktoken cannot load: UTF-8 bytes + 4."""
-    payload = tokens.message_payload(message)
-    return _byte_tokens(payload) if payload else tokens.FRAMING_TOKENS
+    return tokens.byte_fallback_tokens(tokens.message_payload(message))
 
 
 def replay_max_messages_for_context(context_window: int | None) -> int:
@@ -129,6 +113,11 @@ class Policy030(Policy):
     name: str = NAME
     default_max_messages: int = FILE_MAX_MESSAGES
     file_limit: int = FILE_MAX_MESSAGES
+    naming: str = "nanobot-0.3"
+
+    def fork_copy(self, message: Message) -> Message:
+        """0.3.0 forks keep each message's public form (runtime context stripped)."""
+        return public_message(message)
 
     def estimate_message_tokens(self, message: Message) -> int:
         """0.3.0's per-message token estimate (byte fallback included)."""
@@ -168,6 +157,14 @@ class Policy030(Policy):
         entry.update((key, message[key]) for key in _REPLAY_FIELDS if key in message)
         return entry
 
+    def entry_function(self, settings: HistorySettings) -> Callable[[Message], Message | None]:
+        """0.3.0 rewrites entries by ``include_runtime_context`` only."""
+        return partial(self.replay_entry, include_runtime_context=settings.include_runtime_context)
+
+    def entry_key(self, settings: HistorySettings) -> tuple[Any, ...]:
+        """0.3.0's entries depend on ``include_runtime_context`` only."""
+        return (settings.include_runtime_context,)
+
     def replay(  # type: ignore[override]
         self,
         messages: Sequence[Message],
@@ -179,38 +176,14 @@ class Policy030(Policy):
         include_runtime_context: bool = True,
     ) -> list[tuple[int, Message]]:
         """``get_history`` with each entry's source index: ``[(index, entry), ...]``."""
-        offset = _offset_start(last_consolidated, len(messages))
-        count = max_messages if max_messages > 0 else self.default_max_messages
-        start = offset + recent_message_start_index(
-            messages[offset:], count, extend_to_user=extend_to_user
+        return self.replay_from(
+            messages,
+            last_consolidated,
+            max_messages,
+            max_tokens=max_tokens,
+            extend_to_user=extend_to_user,
+            entry=partial(self.replay_entry, include_runtime_context=include_runtime_context),
         )
-        start = _align_to_user(messages, start)
-        start += find_legal_message_start(messages[start:])
-        entries: list[tuple[int, Message]] = []
-        for i in range(start, len(messages)):
-            entry = self.replay_entry(messages[i], include_runtime_context=include_runtime_context)
-            if entry is not None:
-                entries.append((i, entry))
-        if max_tokens > 0 and entries:
-            entries = self._fit_budget(entries, max_tokens)
-        return entries
-
-    def _fit_budget(
-        self, entries: list[tuple[int, Message]], max_tokens: int
-    ) -> list[tuple[int, Message]]:
-        """0.2.2's budget rule, counted with 0.3.0's estimate."""
-        first = len(entries) - 1
-        used = self.estimate_message_tokens(entries[first][1])
-        while first > 0:
-            cost = self.estimate_message_tokens(entries[first - 1][1])
-            if used + cost > max_tokens:
-                break
-            used += cost
-            first -= 1
-        users = [k for k, (_, entry) in enumerate(entries) if entry.get("role") == "user"]
-        first = next((k for k in users if k >= first), users[-1] if users else first)
-        kept = entries[first:]
-        return kept[find_legal_message_start([entry for _, entry in kept]) :]
 
     def get_history(  # type: ignore[override]
         self,
@@ -247,12 +220,6 @@ class Policy030(Policy):
     def retention_value(self, trim: Trim) -> RetentionResult:
         """The value 0.3.0's ``retain_recent_legal_suffix`` returns for ``trim``."""
         return RetentionResult(list(trim.dropped), trim.already_consolidated)
-
-    def new_message(
-        self, role: str, content: Any, timestamp: str, extra: Mapping[str, Any]
-    ) -> Message:
-        """The dict ``add_message(role, content, **extra)`` appends (``extra`` may override)."""
-        return {"role": role, "content": content, "timestamp": timestamp, **extra}
 
     def clear(self, messages: list[Message], last_consolidated: int) -> Trim:
         """``clear()``: no messages, offset 0, ``_last_summary`` forgotten (``cleared``)."""

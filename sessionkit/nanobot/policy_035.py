@@ -18,17 +18,16 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from sessionkit.nanobot import tokens
 from sessionkit.nanobot.policies import (
-    _align_to_user,
+    FORK_VOLATILE_METADATA_KEYS,
+    ReplayPolicy,
     _append_lines,
     _attachment_names,
     _field_or,
-    _offset_start,
-    find_legal_message_start,
-    recent_message_start_index,
     sanitize_assistant_text,
 )
 from sessionkit.nanobot.settings import HistorySettings
@@ -42,6 +41,7 @@ __all__ = [
     "SessionState",
     "estimate_message_tokens",
     "fallback_message_tokens",
+    "is_hidden_history",
     "media_breadcrumbs",
     "message_payload",
     "public_message",
@@ -86,30 +86,33 @@ def message_payload(message: Message) -> str:
     return "\n".join(parts)
 
 
-def _byte_tokens(payload: str) -> int:
-    # Raises UnicodeEncodeError on a lone surrogate, as 0.3.5's fallback does.
-    return max(tokens.FRAMING_TOKENS, len(payload.encode("utf-8")) + tokens.FRAMING_TOKENS)
-
-
 def estimate_message_tokens(message: Message) -> int:
     """0.3.5's estimate: cl100k_base tokens + 4, or UTF-8 bytes + 4 when encoding fails.
 
     Encoding fails when the encoder cannot be built or the text holds special-token text.
     """
-    payload = message_payload(message)
-    if not payload:
-        return tokens.FRAMING_TOKENS
-    try:
-        count = len(tokens.encoding().encode(payload))
-    except Exception:
-        return _byte_tokens(payload)
-    return max(tokens.FRAMING_TOKENS, count + tokens.FRAMING_TOKENS)
+    return tokens.byte_fallback_estimate(message_payload(message))
 
 
 def fallback_message_tokens(message: Message) -> int:
     """0.3.5's estimate on a machine where tiktoken cannot load: UTF-8 bytes + 4."""
-    payload = message_payload(message)
-    return _byte_tokens(payload) if payload else tokens.FRAMING_TOKENS
+    return tokens.byte_fallback_tokens(message_payload(message))
+
+
+def _marked(message: Mapping[str, Any], key: str) -> bool:
+    value = message.get(key)
+    return value is True or isinstance(value, Mapping)
+
+
+def is_hidden_history(message: Mapping[str, Any]) -> bool:
+    """A stored message 0.3.5 does not show as a chat turn: a checkpoint continuation
+    (``_hidden_history``) or an automation record (``_automation_turn``, or a cron turn's
+    ``_cron_turn: true``)."""
+    return (
+        _marked(message, HIDDEN_HISTORY_KEY)
+        or _marked(message, "_automation_turn")
+        or message.get("_cron_turn") is True
+    )
 
 
 def public_message(message: Mapping[str, Any]) -> Message:
@@ -158,24 +161,6 @@ def _cli_app_lines(apps: list[Any]) -> list[str]:
     ]
 
 
-def _fit_budget(
-    entries: list[tuple[int, Message]], max_tokens: int, estimate: Callable[[Message], int]
-) -> list[tuple[int, Message]]:
-    """Newest entries within ``max_tokens`` (the newest always), from a user turn, legal."""
-    first = len(entries) - 1
-    used = estimate(entries[first][1])
-    while first > 0:
-        cost = estimate(entries[first - 1][1])
-        if used + cost > max_tokens:
-            break
-        used += cost
-        first -= 1
-    users = [k for k, (_, entry) in enumerate(entries) if entry.get("role") == "user"]
-    first = next((k for k in users if k >= first), users[-1] if users else first)
-    kept = entries[first:]
-    return kept[find_legal_message_start([entry for _, entry in kept]) :]
-
-
 @dataclass(frozen=True)
 class SessionState:
     """A session's messages, ``last_archived`` and metadata after a mutating 0.3.5 method."""
@@ -186,7 +171,7 @@ class SessionState:
 
 
 @dataclass(frozen=True)
-class Policy035:
+class Policy035(ReplayPolicy):
     """nanobot-ai 0.3.5's ``Session`` rules on plain data (``name="nanobot-0.3.5"``).
 
     Methods take the stored ``messages`` and ``last_archived`` (0.3.5's name for
@@ -195,6 +180,35 @@ class Policy035:
 
     name: str = NAME
     default_max_messages: int = 0
+    naming: str = "nanobot-0.3"
+    fork_volatile_keys: frozenset[str] = FORK_VOLATILE_METADATA_KEYS | {
+        "pending_user_followups",
+        "session_handle",
+        "webui_recovery",
+    }
+
+    def is_user_turn(self, message: Message) -> bool:
+        """A user turn shown in the chat (not a hidden checkpoint or automation record)."""
+        return message.get("role") == "user" and not is_hidden_history(message)
+
+    def fork_copy(self, message: Message) -> Message:
+        """0.3.5 forks keep each message's public form (runtime context stripped)."""
+        return public_message(message)
+
+    def metadata_record(
+        self, key: str, created_at: str, updated_at: str, metadata: Any, offset: int
+    ) -> dict[str, Any]:
+        """0.3.5 writes the offset twice: ``last_archived``, and ``last_consolidated`` for
+        older releases."""
+        return {
+            "_type": "metadata",
+            "key": key,
+            "created_at": created_at,
+            "updated_at": updated_at,
+            "metadata": metadata,
+            "last_archived": offset,
+            "last_consolidated": offset,
+        }
 
     def estimate_message_tokens(self, message: Message) -> int:
         """0.3.5's per-message token estimate (byte fallback included)."""
@@ -236,6 +250,18 @@ class Policy035:
         entry.update((key, message[key]) for key in _REPLAY_FIELDS if key in message)
         return entry
 
+    def entry_function(self, settings: HistorySettings) -> Callable[[Message], Message | None]:
+        """0.3.5 rewrites entries by ``include_runtime_context`` only."""
+        return partial(self.replay_entry, include_runtime_context=settings.include_runtime_context)
+
+    def entry_key(self, settings: HistorySettings) -> tuple[Any, ...]:
+        """0.3.5's entries depend on ``include_runtime_context`` only."""
+        return (settings.include_runtime_context,)
+
+    def count_window(self, max_messages: int) -> int:
+        """0.3.5 applies a count window only when asked for a positive one."""
+        return max(max_messages, 0)
+
     def replay(
         self,
         messages: Sequence[Message],
@@ -247,21 +273,14 @@ class Policy035:
         include_runtime_context: bool = True,
     ) -> list[tuple[int, Message]]:
         """``get_history`` with each entry's source index: ``[(index, entry), ...]``."""
-        start = _offset_start(last_archived, len(messages))
-        if max_messages > 0:
-            start += recent_message_start_index(
-                messages[start:], max_messages, extend_to_user=extend_to_user
-            )
-        start = _align_to_user(messages, start)
-        start += find_legal_message_start(messages[start:])
-        entries = [
-            (i, entry)
-            for i in range(start, len(messages))
-            if (entry := self.replay_entry(messages[i], include_runtime_context)) is not None
-        ]
-        if max_tokens > 0 and entries:
-            entries = _fit_budget(entries, max_tokens, self.estimate_message_tokens)
-        return entries
+        return self.replay_from(
+            messages,
+            last_archived,
+            max_messages,
+            max_tokens=max_tokens,
+            extend_to_user=extend_to_user,
+            entry=partial(self.replay_entry, include_runtime_context=include_runtime_context),
+        )
 
     def get_history(
         self,
@@ -294,12 +313,6 @@ class Policy035:
             "extend_to_user": settings.extend_to_user,
             "include_runtime_context": settings.include_runtime_context,
         }
-
-    def new_message(
-        self, role: str, content: Any, timestamp: str, extra: Mapping[str, Any]
-    ) -> Message:
-        """The dict ``add_message(role, content, **extra)`` appends (``extra`` may override)."""
-        return {"role": role, "content": content, "timestamp": timestamp, **extra}
 
     def commit_summary_checkpoint(
         self,

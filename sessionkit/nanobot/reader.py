@@ -9,7 +9,6 @@ from __future__ import annotations
 import errno
 import glob
 import json
-import mmap
 import os
 import re
 import reprlib
@@ -18,8 +17,9 @@ from collections.abc import Iterator
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from itertools import compress, repeat
-from operator import contains
+from operator import contains, methodcaller, not_
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 SESSION_SUFFIXES = (".jsonl", ".json")
-MAX_LINE_BYTES = 1 << 30
+MAX_LINE_BYTES = 1 << 28
 """Longer lines are reported, not parsed (nanobot would need several times this in memory)."""
 _GLOB_CHARS = frozenset("*?[")
 # What an interrupted save leaves: sessionkit's ``.<stem>.<12 hex>.tmp``, nanobot's ``<stem>.jsonl.tmp``.
@@ -130,7 +130,7 @@ def leftover_temp_files(
         Problem(
             str(temp),
             None,
-            f"leftover temp file of an interrupted save ({_size(temp)}); not a session, not read",
+            f"leftover temp file of an interrupted save ({_size(temp)}); not read",
         )
         for folder in folders
         for temp in sorted(folder.iterdir())
@@ -145,78 +145,110 @@ def _size(path: Path) -> str:
         return "size unknown"
 
 
-_SCAN_BYTES = 1 << 26
+_CHUNK_BYTES = 1 << 24
 
 
-def _find(buf: Any, fd: int, needle: bytes, start: int) -> int:
-    """Where ``needle`` next occurs at or after ``start`` (-1: nowhere), scanning in chunks and
-    skipping the holes of a sparse file (they hold only zero bytes)."""
-    size = len(buf)
-    while start < size:
-        stop = min(size, start + _SCAN_BYTES)
-        found = buf.find(needle, start, stop)
-        if found >= 0:
-            return found
-        start = _next_data(fd, stop, size)
-    return -1
+def _chunk_size(fd: int) -> int:
+    """Bytes per read: the whole of a small file at once, else ``_CHUNK_BYTES``."""
+    return min(_CHUNK_BYTES, os.fstat(fd).st_size + 1)
 
 
-def _next_data(fd: int, offset: int, size: int) -> int:
-    """The first offset at or after ``offset`` that may hold data; ``size`` when none does."""
-    if offset >= size:
-        return size
+def _skip_hole(fd: int) -> int:
+    """Move past a hole of a sparse file (zero bytes, so no line end) at the read position;
+    returns the bytes skipped."""
+    here = os.lseek(fd, 0, os.SEEK_CUR)
     try:
-        return os.lseek(fd, offset, os.SEEK_DATA)
+        data = os.lseek(fd, here, os.SEEK_DATA)
     except OSError as exc:
-        return size if exc.errno == errno.ENXIO else offset
+        if exc.errno != errno.ENXIO:
+            return 0  # holes unknown to this filesystem: read on
+        data = os.lseek(fd, 0, os.SEEK_END)
+    return data - here
 
 
-def _line_spans(buf: Any, fd: int) -> Iterator[tuple[int, int]]:
-    """``(start, end)`` of each line, split as nanobot's text-mode reading splits.
-
-    Universal newlines: ``\n``, ``\r\n`` and a lone ``\r`` all end a line.
-    """
-    size = len(buf)
-    if _find(buf, fd, b"\r", 0) < 0:  # the usual file: only \n
-        find = buf.find
-        start = 0
-        while start < size:
-            end = find(b"\n", start, start + _SCAN_BYTES)
-            if end < 0:
-                end = _find(buf, fd, b"\n", start)
-                end = size if end < 0 else end
-            yield start, end
-            start = end + 1
-        return
-    start = 0
-    nl = _find(buf, fd, b"\n", 0)
-    cr = _find(buf, fd, b"\r", 0)
-    while start < size:
-        if 0 <= nl < start:
-            nl = _find(buf, fd, b"\n", start)
-        if 0 <= cr < start:
-            cr = _find(buf, fd, b"\r", start)
-        end = min(nl if nl >= 0 else size, cr if cr >= 0 else size)
-        yield start, end
-        start = end + (2 if end == cr and end + 1 == nl else 1)
+def _read_batches(fd: int) -> Iterator[list[bytes | int]]:
+    """The lines, a chunk's worth at a time, split as nanobot's text-mode reading splits
+    (``\n``, ``\r\n`` and a lone ``\r`` end a line).  A line over :data:`MAX_LINE_BYTES`
+    is skipped unread and given as its size."""
+    pending: list[bytes] = []  # the unfinished line, in pieces
+    size = 0  # its bytes so far
+    skipping = False  # the unfinished line is over the limit: counted, not kept
+    held_cr = False  # a chunk's final \r waits for the next chunk (it may start with \n)
+    step = _chunk_size(fd)
+    while True:
+        chunk = os.read(fd, step)
+        at_end = not chunk
+        if held_cr:
+            chunk = b"\r" + chunk
+        held_cr = not at_end and chunk.endswith(b"\r")
+        if held_cr:
+            chunk = chunk[:-1]
+        if b"\r" in chunk:
+            chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        batch: list[bytes | int] = chunk.split(b"\n")
+        last = batch.pop()
+        if batch:
+            if skipping:
+                batch[0] = size + len(batch[0])
+            elif pending:
+                batch[0] = b"".join((*pending, batch[0]))
+            pending, size, skipping = [], 0, False
+            if max(map(len, batch[1:]), default=0) > MAX_LINE_BYTES or (
+                type(batch[0]) is bytes and len(batch[0]) > MAX_LINE_BYTES
+            ):
+                batch = [
+                    len(x) if type(x) is bytes and len(x) > MAX_LINE_BYTES else x for x in batch
+                ]
+            yield batch
+        size += len(last)
+        if not skipping and last:
+            pending.append(last)
+            if size > MAX_LINE_BYTES:
+                pending, skipping = [], True
+        if at_end:
+            break
+        if skipping:
+            size += _skip_hole(fd)
+    if skipping:
+        yield [size]
+    elif pending:
+        yield [b"".join(pending)]
 
 
 _BLANK = object()
 _NANOBOT_LOSES = "; nanobot 0.2.2's repair fails on it too and loses the whole session"
-_DIGIT_MAP = bytes(0x30 if 0x30 <= b <= 0x39 else 0x2E for b in range(256))
+_SHAPE = bytes(0x30 if 0x30 <= b <= 0x39 else 0x5B if b in b"[{" else 0x2E for b in range(256))
+"""Digits to ``0``, opening brackets to ``[``, anything else to ``.``: a line's shape."""
 _LONG_NUMBER = b"0" * 19
-"""19 digits in a row: the shortest integer orjson would turn into a float (>= 2**63)."""
+"""The shortest integer orjson may turn into a float (it keeps -2**63 .. 2**64-1)."""
+_DEEP = 800
+"""Brackets from which Python's ``json`` (and so nanobot) may refuse a line that orjson
+(1024 levels) still reads."""
+_SCALARS = frozenset({str, int, bool, type(None)})
+
+
+def _as_json_reads(record: dict[str, Any], line: bytes) -> bool:
+    """Whether orjson's ``record`` is what ``json`` reads from ``line``.
+
+    A record of scalars is (one C-level pass over its values).  Otherwise the line must
+    hold no 19-digit run (an integer orjson may have rounded to a float) and too few
+    brackets to nest past ``json``'s limit.
+    """
+    if _SCALARS.issuperset(map(type, record.values())):
+        return True
+    shape = line.translate(_SHAPE)
+    return shape.find(_LONG_NUMBER) < 0 and shape.count(b"[") < _DEEP
 
 
 def _parse_line(line: bytes) -> tuple[Any, str | None]:
     """Parse one line as nanobot's ``json`` would: ``(value, None)``, ``(_BLANK, None)``,
-    or a reason.  orjson parses; a line it refuses or might round goes through ``json``."""
-    if line.translate(_DIGIT_MAP).find(_LONG_NUMBER) < 0:
-        try:
-            return orjson.loads(line), None
-        except orjson.JSONDecodeError:
-            pass
-    return _parse_with_json(line)
+    or a reason.  orjson parses; a line it refuses or may read differently goes through
+    ``json``."""
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return _parse_with_json(line)
+    return (value, None) if _as_json_reads({"": value}, line) else _parse_with_json(line)
 
 
 def _parse_with_json(line: bytes) -> tuple[Any, str | None]:
@@ -237,36 +269,57 @@ def _parse_with_json(line: bytes) -> tuple[Any, str | None]:
         return None, f"not JSON: {str(exc).split(':')[0]}{_NANOBOT_LOSES}"
 
 
-def _parse_lines(
-    buf: Any, fd: int
-) -> tuple[list[dict[str, Any]], list[int], list[tuple[int, str]]]:
-    """The object records, their 1-based line numbers, and the failed lines with a reason."""
+_VALUE_TYPES = partial(map, type)
+
+
+def _exact_batch(values: list[Any], lines: list[bytes]) -> bool:
+    """Whether orjson read every line of a batch to an object, as ``json`` would.
+
+    The common record, all scalars, is settled by C-level maps alone.
+    """
+    if set(map(type, values)) - {dict}:
+        return False
+    plain = map(_SCALARS.issuperset, map(_VALUE_TYPES, map(methodcaller("values"), values)))
+    return all(
+        _as_json_reads(values[i], lines[i]) for i in compress(range(len(values)), map(not_, plain))
+    )
+
+
+def _parse_lines(fd: int) -> tuple[list[dict[str, Any]], list[int], list[tuple[int, str]]]:
+    """The object records, their 1-based line numbers, and the failed lines with a reason.
+
+    A batch of lines is parsed by orjson at once; only a batch holding a line that is not
+    an object orjson reads as ``json`` does is taken line by line.
+    """
     records: list[dict[str, Any]] = []
     numbers: list[int] = []
     bad: list[tuple[int, str]] = []
     loads = orjson.loads
-    for line_no, (start, end) in enumerate(_line_spans(buf, fd), 1):
-        if end - start > MAX_LINE_BYTES:
-            bad.append(
-                (line_no, f"line of {end - start:,} bytes is over {MAX_LINE_BYTES:,}; not read")
-            )
+    line_no = 0
+    for lines in _read_batches(fd):
+        try:
+            values = list(map(loads, lines))
+        except (orjson.JSONDecodeError, TypeError):  # TypeError: an over-long line's size
+            values = None
+        if values is not None and _exact_batch(values, lines):  # type: ignore[arg-type]
+            records.extend(values)
+            numbers.extend(range(line_no + 1, line_no + 1 + len(values)))
+            line_no += len(values)
             continue
-        line = buf[start:end]
-        reason = None
-        if line.translate(_DIGIT_MAP).find(_LONG_NUMBER) < 0:
-            try:
-                value = loads(line)
-            except orjson.JSONDecodeError:
-                value, reason = _parse_with_json(line)
-        else:
-            value, reason = _parse_with_json(line)
-        if type(value) is dict:
-            records.append(value)
-            numbers.append(line_no)
-        elif reason is not None:
-            bad.append((line_no, reason))
-        elif value is not _BLANK:
-            bad.append((line_no, f"JSON {_json_type(value)}, not an object"))
+        for line in lines:
+            line_no += 1
+            if type(line) is int:
+                reason = f"line of {line:,} bytes is over {MAX_LINE_BYTES:,}; not read"
+                bad.append((line_no, reason))
+                continue
+            value, reason = _parse_line(line)
+            if type(value) is dict:
+                records.append(value)
+                numbers.append(line_no)
+            elif reason is not None:
+                bad.append((line_no, reason))
+            elif value is not _BLANK:
+                bad.append((line_no, f"JSON {_json_type(value)}, not an object"))
     return records, numbers, bad
 
 
@@ -315,8 +368,8 @@ def _names_storage_key(stem: str, key: str) -> bool:
         return False
 
 
-def _jsonl_session(path: Path, buf: Any, fd: int) -> tuple[Session, list[Problem]]:
-    records, numbers, bad = _parse_lines(buf, fd)
+def _jsonl_session(path: Path, fd: int) -> tuple[Session, list[Problem]]:
+    records, numbers, bad = _parse_lines(fd)
     typed = list(compress(range(len(records)), map(contains, records, repeat("_type"))))
     metas = [(numbers[i], records[i]) for i in typed if records[i]["_type"] == "metadata"]
     extra = [records[i] for i in typed if records[i]["_type"] == "provider_state"]
@@ -475,38 +528,39 @@ def _open_regular(path: Path) -> tuple[int | None, str | None]:
     return fd, None
 
 
-def _mapped(fd: int) -> Any:
-    """The file's bytes, memory-mapped (paged in as read, never copied whole); ``b""`` when empty."""
-    size = os.fstat(fd).st_size
-    return mmap.mmap(fd, size, access=mmap.ACCESS_READ) if size else b""
+def _read_whole(fd: int) -> bytes | None:
+    """A legacy whole-file JSON session's bytes; None when over :data:`MAX_LINE_BYTES`."""
+    parts: list[bytes] = []
+    size = 0
+    step = _chunk_size(fd)
+    while chunk := os.read(fd, step):
+        size += len(chunk)
+        if size > MAX_LINE_BYTES:
+            return None
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def read_session_file(path: str | Path) -> tuple[Session | None, list[Problem]]:
     """Load one session file (JSONL of any nanobot version, or legacy whole-file JSON).
 
     Returns the session (``None`` only when nothing in the file is usable) and the
-    problems found.  Only regular files are opened; the file is memory-mapped and parsed
-    line by line.  Never raises for damaged content or an unreadable file.
+    problems found.  Only regular files are opened; lines are read a chunk at a time.
+    Never raises for damaged content or an unreadable file.
     """
     path = Path(path)
     fd, reason = _open_regular(path)
     if fd is None:
         return None, [Problem(str(path), None, reason or "not read")]
     try:
-        buf = _mapped(fd)
-    except (OSError, ValueError) as exc:
-        os.close(fd)
-        return None, [Problem(str(path), None, f"unreadable: cannot be memory-mapped ({exc})")]
-    try:
         if path.suffix != ".json":
-            return _jsonl_session(path, buf, fd)
-        if len(buf) > MAX_LINE_BYTES:
-            reason = (
-                f"legacy JSON session of {len(buf):,} bytes is over {MAX_LINE_BYTES:,}; not read"
-            )
+            return _jsonl_session(path, fd)
+        raw = _read_whole(fd)
+        if raw is None:
+            reason = f"legacy JSON session over {MAX_LINE_BYTES:,} bytes; not read"
             return None, [Problem(str(path), None, reason)]
-        return _legacy_session(path, buf[:])
+        return _legacy_session(path, raw)
+    except OSError as exc:
+        return None, [Problem(str(path), None, f"unreadable: {exc.strerror or exc}")]
     finally:
-        if isinstance(buf, mmap.mmap):
-            buf.close()
         os.close(fd)

@@ -20,11 +20,13 @@ def _valid_offset(value: Any, n_messages: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= n_messages
 
 
-def _user_position(messages: list[dict[str, Any]], index: int) -> int | None:
-    """Where user message ``index`` sits (``len(messages)`` one past the last), else ``None``."""
+def _user_position(
+    messages: list[dict[str, Any]], index: int, is_user_turn: Callable[[dict[str, Any]], bool]
+) -> int | None:
+    """Where user turn ``index`` sits (``len(messages)`` one past the last), else ``None``."""
     users = 0
     for position, message in enumerate(messages):
-        if message.get("role") == "user":
+        if is_user_turn(message):
             if users == index:
                 return position
             users += 1
@@ -78,8 +80,9 @@ class Session:
 
     @property
     def n_user_turns(self) -> int:
-        """Number of user messages: :meth:`before_user` and forks take 0 to this."""
-        return sum(1 for m in self.messages if m.get("role") == "user")
+        """Number of user turns (0.3.5 does not count its hidden checkpoint and automation
+        messages): :meth:`before_user` and forks take 0 to this."""
+        return sum(map(get_policy(self.policy).is_user_turn, self.messages))
 
     def copy(self) -> Session:
         """A deep copy, so mutating policy methods leave this session untouched."""
@@ -92,9 +95,8 @@ class Session:
         its value, not its place); ``updated_at`` becomes now.  ``line_numbers`` no longer
         describe the messages, so they become ``None``.
         """
-        self.messages.append(
-            {"role": role, "content": content, "timestamp": datetime.now().isoformat(), **kwargs}
-        )
+        stamp = datetime.now().isoformat()
+        self.messages.append(get_policy(self.policy).new_message(role, content, stamp, kwargs))
         self.updated_at = datetime.now()
         self.line_numbers = None
 
@@ -113,8 +115,8 @@ class Session:
     def before_user(self, index: int, *, deep: bool = False) -> Session:
         """The session as stored just before user message ``index`` (0-based) was added.
 
-        Its messages are those before that user message (``index == n_user_turns`` keeps them
-        all); ``last_consolidated`` is kept when it lies within them, else 0 (nanobot resets an
+        Its messages are those before that user turn (``index == n_user_turns`` keeps them
+        all; under 0.3.5 hidden messages are not turns); ``last_consolidated`` is kept when it lies within them, else 0 (nanobot resets an
         offset past the end).  Everything else is the source's: key, timestamps, metadata,
         records, policy, path and format, with ``line_numbers`` cut to the messages.  This is
         the history nanobot had when it answered user message ``index``, and what
@@ -144,7 +146,8 @@ class Session:
             raise TypeError(
                 f"the user message index must be an integer, got {type(index).__name__}"
             ) from None
-        stop = None if index < 0 else _user_position(self.messages, index)
+        turn = get_policy(self.policy).is_user_turn
+        stop = None if index < 0 else _user_position(self.messages, index, turn)
         if stop is None:
             n_users = self.n_user_turns
             raise IndexError(

@@ -19,6 +19,8 @@ from tiktoken.load import load_tiktoken_bpe
 __all__ = [
     "CL100K_SHA256",
     "FRAMING_TOKENS",
+    "byte_fallback_estimate",
+    "byte_fallback_tokens",
     "encoding",
     "estimate_message_tokens",
     "fallback_message_tokens",
@@ -123,3 +125,25 @@ def estimate_message_tokens(message: dict[str, Any]) -> int:
 def fallback_message_tokens(message: dict[str, Any]) -> int:
     """nanobot's estimate on a machine where tiktoken cannot load: characters // 4 + 4."""
     return fallback_payload_tokens(message_payload(message))
+
+
+def byte_fallback_tokens(payload: str) -> int:
+    """0.3.x's no-tiktoken estimate of a payload: UTF-8 bytes + 4 (at least 4).
+
+    A lone surrogate raises ``UnicodeEncodeError``, as it does in those releases.
+    """
+    if not payload:
+        return FRAMING_TOKENS
+    return max(FRAMING_TOKENS, len(payload.encode("utf-8")) + FRAMING_TOKENS)
+
+
+def byte_fallback_estimate(payload: str) -> int:
+    """0.3.x's estimate of a payload: cl100k_base tokens + 4, or UTF-8 bytes + 4 when encoding
+    fails (no encoder, or special-token text, which ``encode`` refuses)."""
+    if not payload:
+        return FRAMING_TOKENS
+    try:
+        count = len(encoding().encode(payload))
+    except Exception:
+        return byte_fallback_tokens(payload)
+    return max(FRAMING_TOKENS, count + FRAMING_TOKENS)

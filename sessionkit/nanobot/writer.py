@@ -4,9 +4,12 @@ The layout is what nanobot 0.2.2's ``SessionManager.save`` writes: a metadata li
 line per message, each ``json.dumps(record, ensure_ascii=False)`` followed by ``\\n``.  Non-message
 records (a later nanobot's ``provider_state``) go right after the metadata line.
 
-A file is written to a temporary file in the same folder, flushed to disk, then moved into
-place, so a reader (or a crash) sees either the old file or the complete new one.  An existing
-file is only replaced on request, and a later nanobot's ``.session-files.lock`` is honoured.
+Everything that can be checked (the key, its file name's length, the folder, the lock file,
+an existing file) is checked before anything is written; errors name the key and the target
+file.  The file is then written to a temporary file in the same folder (:data:`TEMP_NAME`),
+flushed to disk and moved into place, so a reader (or a crash) sees either the old file or the
+complete new one.  An existing file is only replaced on request, and a later nanobot's
+``.session-files.lock`` is honoured without ever blocking past the timeout.
 """
 
 from __future__ import annotations
@@ -26,11 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from sessionkit.nanobot.naming import Naming, session_path
+from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.session import Session
 
 __all__ = [
     "LOCK_FILENAME",
     "TEMP_NAME",
+    "check_target",
+    "file_kind",
     "is_temp_file",
     "jsonl_line",
     "save_session",
@@ -46,6 +52,9 @@ TEMP_NAME = re.compile(r"\.(?P<stem>.*)\.[0-9a-f]{12}\.tmp", re.DOTALL)
 
 A save removes it; only a crash (``kill -9``, power loss) mid-save leaves one behind.
 """
+NANOBOT_TEMP_NAME = re.compile(r"[^/]*\.jsonl\.tmp|\.[^/]*\.jsonl\.[0-9a-f]{16}\.tmp", re.DOTALL)
+"""Temporary files nanobot's own saves use (0.2.2/0.3.0, then 0.3.5)."""
+
 _TEMP_STEM_BYTES = 64
 
 # os.link errors meaning "this file system has no hard links", not "the target exists".
@@ -77,20 +86,19 @@ def _line(record: Any, what: str, key: str) -> bytes:
 
 
 def session_lines(session: Session, *, now: datetime | None = None) -> bytes:
-    """The bytes of ``session`` as a nanobot session file.
+    """The bytes of ``session`` as a nanobot session file, laid out as its release writes it.
 
     A missing ``created_at``/``updated_at`` (``None``) becomes ``now`` (default: the current
     time), which is what nanobot writes for a session it loaded without them.
     """
     now = now or datetime.now()
-    header = {
-        "_type": "metadata",
-        "key": session.key,
-        "created_at": _isoformat(session.created_at, now, "created_at"),
-        "updated_at": _isoformat(session.updated_at, now, "updated_at"),
-        "metadata": session.metadata,
-        "last_consolidated": session.last_consolidated,
-    }
+    header = get_policy(session.policy).metadata_record(
+        session.key,
+        _isoformat(session.created_at, now, "created_at"),
+        _isoformat(session.updated_at, now, "updated_at"),
+        session.metadata,
+        session.last_consolidated,
+    )
     parts = [_line(header, "the metadata line", session.key)]
     parts += [_line(r, f"record {i}", session.key) for i, r in enumerate(session.records)]
     parts += [_line(m, f"message {i}", session.key) for i, m in enumerate(session.messages)]
@@ -100,11 +108,12 @@ def session_lines(session: Session, *, now: datetime | None = None) -> bytes:
 def is_temp_file(path: str | Path) -> bool:
     """Whether ``path`` is named like a temporary file a save left behind.
 
-    sessionkit's own are ``.<stem>.<12 hex digits>.tmp`` (:data:`TEMP_NAME`); nanobot 0.2's
-    ``SessionManager.save`` uses ``<stem>.jsonl.tmp``.  Both are left only by a crash mid-save.
+    sessionkit's own are ``.<stem>.<12 hex digits>.tmp`` (:data:`TEMP_NAME`); nanobot 0.2.2 and
+    0.3.0 save through ``<stem>.jsonl.tmp``, 0.3.5 through ``.<stem>.jsonl.<16 hex>.tmp``.  Each
+    is left only by a crash mid-save.
     """
     name = Path(path).name
-    return bool(TEMP_NAME.fullmatch(name)) or name.endswith(".jsonl.tmp")
+    return bool(TEMP_NAME.fullmatch(name) or NANOBOT_TEMP_NAME.fullmatch(name))
 
 
 def _temp_name(stem: str) -> str:
@@ -150,15 +159,13 @@ def _stored_key(path: Path) -> str | None:
 
 def _exists_error(path: Path, key: str) -> FileExistsError:
     stored = _stored_key(path) if path.is_file() else None
-    if stored is None:
-        held = "already exists"
-    elif stored == key:
-        held = f"already holds session {stored!r}"
-    else:
-        held = f"already holds session {stored!r}, whose key maps to the same file name"
+    held = "" if stored is None else f" and holds session {stored!r}"
+    if stored is not None and stored != key:
+        held += ", whose key maps to the same file name"
     return FileExistsError(
         errno.EEXIST,
-        f"cannot save session {key!r}: the file {held}; pass overwrite=True to replace it",
+        f"cannot save session {key!r}: the file already exists{held}; "
+        "pass overwrite=True to replace it",
         str(path),
     )
 
@@ -179,7 +186,7 @@ def _open_lock(lock_path: Path, saving: str) -> int | None:
     except FileNotFoundError:
         return None
     if not stat.S_ISREG(mode):
-        raise _lock_error(lock_path, f"is {_file_kind(mode)}, not a regular file", saving)
+        raise _lock_error(lock_path, f"is a {file_kind(mode)}, not a regular file", saving)
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         fd = os.open(lock_path, flags)
@@ -197,17 +204,17 @@ def _open_lock(lock_path: Path, saving: str) -> int | None:
     return fd
 
 
-def _file_kind(mode: int) -> str:
-    """What kind of file ``mode`` describes, in words."""
+def file_kind(mode: int) -> str:
+    """What kind of file an ``st_mode`` that is not a regular file's describes: ``"FIFO"``, ..."""
     kinds = [
-        (stat.S_ISDIR, "a folder"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISLNK, "a symlink"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISDIR, "folder"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISLNK, "symlink"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
     ]
-    return next((name for test, name in kinds if test(mode)), "not a regular file")
+    return next((name for test, name in kinds if test(mode)), "special file")
 
 
 @contextmanager
@@ -298,6 +305,18 @@ def _fsync_folder(folder: Path) -> None:
             os.close(fd)
 
 
+def check_target(final: Path, key: str, *, overwrite: bool = False) -> None:
+    """Everything about writing ``key``'s file ``final`` that can be checked before writing.
+
+    The folder, when it exists, must take new files; without ``overwrite`` the file must
+    not exist.  Raises as :func:`save_session` does.
+    """
+    if final.parent.is_dir():
+        _check_folder(final.parent, key, final)
+    if not overwrite and os.path.lexists(final):
+        raise _exists_error(final, key)
+
+
 def write_file(
     final: Path,
     data: bytes,
@@ -342,7 +361,7 @@ def save_session(
     session: Session,
     sessions_dir: str | Path,
     *,
-    naming: Naming = "nanobot-0.2",
+    naming: Naming | None = None,
     overwrite: bool = False,
     fsync: bool = True,
     lock_timeout: float = 60.0,
@@ -361,7 +380,8 @@ def save_session(
         Created if missing, as nanobot does.
     naming
         ``"nanobot-0.2"``: the safe key (``telegram_123.jsonl``), as nanobot 0.1.5-0.2.2
-        name files; ``"nanobot-0.3"``: the base64url storage key of later releases.
+        name files; ``"nanobot-0.3"``: the base64url storage key of later releases.  Default:
+        the scheme of the session's release (``Session.policy``).
     overwrite
         Replace an existing file for the key.  Without it an existing file, even one that
         appears while this call runs, raises :class:`FileExistsError`.
@@ -386,7 +406,7 @@ def save_session(
         write; every check comes before a temporary file exists, and errors name the key
         and the target file.
     """
-    final = session_path(session.key, sessions_dir, naming)
+    final = session_path(session.key, sessions_dir, naming or get_policy(session.policy).naming)
     data = session_lines(session)
     try:
         final.parent.mkdir(parents=True, exist_ok=True)

@@ -76,7 +76,7 @@ _Memo = dict[tuple[int, bool], _Replayed]
 def _replayed(memo: _Memo, session: Session, stamps: bool) -> _Replayed:
     key = (id(session), stamps)
     if key not in memo:
-        replayed = replay.replay(session, stamps)
+        replayed = replay.replay(session, HistorySettings(include_timestamps=stamps))
         tokens = replayed.sent_tokens().to_numpy(dtype=np.int64, na_value=0)
         memo[key] = _Replayed(replayed.sent(), tokens)
     return memo[key]

@@ -118,6 +118,9 @@ def _tiktoken_loads() -> bool:
 
 
 def main() -> None:
+    # Scenario modules beside this script (``release_scenarios``) are importable; appended,
+    # so the release's own packages always win.
+    sys.path.append(str(PurePath(__file__).parent))
     request = json.loads(sys.stdin.read(), object_hook=_decode)
     module, path = _resolve(request["function"])
     results = [_run_case(module, path, case) for case in request["cases"]]

@@ -12,7 +12,8 @@ from types import ModuleType
 
 import pytest
 
-from sessionkit.nanobot.loss import nanobot_load, read_line, split_lines
+from sessionkit.nanobot import loss
+from sessionkit.nanobot.loss import LongLine, nanobot_load, read_line, split_lines
 
 DAMAGED = Path(__file__).resolve().parents[2] / "data" / "damaged"
 
@@ -59,6 +60,28 @@ def test_split_lines_like_text_mode(data, lines):
         x + b"\n" if i < len(lines) - 1 or data.endswith((b"\n", b"\r")) else x
         for i, x in enumerate(lines)
     ]
+
+
+@pytest.mark.parametrize("block", [1, 2, 3, 7])
+def test_split_lines_across_blocks(monkeypatch, block):
+    monkeypatch.setattr(loss, "_BLOCK", block)
+    rng = random.Random(block)
+    for _ in range(300):
+        data = bytes(rng.choice(b"ab\r\n") for _ in range(rng.randint(0, 12)))
+        text = data.decode()
+        expected = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        if expected[-1] == "":
+            expected.pop()
+        assert [x.decode() for x in _lines(data)] == expected, data
+
+
+def test_a_line_over_the_limit_is_counted_not_kept(monkeypatch):
+    monkeypatch.setattr(loss, "_BLOCK", 4)
+    lines = list(split_lines(io.BytesIO(b"ab\n" + b"x" * 25 + b"\r\ncd"), limit=10))
+    assert lines == [b"ab", b"", b"cd"]
+    assert isinstance(lines[1], LongLine) and lines[1].size == 25
+    assert read_line(lines[1]).reason == "a line of 25 bytes, too long to read"
+    assert nanobot_load(lines).fatal == ((2, "a line of 25 bytes, too long to read"),)
 
 
 @pytest.mark.parametrize(

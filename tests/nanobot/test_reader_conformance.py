@@ -99,3 +99,36 @@ def test_generated_files_load_as_nanobot_loads(
     file = tmp / "cli_x.jsonl"
     file.write_bytes((encode(head) + b"\n" if head else b"") + body)
     assert_same_load(file, tmp / "ws")
+
+
+EXACT = (
+    b'{"role": "user", "content": "x", "big": 18446744073709551617, '
+    b'"low": -9223372036854775809, "s": "\\ud800", "nan": NaN, "inf": -Infinity}'
+)
+
+
+def test_exact_values_load_as_nanobot_loads(tmp_path: Path) -> None:
+    file = tmp_path / "cli_x.jsonl"
+    file.write_bytes(EXACT + b"\n")
+    ours, problems = read_session_file(file)
+    assert problems == []
+    assert repr(ours.messages) == repr(nanobot_load(file, tmp_path / "ws").messages)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"role": "user", "n": 1' + b"0" * 4300 + b"}",
+        b'{"c": ' + b"[" * 50_000 + b"]" * 50_000 + b"}",
+    ],
+    ids=["huge-int", "deep"],
+)
+def test_lines_that_make_nanobot_lose_the_session_are_reported(line: bytes, tmp_path: Path) -> None:
+    file = tmp_path / "cli_x.jsonl"
+    file.write_bytes(b'{"role": "user", "content": "kept"}\n' + line + b"\n")
+    ours, problems = read_session_file(file)
+    assert nanobot_load(file, tmp_path / "ws") is None
+    assert ours.messages == [{"role": "user", "content": "kept"}]
+    assert [(p.line_no, p.reason.endswith("loses the whole session")) for p in problems] == [
+        (2, True)
+    ]

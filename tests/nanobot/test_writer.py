@@ -173,7 +173,8 @@ def test_existing_file_is_not_replaced(tmp_path):
     original = tmp_path / "telegram_123.jsonl"
     original.write_bytes(b"original\n")
     with pytest.raises(
-        FileExistsError, match=r"the file already holds session 'telegram:123'; pass overwrite=True"
+        FileExistsError,
+        match=r"the file already exists and holds session 'telegram:123'; pass overwrite=True",
     ) as info:
         save_session(_session(), tmp_path)
     assert info.value.filename == str(original)
@@ -304,7 +305,7 @@ def test_a_collision_names_the_session_stored_there(tmp_path, key):
     with pytest.raises(FileExistsError) as info:
         save_session(_session(key=key), tmp_path)
     assert info.value.strerror == (
-        f"cannot save session {key!r}: the file already holds session 'a:b'"
+        f"cannot save session {key!r}: the file already exists and holds session 'a:b'"
         + ("" if key == "a:b" else ", whose key maps to the same file name")
         + "; pass overwrite=True to replace it"
     )
@@ -652,7 +653,7 @@ writer.save_session(s, folder, overwrite=overwrite)
     "step", ["after temp create", "after write", "before rename", "after rename"]
 )
 def test_kill_9_mid_save_leaves_no_partial_file(tmp_path, step, overwrite):
-    from sessionkit.doctor import doctor
+    from sessionkit.checkup import doctor
 
     final = tmp_path / "telegram_123.jsonl"
     if overwrite:

@@ -4,8 +4,10 @@
 lines, which its next save of the key then overwrites) against what sessionkit keeps, plus
 leftover temporary files and anything else named like a session that is not a regular file.
 
-:func:`fix` rewrites each file nanobot would damage, atomically, into the lines nanobot loads
-(each intact line byte for byte, stripped), and moves leftover temporary files out.  The
+:func:`fix` rewrites each file with lines nanobot cannot load, atomically, into the lines it
+loads (each kept line's text unchanged but for surrounding whitespace), and moves leftover
+temporary files out.  Values nanobot replaces (a bad offset or timestamp) are reported, not
+changed: the intended value cannot be known.  The
 original file and its damaged lines go to a backup folder, by default
 ``<parent of the sessions folder>/sessionkit-doctor-backup-<YYYYmmdd-HHMMSS>/``: never inside
 the folder nanobot reads, and never deleted.  A second run changes nothing.  Run it while
@@ -25,10 +27,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from sessionkit.nanobot.loss import NanobotLoad, nanobot_load, read_line, split_lines
+from sessionkit.nanobot.loss import LongLine, NanobotLoad, nanobot_load, read_line, split_lines
 from sessionkit.nanobot.naming import key_from_filename, sessions_folder
 from sessionkit.nanobot.reader import SESSION_SUFFIXES, SessionPathError, read_session_file
-from sessionkit.nanobot.writer import LOCK_FILENAME, is_temp_file, write_file
+from sessionkit.nanobot.writer import LOCK_FILENAME, file_kind, is_temp_file, write_file
 
 __all__ = ["COLUMNS", "doctor", "fix"]
 
@@ -51,13 +53,13 @@ nanobot's next save of the key writes the file without what it lost; ``fix`` say
 :func:`fix` does (``""`` for nothing, ``"by hand: ..."`` for what it leaves to you).
 """
 
-_REWRITE = "rewrite without lines {lines} (kept in the backup)"
+_REWRITE = "rewrite without {lines} (kept in the backup)"
 _MOVE = "move to the backup folder"
 
 
 @dataclass(frozen=True)
 class _Row:
-    """One file's diagnosis; ``load`` is set for the session files nanobot reads."""
+    """One file's diagnosis; ``load`` and ``key`` are set for the session files nanobot reads."""
 
     path: Path
     kind: str
@@ -68,21 +70,12 @@ class _Row:
     problems: str = ""
     fix: str = ""
     load: NanobotLoad | None = None
-
-
-def _kind(mode: int) -> str:
-    kinds = [
-        (stat.S_ISDIR, "folder"),
-        (stat.S_ISFIFO, "FIFO"),
-        (stat.S_ISSOCK, "socket"),
-        (stat.S_ISCHR, "character device"),
-        (stat.S_ISBLK, "block device"),
-    ]
-    return next((name for test, name in kinds if test(mode)), "special file")
+    key: str = ""
 
 
 def _lines_text(numbers: Sequence[int]) -> str:
-    return ", ".join(map(str, numbers))
+    """``line 3`` or ``lines 3, 7``."""
+    return f"line{'s' if len(numbers) > 1 else ''} {', '.join(map(str, numbers))}"
 
 
 def _nanobot_loses(load: NanobotLoad) -> str:
@@ -93,8 +86,7 @@ def _nanobot_loses(load: NanobotLoad) -> str:
         return "whole session (no message and empty metadata after skipping bad lines)"
     lost = list(load.replaced)
     if load.skipped:
-        numbers = [n for n, _ in load.skipped]
-        lost.insert(0, f"line{'s' if len(numbers) > 1 else ''} {_lines_text(numbers)} (not JSON)")
+        lost.insert(0, f"{_lines_text([n for n, _ in load.skipped])} (not JSON)")
     return "; ".join(lost) or "nothing"
 
 
@@ -106,9 +98,12 @@ def _load(path: Path) -> NanobotLoad:
 def _session_row(path: Path) -> _Row:
     session, problems = read_session_file(path)
     kept = None if session is None else len(session.messages) + len(session.records)
-    text = "; ".join(
-        p.reason if p.line_no is None else f"line {p.line_no}: {p.reason}" for p in problems
-    )
+    reasons = [p.reason if p.line_no is None else f"line {p.line_no}: {p.reason}" for p in problems]
+    if path.name.startswith("."):
+        reasons.append(
+            "hidden file name, as a path-like key makes; sessionkit now refuses such keys"
+        )
+    text = "; ".join(reasons)
     if path.suffix != ".jsonl":
         return _Row(
             path,
@@ -117,7 +112,18 @@ def _session_row(path: Path) -> _Row:
             nanobot_loses="not read: nanobot 0.2.2 reads only .jsonl files",
             problems=text,
         )
-    load = _load(path)
+    try:
+        load = _load(path)
+    except OSError as exc:
+        return _Row(
+            path,
+            "session",
+            sessionkit_keeps=kept,
+            nanobot_loses=f"whole session (unreadable: {exc.strerror or exc})",
+            next_save_overwrites=True,
+            problems=text,
+            fix="by hand: make the file readable",
+        )
     damaged = load.damaged_lines
     fix = ""
     if damaged:
@@ -130,10 +136,11 @@ def _session_row(path: Path) -> _Row:
         nanobot_keeps=None if load.lost else len(load.message_lines),
         sessionkit_keeps=kept,
         nanobot_loses=_nanobot_loses(load),
-        next_save_overwrites=load.lost or bool(load.skipped),
+        next_save_overwrites=load.lost or bool(load.skipped or load.replaced),
         problems=text,
         fix=fix,
         load=load,
+        key=session.key if session is not None else key_from_filename(path),
     )
 
 
@@ -153,11 +160,10 @@ def _row(path: Path) -> _Row | None:
     if path.name == LOCK_FILENAME:
         if stat.S_ISREG(mode):
             return None
-        what = "a symlink" if stat.S_ISLNK(mode) else f"a {_kind(mode)}"
         return _Row(
             path,
             "lock file",
-            problems=f"{what}, not a regular file: sessionkit refuses to save here",
+            problems=f"a {file_kind(mode)}, not a regular file: sessionkit refuses to save here",
             fix="by hand: remove it (nanobot recreates it)",
         )
     if path.suffix not in SESSION_SUFFIXES:
@@ -176,8 +182,8 @@ def _row(path: Path) -> _Row | None:
         return _session_row(path)
     return _Row(
         path,
-        _kind(mode),
-        problems=f"named like a session but a {_kind(mode)}; no session loads from it",
+        file_kind(mode),
+        problems=f"named like a session but a {file_kind(mode)}; no session loads from it",
         fix="by hand: move it out of the sessions folder",
     )
 
@@ -270,7 +276,8 @@ def _mended(path: Path, load: NanobotLoad) -> tuple[bytes, bytes]:
     with open(path, "rb") as stream:
         for line_no, raw in enumerate(split_lines(stream), 1):
             if line_no in damaged:
-                text = raw.decode("utf-8", "surrogateescape")
+                too_long = isinstance(raw, LongLine)
+                text = None if too_long else raw.decode("utf-8", "surrogateescape")
                 record = {"line_no": line_no, "reason": damaged[line_no], "text": text}
                 lost.append(json.dumps(record) + "\n")
             elif read_line(raw).status == "record":
@@ -282,11 +289,11 @@ def _rewrite(row: _Row, load: NanobotLoad, backup: Path) -> str:
     data, lost = _mended(row.path, load)
     original = _fresh(backup, row.path.name)
     shutil.copy2(row.path, original)
-    _write_new(_fresh(backup, f"{row.path.name}.damaged-lines.jsonl"), lost)
-    session, _ = read_session_file(row.path)
-    key = session.key if session is not None else key_from_filename(row.path)
-    write_file(row.path, data, key, overwrite=True)
-    return f"rewrote without lines {_lines_text(load.damaged_lines)}; original in {original}"
+    with open(original, "rb") as copy:
+        os.fsync(copy.fileno())
+    _write_new(_fresh(backup, f"{row.path.name}.damaged-lines.txt"), lost)
+    write_file(row.path, data, row.key, overwrite=True)
+    return f"rewrote without {_lines_text(load.damaged_lines)}; original in {original}"
 
 
 def _move(row: _Row, backup: Path) -> str:
@@ -303,8 +310,9 @@ def fix(path: str | Path, backup_dir: str | Path | None = None) -> pd.DataFrame:
     path
         A workspace, a sessions folder or one file.
     backup_dir
-        Where the originals, their damaged lines (``<file>.damaged-lines.jsonl``: one JSON
-        record per line with ``line_no``, ``reason`` and ``text``) and the leftover temporary
+        Where the originals, their damaged lines (``<file>.damaged-lines.txt``: one JSON
+        record per line with ``line_no``, ``reason`` and ``text``, bytes that are not UTF-8 as
+        ``\\udcXX`` escapes, ``null`` for a line too long to read) and the leftover temporary
         files go; created if missing and refused inside the sessions folder.  Default:
         ``sessionkit-doctor-backup-<timestamp>`` next to the sessions folder, made only when
         there is something to fix.

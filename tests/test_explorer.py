@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
 import pytest
 
 import sessionkit
-from sessionkit.explorer import SCRATCH_FORK_DIR, Explorer, explore
+from sessionkit import explorer
+from sessionkit.explorer import OPTION_CHARS, SCRATCH_FORK_DIR, Explorer, explore
 from sessionkit.nanobot.naming import session_path
 from sessionkit.nanobot.settings import HistorySettings
+from sessionkit.schema import STATUSES
 from sessionkit.states import message_states
 from sessionkit.transcript import transcript_rows
 from sessionkit.windowing import windows
@@ -77,6 +80,76 @@ def test_controls_update_every_view(app: Explorer, corpus) -> None:
     assert "at turn 40" in app.summary.value
 
 
+def test_the_transcript_follows_every_window_change(app: Explorer) -> None:
+    """Moving any limit scrolls the transcript to the window's first message (issue 14, item 7)."""
+    seen = []
+    for control, value in [
+        (app.max_messages, 30),
+        (app.max_messages, 200),
+        (app.max_tokens, 3000),
+        (app.max_tokens, 0),
+    ]:
+        control.value = value
+        first = app.states.summary()["window"][0]
+        assert app.transcript.focus == first
+        assert app.transcript.status[first] == "in_window"
+        seen.append(first)
+    assert all(a != b for a, b in itertools.pairwise(seen)), f"every step moves the window: {seen}"
+
+
+def test_the_summary_labels_statuses_as_the_transcript_does(app: Explorer) -> None:
+    app.max_messages.value = 30
+    counts = app.states.summary()
+    for status in STATUSES[1:]:
+        chip = app.summary.value.split(f"data-status='{status.name}'")[1]
+        label, count = chip.split("</span> ", 1)
+        assert f"background:{status.color};" in label and label.endswith(f">{status.label}")
+        assert count.startswith(f"{counts[status.name]:,}</span>")
+    assert "trimmed by count" not in app.summary.value and "by tokens" not in app.summary.value
+
+
+def test_the_summary_explains_a_recovered_user_turn(corpus, tmp_path: Path) -> None:
+    """Over budget because nanobot recovered the latest user turn: said in plain words."""
+    app = explore(corpus, key=KEY, sessions_dir=tmp_path, max_tokens=3000)
+    assert "sk-recovered" not in app.summary.value
+    app.turn.value = 37
+    assert app.states.recovered and app.states.tokens_kept > 3000
+    assert f"{app.states.tokens_kept:,}</span> of 3,000 tokens" in app.summary.value
+    assert "documented recovery of a user turn" in app.summary.value
+    assert "recovered=True" in app.summary.value
+
+
+def test_the_summary_explains_an_oversized_newest_message() -> None:
+    session = sessionkit.Session(
+        "t:big", [{"role": "assistant", "content": "hi"}, {"role": "user", "content": "w " * 400}]
+    )
+    app = explore(session, max_tokens=100)
+    assert not app.states.recovered and app.states.tokens_kept > 100
+    assert "always keeps the newest message" in app.summary.value
+    assert "documented recovery" not in app.summary.value
+
+
+def test_picker_entries_are_short_enough_to_show_whole(corpus) -> None:
+    """Long titles are clipped, a CJK character counting twice, so no entry is cut in the picker."""
+    long = sessionkit.Session(
+        "webui:long", [{"role": "user", "content": "hi"}], metadata={"title": "A very " * 20}
+    )
+    wide = sessionkit.Session(
+        "feishu:wide", [{"role": "user", "content": "hi"}], metadata={"title": "东京天气" * 10}
+    )
+    app = explore(sessionkit.Corpus([*corpus, long, wide]))
+    labels = [label for label, _ in app.picker.options]
+    assert max(explorer._columns(label) for label in labels) <= OPTION_CHARS
+    assert labels[-2].startswith("webui:long — A very") and labels[-2].endswith("… (1 msgs, 5 tok)")
+    assert labels[-1].startswith("feishu:wide — 东京天气") and "…" in labels[-1]
+    assert explorer._columns(labels[-1]) >= OPTION_CHARS - 1
+    assert "webui:f00d42 — My Lisbon trip (294 msgs, 26,733 tok)" in labels
+
+
+def test_repr_names_the_session_and_turn(app: Explorer) -> None:
+    assert repr(app) == f"Explorer({KEY!r} at turn {app.turn.value}, 15 sessions)"
+
+
 def test_picking_and_searching_sessions(app: Explorer, corpus) -> None:
     app.max_tokens.value = 2000
     app.picker.value = "telegram:12345"
@@ -117,6 +190,9 @@ def test_fork_with_an_edit(app: Explorer, corpus, tmp_path: Path) -> None:
 
     app.fork_button.click()
     assert "sk-error" in app.fork_result.value and "already exists" in app.fork_result.value
+    assert "overwrite=True" not in app.fork_result.value, "a widget names its checkbox"
+    assert "tick “overwrite an existing fork”" in app.fork_result.value
+    assert app.fork_overwrite.description == "overwrite an existing fork"
     app.fork_overwrite.value = True
     app.fork_button.click()
     assert "sk-ok" in app.fork_result.value
@@ -136,8 +212,8 @@ def test_fork_without_an_edit_is_nanobots_fork(app: Explorer, corpus, tmp_path: 
     ("field", "value", "message"),
     [
         ("fork_dir", "  ", "Choose the sessions folder"),
-        ("fork_target", "", "UnsafeKeyError"),
-        ("fork_target", "..", "UnsafeKeyError"),
+        ("fork_target", "", "Refused target key"),
+        ("fork_target", "..", "Refused target key"),
     ],
 )
 def test_fork_errors_are_shown(app: Explorer, field: str, value: str, message: str) -> None:
@@ -145,6 +221,16 @@ def test_fork_errors_are_shown(app: Explorer, field: str, value: str, message: s
     getattr(app, field).value = value
     app.fork_button.click()
     assert "sk-error" in app.fork_result.value and message in app.fork_result.value
+
+
+def test_a_path_like_fork_key_is_refused_and_writes_nothing(app: Explorer, tmp_path: Path) -> None:
+    app.transcript.selected = 1
+    app.fork_target.value = "../../etc/evil"
+    app.fork_button.click()
+    assert "sk-error" in app.fork_result.value
+    assert "Refused target key" in app.fork_result.value and "path-like" in app.fork_result.value
+    assert list(tmp_path.rglob("*")) == []
+    assert not (tmp_path.parent.parent / "etc").exists()
 
 
 def test_fork_needs_a_selected_message(app: Explorer) -> None:
@@ -167,13 +253,30 @@ def test_explore_one_session(corpus) -> None:
     assert app.fork_dir.value == str(SCRATCH_FORK_DIR)
 
 
-def test_forks_default_to_the_sessions_own_folder(tmp_path: Path) -> None:
-    source = sessionkit.corpus.default_data_dir() / "sessions" / "telegram_42.jsonl"
-    (tmp_path / "sessions").mkdir()
-    copy = tmp_path / "sessions" / source.name
-    copy.write_bytes(source.read_bytes())
-    app = explore(sessionkit.load(tmp_path))
-    assert app.fork_dir.value == str(copy.parent)
+def test_forks_default_to_a_scratch_folder_not_the_live_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without sessions_dir, a fork never lands in the session's own (live) sessions folder."""
+    source = sessionkit.corpus.default_data_dir() / "sessions" / "webui_f00d42.jsonl"
+    live = tmp_path / "workspace" / "sessions"
+    live.mkdir(parents=True)
+    (live / source.name).write_bytes(source.read_bytes())
+    scratch = tmp_path / "scratch"
+    monkeypatch.setattr(explorer, "SCRATCH_FORK_DIR", scratch)
+    app = explore(sessionkit.load(live))
+    assert app.fork_dir.value == str(scratch)
+    assert "scratch folder" in app.fork_info.value
+    app.transcript.selected = 1
+    app.fork_button.click()
+    assert "sk-ok" in app.fork_result.value
+    assert [p.name for p in live.iterdir()] == [source.name]
+    assert session_path(f"{KEY}:fork-1", scratch).is_file()
+
+
+def test_a_named_folder_is_used(corpus, tmp_path: Path) -> None:
+    app = explore(corpus, sessions_dir=tmp_path)
+    assert app.fork_dir.value == str(tmp_path)
+    assert "scratch" not in app.fork_info.value
 
 
 def test_initial_settings_value_and_overrides(corpus, tmp_path: Path) -> None:

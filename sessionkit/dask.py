@@ -1,0 +1,266 @@
+"""A session store as Dask DataFrames: files in byte-balanced partitions, each read by ``sk.load``.
+
+Every partition is a contiguous run of the files :func:`sessionkit.nanobot.reader.find_session_files`
+lists (a session is never split), loaded with :func:`sessionkit.load` on a worker, so
+``read_messages(path).compute()`` holds the rows of ``sk.load(path).messages`` in the same order.
+What differs after ``compute()``:
+
+- the index restarts at 0 in each partition: ``.reset_index(drop=True)`` gives pandas' index;
+- categories are the union of the partitions' in order of first appearance (the same for
+  ``session_key`` and ``role``); pandas sorts ``channel`` and ``format``;
+- ``windows`` and ``file_cap`` rows come partition by partition, each partition in pandas' order
+  (blocks of settings): sort by the settings columns, ``session_key`` and ``at`` to compare;
+- ``read_problems`` lists leftover temp files last and each partition's duplicate keys with it;
+- a session key stored in two files of different partitions is read twice (``sk.load`` keeps
+  the first file and records the second in ``problems``).
+
+Workers need sessionkit installed and the store at the same path (a shared filesystem).
+Inside a worker nothing starts a process pool (Dask's worker processes are daemons).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import dask.dataframe as dd
+import pandas as pd
+from dask.dataframe.utils import clear_known_categories
+
+import sessionkit
+from sessionkit import schema
+from sessionkit.corpus import Corpus, PathLike, default_data_dir
+from sessionkit.counting import Method, count_tokens
+from sessionkit.frames import problems_frame
+from sessionkit.nanobot.reader import find_session_files, leftover_temp_files
+from sessionkit.nanobot.session import Session
+
+__all__ = [
+    "PARTITION_BYTES",
+    "PARTITION_MESSAGES",
+    "file_cap",
+    "partition_files",
+    "read_messages",
+    "read_problems",
+    "read_sessions",
+    "to_parquet",
+    "windows",
+]
+
+Paths = PathLike | list[PathLike] | tuple[PathLike, ...]
+
+PARTITION_BYTES = 64 << 20
+"""Default partition size for paths: about 64 MiB of session files (~55,000 messages)."""
+PARTITION_MESSAGES = 50_000
+"""Default partition size for an in-memory Corpus, in messages."""
+
+
+def _balanced(weights: Sequence[int], npartitions: int) -> list[slice]:
+    """Contiguous slices of ``weights`` with about equal sums; none empty, at most ``npartitions``."""
+    total = sum(weights) or 1
+    # each item joins the part its weight's midpoint falls in: contiguous and balanced
+    parts = [
+        min(npartitions - 1, int(npartitions * (end - weight / 2) / total))
+        for end, weight in zip(itertools.accumulate(weights), weights, strict=True)
+    ]
+    starts = [i for i in range(len(parts)) if i == 0 or parts[i] != parts[i - 1]]
+    return [slice(a, b) for a, b in zip(starts, [*starts[1:], len(parts)], strict=True)]
+
+
+def _size(path: Path) -> int:
+    """Bytes of a session file (0 when it cannot be stat'ed: reading reports it)."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def partition_files(paths: Paths | None = None, npartitions: int | None = None) -> list[list[Path]]:
+    """The session files under ``paths`` in contiguous groups of about equal bytes.
+
+    Parameters
+    ----------
+    paths
+        What :func:`sessionkit.load` takes (default: the bundled sample store).
+    npartitions
+        How many groups at most (default: one per :data:`PARTITION_BYTES`).
+    """
+    files = find_session_files(default_data_dir() if paths is None else paths)
+    sizes = [_size(f) for f in files]
+    n = npartitions or max(1, math.ceil(sum(sizes) / PARTITION_BYTES))
+    return [files[part] for part in _balanced(sizes, n)]
+
+
+def _session_groups(corpus: Corpus, npartitions: int | None) -> list[list[Session]]:
+    """The corpus' sessions in contiguous groups of about equal message counts."""
+    sessions = list(corpus)
+    sizes = [len(s.messages) for s in sessions]
+    n = npartitions or max(1, math.ceil(sum(sizes) / PARTITION_MESSAGES))
+    return [sessions[part] for part in _balanced(sizes, n)]
+
+
+def _meta(empty: pd.DataFrame) -> pd.DataFrame:
+    """``empty`` as Dask meta: categoricals without declared categories are data-dependent."""
+    unknown = [
+        name
+        for name, dtype in empty.dtypes.items()
+        if isinstance(dtype, pd.CategoricalDtype) and len(dtype.categories) == 0
+    ]
+    return clear_known_categories(empty, cols=unknown)
+
+
+def _load(files: list[Path], tokens: Method | None) -> Corpus:
+    """``sk.load(files)`` with the token counts cached in this process, so that building the
+    frames forks no pool (a Dask worker is a daemon process and may not have children)."""
+    corpus = sessionkit.load(files, tokens=tokens)
+    if tokens:
+        count_tokens([m for s in corpus for m in s.messages], method=tokens, workers=1)
+    return corpus
+
+
+def _messages_part(files: list[Path], tokens: Method | None) -> pd.DataFrame:
+    return _load(files, tokens).messages
+
+
+def _sessions_part(files: list[Path], tokens: Method | None) -> pd.DataFrame:
+    return _load(files, tokens).sessions
+
+
+def _problems_part(files: list[Path]) -> pd.DataFrame:
+    return sessionkit.load(files, tokens=None).problems
+
+
+def _from_files(
+    part: Callable[..., pd.DataFrame],
+    meta: pd.DataFrame,
+    paths: Paths | None,
+    npartitions: int | None,
+    **kwargs: Any,
+) -> dd.DataFrame:
+    groups = partition_files(paths, npartitions)
+    return dd.from_map(part, groups, meta=_meta(meta), enforce_metadata=False, **kwargs)
+
+
+def read_messages(
+    paths: Paths | None = None,
+    *,
+    tokens: Method | None = "tiktoken",
+    npartitions: int | None = None,
+) -> dd.DataFrame:
+    """``sk.load(paths).messages`` as a Dask DataFrame (columns: :data:`schema.MESSAGES`).
+
+    Parameters
+    ----------
+    paths
+        A workspace, sessions folder, file, glob or a list of these (default: the sample store).
+    tokens
+        Token counting, as :func:`sessionkit.load` takes it.
+    npartitions
+        How many partitions at most (default: one per :data:`PARTITION_BYTES` of files).
+    """
+    meta = schema.empty_frame(schema.MESSAGES)
+    return _from_files(_messages_part, meta, paths, npartitions, tokens=tokens)
+
+
+def read_sessions(
+    paths: Paths | None = None,
+    *,
+    tokens: Method | None = "tiktoken",
+    npartitions: int | None = None,
+) -> dd.DataFrame:
+    """``sk.load(paths).sessions`` as a Dask DataFrame (columns: :data:`schema.SESSIONS`);
+    parameters as :func:`read_messages`."""
+    meta = schema.empty_frame(schema.SESSIONS)
+    return _from_files(_sessions_part, meta, paths, npartitions, tokens=tokens)
+
+
+def read_problems(paths: Paths | None = None, *, npartitions: int | None = None) -> dd.DataFrame:
+    """``sk.load(paths).problems`` as a Dask DataFrame (columns: :data:`schema.PROBLEMS`);
+    leftover temp files, found here, form the last partition."""
+    meta = schema.empty_frame(schema.PROBLEMS)
+    found = _from_files(_problems_part, meta, paths, npartitions)
+    temp = leftover_temp_files(default_data_dir() if paths is None else paths)
+    return (
+        dd.concat([found, dd.from_pandas(problems_frame(temp), npartitions=1)]) if temp else found
+    )
+
+
+def _sessions(group: list[Path] | list[Session]) -> Corpus | list[Session]:
+    """A group of files loaded (tokens are not needed), or a group of sessions as it is."""
+    return sessionkit.load(group, tokens=None) if isinstance(group[0], Path) else group
+
+
+def _windows_part(group: list[Path] | list[Session], grid: dict[str, Any]) -> pd.DataFrame:
+    return sessionkit.windows(_sessions(group), **grid, workers=1, progress=False)
+
+
+def _file_cap_part(group: list[Path] | list[Session], options: dict[str, Any]) -> pd.DataFrame:
+    return sessionkit.file_cap(_sessions(group), **options, progress=False)
+
+
+def _per_session(
+    part: Callable[..., pd.DataFrame],
+    meta: pd.DataFrame,
+    source: Paths | Corpus | None,
+    npartitions: int | None,
+    options: dict[str, Any],
+) -> dd.DataFrame:
+    """``part(group, options)`` over groups of files, or of a Corpus' sessions (then shipped
+    to the workers inside the task graph)."""
+    groups: Iterable[list[Path]] | Iterable[list[Session]] = (
+        _session_groups(source, npartitions)
+        if isinstance(source, Corpus)
+        else partition_files(source, npartitions)
+    )
+    return dd.from_map(part, groups, args=[options], meta=_meta(meta), enforce_metadata=False)
+
+
+def windows(
+    paths_or_corpus: Paths | Corpus | None = None,
+    *,
+    npartitions: int | None = None,
+    **grid: Any,
+) -> dd.DataFrame:
+    """:func:`sessionkit.windows` of every session, partition by partition (columns:
+    :data:`schema.WINDOWS`); rows come partition by partition (see the module docstring).
+
+    Parameters
+    ----------
+    paths_or_corpus
+        What :func:`read_messages` takes, or a :class:`~sessionkit.Corpus` in memory.
+    npartitions
+        How many partitions at most (default: per :data:`PARTITION_BYTES` of files, or per
+        :data:`PARTITION_MESSAGES` of a Corpus).
+    **grid
+        The keywords of :func:`sessionkit.windows` except ``workers`` and ``progress``
+        (one process per task, no progress bar).
+    """
+    meta = sessionkit.windows([], **grid, workers=1, progress=False)
+    return _per_session(_windows_part, meta, paths_or_corpus, npartitions, grid)
+
+
+def file_cap(
+    paths_or_corpus: Paths | Corpus | None = None,
+    *,
+    npartitions: int | None = None,
+    **options: Any,
+) -> dd.DataFrame:
+    """:func:`sessionkit.file_cap` of every session, partition by partition (columns:
+    :data:`schema.FILE_CAP`); ``options`` are its keywords except ``progress``, the rest as
+    :func:`windows`."""
+    meta = sessionkit.file_cap([], **options, progress=False)
+    return _per_session(_file_cap_part, meta, paths_or_corpus, npartitions, options)
+
+
+def to_parquet(frame: dd.DataFrame, path: PathLike, **kwargs: Any) -> None:
+    """Write ``frame`` as a Parquet dataset (one file per partition, no index).
+
+    ``dd.read_parquet(path)`` reads back the same values and dtypes except that string columns
+    come back as ``string[pyarrow]`` and categoricals with unknown categories; ``kwargs`` go to
+    :meth:`dask.dataframe.DataFrame.to_parquet`.
+    """
+    frame.to_parquet(path, write_index=False, **kwargs)

@@ -1,0 +1,68 @@
+"""Multi-step scenarios run inside a release's environment by ``release_harness.py``.
+
+Stdlib only (plus the release itself).  Each function takes JSON-able arguments and returns
+JSON-able results, so ``Release.run("release_scenarios:<name>", cases)`` can call it.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+
+def _manager(root: Path) -> Any:
+    """The release's own ``SessionManager`` over a scratch workspace (never the user's)."""
+    import inspect
+
+    from nanobot.session.manager import SessionManager
+
+    workspace = root / "workspace"
+    workspace.mkdir()
+    if "sessions_root" in inspect.signature(SessionManager).parameters:
+        return SessionManager(workspace, sessions_root=root / "sessions-root")
+    return SessionManager(workspace)
+
+
+def fork_file(source: dict[str, Any], target_key: str, before_user_index: int) -> Any:
+    """Save ``source`` with the release's store, fork it, and return the fork's file.
+
+    ``source`` holds ``Session`` fields (``created_at``/``updated_at`` as ISO text).  Returns
+    ``None`` when the release refuses the fork, else ``{"name": file name, "lines": [...]}``.
+    """
+    from nanobot.session.manager import Session
+
+    with tempfile.TemporaryDirectory() as tmp:
+        manager = _manager(Path(tmp))
+        fields = dict(source)
+        for stamp in ("created_at", "updated_at"):
+            fields[stamp] = datetime.fromisoformat(fields[stamp])
+        manager.save(Session(**fields))
+        before = set(manager.sessions_dir.glob("*.jsonl"))
+        fork = manager.fork_session_before_user_index(source["key"], target_key, before_user_index)
+        if fork is None:
+            return None
+        (path,) = set(manager.sessions_dir.glob("*.jsonl")) - before
+        return {"name": path.name, "lines": path.read_text(encoding="utf-8").splitlines()}
+
+
+def load_file(name: str, text: str) -> Any:
+    """Put a session file named ``name`` in a fresh store and load it with the release.
+
+    Returns the loaded session's key, messages, metadata and offset, or ``None``.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        manager = _manager(Path(tmp))
+        (manager.sessions_dir / name).write_text(text, encoding="utf-8")
+        first = json.loads(text.splitlines()[0])
+        session = manager._load(first["key"])
+        if session is None:
+            return None
+        return {
+            "key": session.key,
+            "messages": session.messages,
+            "metadata": session.metadata,
+            "last_consolidated": session.last_consolidated,
+        }

@@ -1,0 +1,186 @@
+"""sessionkit.dask on a real 2-process LocalCluster, equal to the pandas results of sk.load."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import dask.dataframe as dd
+import pandas as pd
+import pytest
+from distributed import Client, LocalCluster
+
+import sessionkit as sk
+from sessionkit import dask as skd
+from sessionkit import synthetic
+from sessionkit.nanobot.reader import find_session_files
+
+GRID = {"max_messages": [20, 120], "max_tokens": [0, 4000], "last_consolidated": ["recorded", 0]}
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Client]:
+    """Two worker processes of one thread each: every partition crosses a process boundary."""
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        yield client
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """21 generated sessions of varied size (3 to 1,000+ messages) in both namings, one damaged
+    line and a leftover temp file."""
+    folder = tmp_path_factory.mktemp("store") / "sessions"
+    synthetic.generate_corpus(folder, n_sessions=18, target_messages=3000, seed=13)
+    consolidated = synthetic.generate_session(1, "slack:C9", 60, last_consolidated=40)
+    synthetic.write_store(folder, [consolidated])
+    synthetic.write_store(
+        folder, [synthetic.generate_session(2, "webui:x1", 30)], naming="nanobot-0.3"
+    )
+    (damaged,) = synthetic.write_store(folder, [synthetic.generate_session(3, "telegram:9", 4)])
+    with damaged.open("a", encoding="utf-8") as file:
+        file.write("{not json\n")
+    (folder / "telegram_9.jsonl.tmp").write_text("{}", encoding="utf-8")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def generated(store: Path) -> sk.Corpus:
+    """The generated store as pandas sees it."""
+    return sk.load(store)
+
+
+@pytest.fixture(scope="module", params=["generated", "bundled"])
+def source(request: pytest.FixtureRequest, store: Path, data_dir: Path) -> Path:
+    return store if request.param == "generated" else data_dir / "sessions"
+
+
+@pytest.fixture(scope="module")
+def expected(source: Path, store: Path, generated: sk.Corpus) -> sk.Corpus:
+    """``sk.load(source)``: the pandas results every Dask one must equal."""
+    return generated if source == store else sk.load(source)
+
+
+def _canonical(frame: pd.DataFrame, *, sort: bool = False) -> pd.DataFrame:
+    """A fresh index and each categorical's categories sorted (partitions' union orders them by
+    first appearance); rows sorted by every column when ``sort``."""
+    out = frame.reset_index(drop=True)
+    for name, dtype in out.dtypes.items():
+        if isinstance(dtype, pd.CategoricalDtype):
+            out[name] = out[name].cat.set_categories(sorted(dtype.categories))
+    return out.sort_values(list(out.columns), ignore_index=True) if sort else out
+
+
+def test_balanced_groups_are_contiguous_and_even() -> None:
+    assert skd._balanced([10, 10, 10, 10], 2) == [slice(0, 2), slice(2, 4)]
+    assert skd._balanced([100, 1, 1, 1], 3) == [slice(0, 1), slice(1, 4)]
+    assert skd._balanced([1, 1, 1, 1, 1, 1, 100], 3) == [slice(0, 6), slice(6, 7)]
+    assert skd._balanced([0, 0, 0], 3) == [slice(0, 3)]
+    assert skd._balanced([5], 4) == [slice(0, 1)]
+
+
+def test_partition_files_keeps_the_listing_order(store: Path) -> None:
+    groups = skd.partition_files(store, npartitions=4)
+    assert [f for group in groups for f in group] == find_session_files(store)
+    assert len(groups) == 4
+    assert len(skd.partition_files(store)) == 1  # the store is far below PARTITION_BYTES
+
+
+def test_messages_equal_pandas(client: Client, source: Path, expected: sk.Corpus) -> None:
+    frame = skd.read_messages(source, npartitions=4)
+    assert frame.npartitions == 4
+    got = frame.compute()
+    assert len(got) == len(expected.messages)
+    pd.testing.assert_frame_equal(_canonical(got), _canonical(expected.messages))
+    # session_key and role keep pandas' category order: first appearance, file by file
+    assert list(got.session_key.cat.categories) == list(
+        expected.messages.session_key.cat.categories
+    )
+    assert list(got.role.cat.categories) == list(expected.messages.role.cat.categories)
+
+
+def test_sessions_equal_pandas(client: Client, source: Path, expected: sk.Corpus) -> None:
+    got = skd.read_sessions(source, npartitions=3).compute()
+    pd.testing.assert_frame_equal(_canonical(got), _canonical(expected.sessions))
+
+
+def test_problems_equal_pandas(client: Client, store: Path, generated: sk.Corpus) -> None:
+    got = skd.read_problems(store, npartitions=3).compute()
+    want = generated.problems
+    assert len(want) == 2  # the damaged line and the temp file
+    pd.testing.assert_frame_equal(_canonical(got, sort=True), _canonical(want, sort=True))
+
+
+def test_windows_equal_pandas(client: Client, source: Path, expected: sk.Corpus) -> None:
+    got = skd.windows(source, npartitions=3, **GRID).compute()
+    want = sk.windows(expected, **GRID)
+    assert len(got) == len(want)
+    pd.testing.assert_frame_equal(_canonical(got, sort=True), _canonical(want, sort=True))
+
+
+def test_windows_of_a_corpus_in_memory(client: Client, generated: sk.Corpus) -> None:
+    """A Corpus is shipped to the workers in groups of sessions instead of files."""
+    got = skd.windows(generated, npartitions=2, **GRID).compute()
+    want = sk.windows(generated, **GRID)
+    pd.testing.assert_frame_equal(_canonical(got, sort=True), _canonical(want, sort=True))
+
+
+@pytest.mark.parametrize("replay", ["final", "growth"])
+def test_file_cap_equal_pandas(
+    client: Client, source: Path, expected: sk.Corpus, replay: str
+) -> None:
+    got = skd.file_cap(source, npartitions=3, limits=[50, 400], replay=replay).compute()
+    want = sk.file_cap(expected, limits=[50, 400], replay=replay)
+    assert len(got) == len(want) > 0
+    pd.testing.assert_frame_equal(_canonical(got, sort=True), _canonical(want, sort=True))
+
+
+def _pool_from(messages: int, *, forget: bool) -> bool:
+    """On a worker: count_tokens forks a pool from ``messages`` uncached messages (and forgets
+    every count); whether this process is a daemon, which may not fork."""
+    import multiprocessing
+
+    import sessionkit.counting
+
+    sessionkit.counting._PARALLEL_MIN_MESSAGES = messages
+    if forget:
+        sessionkit.counting.DEFAULT_CACHE.clear()
+    return multiprocessing.current_process().daemon
+
+
+def test_workers_fork_no_pool(client: Client, store: Path, generated: sk.Corpus) -> None:
+    """Counting in a Dask worker stays in the worker, whatever the batch size."""
+    import sessionkit.counting
+
+    assert all(client.run(_pool_from, 1, forget=True).values())
+    try:
+        got = skd.read_messages(store, npartitions=2).compute()
+    finally:
+        client.run(_pool_from, sessionkit.counting._PARALLEL_MIN_MESSAGES, forget=False)
+    assert got["tokens"].notna().all()
+    pd.testing.assert_series_equal(
+        got["tokens"].reset_index(drop=True), generated.messages["tokens"]
+    )
+
+
+def test_parquet_round_trip(
+    client: Client, store: Path, generated: sk.Corpus, tmp_path: Path
+) -> None:
+    """Every dtype survives Parquet (categoricals, nullable integers, strings, datetimes)."""
+    frame = skd.read_messages(store, npartitions=3)
+    skd.to_parquet(frame, tmp_path / "messages")
+    assert sorted(p.name for p in (tmp_path / "messages").iterdir()) == [
+        "part.0.parquet",
+        "part.1.parquet",
+        "part.2.parquet",
+    ]
+    back = dd.read_parquet(tmp_path / "messages")
+    assert back.npartitions == 3
+    pd.testing.assert_frame_equal(back.compute(), frame.compute())
+    pd.testing.assert_frame_equal(
+        _canonical(pd.read_parquet(tmp_path / "messages")), _canonical(generated.messages)
+    )
