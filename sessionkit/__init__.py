@@ -43,7 +43,7 @@ __all__ = [
 
 __version__ = importlib.metadata.version("sessionkit")
 
-_SUBMODULES = ("plot", "testing", "schema", "synthetic", "nanobot")
+_SUBMODULES = ("plot", "testing", "schema", "synthetic", "nanobot", "dask")
 
 
 def __getattr__(name: str) -> Any:

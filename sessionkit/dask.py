@@ -1,21 +1,21 @@
 """A session store as Dask DataFrames: files in byte-balanced partitions, each read by ``sk.load``.
 
-Every partition is a contiguous run of the files :func:`sessionkit.nanobot.reader.find_session_files`
-lists (a session is never split), loaded with :func:`sessionkit.load` on a worker, so
-``read_messages(path).compute()`` holds the rows of ``sk.load(path).messages`` in the same order.
-What differs after ``compute()``:
+A partition is a contiguous run of the files ``find_session_files`` lists (a session is never
+split), loaded by :func:`sessionkit.load` on a worker, so ``read_messages(path).compute()`` holds
+the rows of ``sk.load(path).messages`` in the same order.  What differs after ``compute()``:
 
 - the index restarts at 0 in each partition: ``.reset_index(drop=True)`` gives pandas' index;
-- categories are the union of the partitions' in order of first appearance (the same for
-  ``session_key`` and ``role``); pandas sorts ``channel`` and ``format``;
+- categories are the union of the partitions', in order of first appearance, as ``str``
+  (``union_categoricals`` makes them so): ``session_key`` and ``role`` keep pandas' order,
+  while pandas sorts ``channel`` and ``format``;
 - ``windows`` and ``file_cap`` rows come partition by partition, each partition in pandas' order
   (blocks of settings): sort by the settings columns, ``session_key`` and ``at`` to compare;
-- ``read_problems`` lists leftover temp files last and each partition's duplicate keys with it;
+- ``read_problems`` lists leftover temp files last, and each partition's duplicate keys with it;
 - a session key stored in two files of different partitions is read twice (``sk.load`` keeps
   the first file and records the second in ``problems``).
 
-Workers need sessionkit installed and the store at the same path (a shared filesystem).
-Inside a worker nothing starts a process pool (Dask's worker processes are daemons).
+Workers need sessionkit installed and the store at the same path (a shared filesystem).  Inside
+a worker nothing starts a process pool (Dask's worker processes are daemons, which may not fork).
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def _load(files: list[Path], tokens: Method | None) -> Corpus:
     """``sk.load(files)`` with the token counts cached in this process, so that building the
     frames forks no pool (a Dask worker is a daemon process and may not have children)."""
     corpus = sessionkit.load(files, tokens=tokens)
-    if tokens:
+    if tokens == "tiktoken":
         count_tokens([m for s in corpus for m in s.messages], method=tokens, workers=1)
     return corpus
 
@@ -257,10 +257,10 @@ def file_cap(
 
 
 def to_parquet(frame: dd.DataFrame, path: PathLike, **kwargs: Any) -> None:
-    """Write ``frame`` as a Parquet dataset (one file per partition, no index).
+    """Write ``frame`` as a Parquet dataset: one file per partition, no index.
 
-    ``dd.read_parquet(path)`` reads back the same values and dtypes except that string columns
-    come back as ``string[pyarrow]`` and categoricals with unknown categories; ``kwargs`` go to
-    :meth:`dask.dataframe.DataFrame.to_parquet`.
+    ``dd.read_parquet(path)`` reads back equal partitions: every dtype is kept (pandas'
+    metadata in the files), categoricals with their categories unknown until computed.
+    ``kwargs`` go to :meth:`dask.dataframe.DataFrame.to_parquet`.
     """
     frame.to_parquet(path, write_index=False, **kwargs)

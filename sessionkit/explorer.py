@@ -102,13 +102,13 @@ def _budget_note(states: MessageStates) -> str:
         return ""
     if states.recovered:
         return (
-            f"<div class='sk-recovered'>Over the {budget:,}-token budget on purpose: the newest "
+            f"<div class='sk-over-budget'>Over the {budget:,}-token budget on purpose: the newest "
             "messages that fit held no user message, so nanobot kept the latest user message "
             "and what follows it anyway (its documented recovery of a user turn; "
             "<code>recovered=True</code> in <code>sk.windows</code>).</div>"
         )
     return (
-        f"<div class='sk-recovered'>Over the {budget:,}-token budget on purpose: nanobot always "
+        f"<div class='sk-over-budget'>Over the {budget:,}-token budget on purpose: nanobot always "
         "keeps the newest message, even when it alone exceeds the budget.</div>"
     )
 
@@ -184,7 +184,14 @@ class Explorer(widgets.VBox):
             "extend_to_user", initial.extend_to_user, "sk-extend-to-user"
         )
         self.zoom = _checkbox("zoom to the turn", True, "sk-zoom")
-        self.timeline = widgets.Image(format="png", layout=widgets.Layout(width="auto"))
+        from sessionkit import plot  # matplotlib loads with the first explorer, not the package
+
+        self._figure = plot.timeline_axes().figure
+        # At most its own pixel width, so a wide screen does not blow it up (and blur it).
+        pixels = round(self._figure.get_figwidth() * self._figure.dpi)
+        self.timeline = widgets.Image(
+            format="png", layout=widgets.Layout(width="auto", max_width=f"{pixels}px")
+        )
         self.timeline.add_class("sk-timeline")
         self.summary = widgets.HTML(layout=_auto())
         self.summary.add_class("sk-summary")
@@ -203,9 +210,6 @@ class Explorer(widgets.VBox):
         self.fork_result = widgets.HTML(layout=_auto())
         self.fork_result.add_class("sk-fork-result")
 
-        from sessionkit import plot  # matplotlib loads with the first explorer, not the package
-
-        self._figure = plot.timeline_axes().figure
         self.session: Session = corpus[key] if key is not None else next(iter(corpus))
         super().__init__(self._layout(), layout=widgets.Layout(width="auto", min_width="0"))
         self.add_class("sk-explorer")
@@ -315,16 +319,20 @@ class Explorer(widgets.VBox):
             file_cap=self.file_cap.value,
         )
 
-    def _changed(self, _change: dict[str, Any]) -> None:
-        """Refresh now, or once the kernel has applied every pending control change."""
+    def _changed(self, change: dict[str, Any]) -> None:
+        """Refresh now after a change made in code (so the next line sees it), after one made
+        in the browser once the kernel has applied every pending control change."""
         if self._quiet:
             return
+        # ipywidgets holds this lock while it applies a state the browser sent.
+        from_browser = bool(change["owner"]._property_lock)
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
+            loop = None
+        if loop is None or not from_browser:
             self._refresh()
-            return
-        if not self._scheduled:
+        elif not self._scheduled:
             self._scheduled = True
             loop.call_soon(self._refresh)
 

@@ -46,7 +46,7 @@ T = TypeVar("T")
 _AUTO_PARALLEL_MESSAGES = 50_000
 _AUTO_PROGRESS_MESSAGES = 20_000
 _CHUNK_MESSAGES = 5_000
-_DERIVED_KEPT = 8
+_DERIVED_KEPT = 6
 
 
 @dataclass(frozen=True, eq=False)
@@ -56,7 +56,8 @@ class Replay:
     ``declared`` (per message) and ``entry_declared`` (per replayed entry) hold, for a tool
     result naming a call, the index of the latest assistant message declaring it (-1: none);
     -2 for every other message.  ``command`` flags user messages marked ``_command``,
-    ``checkpoint`` 0.3.5's hidden summary-checkpoint messages (``_hidden_history: true``).
+    ``checkpoint`` 0.3.5's hidden summary-checkpoint messages (``_hidden_history: true``),
+    ``turn`` the user turns the release counts (0.3.5 skips hidden messages).
     ``kept`` are the source indices of replayed entries and ``tokens`` their counts.
     """
 
@@ -64,6 +65,7 @@ class Replay:
     delivery: np.ndarray
     command: np.ndarray
     checkpoint: np.ndarray
+    turn: np.ndarray
     declared: np.ndarray
     kept: np.ndarray
     entry_declared: np.ndarray
@@ -121,6 +123,7 @@ def _compute(
         delivery=np.array([bool(m.get("_channel_delivery")) for m in messages], dtype=bool),
         command=is_user & np.array([bool(m.get("_command")) for m in messages], dtype=bool),
         checkpoint=np.array([m.get(HIDDEN_HISTORY_KEY) is True for m in messages], dtype=bool),
+        turn=np.fromiter(map(policy.is_user_turn, messages), dtype=bool, count=len(messages)),
         declared=np.array(declared, dtype=np.int32),
         kept=np.array(kept, dtype=np.int32),
         entry_declared=np.array(entry_declared, dtype=np.int32),

@@ -101,4 +101,4 @@ class TranscriptWidget(anywidget.AnyWidget):
     """The status table (name, label, color), from which the front-end takes every status colour."""
     selected = traitlets.Int(-1).tag(sync=True)
     focus = traitlets.Int(-1).tag(sync=True)
-    """Message index to scroll into view."""
+    """Message index to scroll into view; the explorer sets it to the window's first message."""

@@ -133,6 +133,7 @@ class _Stack:
     delivery: np.ndarray  # padded with two False entries
     command: np.ndarray  # user message flagged _command, padded with one False entry
     users: np.ndarray  # global indices of user messages
+    turns: np.ndarray  # global indices of the user turns the release counts
     checkpoints: np.ndarray  # global indices of 0.3.5's hidden checkpoint messages
     raw_jumps: list[np.ndarray]
     rank: np.ndarray  # replayed entries before each message (length n + 1)
@@ -180,6 +181,7 @@ def _stack(replays: list[replay.Replay]) -> _Stack:
         delivery=np.append(cat("delivery", bool), [False, False]),
         command=np.append(cat("command", bool), False),
         users=np.flatnonzero(is_user),
+        turns=np.flatnonzero(cat("turn", bool)),
         checkpoints=np.flatnonzero(cat("checkpoint", bool)),
         raw_jumps=_orphan_jumps(tools, lowest, n),
         rank=np.concatenate([[0], np.cumsum(keep_mask)]),
@@ -214,8 +216,8 @@ def _positions(sessions: list[Session], stack: _Stack, at: At) -> tuple[np.ndarr
     """(session number, global message index) of every window asked for by ``at``."""
     sizes = np.diff(stack.offsets)
     if isinstance(at, str) and at == "every_user_turn":
-        owner = np.searchsorted(stack.offsets, stack.users, side="right") - 1
-        return owner, stack.users
+        owner = np.searchsorted(stack.offsets, stack.turns, side="right") - 1
+        return owner, stack.turns
     if isinstance(at, str) and at == "end":
         return np.arange(len(sessions)), stack.offsets[1:]
     if isinstance(at, str):
@@ -484,8 +486,8 @@ last_consolidated
         Overrides of ``settings``, each a value or a list of values (None: the setting's).
         ``include_timestamps`` reaches 0.2.2 only, ``include_runtime_context`` 0.3.x only.
     at
-        ``"every_user_turn"`` (before each user message is stored; 0.3.5's hidden checkpoint
-        messages are user messages too), ``"end"`` (the history the next message would get)
+        ``"every_user_turn"`` (before each user turn is stored; under 0.3.5 the hidden
+        checkpoint and automation messages are not turns, as in its forks), ``"end"`` (the history the next message would get)
         or a list of message indices (beyond a session's length: skipped).
     workers
         Processes replaying the sessions (default: every core for large sweeps, needs the
@@ -520,8 +522,8 @@ last_consolidated
             fixed = {
                 "session_key": session_codes[members][owner],
                 "policy": names.index(chosen.name),
-                "turn": np.searchsorted(stack.users, at_index)
-                - np.searchsorted(stack.users, stack.offsets[owner]),
+                "turn": np.searchsorted(stack.turns, at_index)
+                - np.searchsorted(stack.turns, stack.offsets[owner]),
                 "at": at_index - stack.offsets[owner],
                 "command": stack.command[at_index],
                 **entry_columns,

@@ -32,8 +32,8 @@ def client() -> Iterator[Client]:
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """21 generated sessions of varied size (3 to 1,000+ messages) in both namings, one damaged
-    line and a leftover temp file."""
+    """21 generated sessions of a few to 904 messages in both namings, one with a damaged line, and
+    a leftover temp file."""
     folder = tmp_path_factory.mktemp("store") / "sessions"
     synthetic.generate_corpus(folder, n_sessions=18, target_messages=3000, seed=13)
     consolidated = synthetic.generate_session(1, "slack:C9", 60, last_consolidated=40)
@@ -137,6 +137,17 @@ def test_file_cap_equal_pandas(
     want = sk.file_cap(expected, limits=[50, 400], replay=replay)
     assert len(got) == len(want) > 0
     pd.testing.assert_frame_equal(_canonical(got, sort=True), _canonical(want, sort=True))
+
+
+def test_a_key_in_two_partitions_is_read_twice(client: Client, tmp_path: Path) -> None:
+    """The documented difference: sk.load keeps the first file of a duplicated key."""
+    record, messages = synthetic.generate_session(4, "telegram:1", 3)
+    for name in ("a.jsonl", "b.jsonl"):
+        (tmp_path / name).write_text(synthetic.to_jsonl([record, *messages]), encoding="utf-8")
+    assert sk.load(tmp_path).sessions["key"].tolist() == ["telegram:1"]
+    got = skd.read_sessions(tmp_path, npartitions=2).compute()
+    assert got["key"].tolist() == ["telegram:1", "telegram:1"]
+    assert skd.read_sessions(tmp_path, npartitions=1).compute()["key"].tolist() == ["telegram:1"]
 
 
 def _pool_from(messages: int, *, forget: bool) -> bool:

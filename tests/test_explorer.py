@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 from pathlib import Path
@@ -56,6 +57,8 @@ def test_initial_view(app: Explorer, corpus) -> None:
     assert _shown(app) == _expected(session)
     assert app.transcript.rows == transcript_rows(session, app.states.frame["tokens"].tolist())
     assert bytes(app.timeline.value).startswith(b"\x89PNG")
+    png_width = int.from_bytes(bytes(app.timeline.value)[16:20], "big")
+    assert app.timeline.layout.max_width == f"{png_width}px", "never stretched past its pixels"
     assert app.transcript.focus == app.states.summary()["window"][0]
 
 
@@ -78,6 +81,25 @@ def test_controls_update_every_view(app: Explorer, corpus) -> None:
     assert _shown(app) == _expected(session, turn=40, settings=settings)
     assert app.transcript.focus == app.states.summary()["window"][0]
     assert "at turn 40" in app.summary.value
+
+
+def test_in_a_kernel_code_changes_show_at_once_and_browser_changes_once(
+    corpus, tmp_path: Path
+) -> None:
+    """In a running event loop (a kernel), a value set in code refreshes before the next line
+    runs; values the browser sends refresh once, after the kernel has applied them all."""
+
+    async def drive() -> list[int]:
+        app = explore(corpus, key=KEY, sessions_dir=tmp_path)
+        app.max_tokens.value = 3000
+        seen = [app.states.settings.max_tokens]
+        app.max_messages.set_state({"value": 30})
+        app.max_tokens.set_state({"value": 0})
+        seen.append(app.states.settings.max_tokens)
+        await asyncio.sleep(0)
+        return [*seen, app.states.settings.max_tokens, app.states.settings.max_messages]
+
+    assert asyncio.run(drive()) == [3000, 3000, 0, 30]
 
 
 def test_the_transcript_follows_every_window_change(app: Explorer) -> None:
@@ -111,7 +133,7 @@ def test_the_summary_labels_statuses_as_the_transcript_does(app: Explorer) -> No
 def test_the_summary_explains_a_recovered_user_turn(corpus, tmp_path: Path) -> None:
     """Over budget because nanobot recovered the latest user turn: said in plain words."""
     app = explore(corpus, key=KEY, sessions_dir=tmp_path, max_tokens=3000)
-    assert "sk-recovered" not in app.summary.value
+    assert "sk-over-budget" not in app.summary.value
     app.turn.value = 37
     assert app.states.recovered and app.states.tokens_kept > 3000
     assert f"{app.states.tokens_kept:,}</span> of 3,000 tokens" in app.summary.value

@@ -263,15 +263,17 @@ LINE_MUTATIONS: list[Mutation] = [
 
 
 def special_files(folder: Path, source: Path) -> list[Path]:
-    """A FIFO, a folder, a broken link, a symlink loop, a temp file and an undecodable
-    name, each next to a good session; returns those that must be reported."""
+    """A FIFO, a folder, a broken link, a symlink loop, a device, temp files and an
+    undecodable name, next to a good session; returns those that must be reported."""
     folder.mkdir()
     (folder / "good_1.jsonl").write_bytes(source.read_bytes())
-    reported = [folder / n for n in ("fifo.jsonl", "dir.jsonl", "gone.jsonl", "loop.jsonl")]
+    names = ("fifo.jsonl", "dir.jsonl", "gone.jsonl", "loop.jsonl", "null.jsonl")
+    reported = [folder / n for n in names]
     os.mkfifo(reported[0])
     reported[1].mkdir()
     reported[2].symlink_to("missing.jsonl")
     reported[3].symlink_to("loop.jsonl")
+    reported[4].symlink_to(os.devnull)
     for temp in (".good_1.0123456789ab.tmp", "good_1.jsonl.tmp"):
         (folder / temp).write_bytes(source.read_bytes()[:100])
         reported.append(folder / temp)
@@ -321,7 +323,11 @@ def check_file(path: Path, counts: Counter[str]) -> None:
         return
     reported = {(p, n) for p, n in zip(problems["path"], problems["line_no"], strict=True)}
     session = next(iter(corpus), None)
-    kept = dict(zip(session.line_numbers, session.messages, strict=True)) if session is not None else {}
+    kept = (
+        dict(zip(session.line_numbers, session.messages, strict=True))
+        if session is not None
+        else {}
+    )
     records = [repr(r) for r in session.records] if session is not None else []
     metas = []
     for n, line in nanobot_lines(path.read_bytes()):

@@ -158,3 +158,24 @@ def test_replayed_again_reads_token_counts_from_the_cache(
 
     monkeypatch.setattr(sessionkit.counting, "_encode_lengths", refuse)
     pd.testing.assert_frame_equal(windows(sessions, cache=cache, workers=workers), first)
+
+
+def test_replays_are_cached_per_release_and_the_settings_its_entries_read() -> None:
+    clear_cache()
+    session = Session("k", [user("say <|endoftext|> now"), assistant("a")])
+    own = replay(session, STAMPED)
+    release = get_policy("nanobot-0.3.0")
+    plain_030 = replay(session, HistorySettings(include_runtime_context=False), policy=release.name)
+    assert cache_size() == 2
+    # 0.3.0's entries ignore include_timestamps: the same cached replay.
+    same = HistorySettings(include_timestamps=False, include_runtime_context=False)
+    assert replay(session, same, policy=release.name) is plain_030
+    assert own.tokens.tolist() == [
+        len("[Message Time: 2026-01-01T10:00:00]\nsay <|endoftext|> now") // 4 + 4,
+        5,
+    ]
+    assert plain_030.tokens.tolist() == [len(b"say <|endoftext|> now") + 4, 5]
+    assert stored_tokens(session).tolist() == [21 // 4 + 4, 5]
+    assert stored_tokens(session, release.name).tolist() == [
+        release.estimate_message_tokens(m) for m in session.messages
+    ]

@@ -13,7 +13,7 @@ import os
 import re
 import reprlib
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
@@ -91,8 +91,9 @@ def _expand(item: str | Path) -> list[Path]:
 
 
 def _identity(path: Path) -> Path:
-    """The resolved path of a reachable file; a broken or looping link stays as named."""
-    return path.resolve() if os.path.exists(path) else path.absolute()
+    """A regular file's resolved path; anything else (FIFO, device, broken or looping link)
+    stays as named, so its problem names the entry in the folder."""
+    return path.resolve() if path.is_file() else path.absolute()
 
 
 def _items(path: str | Path | list[str | Path] | tuple[str | Path, ...]) -> list[str | Path]:
@@ -166,6 +167,10 @@ def _skip_hole(fd: int) -> int:
     return data - here
 
 
+def _unread_if_long(line: bytes | int) -> bytes | int:
+    return len(line) if type(line) is bytes and len(line) > MAX_LINE_BYTES else line
+
+
 def _read_batches(fd: int) -> Iterator[list[bytes | int]]:
     """The lines, a chunk's worth at a time, split as nanobot's text-mode reading splits
     (``\n``, ``\r\n`` and a lone ``\r`` end a line).  A line over :data:`MAX_LINE_BYTES`
@@ -188,17 +193,13 @@ def _read_batches(fd: int) -> Iterator[list[bytes | int]]:
         batch: list[bytes | int] = chunk.split(b"\n")
         last = batch.pop()
         if batch:
-            if skipping:
-                batch[0] = size + len(batch[0])
-            elif pending:
-                batch[0] = b"".join((*pending, batch[0]))
+            first = batch[0]
+            batch[0] = size + len(first) if skipping else b"".join((*pending, first))  # type: ignore[arg-type]
             pending, size, skipping = [], 0, False
             if max(map(len, batch[1:]), default=0) > MAX_LINE_BYTES or (
                 type(batch[0]) is bytes and len(batch[0]) > MAX_LINE_BYTES
             ):
-                batch = [
-                    len(x) if type(x) is bytes and len(x) > MAX_LINE_BYTES else x for x in batch
-                ]
+                batch = [_unread_if_long(line) for line in batch]
             yield batch
         size += len(last)
         if not skipping and last:
@@ -285,8 +286,11 @@ def _exact_batch(values: list[Any], lines: list[bytes]) -> bool:
     )
 
 
-def _parse_lines(fd: int) -> tuple[list[dict[str, Any]], list[int], list[tuple[int, str]]]:
-    """The object records, their 1-based line numbers, and the failed lines with a reason.
+def _parse_lines(
+    fd: int,
+) -> tuple[list[dict[str, Any]], Sequence[int], list[tuple[int, str]]]:
+    """The object records, their 1-based line numbers (a range when there is no gap), and
+    the failed lines with a reason.
 
     A batch of lines is parsed by orjson at once; only a batch holding a line that is not
     an object orjson reads as ``json`` does is taken line by line.
@@ -320,6 +324,8 @@ def _parse_lines(fd: int) -> tuple[list[dict[str, Any]], list[int], list[tuple[i
                 bad.append((line_no, reason))
             elif value is not _BLANK:
                 bad.append((line_no, f"JSON {_json_type(value)}, not an object"))
+    if len(numbers) == line_no:
+        return records, range(1, line_no + 1), bad
     return records, numbers, bad
 
 

@@ -66,3 +66,35 @@ def load_file(name: str, text: str) -> Any:
             "metadata": session.metadata,
             "last_consolidated": session.last_consolidated,
         }
+
+
+def make_workspace(root: str, sessions: list[dict[str, Any]]) -> Any:
+    """Write ``sessions`` with the release's own store into ``<root>/workspace`` (0.3.5: its
+    sessions live in ``<root>/config/sessions/<id>/``); return where the files went.
+
+    Each session dict holds ``key``, ``messages``, ``metadata`` and optionally
+    ``checkpoint`` (``commit_summary_checkpoint`` keyword arguments) or
+    ``last_consolidated``.
+    """
+    import inspect
+
+    from nanobot.session.manager import Session, SessionManager
+
+    base = Path(root)
+    workspace = base / "workspace"
+    workspace.mkdir(parents=True, exist_ok=True)
+    if "sessions_root" in inspect.signature(SessionManager).parameters:
+        manager = SessionManager(workspace, sessions_root=base / "config" / "sessions")
+    else:
+        manager = SessionManager(workspace)
+    for spec in sessions:
+        session = Session(key=spec["key"], messages=spec["messages"], metadata=spec["metadata"])
+        if "last_consolidated" in spec:
+            session.last_consolidated = spec["last_consolidated"]
+        if "checkpoint" in spec:
+            session.commit_summary_checkpoint(**spec["checkpoint"])
+        manager.save(session)
+    return {
+        "sessions_dir": str(manager.sessions_dir),
+        "files": sorted(p.name for p in Path(manager.sessions_dir).iterdir()),
+    }

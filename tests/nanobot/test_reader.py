@@ -158,11 +158,13 @@ def make_kinds(folder: Path) -> dict[str, str]:
     os.mkfifo(folder / "fifo.jsonl")
     (folder / "dangling.jsonl").symlink_to("nowhere.jsonl")
     (folder / "loop.jsonl").symlink_to("loop.jsonl")
+    (folder / "null.jsonl").symlink_to(os.devnull)
     return {
         "dangling.jsonl": "a dangling symlink (to 'nowhere.jsonl'); not read",
         "dir.jsonl": "a directory, not a regular file; not read",
         "fifo.jsonl": "a FIFO (named pipe), not a regular file; not read",
         "loop.jsonl": "a symlink loop; not read",
+        "null.jsonl": "a character device, not a regular file; not read",
     }
 
 
@@ -185,7 +187,14 @@ def test_special_files_are_listed_so_reading_reports_them(tmp_path: Path) -> Non
     good = write(tmp_path / "a.jsonl", jsonl(USER))
     make_kinds(tmp_path)
     names = [p.name for p in find_session_files(tmp_path)]
-    assert names == ["a.jsonl", "dangling.jsonl", "dir.jsonl", "fifo.jsonl", "loop.jsonl"]
+    assert names == [
+        "a.jsonl",
+        "dangling.jsonl",
+        "dir.jsonl",
+        "fifo.jsonl",
+        "loop.jsonl",
+        "null.jsonl",
+    ]
     assert find_session_files(tmp_path / "fifo.jsonl") == [tmp_path / "fifo.jsonl"]
     assert find_session_files(good) == [good]
 
@@ -279,7 +288,7 @@ def test_keys_and_file_names_that_are_not_utf8_load(tmp_path: Path) -> None:
 
 def test_a_line_over_the_limit_is_reported_without_being_read(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(reader, "MAX_LINE_BYTES", 100)
-    monkeypatch.setattr(reader, "_SCAN_BYTES", 16)
+    monkeypatch.setattr(reader, "_CHUNK_BYTES", 16)
     path = write(
         tmp_path / "t.jsonl",
         jsonl(META) + jsonl(USER) + b"\r\n" + b" " * 150 + b"\n" + jsonl(REPLY),
@@ -295,6 +304,22 @@ def test_a_line_over_the_limit_is_reported_without_being_read(tmp_path: Path, mo
     ]
 
 
+@pytest.mark.parametrize("chunk", [1, 2, 3, 5, 64])
+def test_chunk_boundaries_never_change_the_lines(tmp_path: Path, monkeypatch, chunk: int) -> None:
+    data = jsonl(META).replace(b"\n", b"\r\n") + jsonl(USER).replace(b"\n", b"\r") + b"\r\n\n"
+    data += jsonl(REPLY) + b"[1]\r" + jsonl(USER)[:-1]
+    path = write(tmp_path / "t.jsonl", data)
+    expected = read_session_file(path)
+    monkeypatch.setattr(reader, "_CHUNK_BYTES", chunk)
+    session, problems = read_session_file(path)
+    assert (session.messages, list(session.line_numbers), problems) == (
+        [USER, REPLY, USER],
+        [2, 5, 7],
+        [Problem(str(path), 6, "JSON array, not an object", skipped=True)],
+    )
+    assert (session.messages, problems) == (expected[0].messages, expected[1])
+
+
 def test_a_huge_sparse_file_is_reported_not_read_into_memory(tmp_path: Path) -> None:
     path = write(tmp_path / "x_1.jsonl", jsonl(USER))
     os.truncate(path, 40 << 30)
@@ -302,9 +327,7 @@ def test_a_huge_sparse_file_is_reported_not_read_into_memory(tmp_path: Path) -> 
     size = (40 << 30) - len(jsonl(USER))
     assert session.messages == [USER]
     assert problems == [
-        Problem(
-            str(path), 2, f"line of {size:,} bytes is over 268,435,456; not read", skipped=True
-        )
+        Problem(str(path), 2, f"line of {size:,} bytes is over 268,435,456; not read", skipped=True)
     ]
 
 
