@@ -33,7 +33,7 @@ _PATHS_HELP = "workspace, sessions folder, file or glob (default: bundled data)"
 def summary_table(corpus: Corpus) -> pd.DataFrame:
     """One summary row per session, in load order."""
     table = corpus.sessions[_SUMMARY_COLUMNS].reset_index(drop=True)
-    return table.astype({"format": "string"})
+    return table.astype({"format": "string[python]"})
 
 
 def _with_total(table: pd.DataFrame) -> pd.DataFrame:
@@ -49,7 +49,7 @@ def _with_total(table: pd.DataFrame) -> pd.DataFrame:
         "last_message_at": table["last_message_at"].max(),
         "title": "",
     }
-    rows = table.astype({"last_consolidated": "string"})
+    rows = table.astype({"last_consolidated": "string[python]"})
     return pd.concat([rows, pd.DataFrame([total])], ignore_index=True)
 
 

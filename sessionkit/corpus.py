@@ -12,12 +12,20 @@ from pathlib import Path
 import pandas as pd
 
 from sessionkit.counting import DEFAULT_CACHE, Method
-from sessionkit.frames import messages_frame, problems_frame, sessions_frame
+from sessionkit.fields import message_field
+from sessionkit.frames import (
+    FRAME_TIMES,
+    fits_frame,
+    messages_frame,
+    problems_frame,
+    sessions_frame,
+)
 from sessionkit.nanobot.reader import (
     Problem,
     SessionPathError,
     find_session_files,
     leftover_temp_files,
+    parse_timestamp,
     read_session_file,
 )
 from sessionkit.nanobot.session import Session
@@ -146,7 +154,7 @@ class Corpus:
     def problems(self) -> pd.DataFrame:
         """One row per damaged line or file, and per message nanobot cannot count (see
         :data:`sessionkit.schema.PROBLEMS`)."""
-        return problems_frame(self._problems + _uncountable_problems(self))
+        return problems_frame(self._problems + _uncountable_problems(self) + _time_problems(self))
 
 
 def _uncountable_problems(sessions: Iterable[Session]) -> list[Problem]:
@@ -159,6 +167,46 @@ def _uncountable_problems(sessions: Iterable[Session]) -> list[Problem]:
         )
         if (reason := uncountable_reason(message))
     ]
+
+
+_OUT_OF_FRAME = (
+    f"is outside what a frame's time column holds ({FRAME_TIMES[0]:%Y-%m-%d} .. "
+    f"{FRAME_TIMES[1]:%Y-%m-%d}): missing (NaT) in corpus.{{frame}}, kept as stored in the Session"
+)
+
+
+def _stamp_outside(value: object) -> bool:
+    """Whether a message timestamp is a valid time a frame cannot hold (only years outside
+    1678..2261 are parsed to find out)."""
+    if type(value) is not str or "1678" <= value[:4] <= "2261":
+        return False
+    parsed = parse_timestamp(value)
+    return parsed is not None and not fits_frame(parsed)
+
+
+def _time_problems(sessions: Iterable[Session]) -> list[Problem]:
+    """One problem per valid time too early or too late for a frame (shown as NaT there)."""
+    problems = []
+    for session in sessions:
+        for field in ("created_at", "updated_at"):
+            value = getattr(session, field)
+            if value is not None and not fits_frame(value):
+                reason = f"metadata {field} {value.isoformat()} " + _OUT_OF_FRAME.format(
+                    frame="sessions"
+                )
+                problems.append(Problem(str(session.path), None, reason))
+        stamps = message_field(session.messages, "timestamp")
+        lines = session.line_numbers or [None] * len(stamps)
+        problems.extend(
+            Problem(
+                str(session.path),
+                line_no,
+                f"timestamp {stamp!r} " + _OUT_OF_FRAME.format(frame="messages"),
+            )
+            for stamp, line_no in zip(stamps, lines, strict=True)
+            if _stamp_outside(stamp)
+        )
+    return problems
 
 
 def load(

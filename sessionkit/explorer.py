@@ -1,6 +1,7 @@
 """``sessionkit.explore(corpus)``: pick a session, move the limits, watch the window, fork.
 
-An ipywidgets app with no logic of its own: the statuses and counts come from
+An ipywidgets app with no logic of its own: the release selector replays the session under
+another nanobot release (``Session.policy``), the statuses and counts come from
 :func:`sessionkit.states.message_states` and :meth:`~sessionkit.states.MessageStates.summary`, the
 timeline from :func:`sessionkit.plot.token_timeline`, forks from :func:`sessionkit.fork`.
 """
@@ -8,6 +9,7 @@ timeline from :func:`sessionkit.plot.token_timeline`, forks from :func:`sessionk
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import html
 import io
 import tempfile
@@ -23,6 +25,7 @@ from sessionkit.corpus import Corpus
 from sessionkit.forking import fork
 from sessionkit.nanobot.listing import flatten_content
 from sessionkit.nanobot.naming import UnsafeKeyError
+from sessionkit.nanobot.policies import POLICIES, get_policy
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings
 from sessionkit.schema import STATUSES
@@ -186,6 +189,15 @@ class Explorer(widgets.VBox):
         self.zoom = _checkbox("zoom to the turn", True, "sk-zoom")
         from sessionkit import plot  # matplotlib loads with the first explorer, not the package
 
+        self.policy = widgets.Dropdown(
+            options=[(plot.RELEASE_LABELS.get(name, name), name) for name in POLICIES],
+            description="release",
+            style={"description_width": "110px"},
+            layout=widgets.Layout(width="auto", max_width="520px"),
+        )
+        self.policy.add_class("sk-policy")
+        self._releases: dict[str, Session] = {}
+
         self._figure = plot.timeline_axes().figure
         # At most its own pixel width, so a wide screen does not blow it up (and blur it).
         pixels = round(self._figure.get_figwidth() * self._figure.dpi)
@@ -225,6 +237,7 @@ class Explorer(widgets.VBox):
         """Picker and controls side by side, wrapping below 1,280 px; transcript beside the fork panel."""
         controls = widgets.VBox(
             [
+                self.policy,
                 self.max_messages,
                 self.max_tokens,
                 self.turn,
@@ -262,6 +275,7 @@ class Explorer(widgets.VBox):
     def _wire(self) -> None:
         self.search.observe(self._on_search, "value")
         self.picker.observe(self._on_pick, "value")
+        self.policy.observe(self._on_policy, "value")
         for control in (
             self.max_messages,
             self.max_tokens,
@@ -296,17 +310,49 @@ class Explorer(widgets.VBox):
             self._show(change["new"])
 
     def _show(self, key: str) -> None:
-        """Switch to session ``key``: new rows, the next turn, a cleared fork panel."""
+        """Switch to session ``key`` under its own release: new rows, the next turn, a cleared
+        fork panel."""
         self.session = self.corpus[key]
+        self._releases = {self.session.policy: self.session}
         self._quiet = True
         try:
             self.picker.value = key if any(k == key for _, k in self.picker.options) else None
-            self.turn.max = self.session.n_user_turns
-            self.turn.value = self.session.n_user_turns
+            previous, self.policy.value = self.policy.value, self.session.policy
+            self._follow_default(previous, self.session.policy)
+            self.turn.max = self.turn.value = self.subject().n_user_turns
             self.transcript.selected = -1
         finally:
             self._quiet = False
         self._reset_fork()
+        self._refresh(rows=True)
+
+    def subject(self) -> Session:
+        """The session shown, under the release the selector names (a copy sharing its
+        messages, kept while the session is shown so its replays stay cached)."""
+        name = self.policy.value
+        if name not in self._releases:
+            self._releases[name] = dataclasses.replace(self.session, policy=name)
+        return self._releases[name]
+
+    def _follow_default(self, previous: str, name: str) -> None:
+        """A max_messages slider at release ``previous``'s default moves to release ``name``'s
+        (120 in 0.2.2, 2000 in 0.3.0, 0 = none in 0.3.5)."""
+        if self.max_messages.value == get_policy(previous).default_max_messages:
+            self.max_messages.value = get_policy(name).default_max_messages
+
+    def _on_policy(self, change: dict[str, Any]) -> None:
+        """Replay the session under the release picked; the turn stays, or stays the next one."""
+        if self._quiet:
+            return
+        next_turn = self.turn.value == self.turn.max
+        self._quiet = True
+        try:
+            self._follow_default(change["old"], change["new"])
+            self.turn.max = self.subject().n_user_turns
+            if next_turn:
+                self.turn.value = self.turn.max
+        finally:
+            self._quiet = False
         self._refresh(rows=True)
 
     def settings(self) -> HistorySettings:
@@ -339,7 +385,7 @@ class Explorer(widgets.VBox):
     def _refresh(self, *, rows: bool = False) -> None:
         self._scheduled = False
         self.states: MessageStates = message_states(
-            self.session, turn=self.turn.value, settings=self.settings()
+            self.subject(), turn=self.turn.value, settings=self.settings()
         )
         counts = self.states.summary()
         self._draw()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from datetime import datetime
+from functools import partial
 from itertools import chain, repeat
 from typing import Any
 
@@ -17,12 +18,29 @@ from sessionkit.fields import STR_OR_NONE, message_field
 from sessionkit.nanobot.listing import flatten_content, session_preview, session_title
 from sessionkit.nanobot.reader import Problem, parse_timestamp
 from sessionkit.nanobot.session import Session
+from sessionkit.nanobot.uncountable import counts_or_missing
 
-__all__ = ["messages_frame", "problems_frame", "sessions_frame"]
+__all__ = ["FRAME_TIMES", "fits_frame", "messages_frame", "problems_frame", "sessions_frame"]
+
+FRAME_TIMES = (
+    pd.Timestamp.min.ceil("us").to_pydatetime(),
+    pd.Timestamp.max.floor("us").to_pydatetime(),
+)
+"""The earliest and latest wall-clock times a ``datetime64[ns]`` column holds."""
 
 
 def _naive(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=None) if value is not None and value.tzinfo else value
+
+
+def fits_frame(value: datetime) -> bool:
+    """Whether a time (wall clock, offset dropped) fits a frame's ``datetime64[ns]`` column."""
+    return FRAME_TIMES[0] <= _naive(value) <= FRAME_TIMES[1]  # type: ignore[operator]
+
+
+def _framed(value: datetime | None) -> datetime | None:
+    """``value`` as a frame shows it: wall clock, missing when out of the column's range."""
+    return _naive(value) if value is not None and fits_frame(value) else None
 
 
 def _to_datetime(values: list[Any]) -> np.ndarray:
@@ -30,6 +48,7 @@ def _to_datetime(values: list[Any]) -> np.ndarray:
 
     numpy parses plain ISO strings in C; offsets, words numpy accepts ("now") and anything
     unparsable take the exact per-value path (``datetime.fromisoformat``, offset dropped).
+    A time outside :data:`FRAME_TIMES` is NaT, never wrapped around.
     """
     strings = [v if type(v) is str else None for v in values]
     # numpy also reads "now" and "today"; no ISO date is shorter than 10 characters.
@@ -37,10 +56,14 @@ def _to_datetime(values: list[Any]) -> np.ndarray:
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             try:
-                return np.array(strings, dtype="datetime64[us]").astype("datetime64[ns]")
+                stamps = np.array(strings, dtype="datetime64[us]")
             except (ValueError, TypeError, OverflowError, UserWarning, DeprecationWarning):
                 pass
-    parsed = [_naive(parse_timestamp(s)) for s in strings]
+            else:
+                low, high = (np.datetime64(t, "us") for t in FRAME_TIMES)
+                stamps[(stamps < low) | (stamps > high)] = np.datetime64("NaT")
+                return stamps.astype("datetime64[ns]")
+    parsed = [_framed(parse_timestamp(s)) for s in strings]
     return pd.Series(parsed, dtype="datetime64[ns]").to_numpy()
 
 
@@ -64,7 +87,8 @@ def _codes(values: list[Any]) -> tuple[np.ndarray, list[str]]:
 
 def _strings(values: list[Any]) -> pd.arrays.StringArray:
     """A string column; non-strings become <NA>.  Built directly: pandas' generic
-    constructor re-scans and copies every value."""
+    constructor re-scans and copies every value, and its pyarrow strings cannot hold a
+    lone surrogate (a key or file name that is not valid UTF-8)."""
     array = _objects(values)
     array[~_is_instance(values, str)] = pd.NA
     return pd.arrays.StringArray(array)
@@ -129,7 +153,11 @@ def messages_frame(
     text = message_field(msgs, "content")
     for i in np.flatnonzero(~_is_instance(text, str)):
         text[i] = flatten_content(text[i])
-    counts = count_tokens(msgs, method=tokens, cache=cache) if tokens else None
+    counts = (
+        counts_or_missing(msgs, partial(count_tokens, method=tokens, cache=cache))
+        if tokens
+        else None
+    )
     no_tokens = np.zeros(total, dtype=np.int64)
     return schema.frame(
         schema.MESSAGES,
@@ -185,22 +213,24 @@ def sessions_frame(
     return schema.frame(
         schema.SESSIONS,
         {
-            "key": keys,
-            "channel": [c for c, _ in split],
-            "chat_id": [c for _, c in split],
-            "path": [str(s.path) if s.path else None for s in sessions],
+            "key": _strings(keys),
+            "channel": _strings([c for c, _ in split]),
+            "chat_id": _strings([c for _, c in split]),
+            "path": _strings([str(s.path) if s.path else None for s in sessions]),
             "format": [s.format for s in sessions],
-            "created_at": [_naive(s.created_at) for s in sessions],
-            "updated_at": [_naive(s.updated_at) for s in sessions],
-            "title": [session_title(s.metadata) for s in sessions],
-            "preview": [
-                session_preview(
-                    s.messages,
-                    line_numbers=s.line_numbers,
-                    first_damaged_line=damaged.get(str(s.path)),
-                )
-                for s in sessions
-            ],
+            "created_at": [_framed(s.created_at) for s in sessions],
+            "updated_at": [_framed(s.updated_at) for s in sessions],
+            "title": _strings([session_title(s.metadata) for s in sessions]),
+            "preview": _strings(
+                [
+                    session_preview(
+                        s.messages,
+                        line_numbers=s.line_numbers,
+                        first_damaged_line=damaged.get(str(s.path)),
+                    )
+                    for s in sessions
+                ]
+            ),
             "n_messages": [len(s.messages) for s in sessions],
             "n_user_turns": [s.n_user_turns for s in sessions],
             "last_consolidated": [s.last_consolidated for s in sessions],
@@ -216,8 +246,8 @@ def problems_frame(problems: Sequence[Problem]) -> pd.DataFrame:
     return schema.frame(
         schema.PROBLEMS,
         {
-            "path": [p.path for p in problems],
+            "path": _strings([p.path for p in problems]),
             "line_no": [p.line_no for p in problems],
-            "reason": [p.reason for p in problems],
+            "reason": _strings([p.reason for p in problems]),
         },
     )

@@ -266,15 +266,21 @@ FIGURE_DATA: tuple[Column, ...] = (
 """Columns of :func:`sessionkit.testing.figure_data`: what a figure draws, not its pixels."""
 
 
+# "string" columns keep Python strings: pyarrow strings cannot hold a lone surrogate, which
+# nanobot's own json loads, and the storage must not depend on whether pyarrow is installed.
+_STORAGE: dict[str, Any] = {"string": pd.StringDtype("python")}
+
+
 def _array(column: Column, values: Any, categories: Sequence[Any] | None) -> Any:
     """``values`` as ``column``'s dtype; arrays already of that dtype are used as they are."""
     if categories is not None:
         return pd.Categorical.from_codes(np.asarray(values, dtype=np.int64), categories)
-    if getattr(values, "dtype", None) == column.dtype:
+    dtype = _STORAGE.get(column.dtype, column.dtype)
+    if getattr(values, "dtype", None) == dtype:
         return values
     if column.dtype == "category":
         return pd.Categorical(values)
-    return pd.array(values, dtype=column.dtype)
+    return pd.array(values, dtype=dtype)
 
 
 def frame(

@@ -311,3 +311,50 @@ def test_initial_settings_value_and_overrides(corpus, tmp_path: Path) -> None:
     )
     assert _shown(app) == _expected(corpus[KEY], settings=app.settings())
     assert "consolidated" not in app.transcript.status
+
+
+def test_the_release_selector_replays_the_session_under_that_release(app: Explorer, corpus) -> None:
+    """The selector starts on the session's own release; each release shows what
+    ``message_states`` computes for the session under it (issue 11, item 5)."""
+    session = corpus[KEY]
+    assert app.policy.value == session.policy == "nanobot-0.2"
+    assert [value for _, value in app.policy.options] == list(sessionkit.POLICIES)
+    app.max_tokens.value = 3000
+    app.turn.value = 30
+    seen = {}
+    for name in ["nanobot-0.3.0", "nanobot-0.3.5", "nanobot-0.2"]:
+        app.policy.value = name
+        under = sessionkit.Session(
+            session.key, session.messages, last_consolidated=session.last_consolidated, policy=name
+        )
+        expected = message_states(under, turn=30, settings=app.settings())
+        assert app.subject().policy == name and app.subject().messages is session.messages
+        assert app.states.frame.equals(expected.frame)
+        assert (app.states.messages_kept, app.states.tokens_kept, app.states.cut) == (
+            expected.messages_kept,
+            expected.tokens_kept,
+            expected.cut,
+        )
+        assert _shown(app) == _expected(under, turn=30, settings=app.settings())
+        seen[name] = (app.max_messages.value, app.states.tokens_kept)
+    # The count slider follows each release's default; the windows differ between releases.
+    assert {name: count for name, (count, _) in seen.items()} == {
+        "nanobot-0.3.0": 2000,
+        "nanobot-0.3.5": 0,
+        "nanobot-0.2": 120,
+    }
+    assert seen["nanobot-0.2"][1] != seen["nanobot-0.3.0"][1]
+    assert app.turn.value == 30
+
+
+def test_a_chosen_count_survives_a_release_change_and_a_session_resets_it(
+    app: Explorer, corpus
+) -> None:
+    app.max_messages.value = 30
+    app.policy.value = "nanobot-0.3.0"
+    assert app.max_messages.value == 30
+    assert app.states.settings.max_messages == 30
+    app.picker.value = "cli:direct"
+    assert app.policy.value == corpus["cli:direct"].policy
+    assert app.subject() is corpus["cli:direct"]
+    assert app.turn.value == app.turn.max == corpus["cli:direct"].n_user_turns

@@ -322,6 +322,7 @@ def check_file(path: Path, counts: Counter[str]) -> None:
         FINDINGS.append(f"{path.parent.name}: {type(exc).__name__}: {exc!s:.120}")
         return
     reported = {(p, n) for p, n in zip(problems["path"], problems["line_no"], strict=True)}
+    where = str(path.resolve())
     session = next(iter(corpus), None)
     kept = (
         dict(zip(session.line_numbers, session.messages, strict=True))
@@ -334,7 +335,7 @@ def check_file(path: Path, counts: Counter[str]) -> None:
         kind, value = judge(line)
         if kind == "damaged":
             counts["damaged lines"] += 1
-            found = "damaged lines unreported" if (str(path), n) not in reported else None
+            found = "damaged lines unreported" if (where, n) not in reported else None
         elif kind == "object":
             counts["valid lines"] += 1
             found = None

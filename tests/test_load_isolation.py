@@ -77,3 +77,38 @@ def test_an_uncountable_message_is_a_row_whatever_the_token_method(
     assert rows(corpus, tmp_path)[0][2].startswith(
         "nanobot 0.2.2's estimate_message_tokens raises TypeError"
     )
+
+
+def test_times_a_frame_cannot_hold_are_missing_there_and_reported(tmp_path: Path) -> None:
+    meta = b'{"_type": "metadata", "key": "t:1", "created_at": "9999-12-31T23:59:59"}\n'
+    stamps = ["2300-01-01T00:00:00", "2026-01-01T00:00:00+05:00", "1600-01-01T00:00:00"]
+    lines = [f'{{"role": "user", "content": "x", "timestamp": "{t}"}}\n'.encode() for t in stamps]
+    (tmp_path / "t_1.jsonl").write_bytes(meta + b"".join(lines))
+    corpus = sk.load(tmp_path, tokens=None)
+    assert corpus.messages["timestamp"].tolist() == [pd.NaT, pd.Timestamp("2026-01-01"), pd.NaT]
+    assert corpus.sessions["created_at"].tolist() == [pd.NaT]
+    assert [m["timestamp"] for m in corpus["t:1"].messages] == stamps
+    holds = "is outside what a frame's time column holds (1677-09-21 .. 2262-04-11): missing (NaT)"
+    assert rows(corpus, tmp_path) == [
+        (
+            "t_1.jsonl",
+            None,
+            f"metadata created_at 9999-12-31T23:59:59 {holds} in corpus.sessions, kept as stored in the Session",
+        ),
+        (
+            "t_1.jsonl",
+            2,
+            f"timestamp '2300-01-01T00:00:00' {holds} in corpus.messages, kept as stored in the Session",
+        ),
+        (
+            "t_1.jsonl",
+            4,
+            f"timestamp '1600-01-01T00:00:00' {holds} in corpus.messages, kept as stored in the Session",
+        ),
+    ]
+
+
+def test_an_uncountable_message_has_a_missing_count_in_the_frame(tmp_path: Path) -> None:
+    (tmp_path / "cli_x.jsonl").write_bytes(USER + TEXT_INT)
+    frame = sk.load(tmp_path, tokens="fallback").messages
+    assert frame["tokens"].tolist() == [4, pd.NA]

@@ -335,3 +335,105 @@ def test_session_lengths_of_sessions(corpus) -> None:
         assert [sum(p.get_height() for p in ax.patches) for ax in fig.axes] == [n, n]
     with pytest.raises(TypeError, match="a Session or a list of Sessions, got str"):
         plot.session_lengths("data/")
+
+
+RELEASES = list(sessionkit.POLICIES)
+CONTEXTS = [32_000, 128_000]
+
+
+@pytest.fixture(scope="module")
+def by_release(corpus) -> pd.DataFrame:
+    """Every release's windows, as the release plots compute them (commands left out)."""
+    frame = windows(corpus, policy=RELEASES, context_window=CONTEXTS)
+    return frame[~frame["command"]]
+
+
+def test_release_comparison_lines_are_the_windows(corpus, by_release) -> None:
+    ax = plot.release_comparison(corpus, KEY, context_window=32_000)
+    rows = by_release[(by_release["session_key"] == KEY) & (by_release["context_window"] == 32_000)]
+    for name in RELEASES:
+        (line,) = _gid(ax, f"policy:{name}")
+        mine = rows[rows["policy"] == name]
+        assert line.get_xdata().tolist() == mine["turn"].tolist()
+        assert line.get_ydata().tolist() == mine["tokens_kept"].tolist()
+    over = rows[(rows["policy"] == "nanobot-0.3.5") & rows["needs_summary"].fillna(False)]
+    assert len(over) > 0
+    (marks,) = _gid(ax, "needs_summary:nanobot-0.3.5")
+    assert marks.get_xdata().tolist() == over["turn"].tolist()
+    assert marks.get_ydata().tolist() == over["tokens_kept"].tolist()
+    assert not _gid(ax, "needs_summary:nanobot-0.2") and not _gid(ax, "needs_summary:nanobot-0.3.0")
+    (budget,) = _gid(ax, "budget")
+    assert budget.get_ydata()[0] == 32_000 - 8_192 - 1_024
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == [
+        "nanobot 0.2.2 (120 messages, budget 22,784)",
+        "nanobot 0.3.0 (320 messages, budget 22,784)",
+        "nanobot 0.3.5 (no count window, no budget)",
+        f"nanobot 0.3.5 would summarise ({len(over):,} turns)",
+        "input budget 22,784",
+    ]
+
+
+def test_release_comparison_from_a_frame_equals_from_the_session(corpus, by_release) -> None:
+    one = by_release[(by_release["session_key"] == KEY) & (by_release["context_window"] == 32_000)]
+    assert _png(plot.release_comparison(one).figure) == _png(
+        plot.release_comparison(corpus[KEY], context_window=32_000).figure
+    )
+    with pytest.raises(ValueError, match="one session at one context_window"):
+        plot.release_comparison(by_release)
+    with pytest.raises(ValueError, match="context_window"):
+        plot.release_comparison(windows(corpus[KEY], policy=RELEASES))
+
+
+def _bars(ax: Axes, gid: str) -> list[float]:
+    return [p.get_height() for p in ax.patches if p.get_gid() == gid]
+
+
+def test_release_summary_bars_are_the_windows(corpus, by_release) -> None:
+    fig = plot.release_summary(corpus, context_window=CONTEXTS)
+    tokens_ax, cut_ax, summary_ax = fig.axes
+    for name in RELEASES:
+        rows = by_release[by_release["policy"] == name].groupby("context_window")
+        assert _bars(tokens_ax, name) == rows["tokens_kept"].median().tolist()
+        (p90,) = _gid(tokens_ax, f"p90:{name}")
+        assert p90.get_ydata().tolist() == rows["tokens_kept"].quantile(0.9).tolist()
+        cut = rows["cut"].agg(lambda c: c.isin(plot.TRUNCATING_CUTS).mean())
+        assert _bars(cut_ax, name) == cut.tolist()
+    summaries = by_release[by_release["policy"] == "nanobot-0.3.5"].groupby("context_window")
+    assert _bars(summary_ax, "nanobot-0.3.5") == summaries["needs_summary"].sum().tolist()
+    assert _bars(summary_ax, "nanobot-0.2") == _bars(summary_ax, "nanobot-0.3.0") == []
+    assert [t.get_text() for t in summary_ax.texts[-1:]] == [
+        "nanobot 0.2.2, nanobot 0.3.0: no governor\n(trimmed to the budget instead)"
+    ]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == ["nanobot 0.2.2", "nanobot 0.3.0", "nanobot 0.3.5", "p90 per turn"]
+    for ax in fig.axes:
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["32k", "128k"]
+    assert _png(
+        plot.release_summary(windows(corpus, policy=RELEASES, context_window=CONTEXTS))
+    ) == _png(fig)
+
+
+def _no_overlap(labels: list) -> bool:
+    boxes = [label.get_window_extent() for label in labels if label.get_text()]
+    return all(not a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1 :])
+
+
+def test_release_plot_tick_labels_never_collide(corpus) -> None:
+    contexts = [8_000, 16_000, 32_000, 64_000, 128_000, 200_000, 1_000_000]
+    fig = plot.release_summary(corpus["webui:f00d42"], context_window=contexts)
+    ax = plot.release_comparison(corpus, KEY, context_window=16_000)
+    for figure in (fig, ax.figure):
+        figure.canvas.draw()
+        for axes in figure.axes:
+            assert _no_overlap(_drawn_tick_labels(axes))
+            assert _no_overlap(axes.get_yticklabels())
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == [
+        "8k",
+        "16k",
+        "32k",
+        "64k",
+        "128k",
+        "200k",
+        "1M",
+    ]

@@ -12,6 +12,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator
 
+from sessionkit import schema
 from sessionkit.schema import FIGURE_DATA
 from sessionkit.testing.snapshots import FLOAT_DIGITS, Snapshot, assert_frame_snapshot
 
@@ -99,9 +100,10 @@ def figure_data(source: Figure | Axes) -> pd.DataFrame:
         if ax.get_label() != _COLORBAR
         for row in _rows_of_axes(n, ax)
     ]
-    frame = pd.DataFrame(rows, columns=[c.name for c in FIGURE_DATA])
-    frame = frame.astype({"axes": "int64", "artist": "string", "label": "string", "i": "int64"})
-    return frame.astype({c: "float64" for c in ("x", "y", "width", "height", "value")})
+    columns = list(zip(*rows, strict=True)) or [()] * len(FIGURE_DATA)
+    return schema.frame(
+        FIGURE_DATA, {c.name: list(v) for c, v in zip(FIGURE_DATA, columns, strict=True)}
+    )
 
 
 def assert_figure_snapshot(

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from sessionkit import replay
+from sessionkit import replay, schema
 from sessionkit.nanobot.policies import get_policy, tool_call_ids, tool_result_id
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings
-from sessionkit.schema import VIOLATIONS, empty_frame
+from sessionkit.schema import VIOLATIONS
 from sessionkit.windowing import replay_offset, windows
 
 if TYPE_CHECKING:
@@ -199,7 +199,7 @@ def _frame_windows(
     if missing:
         raise ValueError(f"not a sessionkit.windows() frame: columns {missing} are missing")
     by_key = {s.key: s for s in sessions}
-    rows = frame[list(_FRAME_COLUMNS)].astype({"session_key": "string"})
+    rows = frame[list(_FRAME_COLUMNS)].astype({"session_key": "string[python]"})
     for row in rows.itertuples(index=False):
         session = by_key[row.session_key]
         stamps = bool(row.include_timestamps)
@@ -274,10 +274,10 @@ def check_window_invariants(
         for w in candidates
         for name, idx, detail in _violations(w, _replayed(memo, w.session, w.include_timestamps))
     ]
-    if not rows:
-        return empty_frame(VIOLATIONS)
-    frame = pd.DataFrame(rows, columns=[c.name for c in VIOLATIONS])
-    return frame.astype({c.name: c.dtype for c in VIOLATIONS})
+    columns = list(zip(*rows, strict=True)) or [()] * len(VIOLATIONS)
+    return schema.frame(
+        VIOLATIONS, {c.name: list(v) for c, v in zip(VIOLATIONS, columns, strict=True)}
+    )
 
 
 def assert_window_invariants(
