@@ -20,6 +20,7 @@ from sessionkit.frames import (
     problems_frame,
     sessions_frame,
 )
+from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.reader import (
     Problem,
     SessionPathError,
@@ -213,16 +214,25 @@ def load(
     path: PathLike | list[PathLike] | tuple[PathLike, ...] | None = None,
     *,
     tokens: Method | None = "tiktoken",
+    config_dir: PathLike | None = None,
+    policy: str | None = None,
 ) -> Corpus:
     """Load every session under ``path`` into a :class:`Corpus`; never writes.
 
     Parameters
     ----------
     path
-        A nanobot workspace (its ``sessions/`` is read), a sessions folder, one session file,
-        a glob, or a list of these.  Default: the bundled sample store.
+        A nanobot workspace (0.2 and 0.3.0 keep sessions in its ``sessions/``; 0.3.5 in
+        ``<config_dir>/sessions/<workspace id>/``), a sessions folder, one session file, a
+        glob, or a list of these.  Default: the bundled sample store.
     tokens
         Token counting for the frames: ``"tiktoken"``, ``"fallback"`` or ``None``.
+    config_dir
+        Where a 0.3.5 nanobot keeps its config (the folder of its ``--config`` file);
+        default ``~/.nanobot``.
+    policy
+        Replay every session with this release's policy (see ``sessionkit.POLICIES``) instead
+        of the release that wrote its file.
 
     Raises
     ------
@@ -230,7 +240,8 @@ def load(
         When a path does not exist or holds no session files.
     """
     source = default_data_dir() if path is None else path
-    files = find_session_files(source)
+    chosen = None if policy is None else get_policy(policy).name
+    files = find_session_files(source, config_dir)
     sessions: list[Session] = []
     problems: list[Problem] = []
     with _no_gc():
@@ -238,8 +249,9 @@ def load(
             session, found = _read_isolated(file)
             problems.extend(found)
             if session is not None:
+                session.policy = chosen or session.policy
                 sessions.append(session)
-    problems.extend(leftover_temp_files(source))
+    problems.extend(leftover_temp_files(source, config_dir))
     return Corpus(sessions, problems, tokens=tokens)
 
 

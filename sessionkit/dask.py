@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import dask
 import dask.dataframe as dd
 import pandas as pd
 from dask.dataframe.utils import clear_known_categories
@@ -134,6 +135,12 @@ def _problems_part(files: list[Path]) -> pd.DataFrame:
     return sessionkit.load(files, tokens=None).problems
 
 
+# Dask turns string columns into pyarrow strings by default; sessionkit's stay Python strings
+# (pyarrow cannot hold a lone surrogate), so results equal the pandas frames exactly.
+def _python_strings() -> Any:
+    return dask.config.set({"dataframe.convert-string": False})
+
+
 def _from_files(
     part: Callable[..., pd.DataFrame],
     meta: pd.DataFrame,
@@ -142,7 +149,8 @@ def _from_files(
     **kwargs: Any,
 ) -> dd.DataFrame:
     groups = partition_files(paths, npartitions)
-    return dd.from_map(part, groups, meta=_meta(meta), enforce_metadata=False, **kwargs)
+    with _python_strings():
+        return dd.from_map(part, groups, meta=_meta(meta), enforce_metadata=False, **kwargs)
 
 
 def read_messages(
@@ -184,9 +192,10 @@ def read_problems(paths: Paths | None = None, *, npartitions: int | None = None)
     meta = schema.empty_frame(schema.PROBLEMS)
     found = _from_files(_problems_part, meta, paths, npartitions)
     temp = leftover_temp_files(default_data_dir() if paths is None else paths)
-    return (
-        dd.concat([found, dd.from_pandas(problems_frame(temp), npartitions=1)]) if temp else found
-    )
+    if not temp:
+        return found
+    with _python_strings():
+        return dd.concat([found, dd.from_pandas(problems_frame(temp), npartitions=1)])
 
 
 def _sessions(group: list[Path] | list[Session]) -> Corpus | list[Session]:
@@ -216,7 +225,8 @@ def _per_session(
         if isinstance(source, Corpus)
         else partition_files(source, npartitions)
     )
-    return dd.from_map(part, groups, args=[options], meta=_meta(meta), enforce_metadata=False)
+    with _python_strings():
+        return dd.from_map(part, groups, args=[options], meta=_meta(meta), enforce_metadata=False)
 
 
 def windows(
@@ -260,7 +270,9 @@ def to_parquet(frame: dd.DataFrame, path: PathLike, **kwargs: Any) -> None:
     """Write ``frame`` as a Parquet dataset: one file per partition, no index.
 
     ``dd.read_parquet(path)`` reads back equal partitions: every dtype is kept (pandas'
-    metadata in the files), categoricals with their categories unknown until computed.
+    metadata in the files) except that string columns come back pyarrow-backed, and
+    categoricals have their categories unknown until computed.  Parquet cannot hold a lone
+    surrogate (a key or text that is not valid Unicode): such a frame fails to write.
     ``kwargs`` go to :meth:`dask.dataframe.DataFrame.to_parquet`.
     """
     frame.to_parquet(path, write_index=False, **kwargs)

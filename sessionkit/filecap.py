@@ -9,13 +9,13 @@ the dropped messages that were not already consolidated.  :func:`file_cap` appli
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
 import pandas as pd
 from tqdm.auto import tqdm
 
-from sessionkit.nanobot.policies import Policy, Trim, get_policy
+from sessionkit.nanobot.policies import Trim, get_policy
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings
 from sessionkit.schema import FILE_CAP, frame
@@ -42,13 +42,26 @@ def _row(key: str, limit: int, turn: int, at: int, before: int, n: int, trim: Tr
     )
 
 
-def _final(policy: Policy, session: Session, limit: int) -> list[tuple]:
+Cap = Callable[[list[dict[str, Any]], int, int], Trim]
+
+
+def _no_cap(messages: list[dict[str, Any]], last_consolidated: int, limit: int) -> Trim:
+    """0.3.5 removed the file cap: nothing is ever trimmed."""
+    return Trim(messages, [], 0, last_consolidated)
+
+
+def _cap_of(session: Session) -> Cap:
+    """The ``enforce_file_cap`` rule of the session's release (none for 0.3.5)."""
+    return getattr(get_policy(session.policy), "file_cap", _no_cap)
+
+
+def _final(cap: Cap, session: Session, limit: int) -> list[tuple]:
     n, offset = len(session.messages), session.last_consolidated
-    trim = policy.file_cap(session.messages, offset, limit)
+    trim = cap(session.messages, offset, limit)
     return [_row(session.key, limit, session.n_user_turns, n, offset, n, trim)]
 
 
-def _growth(policy: Policy, session: Session, limit: int) -> list[tuple]:
+def _growth(cap: Cap, session: Session, limit: int) -> list[tuple]:
     """Grow the session turn by turn from empty, capping after each turn; one row per trim.
 
     Consolidation is not simulated: the offset starts (and so stays) at 0, and every dropped
@@ -64,7 +77,7 @@ def _growth(policy: Policy, session: Session, limit: int) -> list[tuple]:
     for end in dict.fromkeys(ends):
         current.extend(messages[done:end])
         done = end
-        trim = policy.file_cap(current, offset, limit)
+        trim = cap(current, offset, limit)
         if trim.dropped:
             turn = bisect.bisect_left(users, end)
             rows.append(_row(session.key, limit, turn, end, offset, len(current), trim))
@@ -81,6 +94,9 @@ def file_cap(
     progress: bool | None = None,
 ) -> pd.DataFrame:
     """What ``enforce_file_cap`` does to each session at each limit (columns: :data:`FILE_CAP`).
+
+    Each session is capped by its release's rule; 0.3.5 has no file cap, so its sessions are
+    never trimmed.
 
     Parameters
     ----------
@@ -107,9 +123,9 @@ def file_cap(
     show = len(sessions) >= _AUTO_PROGRESS_SESSIONS if progress is None else progress
     rows: list[tuple] = []
     for session in tqdm(sessions, desc=f"file cap ({replay})", unit="session", disable=not show):
-        policy = get_policy(session.policy)
+        cap = _cap_of(session)
         for limit in limit_list:
-            rows.extend(step(policy, session, limit))
+            rows.extend(step(cap, session, limit))
     return _frame(rows, [s.key for s in sessions])
 
 

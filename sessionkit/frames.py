@@ -15,7 +15,9 @@ import pandas as pd
 from sessionkit import schema
 from sessionkit.counting import Method, TokenCache, count_tokens
 from sessionkit.fields import STR_OR_NONE, message_field
+from sessionkit.nanobot import policy_035
 from sessionkit.nanobot.listing import flatten_content, session_preview, session_title
+from sessionkit.nanobot.policy_035 import RUNTIME_CONTEXT_KEY, is_hidden_history
 from sessionkit.nanobot.reader import Problem, parse_timestamp
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.uncountable import counts_or_missing
@@ -177,6 +179,8 @@ def messages_frame(
             "tool_call_id": _strings(message_field(msgs, "tool_call_id")),
             "name": _strings(message_field(msgs, "name")),
             "has_media": _list_lengths(message_field(msgs, "media")) > 0,
+            "hidden": np.fromiter(map(is_hidden_history, msgs), dtype=bool, count=total),
+            "runtime_context": _is_instance(message_field(msgs, RUNTIME_CONTEXT_KEY), dict),
             "consolidated": idx < offsets,
             "user_index": user_index,
         },
@@ -195,7 +199,7 @@ def sessions_frame(
     *,
     first_damaged_lines: dict[str, int] | None = None,
 ) -> pd.DataFrame:
-    """One row per session (columns: :data:`sessionkit.schema.SESSIONS`).
+    """One row per session, indexed by key (columns: :data:`sessionkit.schema.SESSIONS`).
 
     ``first_damaged_lines`` maps a file to its first damaged line: nanobot lists such a
     file from its repair pass when its preview scan reaches that line.
@@ -210,7 +214,7 @@ def sessions_frame(
     last = by_key["timestamp"].max()
     index = pd.Index(keys, dtype=object)
     split = [_split_key(k) for k in keys]
-    return schema.frame(
+    frame = schema.frame(
         schema.SESSIONS,
         {
             "key": _strings(keys),
@@ -234,11 +238,18 @@ def sessions_frame(
             "n_messages": [len(s.messages) for s in sessions],
             "n_user_turns": [s.n_user_turns for s in sessions],
             "last_consolidated": [s.last_consolidated for s in sessions],
+            "policy": [s.policy for s in sessions],
+            "last_archived": [
+                s.last_consolidated if s.policy == policy_035.NAME else None for s in sessions
+            ],
+            "has_provider_state": [bool(s.records) for s in sessions],
             "tokens": tokens.reindex(index).to_numpy(),
             "first_message_at": first.reindex(index).to_numpy(),
             "last_message_at": last.reindex(index).to_numpy(),
         },
     )
+    frame.index = index
+    return frame
 
 
 def problems_frame(problems: Sequence[Problem]) -> pd.DataFrame:

@@ -367,8 +367,9 @@ def _sweep(
         frame = windows(
             source, settings=settings, max_messages=list(max_messages), max_tokens=list(max_tokens)
         )
+    per_release = frame.groupby("policy", observed=True)
     for column in ("include_timestamps", "extend_to_user", "last_consolidated"):
-        if frame[column].nunique() > 1:
+        if per_release[column].nunique().max() > 1:
             raise ValueError(
                 f"the windows frame mixes several {column} values; select one first, e.g. "
                 f"frame[frame[{column!r}] == ...]"

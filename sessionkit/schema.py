@@ -55,6 +55,15 @@ SESSIONS: tuple[Column, ...] = (
     Column("n_messages", "Int64", "number of messages"),
     Column("n_user_turns", "Int64", "number of user messages"),
     Column("last_consolidated", "Int64", "messages already consolidated (valid offset)"),
+    Column(
+        "policy",
+        "category",
+        "release whose policy replays it: the one that wrote the file ('nanobot-0.3.5': a "
+        "last_archived field, provider state or 0.3.5's folder; 'nanobot-0.3.0': a base64url "
+        "name; else 'nanobot-0.2'), or load(policy=...)",
+    ),
+    Column("last_archived", "Int64", "0.3.5's replay offset (<NA> for other releases)"),
+    Column("has_provider_state", "bool", "the file holds 0.3.5 provider_state records"),
     Column("tokens", "Int64", "sum of per-message tokens (<NA> when not counted)"),
     Column("first_message_at", "datetime64[ns]", "earliest message timestamp"),
     Column("last_message_at", "datetime64[ns]", "latest message timestamp"),
@@ -74,6 +83,12 @@ MESSAGES: tuple[Column, ...] = (
     Column("tool_call_id", "string", "id a tool result answers"),
     Column("name", "string", "tool name of a tool result"),
     Column("has_media", "bool", "user message carries a non-empty media list"),
+    Column(
+        "hidden",
+        "bool",
+        "0.3.5 hidden history: a checkpoint continuation (_hidden_history) or automation record",
+    ),
+    Column("runtime_context", "bool", "user turn carries a 0.3.x _runtime_context marker"),
     Column("consolidated", "bool", "idx < last_consolidated: already summarised"),
     Column(
         "user_index",

@@ -196,3 +196,20 @@ def test_damaged_store_keeps_every_intact_line(data_dir: Path) -> None:
     sizes = corpus.sessions.set_index("key").n_messages
     assert sizes["damaged:non_object_array"] == 21
     assert sizes["damaged:invalid_utf8"] == 29
+
+
+def test_sessions_are_indexed_by_key_and_keep_the_key_column(data_dir: Path) -> None:
+    sessions = load(data_dir).sessions
+    assert sessions.loc["cli:direct", "n_messages"] == 1004
+    assert sessions.index.tolist() == sessions["key"].tolist()
+
+
+def test_each_session_is_replayed_by_the_release_that_wrote_it(data_dir: Path) -> None:
+    corpus = load(data_dir)
+    assert corpus["telegram:12345"].policy == "nanobot-0.2"
+    assert corpus["webui:def456"].policy == "nanobot-0.3.5"  # a provider_state record
+    assert corpus.sessions.loc["webui:def456", "has_provider_state"]
+    forced = load(data_dir, policy="nanobot-0.3.0")
+    assert set(forced.sessions["policy"]) == {"nanobot-0.3.0"}
+    with pytest.raises(ValueError, match="unknown history policy"):
+        load(data_dir, policy="nanobot-9")

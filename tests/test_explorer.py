@@ -358,3 +358,18 @@ def test_a_chosen_count_survives_a_release_change_and_a_session_resets_it(
     assert app.policy.value == corpus["cli:direct"].policy
     assert app.subject() is corpus["cli:direct"]
     assert app.turn.value == app.turn.max == corpus["cli:direct"].n_user_turns
+
+
+def test_a_session_of_another_release_opens_under_its_own(corpus, tmp_path: Path) -> None:
+    """Picking a session written by another release selects that release, and a count slider
+    at the old release's default moves to the new one's (0.3.5: no count window)."""
+    source = corpus[KEY]
+    newer = sessionkit.Session("cli:newer", source.messages, policy="nanobot-0.3.5")
+    app = explore(sessionkit.Corpus([source, newer]), key=KEY, sessions_dir=tmp_path)
+    assert (app.policy.value, app.max_messages.value) == ("nanobot-0.2", 120)
+    app.picker.value = "cli:newer"
+    assert (app.policy.value, app.max_messages.value) == ("nanobot-0.3.5", 0)
+    assert app.subject() is newer
+    expected = message_states(newer, settings=app.settings())
+    assert app.states.frame.equals(expected.frame)
+    assert app.states.tokens_kept == expected.tokens_kept

@@ -57,6 +57,9 @@ def test_final_matches_session_method_on_the_sample(sample: list[Session]) -> No
     assert len(frame) == 3 * len(sample)
     for row in frame.itertuples(index=False):
         session = next(s for s in sample if s.key == row.session_key)
+        if session.policy == "nanobot-0.3.5":  # no file cap in that release
+            assert (row.tripped, row.kept, row.dropped) == (False, row.messages, 0)
+            continue
         capped, archived = session.with_file_cap(row.limit)
         assert row.messages == len(session.messages) == row.at
         assert row.tripped == (len(session.messages) > row.limit)

@@ -10,7 +10,10 @@ import unicodedata
 from pathlib import Path
 from typing import Literal
 
+from sessionkit.nanobot.workspace import WORKSPACE_ID_FILE, sessions_dir_035, sessions_root_035
+
 __all__ = [
+    "SessionPathError",
     "UnsafeKeyError",
     "check_key",
     "check_name_length",
@@ -142,14 +145,35 @@ def key_from_filename(path: str | Path) -> str:
     return stem.replace("_", ":", 1)
 
 
-def sessions_folder(sessions_dir: str | Path) -> Path:
-    """The folder session files go in: ``sessions_dir``, or its ``sessions/`` subfolder.
+class SessionPathError(FileNotFoundError):
+    """A path that does not exist or holds no session files."""
 
-    A folder holding a ``sessions/`` subfolder is a nanobot workspace, where nanobot 0.2 keeps
-    its session files (the same rule the loader uses), so passing a workspace writes where
-    nanobot will look.  ``~`` is expanded.
+
+def sessions_folder(sessions_dir: str | Path, config_dir: str | Path | None = None) -> Path:
+    """The folder a workspace's session files live in, by the rule of the release that made it.
+
+    A 0.3.5 workspace (it holds ``.nanobot/workspace-id``) keeps them outside itself, in
+    ``<config_dir>/sessions/<workspace id>/`` (``config_dir``: the folder of the config file
+    nanobot runs with, ``~/.nanobot`` by default); a workspace with a ``sessions/`` subfolder
+    (0.2, 0.3.0, or a 0.3.5 workspace not yet migrated) keeps them there; any other folder is
+    itself the sessions folder.  Only reads; ``~`` is expanded.
+
+    Raises
+    ------
+    SessionPathError
+        For a 0.3.5 workspace whose sessions folder is not under ``config_dir``.
     """
     folder = Path(sessions_dir).expanduser()
+    if (folder / WORKSPACE_ID_FILE).exists():
+        found = sessions_dir_035(folder, config_dir)
+        if found is not None:
+            return found
+        if not (folder / "sessions").is_dir():
+            raise SessionPathError(
+                f"{folder} is a nanobot 0.3.5 workspace (workspace id in {WORKSPACE_ID_FILE}), "
+                f"but {sessions_root_035(config_dir)} holds no folder for it; pass config_dir=, "
+                "the folder of the config file nanobot runs with"
+            )
     return folder / "sessions" if (folder / "sessions").is_dir() else folder
 
 

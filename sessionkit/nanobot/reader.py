@@ -25,7 +25,12 @@ from typing import Any
 
 import orjson
 
-from sessionkit.nanobot.naming import key_from_filename, sessions_folder, storage_key
+from sessionkit.nanobot.naming import (
+    SessionPathError,
+    key_from_filename,
+    sessions_folder,
+    storage_key,
+)
 from sessionkit.nanobot.session import Session
 
 __all__ = [
@@ -39,6 +44,7 @@ __all__ = [
 ]
 
 SESSION_SUFFIXES = (".jsonl", ".json")
+CHECKPOINT_SUFFIX = ".checkpoint.json"
 MAX_LINE_BYTES = 1 << 28
 """Longer lines are reported, not parsed (nanobot would need several times this in memory)."""
 _GLOB_CHARS = frozenset("*?[")
@@ -46,10 +52,6 @@ _GLOB_CHARS = frozenset("*?[")
 _TEMP_NAME = re.compile(r"\..+\.[0-9a-f]{12}\.tmp|.+\.jsonl\.tmp", re.DOTALL)
 _BRIEF = reprlib.Repr()
 _BRIEF.maxstring = _BRIEF.maxother = 60
-
-
-class SessionPathError(FileNotFoundError):
-    """A path that does not exist or holds no session files."""
 
 
 @dataclass(frozen=True)
@@ -67,14 +69,21 @@ class Problem:
 
 
 def _session_files_in(folder: Path) -> list[Path]:
-    """Every entry named like a session, whatever its kind: reading reports what is not a file."""
-    return sorted(p for p in folder.iterdir() if p.suffix in SESSION_SUFFIXES)
+    """Every entry named like a session, whatever its kind: reading reports what is not a file.
+
+    0.3.5's ``<stem>.checkpoint.json`` sidecars (a turn's volatile state) are not sessions.
+    """
+    return sorted(
+        p
+        for p in folder.iterdir()
+        if p.suffix in SESSION_SUFFIXES and not p.name.endswith(CHECKPOINT_SUFFIX)
+    )
 
 
-def _expand(item: str | Path) -> list[Path]:
+def _expand(item: str | Path, config_dir: str | Path | None) -> list[Path]:
     path = Path(item).expanduser()
     if path.is_dir():
-        folder = sessions_folder(path)
+        folder = sessions_folder(path, config_dir)
         files = _session_files_in(folder)
         if not files:
             raise SessionPathError(f"{folder} holds no session files (*.jsonl or *.json)")
@@ -103,27 +112,31 @@ def _items(path: str | Path | list[str | Path] | tuple[str | Path, ...]) -> list
     return items
 
 
-def find_session_files(path: str | Path | list[str | Path] | tuple[str | Path, ...]) -> list[Path]:
+def find_session_files(
+    path: str | Path | list[str | Path] | tuple[str | Path, ...],
+    config_dir: str | Path | None = None,
+) -> list[Path]:
     """Session files named by a workspace, a sessions folder, a file, a glob, or a list of these.
 
-    A folder with a ``sessions/`` subfolder is a nanobot workspace and its ``sessions/`` is
-    read.  Anything named like a session is listed, even when it is not a regular file
+    A workspace's sessions folder is found by :func:`~sessionkit.nanobot.naming.sessions_folder`
+    (0.3.5 workspaces through ``config_dir``).  Anything named like a session is listed, even when it is not a regular file
     (:func:`read_session_file` reports it).  Raises :class:`SessionPathError` naming the path
     that does not exist or is empty.
     """
     seen: dict[Path, None] = {}
     for item in _items(path):
-        for file in _expand(item):
+        for file in _expand(item, config_dir):
             seen.setdefault(_identity(file), None)
     return list(seen)
 
 
 def leftover_temp_files(
     path: str | Path | list[str | Path] | tuple[str | Path, ...],
+    config_dir: str | Path | None = None,
 ) -> list[Problem]:
     """One problem per temp file an interrupted save left in the folders ``path`` names."""
     folders = {
-        sessions_folder(p).absolute(): None
+        sessions_folder(p, config_dir).absolute(): None
         for p in (Path(i).expanduser() for i in _items(path))
         if p.is_dir()
     }
@@ -374,6 +387,35 @@ def _names_storage_key(stem: str, key: str) -> bool:
         return False
 
 
+_WORKSPACE_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def _writer_release(
+    path: Path, fmt: str, metas: list[tuple[int, dict[str, Any]]], provider_state: bool
+) -> str:
+    """The release that wrote a session file, hence the policy it is replayed with.
+
+    0.3.5: a metadata line with ``last_archived``, a ``provider_state`` record, or a file in
+    0.3.5's ``sessions/<32-hex workspace id>/`` folder; 0.3.0: a base64url file name;
+    otherwise 0.2 (safe-key names).
+    """
+    in_namespace = (
+        _WORKSPACE_ID.fullmatch(path.parent.name) and path.parent.parent.name == "sessions"
+    )
+    if provider_state or in_namespace or any("last_archived" in meta for _, meta in metas):
+        return "nanobot-0.3.5"
+    return "nanobot-0.3.0" if fmt == "nanobot-0.3" else "nanobot-0.2"
+
+
+def _archive_offset(meta: dict[str, Any]) -> Any:
+    """0.3.5's offset: ``last_archived``, else ``last_consolidated`` (the first integer)."""
+    for field in ("last_archived", "last_consolidated"):
+        value = meta.get(field)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return meta.get("last_consolidated", 0)
+
+
 def _jsonl_session(path: Path, fd: int) -> tuple[Session, list[Problem]]:
     records, numbers, bad = _parse_lines(fd)
     typed = list(compress(range(len(records)), map(contains, records, repeat("_type"))))
@@ -438,6 +480,9 @@ def _jsonl_session(path: Path, fd: int) -> tuple[Session, list[Problem]]:
         bad[0] = (bad[0][0], _lost_metadata(bad[0][1], key))
     problems[:0] = [Problem(str(path), n, reason, skipped=True) for n, reason in bad]
     fmt = "nanobot-0.3" if extra or _names_storage_key(path.stem, key) else "nanobot-0.2"
+    policy = _writer_release(path, fmt, metas, bool(extra))
+    if policy == "nanobot-0.3.5" and metas:
+        offset = _archive_offset(metas[-1][1])
     session = Session(
         key=key,
         messages=messages,
@@ -449,6 +494,7 @@ def _jsonl_session(path: Path, fd: int) -> tuple[Session, list[Problem]]:
         format=fmt,
         records=extra,
         line_numbers=line_numbers,
+        policy=policy,
     )
     return session, problems
 
