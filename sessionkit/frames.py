@@ -18,7 +18,7 @@ from sessionkit.fields import STR_OR_NONE, message_field
 from sessionkit.nanobot import policy_035
 from sessionkit.nanobot.listing import flatten_content, session_preview, session_title
 from sessionkit.nanobot.policy_035 import RUNTIME_CONTEXT_KEY, is_hidden_history
-from sessionkit.nanobot.reader import Problem, parse_timestamp
+from sessionkit.nanobot.reader import Problem, parse_timestamp, runtime_checkpoint
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.uncountable import counts_or_missing
 
@@ -243,6 +243,7 @@ def sessions_frame(
                 s.last_consolidated if s.policy == policy_035.NAME else None for s in sessions
             ],
             "has_provider_state": [bool(s.records) for s in sessions],
+            "runtime_checkpoint": [runtime_checkpoint(s.path) for s in sessions],
             "tokens": tokens.reindex(index).to_numpy(),
             "first_message_at": first.reindex(index).to_numpy(),
             "last_message_at": last.reindex(index).to_numpy(),

@@ -64,6 +64,11 @@ SESSIONS: tuple[Column, ...] = (
     ),
     Column("last_archived", "Int64", "0.3.5's replay offset (<NA> for other releases)"),
     Column("has_provider_state", "bool", "the file holds 0.3.5 provider_state records"),
+    Column(
+        "runtime_checkpoint",
+        "object",
+        "0.3.5's <stem>.checkpoint.json sidecar (an unfinished turn's state) as a dict, or None",
+    ),
     Column("tokens", "Int64", "sum of per-message tokens (<NA> when not counted)"),
     Column("first_message_at", "datetime64[ns]", "earliest message timestamp"),
     Column("last_message_at", "datetime64[ns]", "latest message timestamp"),

@@ -416,6 +416,25 @@ def _archive_offset(meta: dict[str, Any]) -> Any:
     return meta.get("last_consolidated", 0)
 
 
+def runtime_checkpoint(path: Path | None) -> dict[str, Any] | None:
+    """The 0.3.5 ``<stem>.checkpoint.json`` sidecar beside session file ``path``, parsed.
+
+    The sidecar holds an unfinished turn's volatile state (``checkpoint``, the message count
+    and ``updated_at`` it extends); None when there is none, it is not a regular file, or it
+    is not a JSON object (0.3.5 then discards it too).
+    """
+    if path is None:
+        return None
+    sidecar = path.with_name(path.stem + CHECKPOINT_SUFFIX)
+    try:
+        if not stat.S_ISREG(sidecar.lstat().st_mode):
+            return None
+        value = json.loads(sidecar.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def _jsonl_session(path: Path, fd: int) -> tuple[Session, list[Problem]]:
     records, numbers, bad = _parse_lines(fd)
     typed = list(compress(range(len(records)), map(contains, records, repeat("_type"))))

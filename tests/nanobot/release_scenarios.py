@@ -73,8 +73,8 @@ def make_workspace(root: str, sessions: list[dict[str, Any]]) -> Any:
     sessions live in ``<root>/config/sessions/<id>/``); return where the files went.
 
     Each session dict holds ``key``, ``messages``, ``metadata`` and optionally
-    ``checkpoint`` (``commit_summary_checkpoint`` keyword arguments) or
-    ``last_consolidated``.
+    ``checkpoint`` (``commit_summary_checkpoint`` keyword arguments), ``runtime_checkpoint``
+    (an unfinished turn's state, saved to the 0.3.5 sidecar) or ``last_consolidated``.
     """
     import inspect
 
@@ -94,6 +94,9 @@ def make_workspace(root: str, sessions: list[dict[str, Any]]) -> Any:
         if "checkpoint" in spec:
             session.commit_summary_checkpoint(**spec["checkpoint"])
         manager.save(session)
+        if "runtime_checkpoint" in spec:
+            session.metadata["runtime_checkpoint"] = spec["runtime_checkpoint"]
+            manager.save_runtime_checkpoint(session)
     return {
         "sessions_dir": str(manager.sessions_dir),
         "files": sorted(p.name for p in Path(manager.sessions_dir).iterdir()),

@@ -76,7 +76,11 @@ def test_a_030_workspace_loads_with_its_policy(tmp_path: Path) -> None:
 
 
 def test_a_035_workspace_loads_through_its_workspace_id(tmp_path: Path) -> None:
-    sessions = [{**SESSIONS[0], "checkpoint": CHECKPOINT}, SESSIONS[1]]
+    turn = {"phase": "tools", "pending": ["c1"]}
+    sessions = [
+        {**SESSIONS[0], "checkpoint": CHECKPOINT},
+        {**SESSIONS[1], "runtime_checkpoint": turn},
+    ]
     made = _store("0.3.5", tmp_path, sessions)
     folder = Path(made["sessions_dir"])
     assert folder.parent == (tmp_path / "config" / "sessions").resolve()
@@ -98,6 +102,10 @@ def test_a_035_workspace_loads_through_its_workspace_id(tmp_path: Path) -> None:
     assert runtime == [True, False]
     assert corpus.sessions.loc["telegram:42", "last_archived"] == 2
     assert corpus.sessions.loc["telegram:42", "policy"] == "nanobot-0.3.5"
+    sidecar = corpus.sessions.loc["webui:a/b c", "runtime_checkpoint"]
+    assert (sidecar["session_key"], sidecar["checkpoint"]) == ("webui:a/b c", turn)
+    assert corpus.sessions.loc["telegram:42", "runtime_checkpoint"] is None
+    assert len(corpus) == 2  # the sidecar is not read as a session
 
 
 def test_a_035_workspace_without_its_config_dir_says_where_it_looked(tmp_path: Path) -> None:
