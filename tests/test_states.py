@@ -67,7 +67,8 @@ def check(session: Session, turn: int | None, **options: Any) -> MessageStates:
 
 @pytest.fixture(scope="module")
 def corpus(data_dir) -> sessionkit.Corpus:
-    return sessionkit.load(data_dir)
+    """The sample replayed as 0.2.2 throughout (``exact`` is 0.2.2's policy)."""
+    return sessionkit.load(data_dir, policy="nanobot-0.2")
 
 
 def test_bundled_sessions_match_the_policy_at_every_kind_of_turn(corpus) -> None:

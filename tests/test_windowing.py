@@ -76,7 +76,9 @@ def assistant(text: str = "ok", **extra: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def sample() -> list[Session]:
-    return list(sessionkit.load(Path(__file__).resolve().parent.parent / "data" / "sessions"))
+    """The sample replayed as 0.2.2 throughout; the release tests below cover the others."""
+    folder = Path(__file__).resolve().parent.parent / "data" / "sessions"
+    return list(sessionkit.load(folder, policy="nanobot-0.2"))
 
 
 def test_columns_follow_the_schema(sample: list[Session]) -> None:

@@ -8,6 +8,8 @@
 
 // Pixels of the row before the focused one left in view, so the window's edge shows.
 const LEAD = 28;
+// Frames spent re-placing the focused row while the rows around it settle.
+const MAX_PLACEMENTS = 20;
 
 function el(tag, className, text) {
   const node = document.createElement(tag);
@@ -92,17 +94,19 @@ function render({ model, el: root }) {
     requestAnimationFrame(scroll);
   }
 
-  // Rows off screen have an estimated height (content-visibility), so place the focused row,
-  // let the rows now on screen take their real height, and place it again.
+  // Place the focused row LEAD pixels below the top, again on the next frames until it stays
+  // (fonts and folded tool output may still be settling their heights).
   function scroll() {
     const node = nodes[model.get("focus")];
     if (!node) return;
+    let frames = 0;
     const place = () => {
       const offset = node.getBoundingClientRect().top - list.getBoundingClientRect().top;
+      if (Math.abs(offset - LEAD) < 1 || frames++ > MAX_PLACEMENTS) return;
       list.scrollTop += offset - LEAD;
+      requestAnimationFrame(place);
     };
     place();
-    requestAnimationFrame(place);
   }
 
   function click(event) {
