@@ -25,7 +25,7 @@ from sessionkit.nanobot.policies import Trim, get_policy
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings
 from sessionkit.schema import STATES, STATUS_NAMES, frame
-from sessionkit.windowing import replay_offset, windows
+from sessionkit.windowing import windows
 
 if TYPE_CHECKING:
     from sessionkit.corpus import Corpus
@@ -95,7 +95,7 @@ def _window(session: Session, turn: int, settings: HistorySettings) -> _Window:
     before = session.before_user(turn)
     stop = len(before.messages)
     policy = get_policy(session.policy)
-    offset = replay_offset(before, settings.last_consolidated)
+    offset = before.replay_offset(settings.last_consolidated)
     trim = (
         policy.file_cap(before.messages, offset, settings.file_cap)
         if hasattr(policy, "file_cap")

@@ -38,7 +38,7 @@ from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings, Offset
 from sessionkit.schema import WINDOWS, frame
 
-__all__ = ["WINDOWS", "LoopCall", "loop_call", "replay_offset", "windows"]
+__all__ = ["WINDOWS", "LoopCall", "loop_call", "windows"]
 
 At = Literal["every_user_turn", "end"] | Sequence[int]
 
@@ -230,22 +230,6 @@ def _positions(sessions: list[Session], stack: _Stack, at: At) -> tuple[np.ndarr
 
 def _offset_label(offset: Offset) -> str:
     return offset if isinstance(offset, str) else str(offset)
-
-
-def replay_offset(session: Session, last_consolidated: Offset) -> int:
-    """The offset a replay of all of ``session``'s messages starts from: the rule
-    :func:`windows` applies to each window, for one session (e.g. ``Session.before_user(k)``)."""
-    if last_consolidated == "recorded":
-        wanted = session.last_consolidated
-    elif last_consolidated == "none":
-        wanted = 0
-    elif isinstance(last_consolidated, int) and not isinstance(last_consolidated, bool):
-        wanted = last_consolidated
-    else:
-        raise ValueError(
-            f"last_consolidated must be 'recorded', 'none' or an int, not {last_consolidated!r}"
-        )
-    return wanted if 0 <= wanted <= len(session.messages) else 0
 
 
 def _queries(

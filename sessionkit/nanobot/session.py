@@ -33,17 +33,6 @@ def _user_position(
     return len(messages) if users == index else None
 
 
-def _offset(setting: Offset, recorded: int, n_messages: int) -> int:
-    """The offset a replay starts from: the recorded one, 0, or a given index (0 when invalid)."""
-    if setting == "recorded":
-        return recorded
-    if setting == "none":
-        return 0
-    if isinstance(setting, int) and not isinstance(setting, bool):
-        return setting if 0 <= setting <= n_messages else 0
-    raise ValueError(f"last_consolidated must be 'recorded', 'none' or an int, not {setting!r}")
-
-
 @dataclass
 class Session:
     """One conversation, built like nanobot's ``Session`` (same field names and defaults).
@@ -170,6 +159,18 @@ class Session:
             policy=self.policy,
         )
 
+    def replay_offset(self, setting: Offset) -> int:
+        """The offset a replay starts from under ``HistorySettings.last_consolidated``: this
+        session's own (``"recorded"``), 0 (``"none"``), or a given index (0 when outside the
+        messages)."""
+        if setting == "recorded":
+            return self.last_consolidated
+        if setting == "none":
+            return 0
+        if isinstance(setting, int) and not isinstance(setting, bool):
+            return setting if 0 <= setting <= len(self.messages) else 0
+        raise ValueError(f"last_consolidated must be 'recorded', 'none' or an int, not {setting!r}")
+
     def history(self, settings: HistorySettings = DEFAULT_SETTINGS) -> list[dict[str, Any]]:
         """:meth:`get_history` for one :class:`HistorySettings` value, its offset included.
 
@@ -180,7 +181,7 @@ class Session:
         policy = get_policy(self.policy)
         return policy.get_history(
             self.messages,
-            _offset(settings.last_consolidated, self.last_consolidated, len(self.messages)),
+            self.replay_offset(settings.last_consolidated),
             **policy.history_kwargs(settings),
         )
 

@@ -19,7 +19,7 @@ from sessionkit.nanobot.policies import get_policy, tool_call_ids, tool_result_i
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings
 from sessionkit.schema import VIOLATIONS
-from sessionkit.windowing import replay_offset, windows
+from sessionkit.windowing import windows
 
 if TYPE_CHECKING:
     from sessionkit.corpus import Corpus
@@ -177,7 +177,7 @@ def _exact_windows(
         for turn in range(session.n_user_turns):
             before = session.before_user(turn)
             at = len(before.messages)
-            offset = replay_offset(before, settings.last_consolidated)
+            offset = before.replay_offset(settings.last_consolidated)
             for count, budget in grid:
                 replayed = policy.replay(
                     before.messages,
