@@ -25,7 +25,6 @@ from sessionkit.windowing import (
     _legal_start,
     _orphan_jumps,
     loop_call,
-    replay_offset,
     windows,
 )
 
@@ -259,13 +258,13 @@ def test_settings_give_the_defaults_and_keywords_override_them(sample: list[Sess
 
 def test_replay_offset_is_the_window_rule_for_one_session() -> None:
     session = Session("k", messages=[user(), assistant(), user(), assistant()], last_consolidated=2)
-    assert replay_offset(session, "recorded") == 2
-    assert replay_offset(session, "none") == 0
-    assert [replay_offset(session, n) for n in (-1, 0, 3, 4, 5)] == [0, 0, 3, 4, 0]
-    assert replay_offset(session.before_user(1), "recorded") == 2
-    assert replay_offset(session.before_user(0), "recorded") == 0
+    assert session.replay_offset("recorded") == 2
+    assert session.replay_offset("none") == 0
+    assert [session.replay_offset(n) for n in (-1, 0, 3, 4, 5)] == [0, 0, 3, 4, 0]
+    assert session.before_user(1).replay_offset("recorded") == 2
+    assert session.before_user(0).replay_offset("recorded") == 0
     with pytest.raises(ValueError, match="last_consolidated must be"):
-        replay_offset(session, "all")
+        session.replay_offset("all")
 
 
 # --- every release ---------------------------------------------------------------------------
@@ -369,7 +368,7 @@ def test_generated_sessions_match_every_release(session: Session) -> None:
         expected = (
             checkpoint_offset(session, row.at)
             if row.policy == "nanobot-0.3.5"
-            else replay_offset(session, "recorded")
+            else session.replay_offset("recorded")
             if session.last_consolidated <= row.at
             else 0
         )
