@@ -4,21 +4,32 @@ from __future__ import annotations
 
 import difflib
 import gc
+import time
+import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 
 from sessionkit.counting import DEFAULT_CACHE, Method
-from sessionkit.fields import message_field
 from sessionkit.frames import (
-    FRAME_TIMES,
-    fits_frame,
+    Entry,
+    build_entries,
+    entry_problems,
     messages_frame,
     problems_frame,
     sessions_frame,
+)
+from sessionkit.index import (
+    Identity,
+    Index,
+    IndexedSession,
+    default_cache_dir,
+    file_identity,
+    store_key,
 )
 from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.reader import (
@@ -26,11 +37,9 @@ from sessionkit.nanobot.reader import (
     SessionPathError,
     find_session_files,
     leftover_temp_files,
-    parse_timestamp,
     read_session_file,
 )
 from sessionkit.nanobot.session import Session
-from sessionkit.nanobot.uncountable import uncountable_reason
 
 __all__ = ["Corpus", "default_data_dir", "load", "resolve_session"]
 
@@ -92,20 +101,32 @@ class Corpus:
     ) -> None:
         self._problems = list(problems)
         self._sessions: dict[str, Session] = {}
+        self._entries: list[Entry] | None = None
         for session in sessions:
             first = self._sessions.get(session.key)
             if first is not None:
-                self._problems.append(
-                    Problem(
-                        str(session.path),
-                        None,
-                        f"duplicate session key {session.key!r} (already loaded from "
-                        f"{first.path}); this file was skipped",
-                    )
-                )
+                self._problems.append(_duplicate(session, first))
                 continue
             self._sessions[session.key] = session
         self.token_method = tokens
+
+    @classmethod
+    def _of_entries(
+        cls, entries: list[Entry], problems: list[Problem], tokens: Method | None
+    ) -> Corpus:
+        """A corpus of entries already built or read back from the index; the problems of an
+        entry whose key is taken join ``problems``."""
+        corpus = cls((), problems, tokens=tokens)
+        kept = []
+        for entry in entries:
+            first = corpus._sessions.get(entry.session.key)
+            if first is not None:
+                corpus._problems += [*entry_problems(entry), _duplicate(entry.session, first)]
+                continue
+            corpus._sessions[entry.session.key] = entry.session
+            kept.append(entry)
+        corpus._entries = kept
+        return corpus
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -125,89 +146,61 @@ class Corpus:
             raise KeyError(f"no session {key!r} in this corpus{hint}") from None
 
     def __repr__(self) -> str:
-        n_messages = sum(len(s.messages) for s in self)
-        return (
-            f"<Corpus: {len(self)} sessions, {n_messages} messages, {len(self._problems)} problems>"
-        )
+        n_messages = sum(map(len, self))
+        built = self._entries or []
+        n_problems = len(self._problems) + sum(len(e.meta["problems"]) for e in built)
+        return f"<Corpus: {len(self)} sessions, {n_messages} messages, {n_problems} problems>"
 
     def keys(self) -> list[str]:
         """Session keys in load order."""
         return list(self._sessions)
 
+    @property
+    def entries(self) -> list[Entry]:
+        """Each session's columnar copy, built on first use unless loaded from the index."""
+        if self._entries is None:
+            sessions = list(self)
+            paths = {str(s.path) for s in sessions}
+            read = [p for p in self._problems if p.path in paths]
+            self._problems = [p for p in self._problems if p.path not in paths]
+            with _no_gc():
+                self._entries = build_entries(
+                    sessions, _by_path(read), tokens=self.token_method, cache=DEFAULT_CACHE
+                )
+        return self._entries
+
     @cached_property
     def messages(self) -> pd.DataFrame:
         """One row per message (see :data:`sessionkit.schema.MESSAGES`)."""
-        with _no_gc():
-            return messages_frame(list(self), tokens=self.token_method, cache=DEFAULT_CACHE)
+        return messages_frame(self.entries, tokens=self.token_method)
 
     @cached_property
     def sessions(self) -> pd.DataFrame:
         """One row per session (see :data:`sessionkit.schema.SESSIONS`)."""
-        damaged: dict[str, int] = {}
-        for problem in self._problems:
-            if problem.skipped and problem.line_no is not None:
-                damaged[problem.path] = min(
-                    problem.line_no, damaged.get(problem.path, problem.line_no)
-                )
-        return sessions_frame(list(self), self.messages, first_damaged_lines=damaged)
+        return sessions_frame(self.entries, tokens=self.token_method)
 
     @cached_property
     def problems(self) -> pd.DataFrame:
         """One row per damaged line or file, and per message nanobot cannot count (see
         :data:`sessionkit.schema.PROBLEMS`)."""
-        return problems_frame(self._problems + _uncountable_problems(self) + _time_problems(self))
+        entries = self.entries
+        return problems_frame(self._problems + [p for e in entries for p in entry_problems(e)])
 
 
-def _uncountable_problems(sessions: Iterable[Session]) -> list[Problem]:
-    """One problem per message whose tokens nanobot cannot count."""
-    return [
-        Problem(str(session.path), line_no, reason)
-        for session in sessions
-        for message, line_no in zip(
-            session.messages, session.line_numbers or [None] * len(session.messages), strict=True
-        )
-        if (reason := uncountable_reason(message))
-    ]
+def _duplicate(session: Session, first: Session) -> Problem:
+    return Problem(
+        str(session.path),
+        None,
+        f"duplicate session key {session.key!r} (already loaded from {first.path}); "
+        "this file was skipped",
+    )
 
 
-_OUT_OF_FRAME = (
-    f"is outside what a frame's time column holds ({FRAME_TIMES[0]:%Y-%m-%d} .. "
-    f"{FRAME_TIMES[1]:%Y-%m-%d}): missing (NaT) in corpus.{{frame}}, kept as stored in the Session"
-)
-
-
-def _stamp_outside(value: object) -> bool:
-    """Whether a message timestamp is a valid time a frame cannot hold (only years outside
-    1678..2261 are parsed to find out)."""
-    if type(value) is not str or "1678" <= value[:4] <= "2261":
-        return False
-    parsed = parse_timestamp(value)
-    return parsed is not None and not fits_frame(parsed)
-
-
-def _time_problems(sessions: Iterable[Session]) -> list[Problem]:
-    """One problem per valid time too early or too late for a frame (shown as NaT there)."""
-    problems = []
-    for session in sessions:
-        for field in ("created_at", "updated_at"):
-            value = getattr(session, field)
-            if value is not None and not fits_frame(value):
-                reason = f"metadata {field} {value.isoformat()} " + _OUT_OF_FRAME.format(
-                    frame="sessions"
-                )
-                problems.append(Problem(str(session.path), None, reason))
-        stamps = message_field(session.messages, "timestamp")
-        lines = session.line_numbers or [None] * len(stamps)
-        problems.extend(
-            Problem(
-                str(session.path),
-                line_no,
-                f"timestamp {stamp!r} " + _OUT_OF_FRAME.format(frame="messages"),
-            )
-            for stamp, line_no in zip(stamps, lines, strict=True)
-            if _stamp_outside(stamp)
-        )
-    return problems
+def _by_path(problems: list[Problem]) -> dict[str, list[Problem]]:
+    grouped: dict[str, list[Problem]] = {}
+    for problem in problems:
+        grouped.setdefault(problem.path, []).append(problem)
+    return grouped
 
 
 def load(
@@ -216,8 +209,13 @@ def load(
     tokens: Method | None = "tiktoken",
     config_dir: PathLike | None = None,
     policy: str | None = None,
+    cache: bool | PathLike = True,
 ) -> Corpus:
-    """Load every session under ``path`` into a :class:`Corpus`; never writes.
+    """Load every session under ``path`` into a :class:`Corpus`; never writes there.
+
+    Files unchanged since an earlier load are not read again: their columnar copy comes from
+    the persistent index (:mod:`sessionkit.index`), and their messages are parsed only when
+    ``Session.messages`` is first used.
 
     Parameters
     ----------
@@ -233,6 +231,9 @@ def load(
     policy
         Replay every session with this release's policy (see ``sessionkit.POLICIES``) instead
         of the release that wrote its file.
+    cache
+        ``True``: use the index in :func:`sessionkit.index.default_cache_dir`; a path: the
+        index in that folder; ``False``: read every file and keep nothing.
 
     Raises
     ------
@@ -242,17 +243,97 @@ def load(
     source = default_data_dir() if path is None else path
     chosen = None if policy is None else get_policy(policy).name
     files = find_session_files(source, config_dir)
-    sessions: list[Session] = []
+    index = _index(cache, files)
+    store = store_key(files)
+    identities = [file_identity(f) if index is not None else None for f in files]
+    now = time.time_ns()
+    if index is not None:
+        found, from_pack = index.read_entries(store, files, identities)
+    else:
+        found, from_pack = [None] * len(files), 0
+    if tokens == "tiktoken":
+        found = [e if e is None or e.meta["counted"] else None for e in found]
     problems: list[Problem] = []
+    fresh: list[Session] = []
+    where: list[int] = []
+    read: list[Problem] = []
     with _no_gc():
-        for file in files:
-            session, found = _read_isolated(file)
-            problems.extend(found)
-            if session is not None:
-                session.policy = chosen or session.policy
-                sessions.append(session)
+        for i, file in enumerate(files):
+            if found[i] is not None:
+                continue
+            session, met = _read_isolated(file)
+            if session is None:
+                problems.extend(met)
+                continue
+            read.extend(met)
+            fresh.append(session)
+            where.append(i)
+        built = build_entries(fresh, _by_path(read), tokens=tokens, cache=DEFAULT_CACHE)
+    for i, entry in zip(where, built, strict=True):
+        found[i] = entry
+    if index is not None:
+        _keep(index, store, files, identities, found, from_pack, now)
+    entries = [e for e in found if e is not None]
+    for entry in entries:
+        entry.session.policy = chosen or entry.meta["policy"]
     problems.extend(leftover_temp_files(source, config_dir))
-    return Corpus(sessions, problems, tokens=tokens)
+    return Corpus._of_entries(entries, problems, tokens)
+
+
+def _index(cache: bool | PathLike, files: list[Path]) -> Index | None:
+    """The index to use, or None: not asked for, or its folder would lie inside a loaded
+    sessions folder (loading writes nothing there)."""
+    if cache is False:
+        return None
+    root = (default_cache_dir() if cache is True else Path(cache)).expanduser().absolute()
+    folders = {f.parent.absolute() for f in files}
+    if any(root == folder or folder in root.parents for folder in folders):
+        warnings.warn(
+            f"the index folder {root} lies inside a sessions folder being loaded; loading "
+            "without the index (set SESSIONKIT_CACHE_DIR elsewhere)",
+            stacklevel=3,
+        )
+        return None
+    return Index(root)
+
+
+PACK_MIN = 32
+"""A store's pack is rewritten once this many of its files (or a tenth) are served otherwise."""
+
+
+def _keep(
+    index: Index,
+    store: str,
+    files: list[Path],
+    identities: list[Identity | None],
+    found: list[Entry | None],
+    from_pack: int,
+    now: int,
+) -> None:
+    """Persist what this load built: the whole store as a new pack when many files were not
+    in the old one, else each new entry in its file's own pack.  Files changed too recently,
+    or while being read, are left out; a cache that cannot be written costs speed only."""
+    served = sum(e is not None for e in found)
+    whole = served - from_pack >= max(PACK_MIN, len(files) // 10)
+    kept = [
+        (entry, identity)
+        for file, identity, entry in zip(files, identities, found, strict=True)
+        if entry is not None
+        and identity is not None
+        and (whole or not isinstance(entry.session, IndexedSession))
+        and not identity.racy(now)
+        and file_identity(file) == identity
+    ]
+    try:
+        index.write_entries(store, kept, whole=whole)
+    except (OSError, pa.ArrowException, ValueError) as exc:
+        warnings.warn(f"could not write the index in {index.root}: {exc}", stacklevel=3)
+        return
+    for entry, identity in kept:
+        if not isinstance(entry.session, IndexedSession):
+            entry.session = IndexedSession.adopted(
+                entry.session, entry.meta["turns"], identity, index, store
+            )
 
 
 def _read_isolated(file: Path) -> tuple[Session | None, list[Problem]]:

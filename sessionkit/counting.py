@@ -12,16 +12,23 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import time
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import suppress
 from dataclasses import dataclass
 from functools import lru_cache
+from hashlib import blake2b
 from itertools import compress, repeat
 from operator import is_not
+from pathlib import Path
 from typing import Any, Literal
 
 import orjson
+import pyarrow as pa
 
+from sessionkit.cachedir import default_cache_dir
 from sessionkit.fields import STR_OR_NONE, message_field
 from sessionkit.nanobot.policies import DEFAULT_POLICY, POLICIES
 from sessionkit.nanobot.policy_035 import message_payload as message_payload_035
@@ -63,32 +70,101 @@ def _estimator(policy: str) -> _Estimator:
 
 
 class TokenCache:
-    """Token counts keyed by a content hash of each message, so recounts skip tiktoken.
+    """Token counts keyed by a stable digest of each message's payload fields (and release),
+    so recounts skip tokenizing.
 
-    The key (:func:`_message_keys`) hashes the fields the payload is built from, without
-    building it.  Keys use Python's randomised ``hash``: a cache lives in one process.
+    A cache given a ``folder`` (``DEFAULT_CACHE``: ``<cache dir>/tokens-<format>``) keeps its
+    counts there between processes: read on first use, each batch of new counts added as one
+    more Arrow file (temp file + rename, so two processes never clash), merged when there
+    are many.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, folder: Path | Callable[[], Path] | None = None) -> None:
         self._counts: dict[int, int] = {}
+        self._folder = folder
+        self._loaded = folder is None
+        self._pending: list[tuple[int, int]] = []
 
     def __len__(self) -> int:
+        self._load()
         return len(self._counts)
 
     def clear(self) -> None:
-        """Forget every cached count."""
+        """Forget every cached count in this process (what is on disk stays)."""
         self._counts.clear()
+        self._pending.clear()
 
     def get(self, key: int) -> int | None:
         """The cached count for a message key, or None."""
+        self._load()
         return self._counts.get(key)
 
     def update(self, keys: Iterable[int], counts: Iterable[int]) -> None:
-        """Record counts for message keys."""
-        self._counts.update(zip(keys, counts, strict=True))
+        """Record counts for message keys (kept on disk at the next :meth:`flush`)."""
+        pairs = list(zip(keys, counts, strict=True))
+        self._counts.update(pairs)
+        if self._folder is not None:
+            self._pending.extend(pairs)
+
+    @property
+    def folder(self) -> Path | None:
+        """Where the counts persist (None: this process only)."""
+        return self._folder() if callable(self._folder) else self._folder
+
+    def _load(self) -> None:
+        if self._loaded:
+            return
+        self._loaded = True
+        folder = self.folder
+        for segment in sorted(folder.glob("*.arrow")) if folder and folder.is_dir() else ():
+            with suppress(OSError, pa.ArrowException, KeyError):
+                table = pa.ipc.open_file(pa.memory_map(str(segment))).read_all()
+                keys = table.column("key").to_numpy().tolist()
+                self._counts.update(
+                    zip(keys, table.column("count").to_numpy().tolist(), strict=True)
+                )
+
+    def flush(self) -> None:
+        """Write the counts recorded since the last flush; merge the files when there are
+        more than :data:`_SEGMENTS`.  A folder that cannot be written costs speed only."""
+        folder = self.folder
+        if folder is None or not self._pending:
+            return
+        pairs, self._pending = self._pending, []
+        with suppress(OSError, pa.ArrowException):
+            folder.mkdir(parents=True, exist_ok=True)
+            _write_counts(folder, pairs)
+            segments = sorted(folder.glob("*.arrow"))
+            if len(segments) > _SEGMENTS:
+                self._load()
+                _write_counts(folder, list(self._counts.items()))
+                for segment in segments:
+                    segment.unlink(missing_ok=True)
 
 
-DEFAULT_CACHE = TokenCache()
+_SEGMENTS = 16
+_COUNTS = pa.schema([("key", pa.uint64()), ("count", pa.int64())])
+
+
+def _write_counts(folder: Path, pairs: list[tuple[int, int]]) -> None:
+    """One more counts file in ``folder``, written atomically (temp + rename)."""
+    name = f"{time.time_ns()}-{os.getpid()}-{uuid.uuid4().hex[:8]}.arrow"
+    temp = folder / f".{name}.tmp"
+    keys, counts = zip(*pairs, strict=True)
+    table = pa.table([pa.array(keys, pa.uint64()), pa.array(counts, pa.int64())], schema=_COUNTS)
+    try:
+        with pa.OSFile(str(temp), "wb") as sink, pa.ipc.new_file(sink, _COUNTS) as writer:
+            writer.write_table(table)
+        os.replace(temp, folder / name)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+
+
+TOKENS_FORMAT = 1
+"""The layout of persisted counts and their keys; another format lives in another folder."""
+
+DEFAULT_CACHE = TokenCache(lambda: default_cache_dir() / f"tokens-{TOKENS_FORMAT}")
 
 _KEY_FIELDS = ("content", "tool_calls", "name", "tool_call_id", "reasoning_content")
 _NO_KEY = object()
@@ -108,10 +184,17 @@ def _dumped(values: list[Any]) -> list[Any]:
     return dumped
 
 
-def _message_keys(messages: Sequence[dict[str, Any]]) -> list[int | None]:
+def _digest(text: str) -> int:
+    return int.from_bytes(blake2b(text.encode(), digest_size=8).digest(), "little")
+
+
+def _message_keys(
+    messages: Sequence[dict[str, Any]], policy: str = DEFAULT_POLICY
+) -> list[int | None]:
     """Cache keys of many messages, from the fields their payloads are built from.
 
-    A key hashes (content, tool calls, name, tool_call_id, reasoning): non-string content as
+    A key is a stable 64-bit BLAKE2 digest of the ``repr`` of (release, content, tool calls,
+    name, tool_call_id, reasoning), the same in every process: non-string content as
     a 1-tuple of compact JSON (so it never equals a string), tool calls as compact JSON when
     truthy, and names, ids and reasoning only when they are strings (only strings reach the
     payload).  Equal keys mean equal fields (a 64-bit hash: a ~2**-64 chance per pair of
@@ -141,9 +224,8 @@ def _message_keys(messages: Sequence[dict[str, Any]]) -> list[int | None]:
     for column in (names, ids, reasonings):
         if not STR_OR_NONE.issuperset(map(type, column)):
             column[:] = [v if type(v) is str else None for v in column]
-    keys: list[int | None] = list(
-        map(hash, zip(contents, calls, names, ids, reasonings, strict=True))
-    )
+    fields = zip(repeat(policy), contents, calls, names, ids, reasonings, strict=False)
+    keys: list[int | None] = list(map(_digest, map(repr, fields)))
     for i in no_key:
         keys[i] = None
     return keys
@@ -245,13 +327,11 @@ def _cached_counts(
 ) -> list[int]:
     """Counts looked up by key; each missing distinct key tokenized once and recorded.
 
-    Keys are computed here, never in workers, so each string's hash stays cached on it
-    for the next recount.  Keys of a release other than 0.2.2 hash the policy name in, so one
-    cache never serves one release's count for another.
+    Keys hash the release in, so one cache never serves one release's count for another.
+    New counts are flushed to the cache's folder, if it has one.
     """
-    keys = _message_keys(messages)
-    if policy != DEFAULT_POLICY:
-        keys = [None if key is None else hash((policy, key)) for key in keys]
+    keys = _message_keys(messages, policy)
+    cache._load()
     # The method, so subclasses (read-through caches) are honoured; a plain cache's dict
     # lookup skips a Python call per message.
     lookup = cache._counts.get if type(cache) is TokenCache else cache.get
@@ -269,6 +349,7 @@ def _cached_counts(
             counts[i] = counts[first[keys[i]]]  # type: ignore[index]
     known = [(keys[i], n) for i, n in zip(fresh, fresh_counts, strict=True) if keys[i] is not None]
     cache.update((k for k, _ in known), (n for _, n in known))  # type: ignore[misc]
+    cache.flush()
     return counts  # type: ignore[return-value]
 
 

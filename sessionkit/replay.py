@@ -18,14 +18,17 @@ import os
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 from tqdm.auto import tqdm
 
 from sessionkit.counting import DEFAULT_CACHE, TokenCache, count_tokens
+from sessionkit.index import REPLAY_TABLE, Index, IndexedSession, Item
 from sessionkit.nanobot.policies import ReplayPolicy, get_policy, tool_call_ids, tool_result_id
 from sessionkit.nanobot.policy_035 import HIDDEN_HISTORY_KEY
 from sessionkit.nanobot.session import Session
@@ -142,13 +145,22 @@ def _key(session: Session, policy: str | None, settings: HistorySettings) -> Rep
     return chosen.name, chosen.entry_key(settings)
 
 
+def _content(session: Session) -> object:
+    """What a session's replays depend on: its messages list, or for a session read back from
+    the index and not changed since, the file version it was indexed at (so its messages need
+    not be parsed)."""
+    if isinstance(session, IndexedSession) and session.pristine:
+        return session._identity
+    return session.messages
+
+
 @dataclass
 class _Slot:
-    """What is cached for one session, by release: valid while it holds ``messages`` at
-    ``length``."""
+    """What is cached for one session, by release: valid while it holds ``content`` (see
+    :func:`_content`) at ``length``."""
 
     ref: weakref.ref
-    messages: list[dict[str, Any]]  # kept, so the list's id cannot be reused
+    content: object  # kept, so its id cannot be reused
     length: int
     replays: dict[ReplayKey, Replay] = field(default_factory=dict)
     stored: dict[str, np.ndarray] = field(default_factory=dict)
@@ -157,8 +169,8 @@ class _Slot:
         """Whether this slot still describes ``session`` as it is now."""
         return (
             self.ref() is session
-            and self.messages is session.messages
-            and self.length == len(session.messages)
+            and self.content is _content(session)
+            and self.length == len(session)
         )
 
 
@@ -193,7 +205,7 @@ def _slot(session: Session) -> _Slot:
             _SLOTS.pop(key, None)
 
         ref = weakref.ref(session, forget)
-    slot = _Slot(ref, session.messages, len(session.messages))
+    slot = _Slot(ref, _content(session), len(session))
     _SLOTS[key] = slot
     return slot
 
@@ -313,6 +325,68 @@ def _compute_in_workers(
         _SHARED.clear()
 
 
+_PER_MESSAGE = ("is_user", "delivery", "command", "checkpoint", "turn", "declared")
+_PER_ENTRY = ("kept", "entry_declared", "tokens")
+
+
+def _index_name(key: ReplayKey) -> str:
+    return f"{key[0]}|{key[1]!r}"
+
+
+def _homes(sessions: list[Session], todo: list[int]) -> dict[tuple[Index, str], list[int]]:
+    """The sessions (by position) whose replays the persistent index keeps, by index and store."""
+    homes: dict[tuple[Index, str], list[int]] = {}
+    for i in todo:
+        home = sessions[i].replay_home if isinstance(sessions[i], IndexedSession) else None
+        if home is not None:
+            homes.setdefault(home, []).append(i)
+    return homes
+
+
+def _stored(sessions: list[Session], keys: list[ReplayKey], todo: list[int]) -> dict[int, Replay]:
+    """Replays the persistent index keeps for indexed sessions still as indexed."""
+    found: dict[int, Replay] = {}
+    for (index, store), members in _homes(sessions, todo).items():
+        packs: dict[str, dict[str, Item]] = {}
+        for i in members:
+            name = _index_name(keys[i])
+            if name not in packs:
+                packs[name] = index.read_replays(store, name)
+            item = packs[name].get(os.fsdecode(sessions[i].path))  # type: ignore[arg-type]
+            if item is None or item.identity != sessions[i]._identity:  # type: ignore[attr-defined]
+                continue
+            table, entries = item.table, item.extra["entries"]
+            arrays = {name: table.column(name).to_numpy() for name in _PER_MESSAGE}
+            arrays |= {name: table.column(name).to_numpy()[:entries] for name in _PER_ENTRY}
+            found[i] = Replay(**arrays)
+    return found
+
+
+def _keep(sessions: list[Session], keys: list[ReplayKey], computed: dict[int, Replay]) -> None:
+    """Keep computed replays of indexed sessions in the persistent index, one write per store
+    and setting; a cache that cannot be written costs speed only."""
+    for (index, store), members in _homes(sessions, list(computed)).items():
+        by_name: dict[str, list[Item]] = {}
+        for i in members:
+            replay_ = computed[i]
+            n = len(replay_.is_user)
+            columns = {name: getattr(replay_, name) for name in _PER_MESSAGE}
+            for name in _PER_ENTRY:
+                values = getattr(replay_, name)
+                columns[name] = np.concatenate([values, np.zeros(n - len(values), values.dtype)])
+            table = pa.table(columns).cast(REPLAY_TABLE)
+            item = Item(
+                os.fsdecode(sessions[i].path),  # type: ignore[arg-type]
+                sessions[i]._identity,  # type: ignore[attr-defined]
+                {"entries": len(replay_.kept)},
+                table,
+            )
+            by_name.setdefault(_index_name(keys[i]), []).append(item)
+        for name, items in by_name.items():
+            with suppress(OSError, pa.ArrowException):
+                index.write_replays(store, name, items)
+
+
 def replay_all(
     sessions: list[Session],
     settings: HistorySettings = DEFAULT_SETTINGS,
@@ -343,8 +417,11 @@ def replay_all(
     """
     keys = [_key(s, policy, settings) for s in sessions]
     found = [_cached(s, key) for s, key in zip(sessions, keys, strict=True)]
+    for i, stored in _stored(sessions, keys, [i for i, r in enumerate(found) if r is None]).items():
+        found[i] = stored
+        _slot(sessions[i]).replays[keys[i]] = stored
     todo = [i for i, r in enumerate(found) if r is None]
-    sizes = [len(s.messages) for s in sessions]
+    sizes = [len(s) for s in sessions]
     total = sum(sizes[i] for i in todo)
     if workers is None:
         workers = (os.cpu_count() or 1) if total >= _AUTO_PARALLEL_MESSAGES else 1
@@ -366,4 +443,5 @@ def replay_all(
                 bar.update(sum(sizes[i] for i in indices))
     for i in todo:
         _slot(sessions[i]).replays[keys[i]] = found[i]  # type: ignore[assignment]
+    _keep(sessions, keys, {i: found[i] for i in todo})  # type: ignore[misc]
     return found  # type: ignore[return-value]

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 __all__ = [
     "FIGURE_DATA",
@@ -30,6 +31,7 @@ __all__ = [
     "describe",
     "empty_frame",
     "frame",
+    "string_array",
 ]
 
 
@@ -286,21 +288,32 @@ FIGURE_DATA: tuple[Column, ...] = (
 """Columns of :func:`sessionkit.testing.figure_data`: what a figure draws, not its pixels."""
 
 
-# "string" columns keep Python strings: pyarrow strings cannot hold a lone surrogate, which
-# nanobot's own json loads, and the storage must not depend on whether pyarrow is installed.
-_STORAGE: dict[str, Any] = {"string": pd.StringDtype("python")}
+def string_array(values: Any) -> Any:
+    """A ``string`` column: Arrow-backed, or Python strings when a value is no valid Unicode
+    (a lone surrogate, which nanobot's own json loads and Arrow cannot hold); non-strings
+    become <NA>."""
+    if isinstance(getattr(values, "dtype", None), pd.StringDtype):
+        return values
+    items = [v if type(v) is str else None for v in values]
+    try:
+        return pd.arrays.ArrowStringArray(pa.array(items, type=pa.large_string()))
+    except (UnicodeEncodeError, pa.ArrowException):
+        array = np.array(items + [None], dtype=object)[:-1]
+        array[np.fromiter((v is None for v in items), dtype=bool, count=len(items))] = pd.NA
+        return pd.arrays.StringArray(array)
 
 
 def _array(column: Column, values: Any, categories: Sequence[Any] | None) -> Any:
     """``values`` as ``column``'s dtype; arrays already of that dtype are used as they are."""
     if categories is not None:
         return pd.Categorical.from_codes(np.asarray(values, dtype=np.int64), categories)
-    dtype = _STORAGE.get(column.dtype, column.dtype)
-    if getattr(values, "dtype", None) == dtype:
+    if column.dtype == "string":
+        return string_array(values)
+    if getattr(values, "dtype", None) == column.dtype:
         return values
     if column.dtype == "category":
         return pd.Categorical(values)
-    return pd.array(values, dtype=dtype)
+    return pd.array(values, dtype=column.dtype)
 
 
 def frame(

@@ -34,6 +34,11 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "data"
 
+# The persistent index of every load in the run (notebook kernels inherit it): never the
+# user's own cache folder.
+_INDEX = tempfile.TemporaryDirectory(prefix="sessionkit-test-index-")
+os.environ["SESSIONKIT_CACHE_DIR"] = _INDEX.name
+
 # tiktoken's cache entry for cl100k_base: the sha1 of its download URL.
 _BPE_CACHE_NAME = "9b5ad71b2ce5302211f9c61530b329a4922fc6a4"
 

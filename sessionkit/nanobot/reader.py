@@ -99,9 +99,19 @@ def _expand(item: str | Path, config_dir: str | Path | None) -> list[Path]:
     raise SessionPathError(f"no such file or folder: {path}")
 
 
-def _identity(path: Path) -> Path:
+def _identity(path: Path, folders: dict[Path, Path]) -> Path:
     """A regular file's resolved path; anything else (FIFO, device, broken or looping link)
-    stays as named, so its problem names the entry in the folder."""
+    stays as named, so its problem names the entry in the folder.  ``folders`` remembers
+    resolved folders, so a plain file in one costs one ``lstat``."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return path.absolute()
+    if stat.S_ISREG(mode):
+        parent = path.parent
+        if parent not in folders:
+            folders[parent] = parent.resolve()
+        return folders[parent] / path.name
     return path.resolve() if path.is_file() else path.absolute()
 
 
@@ -124,9 +134,10 @@ def find_session_files(
     that does not exist or is empty.
     """
     seen: dict[Path, None] = {}
+    folders: dict[Path, Path] = {}
     for item in _items(path):
         for file in _expand(item, config_dir):
-            seen.setdefault(_identity(file), None)
+            seen.setdefault(_identity(file, folders), None)
     return list(seen)
 
 

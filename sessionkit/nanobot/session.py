@@ -63,7 +63,7 @@ class Session:
 
     def __repr__(self) -> str:
         return (
-            f"Session(key={self.key!r}, messages={len(self.messages)}, "
+            f"Session(key={self.key!r}, messages={len(self)}, "
             f"last_consolidated={self.last_consolidated}, format={self.format!r})"
         )
 
@@ -168,7 +168,7 @@ class Session:
         if setting == "none":
             return 0
         if isinstance(setting, int) and not isinstance(setting, bool):
-            return setting if 0 <= setting <= len(self.messages) else 0
+            return setting if 0 <= setting <= len(self) else 0
         raise ValueError(f"last_consolidated must be 'recorded', 'none' or an int, not {setting!r}")
 
     def history(self, settings: HistorySettings = DEFAULT_SETTINGS) -> list[dict[str, Any]]:
