@@ -10,6 +10,9 @@ bytes + 4); where a release raises, so does :func:`count_tokens`, with the same 
 
 from __future__ import annotations
 
+import atexit
+import importlib.machinery
+import importlib.util
 import multiprocessing
 import os
 import time
@@ -23,7 +26,8 @@ from hashlib import blake2b
 from itertools import compress, repeat
 from operator import is_not
 from pathlib import Path
-from typing import Any, Literal
+from types import ModuleType
+from typing import Any, Literal, TypeVar
 
 import orjson
 import pyarrow as pa
@@ -44,6 +48,7 @@ from sessionkit.nanobot.tokens import (
 __all__ = ["DEFAULT_CACHE", "Method", "TokenCache", "count_tokens"]
 
 Method = Literal["tiktoken", "fallback"]
+T = TypeVar("T")
 _PARALLEL_MIN_MESSAGES = 20_000
 
 
@@ -74,9 +79,9 @@ class TokenCache:
     so recounts skip tokenizing.
 
     A cache given a ``folder`` (``DEFAULT_CACHE``: ``<cache dir>/tokens-<format>``) keeps its
-    counts there between processes: read on first use, each batch of new counts added as one
-    more Arrow file (temp file + rename, so two processes never clash), merged when there
-    are many.
+    counts there between processes: read on first use; new counts are written by
+    :meth:`flush` (after large batches, at most every few seconds, and at exit) as one more
+    Arrow file (temp file + rename, so two processes never clash), merged when there are many.
     """
 
     def __init__(self, folder: Path | Callable[[], Path] | None = None) -> None:
@@ -84,6 +89,9 @@ class TokenCache:
         self._folder = folder
         self._loaded = folder is None
         self._pending: list[tuple[int, int]] = []
+        self._flushed = time.monotonic()
+        if folder is not None:
+            atexit.register(self.flush)
 
     def __len__(self) -> int:
         self._load()
@@ -124,10 +132,17 @@ class TokenCache:
                     zip(keys, table.column("count").to_numpy().tolist(), strict=True)
                 )
 
+    def flush_soon(self) -> None:
+        """:meth:`flush` when many counts wait or the last flush is a while ago."""
+        waited = time.monotonic() - self._flushed
+        if len(self._pending) >= _FLUSH_COUNTS or waited >= _FLUSH_SECONDS:
+            self.flush()
+
     def flush(self) -> None:
         """Write the counts recorded since the last flush; merge the files when there are
         more than :data:`_SEGMENTS`.  A folder that cannot be written costs speed only."""
         folder = self.folder
+        self._flushed = time.monotonic()
         if folder is None or not self._pending:
             return
         pairs, self._pending = self._pending, []
@@ -143,6 +158,8 @@ class TokenCache:
 
 
 _SEGMENTS = 16
+_FLUSH_COUNTS = 4096
+_FLUSH_SECONDS = 10.0
 _COUNTS = pa.schema([("key", pa.uint64()), ("count", pa.int64())])
 
 
@@ -184,8 +201,26 @@ def _dumped(values: list[Any]) -> list[Any]:
     return dumped
 
 
+def _text(value: str | None) -> str:
+    return "-" if value is None else f"{len(value)}:{value}"
+
+
+def _key_text(
+    policy: str,
+    content: str | tuple[bytes] | None,
+    calls: bytes | None,
+    name: str | None,
+    call_id: str | None,
+    reasoning: str | None,
+) -> str:
+    """The fields a key digests, each length-prefixed (so no two field tuples share a text)."""
+    head = f"s{len(content)}:{content}" if type(content) is str else f"j{content!r}"
+    return f"{policy}|{head}|{calls!r}|{_text(name)}|{_text(call_id)}|{_text(reasoning)}"
+
+
 def _digest(text: str) -> int:
-    return int.from_bytes(blake2b(text.encode(), digest_size=8).digest(), "little")
+    raw = text.encode("utf-8", "surrogatepass")
+    return int.from_bytes(blake2b(raw, digest_size=8).digest(), "little")
 
 
 def _message_keys(
@@ -193,8 +228,8 @@ def _message_keys(
 ) -> list[int | None]:
     """Cache keys of many messages, from the fields their payloads are built from.
 
-    A key is a stable 64-bit BLAKE2 digest of the ``repr`` of (release, content, tool calls,
-    name, tool_call_id, reasoning), the same in every process: non-string content as
+    A key is a stable 64-bit BLAKE2 digest of (release, content, tool calls, name,
+    tool_call_id, reasoning), the same in every process: non-string content as
     a 1-tuple of compact JSON (so it never equals a string), tool calls as compact JSON when
     truthy, and names, ids and reasoning only when they are strings (only strings reach the
     payload).  Equal keys mean equal fields (a 64-bit hash: a ~2**-64 chance per pair of
@@ -224,8 +259,8 @@ def _message_keys(
     for column in (names, ids, reasonings):
         if not STR_OR_NONE.issuperset(map(type, column)):
             column[:] = [v if type(v) is str else None for v in column]
-    fields = zip(repeat(policy), contents, calls, names, ids, reasonings, strict=False)
-    keys: list[int | None] = list(map(_digest, map(repr, fields)))
+    texts = map(_key_text, repeat(policy), contents, calls, names, ids, reasonings)
+    keys: list[int | None] = list(map(_digest, texts))
     for i in no_key:
         keys[i] = None
     return keys
@@ -239,11 +274,27 @@ def _counter() -> Callable[[str], int]:
     ``bpe-openai``'s counts equal tiktoken's ``encode_ordinary`` lengths (a hypothesis test
     checks it against tiktoken, the reference).
     """
-    try:
-        from bpe_openai._bindings import tokenizer_for_encoding
-    except ImportError:
+    bindings = _bpe_bindings()
+    if bindings is None:
         return _tiktoken_count
-    return tokenizer_for_encoding("cl100k_base").count
+    return bindings.tokenizer_for_encoding("cl100k_base").count
+
+
+def _bpe_bindings() -> ModuleType | None:
+    """bpe-openai's Rust extension module, loaded on its own: the package's ``__init__``
+    builds a tiktoken-like layer by reading all three of its BPE files in Python (1.5 s),
+    which sessionkit never uses.  None when bpe-openai is not installed."""
+    spec = importlib.util.find_spec("bpe_openai")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            path = Path(folder) / f"_bindings{suffix}"
+            if path.is_file():
+                loader = importlib.machinery.ExtensionFileLoader("bpe_openai._bindings", str(path))
+                found = importlib.util.spec_from_file_location(loader.name, path, loader=loader)
+                module = importlib.util.module_from_spec(found)  # type: ignore[arg-type]
+                loader.exec_module(module)
+                return module
+    return None
 
 
 def _tiktoken_count(payload: str) -> int:
@@ -282,43 +333,78 @@ def _payload_counts(messages: Sequence[dict[str, Any]], policy: str) -> list[int
     return counts
 
 
-_SHARED: Sequence[dict[str, Any]] = ()
-"""What forked workers count: set just before the pool forks, so nothing is pickled to them."""
+class _DeltaCache(TokenCache):
+    """A token cache that reads through to ``base`` and keeps its own new counts apart (what a
+    forked worker sends back)."""
+
+    def __init__(self, base: TokenCache | None) -> None:
+        super().__init__()
+        self.base = base
+        self.fresh: list[tuple[int, int]] = []
+
+    def get(self, key: int) -> int | None:
+        hit = self.base.get(key) if self.base is not None else None
+        return hit if hit is not None else super().get(key)
+
+    def update(self, keys: Iterable[int], counts: Iterable[int]) -> None:
+        pairs = list(zip(keys, counts, strict=True))
+        super().update((d for d, _ in pairs), (c for _, c in pairs))
+        self.fresh.extend(pairs)
+
+
+_SHARED: dict[str, Any] = {}
+"""What forked workers count (the messages, and the cache they read through): set just before
+the pool forks, so nothing is pickled to them."""
+
+
+def _parallel(n_messages: int, workers: int) -> bool:
+    """Whether to fork workers: a large batch, and a process that may have children (a Dask
+    or multiprocessing worker is a daemon, which may not)."""
+    return (
+        workers > 1
+        and n_messages >= _PARALLEL_MIN_MESSAGES
+        and "fork" in multiprocessing.get_all_start_methods()
+        and not multiprocessing.current_process().daemon
+    )
 
 
 def _count_shared_range(start: int, stop: int, policy: str) -> list[int]:
-    return _payload_counts(_SHARED[start:stop], policy)
+    return _payload_counts(_SHARED["messages"][start:stop], policy)
 
 
-def _payload_counts_forked(
-    messages: Sequence[dict[str, Any]], workers: int, policy: str
-) -> list[int]:
-    """:func:`_payload_counts` split over forked workers that inherit the messages."""
-    global _SHARED
+def _keyed_shared_range(start: int, stop: int, policy: str) -> tuple[list[int], list]:
+    """A range's counts through the parent's cache, and the counts it had to make."""
+    delta = _DeltaCache(_SHARED["cache"])
+    counts = _cached_counts(_SHARED["messages"][start:stop], delta, 1, policy)
+    return counts, delta.fresh
+
+
+def _forked(
+    task: Callable[[int, int, str], T],
+    messages: Sequence[dict[str, Any]],
+    workers: int,
+    policy: str,
+    cache: TokenCache | None = None,
+) -> list[T]:
+    """``task`` over ranges of ``messages`` in forked workers that inherit them (and
+    ``cache``), results in order."""
     step = max(1, -(-len(messages) // (workers * 16)))
     starts = list(range(0, len(messages), step))
     stops = [min(len(messages), s + step) for s in starts]
     _counter()  # load the ranks once; the workers inherit them
-    _SHARED = messages
-    counts: list[int] = []
+    _SHARED.update(messages=messages, cache=cache)
     try:
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            for part in pool.map(_count_shared_range, starts, stops, repeat(policy)):
-                counts.extend(part)
+            return list(pool.map(task, starts, stops, repeat(policy)))
     finally:
-        _SHARED = ()
-    return counts
+        _SHARED.clear()
 
 
 def _uncached_counts(messages: Sequence[dict[str, Any]], workers: int, policy: str) -> list[int]:
     """Exact counts, in forked workers when the batch is large enough to repay them."""
-    parallel = (
-        workers > 1
-        and len(messages) >= _PARALLEL_MIN_MESSAGES
-        and "fork" in multiprocessing.get_all_start_methods()
-    )
-    if parallel:
-        return _payload_counts_forked(messages, workers, policy)
+    if _parallel(len(messages), workers):
+        parts = _forked(_count_shared_range, messages, workers, policy)
+        return [n for part in parts for n in part]
     return _payload_counts(messages, policy)
 
 
@@ -328,10 +414,17 @@ def _cached_counts(
     """Counts looked up by key; each missing distinct key tokenized once and recorded.
 
     Keys hash the release in, so one cache never serves one release's count for another.
-    New counts are flushed to the cache's folder, if it has one.
+    A large batch is keyed and counted in forked workers, a range each, reading through
+    ``cache``.  New counts are flushed to the cache's folder, if it has one.
     """
-    keys = _message_keys(messages, policy)
     cache._load()
+    if _parallel(len(messages), workers):
+        parts = _forked(_keyed_shared_range, messages, workers, policy, cache)
+        for _, fresh in parts:
+            cache.update((k for k, _ in fresh), (n for _, n in fresh))
+        cache.flush_soon()
+        return [n for counts, _ in parts for n in counts]
+    keys = _message_keys(messages, policy)
     # The method, so subclasses (read-through caches) are honoured; a plain cache's dict
     # lookup skips a Python call per message.
     lookup = cache._counts.get if type(cache) is TokenCache else cache.get
@@ -349,7 +442,7 @@ def _cached_counts(
             counts[i] = counts[first[keys[i]]]  # type: ignore[index]
     known = [(keys[i], n) for i, n in zip(fresh, fresh_counts, strict=True) if keys[i] is not None]
     cache.update((k for k, _ in known), (n for _, n in known))  # type: ignore[misc]
-    cache.flush()
+    cache.flush_soon()
     return counts  # type: ignore[return-value]
 
 

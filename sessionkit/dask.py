@@ -35,7 +35,7 @@ from dask.dataframe.utils import clear_known_categories
 import sessionkit
 from sessionkit import schema
 from sessionkit.corpus import Corpus, PathLike, default_data_dir
-from sessionkit.counting import Method, count_tokens
+from sessionkit.counting import Method
 from sessionkit.frames import problems_frame
 from sessionkit.nanobot.reader import find_session_files, leftover_temp_files
 from sessionkit.nanobot.session import Session
@@ -114,29 +114,21 @@ def _meta(empty: pd.DataFrame) -> pd.DataFrame:
     return clear_known_categories(empty, cols=unknown)
 
 
-def _load(files: list[Path], tokens: Method | None) -> Corpus:
-    """``sk.load(files)`` with the token counts cached in this process, so that building the
-    frames forks no pool (a Dask worker is a daemon process and may not have children)."""
-    corpus = sessionkit.load(files, tokens=tokens)
-    if tokens == "tiktoken":
-        count_tokens([m for s in corpus for m in s.messages], method=tokens, workers=1)
-    return corpus
-
-
 def _messages_part(files: list[Path], tokens: Method | None) -> pd.DataFrame:
-    return _load(files, tokens).messages
+    return sessionkit.load(files, tokens=tokens).messages
 
 
 def _sessions_part(files: list[Path], tokens: Method | None) -> pd.DataFrame:
-    return _load(files, tokens).sessions
+    return sessionkit.load(files, tokens=tokens).sessions
 
 
 def _problems_part(files: list[Path]) -> pd.DataFrame:
     return sessionkit.load(files, tokens=None).problems
 
 
-# Dask turns string columns into pyarrow strings by default; sessionkit's stay Python strings
-# (pyarrow cannot hold a lone surrogate), so results equal the pandas frames exactly.
+# Dask turns string columns into its own string dtype by default (NaN for missing); sessionkit's
+# keep <NA> (and Python storage where a value is no valid Unicode), so results equal the pandas
+# frames exactly.
 def _python_strings() -> Any:
     return dask.config.set({"dataframe.convert-string": False})
 

@@ -20,7 +20,7 @@ import json
 import os
 import stat
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
@@ -353,6 +353,14 @@ class IndexedSession(Session):
 
     def __len__(self) -> int:
         return self._size if self._unread() else len(self.messages)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to any :class:`Session`, indexed or not, with equal fields."""
+        if not isinstance(other, Session):
+            return NotImplemented
+        return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(Session))
+
+    __hash__ = None  # type: ignore[assignment]
 
     @property
     def n_user_turns(self) -> int:

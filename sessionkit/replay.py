@@ -16,7 +16,7 @@ import multiprocessing
 import operator
 import os
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -27,7 +27,7 @@ import pandas as pd
 import pyarrow as pa
 from tqdm.auto import tqdm
 
-from sessionkit.counting import DEFAULT_CACHE, TokenCache, count_tokens
+from sessionkit.counting import DEFAULT_CACHE, TokenCache, _DeltaCache, count_tokens
 from sessionkit.index import REPLAY_TABLE, Index, IndexedSession, Item
 from sessionkit.nanobot.policies import ReplayPolicy, get_policy, tool_call_ids, tool_result_id
 from sessionkit.nanobot.policy_035 import HIDDEN_HISTORY_KEY
@@ -253,24 +253,6 @@ def derived(replays: list[Replay], build: Callable[[list[Replay]], T]) -> T:
     return value
 
 
-class _DeltaCache(TokenCache):
-    """A token cache that reads through to ``base`` and keeps its own new counts apart."""
-
-    def __init__(self, base: TokenCache | None) -> None:
-        super().__init__()
-        self.base = base
-        self.fresh: list[tuple[int, int]] = []
-
-    def get(self, key: int) -> int | None:
-        hit = self.base.get(key) if self.base is not None else None
-        return hit if hit is not None else super().get(key)
-
-    def update(self, keys: Iterable[int], counts: Iterable[int]) -> None:
-        pairs = list(zip(keys, counts, strict=True))
-        super().update((d for d, _ in pairs), (c for _, c in pairs))
-        self.fresh.extend(pairs)
-
-
 # Shared with forked workers: the sessions, policy, settings and the parent's token cache.
 _SHARED: dict[str, Any] = {}
 
@@ -444,4 +426,6 @@ def replay_all(
     for i in todo:
         _slot(sessions[i]).replays[keys[i]] = found[i]  # type: ignore[assignment]
     _keep(sessions, keys, {i: found[i] for i in todo})  # type: ignore[misc]
+    if cache is not None and todo:
+        cache.flush_soon()
     return found  # type: ignore[return-value]

@@ -191,7 +191,7 @@ def test_parquet_round_trip(
     ]
     back = dd.read_parquet(tmp_path / "messages")
     assert back.npartitions == 3
-    strings = {c: "string[python]" for c in ("text", "tool_call_id", "name")}
+    strings = {c: pd.StringDtype("pyarrow") for c in ("text", "tool_call_id", "name")}
     pd.testing.assert_frame_equal(back.compute().astype(strings), frame.compute())
     pd.testing.assert_frame_equal(
         _canonical(pd.read_parquet(tmp_path / "messages").astype(strings)),

@@ -100,6 +100,7 @@ def test_warm_open_reads_no_file_and_equals_a_cold_one(store: Path, cache: Path,
     assert reads == []
     assert warm["telegram:2"].messages == MESSAGES
     assert reads == ["telegram_2.jsonl"]
+    assert warm["telegram:2"] == load(store, cache=False)["telegram:2"]
     assert {k: v for k, v in _tree(store.parent).items() if "index" not in k} == before
 
 

@@ -1,0 +1,202 @@
+"""Benchmark: opening a store through the persistent index, against nanobot and the orjson floor.
+
+On a copy of the generated corpus (default 1,000 sessions, about 400,000 messages) with an
+index folder of its own, each phase in a fresh process (imports not timed):
+
+- ``cold``: ``sk.load`` with an empty index, then the sessions and messages frames (tokens
+  counted): reads, counts and writes the index;
+- ``warm``: the same with the index written (peak RSS against the store's bytes);
+- ``changed``: the same after one message was appended to one file (only it is read);
+- ``recount``: ``count_tokens`` of every message with the persisted counts (nothing may be
+  tokenized);
+- ``grid_cold`` then ``grid``: load plus the 3 x 3 windows grid (three releases x max_tokens
+  0/8k/32k); the first keeps the replays, the second is the fresh-process time;
+- ``nanobot`` (0.2.2's own ``SessionManager._load`` of every key plus one DataFrame),
+  ``orjson`` (every line parsed, nothing kept), ``tokens`` (cold ``count_tokens`` on all
+  cores, empty cache) and ``tiktoken`` (single-threaded ``encode_ordinary``), from
+  ``bench_load``.
+
+Run: ``python benchmarks/bench_index.py`` (``--help`` for options).  Prints the targets and
+writes JSON to ``benchmarks/results/bench_index.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench_load import (
+    _clock,
+    _peak_rss,
+    _since,
+    phase_nanobot,
+    phase_orjson,
+    phase_tiktoken,
+    phase_tokens,
+)
+from corpus import add_corpus_options, chosen_corpus, ensure_corpus
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+RELEASES = ["nanobot-0.2", "nanobot-0.3.0", "nanobot-0.3.5"]
+MAX_TOKENS = [0, 8000, 32000]
+
+
+def phase_open(folder: Path) -> dict[str, Any]:
+    """``sk.load`` plus the sessions and messages frames, tokens included."""
+    import sessionkit
+
+    start = _clock()
+    corpus = sessionkit.load(folder)
+    messages, sessions = corpus.messages, corpus.sessions
+    timed = _since(start)
+    return {**timed, "messages": len(messages), "sessions": len(sessions), **_peak_rss()}
+
+
+def phase_recount(folder: Path) -> dict[str, Any]:
+    """``count_tokens`` of every message, from the counts persisted by earlier processes."""
+    import sessionkit
+    import sessionkit.counting as counting
+
+    messages = [m for s in sessionkit.load(folder, tokens=None) for m in s.messages]
+    tokenized = []
+    real = counting._uncached_counts
+
+    def watched(batch: list[Any], workers: int, policy: str) -> list[int]:
+        tokenized.append(len(batch))
+        return real(batch, workers, policy)
+
+    counting._uncached_counts = watched
+    start = _clock()
+    counts = sessionkit.count_tokens(messages)
+    return {**_since(start), "messages": len(counts), "tokenized": sum(tokenized)}
+
+
+def phase_grid(folder: Path) -> dict[str, Any]:
+    """Load plus the 3 x 3 windows grid."""
+    import sessionkit
+
+    start = _clock()
+    corpus = sessionkit.load(folder)
+    frame = sessionkit.windows(corpus, policy=RELEASES, max_tokens=MAX_TOKENS)
+    parsed = sum(s._messages is not None for s in corpus)  # type: ignore[attr-defined]
+    return {**_since(start), "windows": len(frame), "sessions_parsed": parsed, **_peak_rss()}
+
+
+PHASES = {
+    "cold": phase_open,
+    "warm": phase_open,
+    "changed": phase_open,
+    "recount": phase_recount,
+    "grid_cold": phase_grid,
+    "grid": phase_grid,
+    "nanobot": lambda folder: phase_nanobot(folder, 1),
+    "orjson": lambda folder: phase_orjson(folder, 1),
+    "tokens": lambda folder: phase_tokens(folder, os.cpu_count() or 1),
+    "tiktoken": lambda folder: phase_tiktoken(folder, 1),
+}
+
+
+def run_phase(name: str, folder: Path, cache: Path) -> dict[str, Any]:
+    """One phase in a fresh interpreter with the benchmark's own index folder."""
+    env = os.environ | {"SESSIONKIT_CACHE_DIR": str(cache)}
+    command = [sys.executable, __file__, "--phase", name, "--corpus", str(folder)]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"phase {name} failed:\n{done.stderr}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"  {name:<10} {result['seconds']:8.2f} s", flush=True)
+    return result
+
+
+def _append_one_message(folder: Path) -> str:
+    target = sorted(folder.glob("*.jsonl"))[len(list(folder.glob("*.jsonl"))) // 2]
+    with target.open("a", encoding="utf-8") as f:
+        f.write(json.dumps({"role": "user", "content": "one more", "timestamp": "2026-11-30"}))
+        f.write("\n")
+    return target.name
+
+
+def measure(source: Path, work: Path) -> dict[str, Any]:
+    """Every phase once, in order, on a settled copy of the store."""
+    folder, cache = work / "sessions", work / "cache"
+    shutil.copytree(source, folder)
+    time.sleep(3.5)  # files changed within 3 s of a load are not indexed (index.RACY_NS)
+    results = {}
+    for name in ("nanobot", "orjson", "tiktoken", "tokens"):
+        results[name] = run_phase(name, folder, work / "unused-cache")
+    for name in ("cold", "warm", "recount", "grid_cold", "grid"):
+        results[name] = run_phase(name, folder, cache)
+    results["changed_file"] = _append_one_message(folder)
+    results["changed"] = run_phase("changed", folder, cache)
+    results["store_bytes"] = sum(p.stat().st_size for p in folder.glob("*.jsonl"))
+    results["index_bytes"] = sum(p.stat().st_size for p in cache.rglob("*") if p.is_file())
+    return results
+
+
+def targets(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each target of the issue: measured value, goal, met."""
+
+    def row(what: str, value: float, goal: float, higher: bool) -> dict[str, Any]:
+        met = value >= goal if higher else value <= goal
+        return {"target": what, "value": round(value, 3), "goal": goal, "met": met}
+
+    warm = r["warm"]["seconds"]
+    return [
+        row(
+            "warm open speed-up vs nanobot load + DataFrame",
+            r["nanobot"]["seconds"] / warm,
+            10,
+            True,
+        ),
+        row("warm open / orjson parse", warm / r["orjson"]["seconds"], 0.5, False),
+        row(
+            "one changed file: open minus warm open (s)", r["changed"]["seconds"] - warm, 0.2, False
+        ),
+        row("payloads tokenized by a new process's recount", r["recount"]["tokenized"], 0, False),
+        row(
+            "cold count speed-up vs 1-thread tiktoken",
+            r["tiktoken"]["seconds"] / r["tokens"]["seconds"],
+            3,
+            True,
+        ),
+        row("3x3 windows grid, fresh process, warm index (s)", r["grid"]["seconds"], 2, False),
+        row(
+            "warm open peak RSS / store bytes", r["warm"]["peak_rss"] / r["store_bytes"], 1.5, False
+        ),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_corpus_options(parser)
+    parser.add_argument("--phase", choices=sorted(PHASES), help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, default=RESULTS / "bench_index.json")
+    args = parser.parse_args()
+    folder = chosen_corpus(args)
+    if args.phase:
+        print(json.dumps(PHASES[args.phase](folder)))
+        return
+    ensure_corpus(folder, args.sessions, args.messages, args.seed)
+    with tempfile.TemporaryDirectory(prefix="sessionkit-bench-index-") as work:
+        results = measure(folder, Path(work))
+    results["targets"] = targets(results)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2))
+    for t in results["targets"]:
+        print(
+            f"{'met ' if t['met'] else 'MISS'} {t['target']:<52} {t['value']:>10} (goal {t['goal']})"
+        )
+    print(f"results: {args.out}")
+
+
+if __name__ == "__main__":
+    main()
