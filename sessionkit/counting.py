@@ -29,6 +29,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal, TypeVar
 
+import numpy as np
 import orjson
 import pyarrow as pa
 
@@ -79,33 +80,54 @@ class TokenCache:
     so recounts skip tokenizing.
 
     A cache given a ``folder`` (``DEFAULT_CACHE``: ``<cache dir>/tokens-<format>``) keeps its
-    counts there between processes: read on first use; new counts are written by
-    :meth:`flush` (after large batches, at most every few seconds, and at exit) as one more
-    Arrow file (temp file + rename, so two processes never clash), merged when there are many.
+    counts there between processes: files of keys sorted for binary search, memory-mapped on
+    first use (nothing is read into a dict); new counts are written by :meth:`flush` (after
+    large batches, at most every few seconds, and at exit) as one more file (temp file +
+    rename, so two processes never clash), merged when there are many.
     """
 
     def __init__(self, folder: Path | Callable[[], Path] | None = None) -> None:
         self._counts: dict[int, int] = {}
         self._folder = folder
-        self._loaded = folder is None
+        self._disk: list[tuple[np.ndarray, np.ndarray]] | None = None if folder else []
         self._pending: list[tuple[int, int]] = []
         self._flushed = time.monotonic()
         if folder is not None:
             atexit.register(self.flush)
 
     def __len__(self) -> int:
-        self._load()
-        return len(self._counts)
+        keys = [np.fromiter(self._counts, dtype=np.uint64, count=len(self._counts))]
+        keys += [k for k, _ in self._segments()]
+        return int(np.unique(np.concatenate(keys)).size)
 
     def clear(self) -> None:
-        """Forget every cached count in this process (what is on disk stays)."""
+        """Forget every count held in this process; what is on disk is read again on next use."""
         self._counts.clear()
         self._pending.clear()
+        if self._folder is not None:
+            self._disk = None
 
     def get(self, key: int) -> int | None:
         """The cached count for a message key, or None."""
-        self._load()
-        return self._counts.get(key)
+        return self.get_many([key])[0]
+
+    def get_many(self, keys: list[int | None]) -> list[int | None]:
+        """Cached counts of many keys (None: not cached; a None key is never cached)."""
+        found: list[int | None] = list(map(self._counts.get, keys))
+        segments = self._segments()
+        if not segments or None not in found:
+            return found
+        misses = [i for i, n in enumerate(found) if n is None and keys[i] is not None]
+        wanted = np.array([keys[i] for i in misses], dtype=np.uint64)
+        counts = np.full(len(misses), -1, dtype=np.int64)
+        for sorted_keys, sorted_counts in segments:
+            at = np.minimum(np.searchsorted(sorted_keys, wanted), len(sorted_keys) - 1)
+            hit = (sorted_keys[at] == wanted) & (counts < 0)
+            counts[hit] = sorted_counts[at[hit]]
+        for i, n in zip(misses, counts.tolist(), strict=True):
+            if n >= 0:
+                found[i] = n
+        return found
 
     def update(self, keys: Iterable[int], counts: Iterable[int]) -> None:
         """Record counts for message keys (kept on disk at the next :meth:`flush`)."""
@@ -119,18 +141,18 @@ class TokenCache:
         """Where the counts persist (None: this process only)."""
         return self._folder() if callable(self._folder) else self._folder
 
-    def _load(self) -> None:
-        if self._loaded:
-            return
-        self._loaded = True
-        folder = self.folder
-        for segment in sorted(folder.glob("*.arrow")) if folder and folder.is_dir() else ():
-            with suppress(OSError, pa.ArrowException, KeyError):
-                table = pa.ipc.open_file(pa.memory_map(str(segment))).read_all()
-                keys = table.column("key").to_numpy().tolist()
-                self._counts.update(
-                    zip(keys, table.column("count").to_numpy().tolist(), strict=True)
-                )
+    def _segments(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The files on disk as (sorted keys, counts), memory-mapped on first use."""
+        if self._disk is None:
+            self._disk = []
+            folder = self.folder
+            for segment in sorted(folder.glob("*.arrow")) if folder and folder.is_dir() else ():
+                with suppress(OSError, pa.ArrowException, KeyError):
+                    table = pa.ipc.open_file(pa.memory_map(str(segment))).read_all()
+                    keys, counts = table.column("key"), table.column("count")
+                    if table.schema == _COUNTS and len(keys):
+                        self._disk.append((keys.to_numpy(), counts.to_numpy()))
+        return self._disk
 
     def flush_soon(self) -> None:
         """:meth:`flush` when many counts wait or the last flush is a while ago."""
@@ -146,13 +168,20 @@ class TokenCache:
         if folder is None or not self._pending:
             return
         pairs, self._pending = self._pending, []
+        keys = np.array([k for k, _ in pairs], dtype=np.uint64)
+        counts = np.array([n for _, n in pairs], dtype=np.int64)
         with suppress(OSError, pa.ArrowException):
             folder.mkdir(parents=True, exist_ok=True)
-            _write_counts(folder, pairs)
+            _write_counts(folder, keys, counts)
             segments = sorted(folder.glob("*.arrow"))
             if len(segments) > _SEGMENTS:
-                self._load()
-                _write_counts(folder, list(self._counts.items()))
+                self._disk = None
+                merged = [*self._segments(), (keys, counts)]
+                _write_counts(
+                    folder,
+                    np.concatenate([k for k, _ in merged]),
+                    np.concatenate([c for _, c in merged]),
+                )
                 for segment in segments:
                     segment.unlink(missing_ok=True)
 
@@ -163,12 +192,13 @@ _FLUSH_SECONDS = 10.0
 _COUNTS = pa.schema([("key", pa.uint64()), ("count", pa.int64())])
 
 
-def _write_counts(folder: Path, pairs: list[tuple[int, int]]) -> None:
-    """One more counts file in ``folder``, written atomically (temp + rename)."""
+def _write_counts(folder: Path, keys: np.ndarray, counts: np.ndarray) -> None:
+    """One more counts file in ``folder``, keys unique and sorted, written atomically (temp +
+    rename)."""
+    keys, first = np.unique(keys, return_index=True)
     name = f"{time.time_ns()}-{os.getpid()}-{uuid.uuid4().hex[:8]}.arrow"
     temp = folder / f".{name}.tmp"
-    keys, counts = zip(*pairs, strict=True)
-    table = pa.table([pa.array(keys, pa.uint64()), pa.array(counts, pa.int64())], schema=_COUNTS)
+    table = pa.table([pa.array(keys), pa.array(counts[first])], schema=_COUNTS)
     try:
         with pa.OSFile(str(temp), "wb") as sink, pa.ipc.new_file(sink, _COUNTS) as writer:
             writer.write_table(table)
@@ -342,9 +372,10 @@ class _DeltaCache(TokenCache):
         self.base = base
         self.fresh: list[tuple[int, int]] = []
 
-    def get(self, key: int) -> int | None:
-        hit = self.base.get(key) if self.base is not None else None
-        return hit if hit is not None else super().get(key)
+    def get_many(self, keys: list[int | None]) -> list[int | None]:
+        found = self.base.get_many(keys) if self.base is not None else [None] * len(keys)
+        own = super().get_many(keys)
+        return [o if f is None else f for f, o in zip(found, own, strict=True)]
 
     def update(self, keys: Iterable[int], counts: Iterable[int]) -> None:
         pairs = list(zip(keys, counts, strict=True))
@@ -417,18 +448,15 @@ def _cached_counts(
     A large batch is keyed and counted in forked workers, a range each, reading through
     ``cache``.  New counts are flushed to the cache's folder, if it has one.
     """
-    cache._load()
     if _parallel(len(messages), workers):
+        cache.get_many([])  # map the files on disk once; the workers inherit them
         parts = _forked(_keyed_shared_range, messages, workers, policy, cache)
         for _, fresh in parts:
             cache.update((k for k, _ in fresh), (n for _, n in fresh))
         cache.flush_soon()
         return [n for counts, _ in parts for n in counts]
     keys = _message_keys(messages, policy)
-    # The method, so subclasses (read-through caches) are honoured; a plain cache's dict
-    # lookup skips a Python call per message.
-    lookup = cache._counts.get if type(cache) is TokenCache else cache.get
-    counts: list[int | None] = list(map(lookup, keys))
+    counts = cache.get_many(keys)
     if None not in counts:
         return counts  # type: ignore[return-value]
     todo = [i for i, n in enumerate(counts) if n is None]

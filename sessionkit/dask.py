@@ -114,12 +114,12 @@ def _meta(empty: pd.DataFrame) -> pd.DataFrame:
     return clear_known_categories(empty, cols=unknown)
 
 
-def _messages_part(files: list[Path], tokens: Method | None) -> pd.DataFrame:
-    return sessionkit.load(files, tokens=tokens).messages
+def _messages_part(files: list[Path], tokens: Method | None, cache: bool) -> pd.DataFrame:
+    return sessionkit.load(files, tokens=tokens, cache=cache).messages
 
 
-def _sessions_part(files: list[Path], tokens: Method | None) -> pd.DataFrame:
-    return sessionkit.load(files, tokens=tokens).sessions
+def _sessions_part(files: list[Path], tokens: Method | None, cache: bool) -> pd.DataFrame:
+    return sessionkit.load(files, tokens=tokens, cache=cache).sessions
 
 
 def _problems_part(files: list[Path]) -> pd.DataFrame:
@@ -150,6 +150,7 @@ def read_messages(
     *,
     tokens: Method | None = "tiktoken",
     npartitions: int | None = None,
+    cache: bool = True,
 ) -> dd.DataFrame:
     """``sk.load(paths).messages`` as a Dask DataFrame (columns: :data:`schema.MESSAGES`).
 
@@ -161,9 +162,11 @@ def read_messages(
         Token counting, as :func:`sessionkit.load` takes it.
     npartitions
         How many partitions at most (default: one per :data:`PARTITION_BYTES` of files).
+    cache
+        Use each worker's persistent index (:mod:`sessionkit.index`), as ``sk.load`` does.
     """
     meta = schema.empty_frame(schema.MESSAGES)
-    return _from_files(_messages_part, meta, paths, npartitions, tokens=tokens)
+    return _from_files(_messages_part, meta, paths, npartitions, tokens=tokens, cache=cache)
 
 
 def read_sessions(
@@ -171,11 +174,12 @@ def read_sessions(
     *,
     tokens: Method | None = "tiktoken",
     npartitions: int | None = None,
+    cache: bool = True,
 ) -> dd.DataFrame:
     """``sk.load(paths).sessions`` as a Dask DataFrame (columns: :data:`schema.SESSIONS`);
     parameters as :func:`read_messages`."""
     meta = schema.empty_frame(schema.SESSIONS)
-    return _from_files(_sessions_part, meta, paths, npartitions, tokens=tokens)
+    return _from_files(_sessions_part, meta, paths, npartitions, tokens=tokens, cache=cache)
 
 
 def read_problems(paths: Paths | None = None, *, npartitions: int | None = None) -> dd.DataFrame:

@@ -26,6 +26,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from sessionkit.cachedir import default_cache_dir
@@ -98,12 +99,13 @@ def store_key(files: list[Path]) -> str:
 @dataclass(frozen=True)
 class Item:
     """One file's part of a pack: its path, the identity it is valid for, its values
-    (``extra``) and its table."""
+    (``extra``), its table, and where that table starts in the pack's (``start``)."""
 
     path: str
     identity: Identity
     extra: dict[str, Any]
     table: pa.Table
+    start: int = 0
 
 
 def _write_pack(target: Path, items: list[Item], schema: pa.Schema) -> None:
@@ -117,9 +119,9 @@ def _write_pack(target: Path, items: list[Item], schema: pa.Schema) -> None:
             "path": item.path,
             "identity": list(vars(item.identity).values()),
             "extra": item.extra,
-            "batches": len(batches),
+            "rows": item.table.num_rows,
         }
-        for item, batches in zip(items, parts, strict=True)
+        for item in items
     ]
     stamped = schema.with_metadata({_KEY: json.dumps({"format": FORMAT, "items": described})})
     try:
@@ -133,27 +135,34 @@ def _write_pack(target: Path, items: list[Item], schema: pa.Schema) -> None:
         raise
 
 
-def _read_pack(path: Path, schema: pa.Schema) -> dict[str, Item]:
-    """A pack's items by path (tables memory-mapped); empty when it is missing, unreadable,
-    of another format or another schema."""
+def _read_pack(path: Path, schema: pa.Schema) -> tuple[pa.Table, dict[str, Item]]:
+    """A pack's whole table (memory-mapped) and its items by path; nothing when it is
+    missing, unreadable, of another format or another schema."""
+    nothing = (schema.empty_table(), {})
     try:
         with pa.memory_map(str(path)) as source:
             reader = pa.ipc.open_file(source)
-            batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+            table = reader.read_all()
             found = json.loads(reader.schema.metadata[_KEY])
-            if reader.schema.remove_metadata() != schema or found["format"] != FORMAT:
-                return {}
+        if table.schema.remove_metadata() != schema or found["format"] != FORMAT:
+            return nothing
+        table = table.replace_schema_metadata(None)
         items, start = {}, 0
         for item in found["items"]:
-            stop = start + item["batches"]
-            table = pa.Table.from_batches(batches[start:stop], schema=schema)
+            rows = item["rows"]
             items[item["path"]] = Item(
-                item["path"], Identity(*item["identity"]), item["extra"], table
+                item["path"],
+                Identity(*item["identity"]),
+                item["extra"],
+                table.slice(start, rows),
+                start,
             )
-            start = stop
+            start += rows
+        if start != table.num_rows:
+            return nothing
     except (OSError, pa.ArrowException, KeyError, TypeError, ValueError):
-        return {}
-    return items
+        return nothing
+    return table, items
 
 
 REPLAY_TABLE = pa.schema(
@@ -186,16 +195,15 @@ class Index:
     ) -> tuple[list[Entry | None], int]:
         """Each file's entry valid for its identity (None: none), and how many came from
         the store's pack."""
-        pack = _read_pack(self._pack_path("stores", store), MESSAGE_TABLE)
+        _, pack = _read_pack(self._pack_path("stores", store), MESSAGE_TABLE)
         found: list[Entry | None] = []
         from_pack = 0
         for file, identity in zip(files, identities, strict=True):
             key = os.fsdecode(file)
             item = pack.get(key)
             if identity is not None and (item is None or item.identity != identity):
-                item = _read_pack(
-                    self._pack_path("files", _digest(os.fsencode(file))), MESSAGE_TABLE
-                ).get(key)
+                own = self._pack_path("files", _digest(os.fsencode(file)))
+                item = _read_pack(own, MESSAGE_TABLE)[1].get(key)
             else:
                 from_pack += item is not None
             if item is None or identity is None or item.identity != identity:
@@ -221,16 +229,55 @@ class Index:
             target = self._pack_path("files", _digest(os.fsencode(item.path)))
             _write_pack(target, [item], MESSAGE_TABLE)
 
-    def read_replays(self, store: str, name: str) -> dict[str, Item]:
-        """The replays kept for a store under ``name`` (a policy and entry setting), by path."""
+    def read_replays(self, store: str, name: str) -> tuple[pa.Table, dict[str, Item]]:
+        """The replays kept for a store under ``name`` (a policy and entry setting): the
+        pack's whole table, and each file's item by path."""
         return _read_pack(self._replay_path(store, name), REPLAY_TABLE)
 
     def write_replays(self, store: str, name: str, items: list[Item]) -> None:
         """Add replays to the store's pack under ``name`` (replacing those of the same files)."""
         target = self._replay_path(store, name)
-        kept = _read_pack(target, REPLAY_TABLE)
+        _, kept = _read_pack(target, REPLAY_TABLE)
         kept.update((item.path, item) for item in items)
         _write_pack(target, list(kept.values()), REPLAY_TABLE)
+
+    def read_arrays(self, name: str) -> dict[str, np.ndarray] | None:
+        """Arrays kept under ``name`` (memory-mapped, read-only), or None."""
+        path = self._pack_path("derived", _digest(name.encode()))
+        try:
+            with pa.memory_map(str(path)) as source:
+                table = pa.ipc.open_file(source).read_all()
+            found = json.loads(table.schema.metadata[_KEY])
+            if found["format"] != FORMAT or found["name"] != name:
+                return None
+            chunks = table.column("data").chunks
+            column = chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)
+            return {
+                key: np.frombuffer(column[i].as_buffer(), dtype=dtype)
+                for i, (key, dtype) in enumerate(found["arrays"])
+            }
+        except (OSError, pa.ArrowException, KeyError, TypeError, ValueError):
+            return None
+
+    def write_arrays(self, name: str, arrays: dict[str, np.ndarray]) -> None:
+        """Keep numpy arrays under ``name`` (a digest of what they were derived from)."""
+        data = pa.array(
+            [np.ascontiguousarray(a).tobytes() for a in arrays.values()], pa.large_binary()
+        )
+        described = [[key, a.dtype.str] for key, a in arrays.items()]
+        metadata = {"format": FORMAT, "name": name, "arrays": described}
+        table = pa.table({"data": data})
+        target = self._pack_path("derived", _digest(name.encode()))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temp = target.with_name(f".{target.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
+        schema = table.schema.with_metadata({_KEY: json.dumps(metadata)})
+        try:
+            with pa.OSFile(str(temp), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+                writer.write_table(table.replace_schema_metadata(schema.metadata))
+            os.replace(temp, target)
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
 
     def _replay_path(self, store: str, name: str) -> Path:
         return self._pack_path("replays", f"{store}-{_digest(name.encode())}")

@@ -12,6 +12,7 @@ after editing messages in place).
 
 from __future__ import annotations
 
+import hashlib
 import multiprocessing
 import operator
 import os
@@ -39,6 +40,7 @@ __all__ = [
     "cache_size",
     "clear_cache",
     "derived",
+    "prepared",
     "replay",
     "replay_all",
     "stored_tokens",
@@ -181,9 +183,10 @@ _DERIVED: list[tuple[list[Replay], Any]] = []
 
 
 def clear_cache() -> None:
-    """Forget every session's replays and stored-message counts."""
+    """Forget every session's replays and stored-message counts (in this process)."""
     _SLOTS.clear()
     _DERIVED.clear()
+    _PREPARED.clear()
 
 
 def cache_size() -> int:
@@ -250,6 +253,65 @@ def derived(replays: list[Replay], build: Callable[[list[Replay]], T]) -> T:
             return value
     value = build(replays)
     _DERIVED[:] = [(replays, value), *_DERIVED[: _DERIVED_KEPT - 1]]
+    return value
+
+
+def _derived_name(sessions: list[Session], key: ReplayKey, kind: str) -> tuple[Index, str] | None:
+    """Where and under which name the index keeps what ``kind`` derives from these sessions'
+    replays: only when every session is an indexed one of one store, still as indexed."""
+    homes = {s.replay_home if isinstance(s, IndexedSession) else None for s in sessions}
+    if len(homes) != 1 or None in homes:
+        return None
+    (index, store) = homes.pop()  # type: ignore[misc]
+    files = [(os.fsdecode(s.path), list(vars(s._identity).values())) for s in sessions]  # type: ignore[arg-type, attr-defined]
+    digest = hashlib.blake2b(repr((kind, key, files)).encode(), digest_size=16).hexdigest()
+    return index, f"{store}-{kind}-{digest}"
+
+
+def prepared(
+    sessions: list[Session],
+    settings: HistorySettings,
+    build: Callable[[list[Replay]], T],
+    codec: tuple[Callable[[T], dict[str, np.ndarray]], Callable[[dict[str, np.ndarray]], T]],
+    *,
+    kind: str,
+    policy: str,
+    workers: int | None = None,
+    progress: bool | None = None,
+    cache: TokenCache | None = DEFAULT_CACHE,
+) -> T:
+    """``build`` of the sessions' replays under ``policy`` (see :func:`replay_all`), kept in
+    memory and, for indexed sessions of one store, in the index as arrays (``codec``: to and
+    from them), so a new process reads it instead of replaying anything."""
+    key = (policy, get_policy(policy).entry_key(settings))
+    home = _derived_name(sessions, key, kind)
+    if home is not None:
+        index, name = home
+        if name in _PREPARED:
+            return _PREPARED[name]
+        arrays = index.read_arrays(name)
+        if arrays is not None:
+            return _remember(name, codec[1](arrays))
+    replays = replay_all(
+        sessions, settings, policy=policy, workers=workers, progress=progress, cache=cache
+    )
+    value = derived(replays, build)
+    if home is not None:
+        with suppress(OSError, pa.ArrowException):
+            home[0].write_arrays(home[1], codec[0](value))
+        _remember(home[1], value)
+    return value
+
+
+_PREPARED: dict[str, Any] = {}
+"""What :func:`prepared` derived for indexed sessions, by its name in the index (the latest
+few)."""
+
+
+def _remember(name: str, value: T) -> T:
+    _PREPARED[name] = value
+    while len(_PREPARED) > _DERIVED_KEPT:
+        del _PREPARED[next(iter(_PREPARED))]
     return value
 
 
@@ -326,21 +388,25 @@ def _homes(sessions: list[Session], todo: list[int]) -> dict[tuple[Index, str], 
 
 
 def _stored(sessions: list[Session], keys: list[ReplayKey], todo: list[int]) -> dict[int, Replay]:
-    """Replays the persistent index keeps for indexed sessions still as indexed."""
+    """Replays the persistent index keeps for indexed sessions still as indexed: each pack's
+    columns read once, each replay a view into them."""
     found: dict[int, Replay] = {}
     for (index, store), members in _homes(sessions, todo).items():
-        packs: dict[str, dict[str, Item]] = {}
+        by_name: dict[str, list[int]] = {}
         for i in members:
-            name = _index_name(keys[i])
-            if name not in packs:
-                packs[name] = index.read_replays(store, name)
-            item = packs[name].get(os.fsdecode(sessions[i].path))  # type: ignore[arg-type]
-            if item is None or item.identity != sessions[i]._identity:  # type: ignore[attr-defined]
-                continue
-            table, entries = item.table, item.extra["entries"]
-            arrays = {name: table.column(name).to_numpy() for name in _PER_MESSAGE}
-            arrays |= {name: table.column(name).to_numpy()[:entries] for name in _PER_ENTRY}
-            found[i] = Replay(**arrays)
+            by_name.setdefault(_index_name(keys[i]), []).append(i)
+        for name, group in by_name.items():
+            table, items = index.read_replays(store, name)
+            columns = {c: table.column(c).to_numpy() for c in (*_PER_MESSAGE, *_PER_ENTRY)}
+            for i in group:
+                item = items.get(os.fsdecode(sessions[i].path))  # type: ignore[arg-type]
+                if item is None or item.identity != sessions[i]._identity:  # type: ignore[attr-defined]
+                    continue
+                start, stop = item.start, item.start + item.table.num_rows
+                arrays = {c: columns[c][start:stop] for c in _PER_MESSAGE}
+                end = start + item.extra["entries"]
+                arrays |= {c: columns[c][start:end] for c in _PER_ENTRY}
+                found[i] = Replay(**arrays)
     return found
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 import numpy as np
@@ -82,13 +82,17 @@ def loop_call(policy: str, context_window: int, max_output: int, max_messages: i
     return LoopCall(replay_max_messages_for_context(context_window), budget)
 
 
-def _orphan_jumps(tools: np.ndarray, lowest: np.ndarray, size: int) -> list[np.ndarray]:
+def _orphan_jumps(
+    tools: np.ndarray, lowest: np.ndarray, size: int, bounds: np.ndarray
+) -> list[np.ndarray]:
     """Jump tables over window starts ``0..size`` for the orphan-tool rule.
 
     A tool result at ``tools[i]`` is an orphan for a window whose declarations start at
     ``w`` when ``lowest[i] <= w <= tools[i]`` (its call was declared before ``w``, or never).
     Level 0 maps ``w`` to the start after the first such orphan (``size + 1`` when there is
-    none); level ``k`` jumps ``2**k`` orphans.
+    none before ``bounds[w]``, the end of ``w``'s session: no window reaches past it, so
+    chains stop there and the tables stay as shallow as one session needs); level ``k``
+    jumps ``2**k`` orphans.
     """
     end = size + 1
     starts = np.arange(size + 1)
@@ -107,8 +111,9 @@ def _orphan_jumps(tools: np.ndarray, lowest: np.ndarray, size: int) -> list[np.n
             fits = pos + width <= len(tools)
             block_min = minima[level][np.where(fits, pos, 0)]
             pos = pos + width * (fits & (block_min > starts))
-        found = pos < len(tools)
-        step0[: size + 1] = np.where(found, tools[np.minimum(pos, len(tools) - 1)] + 1, end)
+        orphan = tools[np.minimum(pos, len(tools) - 1)]
+        found = (pos < len(tools)) & (orphan < bounds)
+        step0[: size + 1] = np.where(found, orphan + 1, end)
     jumps = [step0]
     while (jumps[-1][: size + 1] != end).any() and len(jumps) <= size.bit_length():
         jumps.append(jumps[-1][jumps[-1]])
@@ -142,6 +147,11 @@ class _Stack:
     entry_users: np.ndarray  # entry indices of user entries
     entry_jumps: list[np.ndarray]
     prefix: np.ndarray  # token prefix sums over entries (length n_entries + 1)
+
+
+def _bounds(offsets: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """For each position ``0..n``, the end of the session it starts in (``n`` for ``n``)."""
+    return np.append(np.repeat(offsets[1:], sizes), offsets[-1])
 
 
 def _global_declared(declared: np.ndarray, owner_start: np.ndarray) -> np.ndarray:
@@ -183,14 +193,40 @@ def _stack(replays: list[replay.Replay]) -> _Stack:
         users=np.flatnonzero(is_user),
         turns=np.flatnonzero(cat("turn", bool)),
         checkpoints=np.flatnonzero(cat("checkpoint", bool)),
-        raw_jumps=_orphan_jumps(tools, lowest, n),
+        raw_jumps=_orphan_jumps(tools, lowest, n, _bounds(offsets, sizes)),
         rank=np.concatenate([[0], np.cumsum(keep_mask)]),
         kept=np.append(kept, n),
         entry_user=entry_user,
         entry_users=np.flatnonzero(entry_user[:-1]),
-        entry_jumps=_orphan_jumps(entry_tools, entry_lowest, n_entries),
+        entry_jumps=_orphan_jumps(
+            entry_tools, entry_lowest, n_entries, _bounds(entry_offsets, entry_sizes)
+        ),
         prefix=np.concatenate([[0], np.cumsum(cat("tokens", np.int64))]),
     )
+
+
+def _stack_arrays(stack: _Stack) -> dict[str, np.ndarray]:
+    """A stack as named arrays (jump tables as ``name.level``), to keep in the index."""
+    arrays: dict[str, np.ndarray] = {}
+    for field in fields(_Stack):
+        value = getattr(stack, field.name)
+        if isinstance(value, list):
+            arrays |= {f"{field.name}.{level}": table for level, table in enumerate(value)}
+        else:
+            arrays[field.name] = value
+    return arrays
+
+
+def _stack_of(arrays: dict[str, np.ndarray]) -> _Stack:
+    """The stack :func:`_stack_arrays` took apart."""
+    values: dict[str, Any] = {}
+    for field in fields(_Stack):
+        if field.name in arrays:
+            values[field.name] = arrays[field.name]
+        else:
+            levels = sum(name.startswith(f"{field.name}.") for name in arrays)
+            values[field.name] = [arrays[f"{field.name}.{level}"] for level in range(levels)]
+    return _Stack(**values)
 
 
 def _next(positions: np.ndarray, at: np.ndarray, none: int) -> np.ndarray:
@@ -498,10 +534,17 @@ last_consolidated
         subset = [sessions[i] for i in members]
         calls = _calls(chosen, settings, max_messages, max_tokens, context_window, max_output)
         for variant, entry_columns in _entry_variants(chosen, settings, stamps_grid, contexts_grid):
-            replays = replay.replay_all(
-                subset, variant, policy=chosen.name, workers=workers, progress=progress, cache=cache
+            stack = replay.prepared(
+                subset,
+                variant,
+                _stack,
+                (_stack_arrays, _stack_of),
+                kind="windows-stack",
+                policy=chosen.name,
+                workers=workers,
+                progress=progress,
+                cache=cache,
             )
-            stack = replay.derived(replays, _stack)
             owner, at_index = _positions(subset, stack, at)
             fixed = {
                 "session_key": session_codes[members][owner],

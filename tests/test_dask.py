@@ -150,28 +150,33 @@ def test_a_key_in_two_partitions_is_read_twice(client: Client, tmp_path: Path) -
     assert skd.read_sessions(tmp_path, npartitions=1).compute()["key"].tolist() == ["telegram:1"]
 
 
-def _pool_from(messages: int, *, forget: bool) -> bool:
-    """On a worker: count_tokens forks a pool from ``messages`` uncached messages (and forgets
-    every count); whether this process is a daemon, which may not fork."""
+def _pool_from(messages: int, *, forget: str | None) -> bool:
+    """On a worker: count_tokens forks a pool from ``messages`` uncached messages (and, with
+    ``forget``, forgets every count by keeping them in that empty folder from now on);
+    whether this process is a daemon, which may not fork."""
     import multiprocessing
+    import os
 
     import sessionkit.counting
 
     sessionkit.counting._PARALLEL_MIN_MESSAGES = messages
     if forget:
+        os.environ["SESSIONKIT_CACHE_DIR"] = forget
         sessionkit.counting.DEFAULT_CACHE.clear()
     return multiprocessing.current_process().daemon
 
 
-def test_workers_fork_no_pool(client: Client, store: Path, generated: sk.Corpus) -> None:
+def test_workers_fork_no_pool(
+    client: Client, store: Path, generated: sk.Corpus, tmp_path: Path
+) -> None:
     """Counting in a Dask worker stays in the worker, whatever the batch size."""
     import sessionkit.counting
 
-    assert all(client.run(_pool_from, 1, forget=True).values())
+    assert all(client.run(_pool_from, 1, forget=str(tmp_path / "counts")).values())
     try:
-        got = skd.read_messages(store, npartitions=2).compute()
+        got = skd.read_messages(store, npartitions=2, cache=False).compute()
     finally:
-        client.run(_pool_from, sessionkit.counting._PARALLEL_MIN_MESSAGES, forget=False)
+        client.run(_pool_from, sessionkit.counting._PARALLEL_MIN_MESSAGES, forget=None)
     assert got["tokens"].notna().all()
     pd.testing.assert_series_equal(
         got["tokens"].reset_index(drop=True), generated.messages["tokens"]

@@ -16,6 +16,7 @@ import pytest
 import sessionkit
 import sessionkit.corpus
 import sessionkit.index
+import sessionkit.replay
 from sessionkit import load
 from sessionkit.index import IndexedSession, SessionChangedError
 
@@ -278,3 +279,15 @@ def test_two_processes_open_one_store_at_once(store: Path, tmp_path: Path) -> No
     outputs = [run.communicate()[0].strip() for run in runs]
     assert [run.returncode for run in runs] == [0, 0]
     assert outputs[0] == outputs[1] == _run(code, cache)
+
+
+def test_windows_kept_in_the_index_follow_a_changed_file(store: Path, cache: Path) -> None:
+    grid = {"policy": ["nanobot-0.2", "nanobot-0.3.5"], "max_tokens": [0, 20]}
+    sessionkit.windows(load(store), **grid)
+    sessionkit.replay.clear_cache()
+    with (store / "telegram_1.jsonl").open("a") as f:
+        f.write(json.dumps({"role": "user", "content": "and Porto"}) + "\n")
+    warm = sessionkit.windows(load(store), **grid)
+    sessionkit.replay.clear_cache()
+    pd.testing.assert_frame_equal(warm, sessionkit.windows(load(store, cache=False), **grid))
+    assert (warm["session_key"] == "telegram:1").sum() == 2 * 4  # two turns now

@@ -133,7 +133,8 @@ def test_orphan_jumps_give_every_legal_start(messages: list[dict[str, Any]]) -> 
     replayed = replay(Session("k", messages), HistorySettings(include_timestamps=False), cache=None)
     tools = np.flatnonzero(replayed.declared != -2)
     lowest = np.where(replayed.declared[tools] >= 0, replayed.declared[tools], -1) + 1
-    jumps = _orphan_jumps(tools, lowest, len(messages))
+    one_session = np.full(len(messages) + 1, len(messages))
+    jumps = _orphan_jumps(tools, lowest, len(messages), one_session)
     pairs = list(itertools.combinations_with_replacement(range(len(messages) + 1), 2))
     begin, end = (np.array(side, dtype=np.int64) for side in zip(*pairs, strict=True))
     legal = _legal_start(jumps, begin, end) - begin
