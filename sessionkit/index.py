@@ -241,14 +241,15 @@ class Index:
         kept.update((item.path, item) for item in items)
         _write_pack(target, list(kept.values()), REPLAY_TABLE)
 
-    def read_arrays(self, name: str) -> dict[str, np.ndarray] | None:
-        """Arrays kept under ``name`` (memory-mapped, read-only), or None."""
+    def read_arrays(self, name: str, stamp: str) -> dict[str, np.ndarray] | None:
+        """Arrays kept under ``name`` for ``stamp`` (the versions of what they were derived
+        from), memory-mapped and read-only; None when there are none for that stamp."""
         path = self._pack_path("derived", _digest(name.encode()))
         try:
             with pa.memory_map(str(path)) as source:
                 table = pa.ipc.open_file(source).read_all()
             found = json.loads(table.schema.metadata[_KEY])
-            if found["format"] != FORMAT or found["name"] != name:
+            if found["format"] != FORMAT or [found["name"], found["stamp"]] != [name, stamp]:
                 return None
             chunks = table.column("data").chunks
             column = chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)
@@ -259,13 +260,13 @@ class Index:
         except (OSError, pa.ArrowException, KeyError, TypeError, ValueError):
             return None
 
-    def write_arrays(self, name: str, arrays: dict[str, np.ndarray]) -> None:
-        """Keep numpy arrays under ``name`` (a digest of what they were derived from)."""
+    def write_arrays(self, name: str, stamp: str, arrays: dict[str, np.ndarray]) -> None:
+        """Keep numpy arrays under ``name`` for ``stamp``, replacing any kept before."""
         data = pa.array(
             [np.ascontiguousarray(a).tobytes() for a in arrays.values()], pa.large_binary()
         )
         described = [[key, a.dtype.str] for key, a in arrays.items()]
-        metadata = {"format": FORMAT, "name": name, "arrays": described}
+        metadata = {"format": FORMAT, "name": name, "stamp": stamp, "arrays": described}
         table = pa.table({"data": data})
         target = self._pack_path("derived", _digest(name.encode()))
         target.parent.mkdir(parents=True, exist_ok=True)

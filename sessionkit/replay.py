@@ -256,16 +256,29 @@ def derived(replays: list[Replay], build: Callable[[list[Replay]], T]) -> T:
     return value
 
 
-def _derived_name(sessions: list[Session], key: ReplayKey, kind: str) -> tuple[Index, str] | None:
-    """Where and under which name the index keeps what ``kind`` derives from these sessions'
-    replays: only when every session is an indexed one of one store, still as indexed."""
+_PERSIST_MIN_MESSAGES = 20_000
+"""Smaller sets of sessions rebuild what :func:`prepared` derives faster than they read it."""
+
+
+def _derived_name(
+    sessions: list[Session], key: ReplayKey, kind: str
+) -> tuple[Index, str, str] | None:
+    """Where, under which name and for which file versions the index keeps what ``kind``
+    derives from these sessions' replays: only for many messages, all in indexed sessions of
+    one store, still as indexed.  The name covers the files, the stamp their versions, so a
+    change replaces the kept arrays instead of adding more."""
     homes = {s.replay_home if isinstance(s, IndexedSession) else None for s in sessions}
-    if len(homes) != 1 or None in homes:
+    if len(homes) != 1 or None in homes or sum(map(len, sessions)) < _PERSIST_MIN_MESSAGES:
         return None
     (index, store) = homes.pop()  # type: ignore[misc]
-    files = [(os.fsdecode(s.path), list(vars(s._identity).values())) for s in sessions]  # type: ignore[arg-type, attr-defined]
-    digest = hashlib.blake2b(repr((kind, key, files)).encode(), digest_size=16).hexdigest()
-    return index, f"{store}-{kind}-{digest}"
+    paths = [os.fsdecode(s.path) for s in sessions]  # type: ignore[arg-type]
+    versions = [list(vars(s._identity).values()) for s in sessions]  # type: ignore[attr-defined]
+    name = f"{store}-{kind}-{_hex(repr((key, paths)))}"
+    return index, name, _hex(repr(versions))
+
+
+def _hex(text: str) -> str:
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
 def prepared(
@@ -286,29 +299,30 @@ def prepared(
     key = (policy, get_policy(policy).entry_key(settings))
     home = _derived_name(sessions, key, kind)
     if home is not None:
-        index, name = home
-        if name in _PREPARED:
-            return _PREPARED[name]
-        arrays = index.read_arrays(name)
+        index, name, stamp = home
+        if (name, stamp) in _PREPARED:
+            return _PREPARED[name, stamp]
+        arrays = index.read_arrays(name, stamp)
         if arrays is not None:
-            return _remember(name, codec[1](arrays))
+            return _remember((name, stamp), codec[1](arrays))
     replays = replay_all(
         sessions, settings, policy=policy, workers=workers, progress=progress, cache=cache
     )
     value = derived(replays, build)
     if home is not None:
+        index, name, stamp = home
         with suppress(OSError, pa.ArrowException):
-            home[0].write_arrays(home[1], codec[0](value))
-        _remember(home[1], value)
+            index.write_arrays(name, stamp, codec[0](value))
+        _remember((name, stamp), value)
     return value
 
 
-_PREPARED: dict[str, Any] = {}
-"""What :func:`prepared` derived for indexed sessions, by its name in the index (the latest
-few)."""
+_PREPARED: dict[tuple[str, str], Any] = {}
+"""What :func:`prepared` derived for indexed sessions, by its name and stamp in the index
+(the latest few)."""
 
 
-def _remember(name: str, value: T) -> T:
+def _remember(name: tuple[str, str], value: T) -> T:
     _PREPARED[name] = value
     while len(_PREPARED) > _DERIVED_KEPT:
         del _PREPARED[next(iter(_PREPARED))]

@@ -243,8 +243,9 @@ def test_a_new_process_recounts_nothing(store: Path, tmp_path: Path) -> None:
 def test_windows_in_a_new_process_replay_nothing(store: Path, tmp_path: Path) -> None:
     cache = tmp_path / "replays"
     grid = (
-        "import sessionkit as sk, sessionkit.index\n"
+        "import sessionkit as sk, sessionkit.index, sessionkit.replay\n"
         "sessionkit.index.RACY_NS = 0\n"
+        "sessionkit.replay._PERSIST_MIN_MESSAGES = 0\n"
         f"c = sk.load({str(store)!r})\n"
         "w = sk.windows(c, policy=['nanobot-0.2', 'nanobot-0.3.0', 'nanobot-0.3.5'],"
         " max_tokens=[0, 20])\n"
@@ -281,13 +282,30 @@ def test_two_processes_open_one_store_at_once(store: Path, tmp_path: Path) -> No
     assert outputs[0] == outputs[1] == _run(code, cache)
 
 
-def test_windows_kept_in_the_index_follow_a_changed_file(store: Path, cache: Path) -> None:
+def test_windows_kept_in_the_index_follow_a_changed_file(
+    store: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sessionkit.replay, "_PERSIST_MIN_MESSAGES", 0)
     grid = {"policy": ["nanobot-0.2", "nanobot-0.3.5"], "max_tokens": [0, 20]}
     sessionkit.windows(load(store), **grid)
     sessionkit.replay.clear_cache()
+    kept = sorted(p.name for p in cache.glob("index-*/derived/*.arrow"))
+    assert len(kept) == 2
     with (store / "telegram_1.jsonl").open("a") as f:
         f.write(json.dumps({"role": "user", "content": "and Porto"}) + "\n")
     warm = sessionkit.windows(load(store), **grid)
     sessionkit.replay.clear_cache()
     pd.testing.assert_frame_equal(warm, sessionkit.windows(load(store, cache=False), **grid))
     assert (warm["session_key"] == "telegram:1").sum() == 2 * 4  # two turns now
+    assert sorted(p.name for p in cache.glob("index-*/derived/*.arrow")) == kept  # replaced
+
+
+def test_an_index_that_cannot_be_written_costs_speed_only(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sessionkit.index, "RACY_NS", 0)
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the index folder would be")
+    with pytest.warns(UserWarning, match="could not write the index"):
+        corpus = load(store, cache=blocked)
+    _assert_same(corpus, load(store, cache=False))
