@@ -1,12 +1,17 @@
-"""Where sessionkit keeps what it persists between processes (the index, token counts)."""
+"""Where sessionkit keeps what it persists between processes (the index, token counts), and
+the one way it writes there."""
 
 from __future__ import annotations
 
 import os
 import sys
+import time
+from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["default_cache_dir"]
+import pyarrow as pa
+
+__all__ = ["default_cache_dir", "write_ipc"]
 
 
 def default_cache_dir() -> Path:
@@ -23,3 +28,19 @@ def default_cache_dir() -> Path:
         return Path(local) / "sessionkit" / "Cache"
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "sessionkit"
+
+
+def write_ipc(target: Path, schema: pa.Schema, parts: Iterable[pa.RecordBatch | pa.Table]) -> None:
+    """Write an Arrow IPC file atomically: a temp file beside ``target``, then a rename, so a
+    reader sees the old file or the new one.  Not fsynced: a cache file cut short by a crash
+    is unreadable, and unreadable cache files are rebuilt."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temp = target.with_name(f".{target.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
+    try:
+        with pa.OSFile(str(temp), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+            for part in parts:
+                writer.write(part.replace_schema_metadata(schema.metadata))
+        os.replace(temp, target)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise

@@ -33,7 +33,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
-from sessionkit.cachedir import default_cache_dir
+from sessionkit.cachedir import default_cache_dir, write_ipc
 from sessionkit.fields import STR_OR_NONE, message_field
 from sessionkit.nanobot.policies import DEFAULT_POLICY, POLICIES
 from sessionkit.nanobot.policy_035 import message_payload as message_payload_035
@@ -197,15 +197,8 @@ def _write_counts(folder: Path, keys: np.ndarray, counts: np.ndarray) -> None:
     rename)."""
     keys, first = np.unique(keys, return_index=True)
     name = f"{time.time_ns()}-{os.getpid()}-{uuid.uuid4().hex[:8]}.arrow"
-    temp = folder / f".{name}.tmp"
     table = pa.table([pa.array(keys), pa.array(counts[first])], schema=_COUNTS)
-    try:
-        with pa.OSFile(str(temp), "wb") as sink, pa.ipc.new_file(sink, _COUNTS) as writer:
-            writer.write_table(table)
-        os.replace(temp, folder / name)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
+    write_ipc(folder / name, _COUNTS, [table])
 
 
 TOKENS_FORMAT = 1

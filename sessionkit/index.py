@@ -19,7 +19,6 @@ import hashlib
 import json
 import os
 import stat
-import time
 from dataclasses import dataclass, fields
 from datetime import datetime
 from functools import cached_property
@@ -29,7 +28,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from sessionkit.cachedir import default_cache_dir
+from sessionkit.cachedir import default_cache_dir, write_ipc
 from sessionkit.frames import MESSAGE_TABLE, Entry
 from sessionkit.nanobot.naming import SessionPathError
 from sessionkit.nanobot.reader import read_session_file
@@ -110,9 +109,7 @@ class Item:
 
 def _write_pack(target: Path, items: list[Item], schema: pa.Schema) -> None:
     """Write items as one Arrow IPC file (each item's record batches in turn, the rest in the
-    schema metadata), atomically: temp file + rename."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temp = target.with_name(f".{target.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
+    schema metadata), atomically."""
     parts = [item.table.to_batches() for item in items]
     described = [
         {
@@ -124,15 +121,7 @@ def _write_pack(target: Path, items: list[Item], schema: pa.Schema) -> None:
         for item in items
     ]
     stamped = schema.with_metadata({_KEY: json.dumps({"format": FORMAT, "items": described})})
-    try:
-        with pa.OSFile(str(temp), "wb") as sink, pa.ipc.new_file(sink, stamped) as writer:
-            for batches in parts:
-                for batch in batches:
-                    writer.write_batch(batch)
-        os.replace(temp, target)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
+    write_ipc(target, stamped, (batch for batches in parts for batch in batches))
 
 
 def _read_pack(path: Path, schema: pa.Schema) -> tuple[pa.Table, dict[str, Item]]:
@@ -269,16 +258,7 @@ class Index:
         metadata = {"format": FORMAT, "name": name, "stamp": stamp, "arrays": described}
         table = pa.table({"data": data})
         target = self._pack_path("derived", _digest(name.encode()))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        temp = target.with_name(f".{target.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
-        schema = table.schema.with_metadata({_KEY: json.dumps(metadata)})
-        try:
-            with pa.OSFile(str(temp), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
-                writer.write_table(table.replace_schema_metadata(schema.metadata))
-            os.replace(temp, target)
-        except BaseException:
-            temp.unlink(missing_ok=True)
-            raise
+        write_ipc(target, table.schema.with_metadata({_KEY: json.dumps(metadata)}), [table])
 
     def _replay_path(self, store: str, name: str) -> Path:
         return self._pack_path("replays", f"{store}-{_digest(name.encode())}")
