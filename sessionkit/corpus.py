@@ -243,7 +243,7 @@ def load(
     source = default_data_dir() if path is None else path
     chosen = None if policy is None else get_policy(policy).name
     files = find_session_files(source, config_dir)
-    index = _index(cache, files)
+    index = _index(cache, source, files)
     store = store_key(files)
     identities = [file_identity(f) if index is not None else None for f in files]
     now = time.time_ns()
@@ -280,17 +280,23 @@ def load(
     return Corpus._of_entries(entries, problems, tokens)
 
 
-def _index(cache: bool | PathLike, files: list[Path]) -> Index | None:
-    """The index to use, or None: not asked for, or its folder would lie inside a loaded
-    sessions folder (loading writes nothing there)."""
+def _index(
+    cache: bool | PathLike,
+    source: PathLike | list[PathLike] | tuple[PathLike, ...],
+    files: list[Path],
+) -> Index | None:
+    """The index to use, or None: not asked for, or its folder would lie inside a workspace
+    or sessions folder being loaded (loading writes nothing there)."""
     if cache is False:
         return None
     root = (default_cache_dir() if cache is True else Path(cache)).expanduser().absolute()
+    items = source if isinstance(source, list | tuple) else [source]
     folders = {f.parent.absolute() for f in files}
+    folders |= {Path(p).expanduser().absolute() for p in items if Path(p).expanduser().is_dir()}
     if any(root == folder or folder in root.parents for folder in folders):
         warnings.warn(
-            f"the index folder {root} lies inside a sessions folder being loaded; loading "
-            "without the index (set SESSIONKIT_CACHE_DIR elsewhere)",
+            f"the index folder {root} lies inside a workspace or sessions folder being "
+            "loaded; loading without the index (set SESSIONKIT_CACHE_DIR elsewhere)",
             stacklevel=3,
         )
         return None

@@ -1,16 +1,18 @@
 """The persistent index: each session file's :class:`~sessionkit.frames.Entry` kept in a cache
 folder, so opening a store again reads only what changed.
 
-One Arrow IPC file per session file (memory-mapped on open, strings used in place), named by
-a digest of the file's path and valid only for the file's identity (device, inode, size,
-mtime_ns, ctime_ns): a new, grown, replaced or edited file no longer matches and is read
-again; an edit that keeps size and mtime still changes ctime.  A file changed within
-:data:`RACY_NS` of being read is not indexed (a later change could keep every timestamp),
-so it is simply read next time.  Replays (:mod:`sessionkit.replay`) are kept beside their
-entry under the same identity.  Writes are atomic (temp file + rename, never fsynced: a cache
-file cut short is unreadable, hence rebuilt); an entry that is unreadable, from another
-format or for another identity is never trusted, only rebuilt.  The cache folder is
-``$SESSIONKIT_CACHE_DIR``, else the platform's user cache folder, and never a workspace.
+Entries are Arrow IPC files, memory-mapped on open (strings used in place): a store's pack
+holds every file's entry, and a file changed since that pack was written has a small pack of
+its own, until the store's pack is rewritten.  Each entry is valid only for its file's
+identity (device, inode, size, mtime_ns, ctime_ns): a new, grown, replaced or edited file no
+longer matches and is read again; an edit that keeps size and mtime still changes ctime.  A
+file changed within :data:`RACY_NS` of being read is not indexed (a later change could keep
+every timestamp), so it is simply read next time.  Replays (:mod:`sessionkit.replay`) are
+kept per store and setting under the same identities, and what windows derive from a large
+store's replays under a stamp of them.  Writes are atomic (:func:`~sessionkit.cachedir.write_ipc`);
+anything unreadable, of another format or for another identity is never trusted, only
+rebuilt.  The cache folder is ``$SESSIONKIT_CACHE_DIR``, else the platform's user cache
+folder, and never a workspace.
 """
 
 from __future__ import annotations
@@ -37,15 +39,15 @@ from sessionkit.nanobot.session import Session
 __all__ = [
     "FORMAT",
     "RACY_NS",
+    "REPLAY_TABLE",
     "Identity",
     "Index",
-    "REPLAY_TABLE",
     "IndexedSession",
     "Item",
-    "store_key",
     "SessionChangedError",
     "default_cache_dir",
     "file_identity",
+    "store_key",
 ]
 
 FORMAT = 1
@@ -190,14 +192,14 @@ class Index:
         for file, identity in zip(files, identities, strict=True):
             key = os.fsdecode(file)
             item = pack.get(key)
-            if identity is not None and (item is None or item.identity != identity):
+            in_pack = item is not None and identity is not None and item.identity == identity
+            if not in_pack and identity is not None:
                 own = self._pack_path("files", _digest(os.fsencode(file)))
                 item = _read_pack(own, MESSAGE_TABLE)[1].get(key)
-            else:
-                from_pack += item is not None
             if item is None or identity is None or item.identity != identity:
                 found.append(None)
                 continue
+            from_pack += in_pack
             meta = item.extra
             session = IndexedSession.restored(meta, file, identity, self, store)
             found.append(Entry(session, item.table, meta))

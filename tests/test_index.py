@@ -173,11 +173,13 @@ def test_a_file_changed_just_before_loading_is_not_indexed(store: Path, tmp_path
     assert list(folder.rglob("*.arrow")) == []
 
 
-def test_an_index_inside_the_sessions_folder_is_not_used(store: Path) -> None:
-    with pytest.warns(UserWarning, match="lies inside a sessions folder"):
-        corpus = load(store, cache=store / "index")
+@pytest.mark.parametrize("inside", ["sessions", "workspace"])
+def test_an_index_inside_what_is_loaded_is_not_used(store: Path, inside: str) -> None:
+    folder = store if inside == "sessions" else store.parent
+    with pytest.warns(UserWarning, match="lies inside a workspace or sessions folder"):
+        corpus = load(folder, cache=folder / ".index")
     assert len(corpus) == 3
-    assert not (store / "index").exists()
+    assert not (folder / ".index").exists()
 
 
 def test_messages_of_a_file_changed_since_loading_raise(store: Path, cache: Path) -> None:
