@@ -248,8 +248,8 @@ def build_entries(
     """Each session's :class:`Entry`, its columns built for all sessions at once.
 
     ``problems`` maps a file to what reading it found.  Both token counts are kept: 0.2.2's
-    exact one (not with ``tokens=None``: then -1, and ``meta["counted"]`` is False) and its
-    no-tiktoken estimate.
+    exact one (only with ``tokens="tiktoken"``; else -1, and ``meta["counted"]`` is False) and
+    its no-tiktoken estimate.
     """
     read = problems or {}
     lengths = np.fromiter((len(s.messages) for s in sessions), dtype=np.int64, count=len(sessions))
@@ -265,7 +265,8 @@ def build_entries(
     text = message_field(msgs, "content")
     for i in np.flatnonzero(~_is_instance(text, str)):
         text[i] = flatten_content(text[i])
-    exact = _token_counts(msgs, "tiktoken", cache) if tokens else np.full(total, -1, dtype=np.int64)
+    counted = tokens == "tiktoken"
+    exact = _token_counts(msgs, "tiktoken", cache) if counted else np.full(total, -1, np.int64)
     estimate = _token_counts(msgs, "fallback", cache)
     stamps = _to_datetime(message_field(msgs, "timestamp")).view(np.int64)
     strings = {
@@ -322,7 +323,7 @@ def build_entries(
                 name: {str(row - start): value for row, value in odd.items() if start <= row < stop}
                 for name, (_, odd) in strings.items()
             },
-            "counted": bool(tokens),
+            "counted": counted,
             "tokens": _sum_or_none(exact[start:stop]),
             "tokens_fallback": _sum_or_none(estimate[start:stop]),
             "first_message_at": int(times.min()) if len(times) else None,
