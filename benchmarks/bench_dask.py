@@ -1,7 +1,8 @@
 """Benchmark: sessionkit.dask on a 2-worker LocalCluster against one process, on a generated store.
 
-Each phase runs in a fresh interpreter (cold token and replay caches); cluster start-up is not
-timed.  Measured, for one process (``sk.load`` and ``sk.windows(workers=1)``) and for Dask:
+Each phase runs in a fresh interpreter with an empty index folder of its own (cold token,
+replay and index caches; later steps of a phase find what earlier ones kept, as a second call
+would); cluster start-up is not timed.  Measured, for one process (``sk.load`` and ``sk.windows(workers=1)``) and for Dask:
 
 - load + messages frame (``tokens=None``, as ``bench_load.py`` times loading), the frame
   gathered to the client;
@@ -22,6 +23,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
@@ -126,7 +128,9 @@ def run_phase(name: str, args: argparse.Namespace, folder: Path) -> dict[str, An
     command = [sys.executable, __file__, "--phase", name, "--corpus", str(folder)]
     command += ["--workers", str(args.workers), "--npartitions", str(args.npartitions)]
     load = os.getloadavg()[0]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    with tempfile.TemporaryDirectory(prefix="sessionkit-bench-dask-") as cache:
+        env = os.environ | {"SESSIONKIT_CACHE_DIR": cache}
+        done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"phase {name} failed:\n{done.stderr}")
     return {**json.loads(done.stdout.strip().splitlines()[-1]), "loadavg_before": load}
