@@ -298,9 +298,7 @@ def string_array(values: Any) -> Any:
     try:
         return pd.arrays.ArrowStringArray(pa.array(items, type=pa.large_string()))
     except (UnicodeEncodeError, pa.ArrowException):
-        array = np.array(items + [None], dtype=object)[:-1]
-        array[np.fromiter((v is None for v in items), dtype=bool, count=len(items))] = pd.NA
-        return pd.arrays.StringArray(array)
+        return pd.array(items, dtype=pd.StringDtype("python"))
 
 
 def _array(column: Column, values: Any, categories: Sequence[Any] | None) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -320,3 +321,30 @@ def test_where_a_release_raises_so_does_count_tokens(policy: str) -> None:
 def test_unknown_policy_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown history policy 'nanobot-9'"):
         count_tokens([{"content": "hi"}], policy="nanobot-9")
+
+
+def test_a_cache_with_a_folder_keeps_counts_for_the_next_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    messages = [{"role": "user", "content": f"hello {n}"} for n in range(40)]
+    first = TokenCache(tmp_path)
+    counts = count_tokens(messages, cache=first, workers=1)
+    first.flush()
+    monkeypatch.setattr(counting, "_uncached_counts", _refuse)
+    assert count_tokens(messages, cache=TokenCache(tmp_path), workers=1) == counts
+    assert len(TokenCache(tmp_path)) == 40
+
+
+def test_many_flushes_are_merged_into_one_file(tmp_path: Path) -> None:
+    cache = TokenCache(tmp_path)
+    for n in range(counting._SEGMENTS + 1):
+        count_tokens([{"role": "user", "content": f"turn {n}"}], cache=cache, workers=1)
+        cache.flush()
+    assert len(list(tmp_path.glob("*.arrow"))) == 1
+    fresh = TokenCache(tmp_path)
+    assert len(fresh) == counting._SEGMENTS + 1
+    assert fresh.get_many([None, 12345]) == [None, None]
+
+
+def _refuse(*args: Any, **kwargs: Any) -> list[int]:
+    raise AssertionError("tokenized although every count was kept")

@@ -5,7 +5,9 @@ Each non-blank line is judged by Python's ``json`` as nanobot reads it: a line t
 an object must come back with the same value (key order, int/float types, NaN and lone
 surrogates included); any other line must be reported as a problem on its line.  Files
 that are not regular session files (FIFO, folder, broken links, temp files) must be
-reported too.  The counts are printed (``pytest -s``) and must all be zero.
+reported too.  Each file is then loaded again from the index the first load wrote, which
+must give the same frames and messages.  The counts are printed (``pytest -s``) and must all
+be zero.
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import sessionkit as sk
+import sessionkit.index
 from sessionkit.synthetic import FeatureMix, generate_session, write_store
 
 SEED = 20261130
@@ -352,6 +357,7 @@ def check_file(path: Path, counts: Counter[str]) -> None:
         if found:
             counts[found] += 1
             FINDINGS.append(f"{path.parent.name} line {n}: {found}: {line[:80]!r}")
+    check_index(path, corpus, counts)
     if metas and session is not None:
         meta = metas[-1]
         key = meta.get("key")
@@ -360,6 +366,25 @@ def check_file(path: Path, counts: Counter[str]) -> None:
         ):
             counts["values changed"] += 1
             FINDINGS.append(f"{path.parent.name}: metadata changed")
+
+
+def _shown(frame: Any) -> str:
+    """A frame's dtypes, values and index as text (pandas' own comparisons hash strings,
+    which a lone surrogate breaks)."""
+    columns = {c: (repr(frame[c].dtype), frame[c].tolist()) for c in frame}
+    return repr((columns, frame.index.tolist()))
+
+
+def check_index(path: Path, cold: sk.Corpus, counts: Counter[str]) -> None:
+    """Load the file again from the index the first load wrote: every frame, and the
+    messages parsed on demand, must equal the first load's."""
+    warm = sk.load(path, tokens="fallback")
+    same = [_shown(c) for c in (cold.messages, cold.sessions, cold.problems)] == [
+        _shown(w) for w in (warm.messages, warm.sessions, warm.problems)
+    ] and [repr(s.messages) for s in cold] == [repr(s.messages) for s in warm]
+    if not same:
+        counts["index differs"] += 1
+        FINDINGS.append(f"{path.parent.name}: the index gives other frames or messages")
 
 
 def mutants(folder: Path, rng: random.Random) -> Iterator[Path]:
@@ -383,7 +408,11 @@ def mutants(folder: Path, rng: random.Random) -> Iterator[Path]:
             yield out
 
 
-def test_fuzzed_files_never_crash_hang_lose_change_or_hide_anything(tmp_path: Path) -> None:
+def test_fuzzed_files_never_crash_hang_lose_change_or_hide_anything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sessionkit.index, "RACY_NS", 0)  # index the files just written
+    monkeypatch.setenv("SESSIONKIT_CACHE_DIR", str(tmp_path / "index"))
     rng = random.Random(SEED)
     counts: Counter[str] = Counter()
     for path in mutants(tmp_path, rng):
@@ -416,8 +445,10 @@ def test_fuzzed_files_never_crash_hang_lose_change_or_hide_anything(tmp_path: Pa
             "valid lines lost",
             "values changed",
             "damaged lines unreported",
+            "index differs",
         )
     }
     print(f"\nfuzz load: {summary} {failures}", *FINDINGS[:20], sep="\n")
     assert failures == dict.fromkeys(failures, 0)
     assert counts["mutated files"] >= 300
+    assert len(list((tmp_path / "index").rglob("*.arrow"))) >= 250  # the warm loads used it

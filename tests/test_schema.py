@@ -124,3 +124,12 @@ def test_describe() -> None:
         "dtype": ["string", "Int64", "string"],
         "doc": [c.doc for c in schema.PROBLEMS],
     }
+
+
+def test_string_columns_are_arrow_backed_unless_a_value_is_no_valid_unicode() -> None:
+    plain = schema.string_array(["a", None, 3])
+    assert plain.dtype == pd.StringDtype("pyarrow")
+    assert plain.tolist() == ["a", pd.NA, pd.NA]
+    odd = schema.string_array(["a", "b\udc80", None])
+    assert odd.dtype == pd.StringDtype("python")
+    assert odd.tolist() == ["a", "b\udc80", pd.NA]
