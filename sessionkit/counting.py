@@ -46,7 +46,7 @@ from sessionkit.nanobot.tokens import (
     message_payload,
 )
 
-__all__ = ["DEFAULT_CACHE", "Method", "TokenCache", "count_tokens"]
+__all__ = ["DEFAULT_CACHE", "Method", "ReadThroughCache", "TokenCache", "count_tokens"]
 
 Method = Literal["tiktoken", "fallback"]
 T = TypeVar("T")
@@ -356,7 +356,7 @@ def _payload_counts(messages: Sequence[dict[str, Any]], policy: str) -> list[int
     return counts
 
 
-class _DeltaCache(TokenCache):
+class ReadThroughCache(TokenCache):
     """A token cache that reads through to ``base`` and keeps its own new counts apart (what a
     forked worker sends back)."""
 
@@ -398,7 +398,7 @@ def _count_shared_range(start: int, stop: int, policy: str) -> list[int]:
 
 def _keyed_shared_range(start: int, stop: int, policy: str) -> tuple[list[int], list]:
     """A range's counts through the parent's cache, and the counts it had to make."""
-    delta = _DeltaCache(_SHARED["cache"])
+    delta = ReadThroughCache(_SHARED["cache"])
     counts = _cached_counts(_SHARED["messages"][start:stop], delta, 1, policy)
     return counts, delta.fresh
 

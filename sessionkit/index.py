@@ -400,6 +400,11 @@ class IndexedSession(Session):
         return super().n_user_turns
 
     @property
+    def identity(self) -> Identity | None:
+        """The version of its file the session was indexed at (None: not indexed)."""
+        return self._identity
+
+    @property
     def replay_home(self) -> tuple[Index, str] | None:
         """Where this session's replays are kept (its index and store) while its messages
         are those indexed, else None."""

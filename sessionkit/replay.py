@@ -7,7 +7,10 @@ indices and token counts (that release's estimate), and the per-message flags th
 read.  :func:`replay` and :func:`replay_all` compute it (in forked workers for large corpora)
 and keep it, keyed by ``(policy name, entry key)``, while the session object is alive and still
 holds the same messages list at the same length; :func:`clear_cache` forgets everything (needed
-after editing messages in place).
+after editing messages in place).  Sessions read back from the persistent index
+(:class:`~sessionkit.index.IndexedSession`) also find their replays there, kept per store and
+setting for the file versions indexed, and :func:`prepared` keeps what is derived from a large
+store's replays (the windows' stacked arrays): a new process then replays nothing.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import pandas as pd
 import pyarrow as pa
 from tqdm.auto import tqdm
 
-from sessionkit.counting import DEFAULT_CACHE, TokenCache, _DeltaCache, count_tokens
+from sessionkit.counting import DEFAULT_CACHE, ReadThroughCache, TokenCache, count_tokens
 from sessionkit.index import REPLAY_TABLE, Index, IndexedSession, Item
 from sessionkit.nanobot.policies import ReplayPolicy, get_policy, tool_call_ids, tool_result_id
 from sessionkit.nanobot.policy_035 import HIDDEN_HISTORY_KEY
@@ -152,7 +155,7 @@ def _content(session: Session) -> object:
     the index and not changed since, the file version it was indexed at (so its messages need
     not be parsed)."""
     if isinstance(session, IndexedSession) and session.pristine:
-        return session._identity
+        return session.identity
     return session.messages
 
 
@@ -272,7 +275,7 @@ def _derived_name(
         return None
     (index, store) = homes.pop()  # type: ignore[misc]
     paths = [os.fsdecode(s.path) for s in sessions]  # type: ignore[arg-type]
-    versions = [list(vars(s._identity).values()) for s in sessions]  # type: ignore[attr-defined]
+    versions = [list(vars(s.identity).values()) for s in sessions]  # type: ignore[attr-defined]
     name = f"{store}-{kind}-{_hex(repr((key, paths)))}"
     return index, name, _hex(repr(versions))
 
@@ -335,7 +338,7 @@ _SHARED: dict[str, Any] = {}
 
 def _compute_chunk(indices: list[int]) -> tuple[list[int], list[Replay], list]:
     sessions, policy, settings = _SHARED["sessions"], _SHARED["policy"], _SHARED["settings"]
-    delta = _DeltaCache(_SHARED["cache"])
+    delta = ReadThroughCache(_SHARED["cache"])
     replays = [
         _compute(sessions[i], _policy(sessions[i], policy), settings, delta) for i in indices
     ]
@@ -414,7 +417,7 @@ def _stored(sessions: list[Session], keys: list[ReplayKey], todo: list[int]) -> 
             columns = {c: table.column(c).to_numpy() for c in (*_PER_MESSAGE, *_PER_ENTRY)}
             for i in group:
                 item = items.get(os.fsdecode(sessions[i].path))  # type: ignore[arg-type]
-                if item is None or item.identity != sessions[i]._identity:  # type: ignore[attr-defined]
+                if item is None or item.identity != sessions[i].identity:  # type: ignore[attr-defined]
                     continue
                 start, stop = item.start, item.start + item.table.num_rows
                 arrays = {c: columns[c][start:stop] for c in _PER_MESSAGE}
@@ -439,7 +442,7 @@ def _keep(sessions: list[Session], keys: list[ReplayKey], computed: dict[int, Re
             table = pa.table(columns).cast(REPLAY_TABLE)
             item = Item(
                 os.fsdecode(sessions[i].path),  # type: ignore[arg-type]
-                sessions[i]._identity,  # type: ignore[attr-defined]
+                sessions[i].identity,  # type: ignore[attr-defined]
                 {"entries": len(replay_.kept)},
                 table,
             )
