@@ -270,15 +270,20 @@ class ReplayPolicy:
     """What every release shares: replay from an offset through a count window, a user-turn
     start, a legal tool-call start and a token budget from the tail.
 
-    A release supplies its entry rewrite (:meth:`entry_function`), its token estimate, its
-    default count window and ``get_history``'s exact signature.  Methods never modify their
-    arguments; :class:`sessionkit.Session` applies results.
+    A release supplies its entry rewrite (``replay_entry``, taking the one setting named by
+    :attr:`entry_setting`), its token estimate, its default count window and, in ``replay``,
+    ``get_history``'s exact signature.  Methods never modify their arguments;
+    :class:`sessionkit.Session` applies results.
     """
 
     name: str = DEFAULT_POLICY
     default_max_messages: int = 120
     naming: str = "nanobot-0.2"
     fork_volatile_keys: frozenset[str] = FORK_VOLATILE_METADATA_KEYS
+    entry_setting: str = "include_timestamps"
+    """The one :class:`HistorySettings` field replayed entries depend on (0.2.2:
+    ``include_timestamps``; 0.3.x: ``include_runtime_context``), a keyword of ``replay_entry``
+    and ``replay``."""
 
     def is_user_turn(self, message: Message) -> bool:
         """Whether ``message`` is a user turn: what forks and "before user message k" count."""
@@ -307,11 +312,29 @@ class ReplayPolicy:
 
     def entry_function(self, settings: HistorySettings) -> Callable[[Message], Message | None]:
         """The rewrite of one stored message into its replayed entry under ``settings``."""
-        raise NotImplementedError
+        value = getattr(settings, self.entry_setting)
+        return partial(self.replay_entry, **{self.entry_setting: value})  # type: ignore[attr-defined]
 
     def entry_key(self, settings: HistorySettings) -> tuple[Any, ...]:
         """The settings that change replayed entries (what a replay cache is keyed by)."""
-        raise NotImplementedError
+        return (getattr(settings, self.entry_setting),)
+
+    def history_kwargs(self, settings: HistorySettings) -> dict[str, Any]:
+        """The keyword arguments this release's ``get_history`` takes for ``settings``."""
+        return {
+            "max_messages": settings.max_messages,
+            "max_tokens": settings.max_tokens,
+            "extend_to_user": settings.extend_to_user,
+            self.entry_setting: getattr(settings, self.entry_setting),
+        }
+
+    def get_history(
+        self, messages: Sequence[Message], offset: int, *args: Any, **kwargs: Any
+    ) -> list[Message]:
+        """The history this release sends the model, entry for entry (``Session.get_history``):
+        the entries of ``replay``, whose signature is the release's own (an argument the
+        release does not take raises ``TypeError``, as the release does)."""
+        return [entry for _, entry in self.replay(messages, offset, *args, **kwargs)]  # type: ignore[attr-defined]
 
     def count_window(self, max_messages: int) -> int:
         """The count window ``get_history(max_messages)`` applies; 0 means none."""
@@ -388,14 +411,6 @@ class Policy(ReplayPolicy):
         entry.update((key, message[key]) for key in _REPLAY_FIELDS if key in message)
         return entry
 
-    def entry_function(self, settings: HistorySettings) -> Callable[[Message], Message | None]:
-        """0.2.2 rewrites entries by ``include_timestamps`` only."""
-        return partial(self.replay_entry, include_timestamps=settings.include_timestamps)
-
-    def entry_key(self, settings: HistorySettings) -> tuple[Any, ...]:
-        """0.2.2's entries depend on ``include_timestamps`` only."""
-        return (settings.include_timestamps,)
-
     def replay(
         self,
         messages: Sequence[Message],
@@ -415,38 +430,6 @@ class Policy(ReplayPolicy):
             extend_to_user=extend_to_user,
             entry=partial(self.replay_entry, include_timestamps=include_timestamps),
         )
-
-    def get_history(
-        self,
-        messages: Sequence[Message],
-        last_consolidated: int,
-        max_messages: int = 120,
-        *,
-        max_tokens: int = 0,
-        include_timestamps: bool = False,
-        extend_to_user: bool = False,
-    ) -> list[Message]:
-        """The history nanobot sends the model, entry for entry (``Session.get_history``)."""
-        return [
-            entry
-            for _, entry in self.replay(
-                messages,
-                last_consolidated,
-                max_messages,
-                max_tokens=max_tokens,
-                include_timestamps=include_timestamps,
-                extend_to_user=extend_to_user,
-            )
-        ]
-
-    def history_kwargs(self, settings: HistorySettings) -> dict[str, Any]:
-        """The keyword arguments this release's ``get_history`` takes for ``settings``."""
-        return {
-            "max_messages": settings.max_messages,
-            "max_tokens": settings.max_tokens,
-            "include_timestamps": settings.include_timestamps,
-            "extend_to_user": settings.extend_to_user,
-        }
 
     def retention_value(self, trim: Trim) -> Any:
         """What this release's ``retain_recent_legal_suffix`` returns: 0.2.2's tuple

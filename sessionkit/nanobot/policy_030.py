@@ -10,7 +10,7 @@ such a marker, and MCP-preset breadcrumbs are gone; the token fallback counts UT
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -25,7 +25,6 @@ from sessionkit.nanobot.policies import (
     sanitize_assistant_text,
 )
 from sessionkit.nanobot.policy_035 import RUNTIME_CONTEXT_KEY, public_message
-from sessionkit.nanobot.settings import HistorySettings
 
 __all__ = [
     "NAME",
@@ -114,6 +113,7 @@ class Policy030(Policy):
     default_max_messages: int = FILE_MAX_MESSAGES
     file_limit: int = FILE_MAX_MESSAGES
     naming: str = "nanobot-0.3"
+    entry_setting: str = "include_runtime_context"
 
     def fork_copy(self, message: Message) -> Message:
         """0.3.0 forks keep each message's public form (runtime context stripped)."""
@@ -157,14 +157,6 @@ class Policy030(Policy):
         entry.update((key, message[key]) for key in _REPLAY_FIELDS if key in message)
         return entry
 
-    def entry_function(self, settings: HistorySettings) -> Callable[[Message], Message | None]:
-        """0.3.0 rewrites entries by ``include_runtime_context`` only."""
-        return partial(self.replay_entry, include_runtime_context=settings.include_runtime_context)
-
-    def entry_key(self, settings: HistorySettings) -> tuple[Any, ...]:
-        """0.3.0's entries depend on ``include_runtime_context`` only."""
-        return (settings.include_runtime_context,)
-
     def replay(  # type: ignore[override]
         self,
         messages: Sequence[Message],
@@ -184,38 +176,6 @@ class Policy030(Policy):
             extend_to_user=extend_to_user,
             entry=partial(self.replay_entry, include_runtime_context=include_runtime_context),
         )
-
-    def get_history(  # type: ignore[override]
-        self,
-        messages: Sequence[Message],
-        last_consolidated: int,
-        max_messages: int = FILE_MAX_MESSAGES,
-        *,
-        max_tokens: int = 0,
-        extend_to_user: bool = False,
-        include_runtime_context: bool = True,
-    ) -> list[Message]:
-        """The history 0.3.0 sends the model, entry for entry (``Session.get_history``)."""
-        return [
-            entry
-            for _, entry in self.replay(
-                messages,
-                last_consolidated,
-                max_messages,
-                max_tokens=max_tokens,
-                extend_to_user=extend_to_user,
-                include_runtime_context=include_runtime_context,
-            )
-        ]
-
-    def history_kwargs(self, settings: HistorySettings) -> dict[str, Any]:
-        """The keyword arguments 0.3.0's ``get_history`` takes for ``settings``."""
-        return {
-            "max_messages": settings.max_messages,
-            "max_tokens": settings.max_tokens,
-            "extend_to_user": settings.extend_to_user,
-            "include_runtime_context": settings.include_runtime_context,
-        }
 
     def retention_value(self, trim: Trim) -> RetentionResult:
         """The value 0.3.0's ``retain_recent_legal_suffix`` returns for ``trim``."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
@@ -30,7 +30,6 @@ from sessionkit.nanobot.policies import (
     _field_or,
     sanitize_assistant_text,
 )
-from sessionkit.nanobot.settings import HistorySettings
 
 __all__ = [
     "CONTINUATION_TEXT",
@@ -181,6 +180,7 @@ class Policy035(ReplayPolicy):
     name: str = NAME
     default_max_messages: int = 0
     naming: str = "nanobot-0.3"
+    entry_setting: str = "include_runtime_context"
     fork_volatile_keys: frozenset[str] = FORK_VOLATILE_METADATA_KEYS | {
         "pending_user_followups",
         "session_handle",
@@ -250,14 +250,6 @@ class Policy035(ReplayPolicy):
         entry.update((key, message[key]) for key in _REPLAY_FIELDS if key in message)
         return entry
 
-    def entry_function(self, settings: HistorySettings) -> Callable[[Message], Message | None]:
-        """0.3.5 rewrites entries by ``include_runtime_context`` only."""
-        return partial(self.replay_entry, include_runtime_context=settings.include_runtime_context)
-
-    def entry_key(self, settings: HistorySettings) -> tuple[Any, ...]:
-        """0.3.5's entries depend on ``include_runtime_context`` only."""
-        return (settings.include_runtime_context,)
-
     def count_window(self, max_messages: int) -> int:
         """0.3.5 applies a count window only when asked for a positive one."""
         return max(max_messages, 0)
@@ -281,38 +273,6 @@ class Policy035(ReplayPolicy):
             extend_to_user=extend_to_user,
             entry=partial(self.replay_entry, include_runtime_context=include_runtime_context),
         )
-
-    def get_history(
-        self,
-        messages: Sequence[Message],
-        last_archived: int,
-        max_messages: int = 0,
-        *,
-        max_tokens: int = 0,
-        extend_to_user: bool = False,
-        include_runtime_context: bool = True,
-    ) -> list[Message]:
-        """The history 0.3.5 sends the model, entry for entry (``Session.get_history``)."""
-        return [
-            entry
-            for _, entry in self.replay(
-                messages,
-                last_archived,
-                max_messages,
-                max_tokens=max_tokens,
-                extend_to_user=extend_to_user,
-                include_runtime_context=include_runtime_context,
-            )
-        ]
-
-    def history_kwargs(self, settings: HistorySettings) -> dict[str, Any]:
-        """The keyword arguments 0.3.5's ``get_history`` takes for ``settings``."""
-        return {
-            "max_messages": settings.max_messages,
-            "max_tokens": settings.max_tokens,
-            "extend_to_user": settings.extend_to_user,
-            "include_runtime_context": settings.include_runtime_context,
-        }
 
     def commit_summary_checkpoint(
         self,
