@@ -14,7 +14,6 @@ checkpoint (:meth:`Policy035.commit_summary_checkpoint`).
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -58,31 +57,9 @@ _NON_TEXT_FIELDS = ("tool_calls", "reasoning_content", "thinking_blocks")
 
 
 def message_payload(message: Message) -> str:
-    """The text 0.3.5 tokenizes for one message; text blocks that are not strings are skipped."""
-    content = message.get("content")
-    parts: list[str] = []
-    if isinstance(content, str):
-        parts.append(content)
-    elif isinstance(content, list):
-        for block in content:
-            if isinstance(block, dict) and block.get("type") == "text":
-                text = block.get("text", "")
-                if isinstance(text, str) and text:
-                    parts.append(text)
-            else:
-                parts.append(json.dumps(block, ensure_ascii=False))
-    elif content is not None:
-        parts.append(json.dumps(content, ensure_ascii=False))
-    for field in ("name", "tool_call_id"):
-        value = message.get(field)
-        if isinstance(value, str) and value:
-            parts.append(value)
-    if message.get("tool_calls"):
-        parts.append(json.dumps(message["tool_calls"], ensure_ascii=False))
-    reasoning = message.get("reasoning_content")
-    if isinstance(reasoning, str) and reasoning:
-        parts.append(reasoning)
-    return "\n".join(parts)
+    """The text 0.3.5 tokenizes for one message: 0.2.2's payload, except that text blocks
+    whose text is not a string are skipped."""
+    return tokens.message_payload(message, skip_non_string_text=True)
 
 
 def estimate_message_tokens(message: Message) -> int:

@@ -61,11 +61,12 @@ def encoding() -> tiktoken.Encoding:
     )
 
 
-def message_payload(message: dict[str, Any]) -> str:
+def message_payload(message: dict[str, Any], *, skip_non_string_text: bool = False) -> str:
     """The text nanobot tokenizes for one message (before the 4 framing tokens).
 
-    Raises ``TypeError`` exactly where nanobot does: a truthy non-string ``text`` in a
-    content block cannot be joined.
+    Raises ``TypeError`` exactly where nanobot 0.2.2 and 0.3.0 do: a truthy non-string
+    ``text`` in a content block cannot be joined.  ``skip_non_string_text`` is 0.3.5's rule:
+    such a block is left out.
     """
     content = message.get("content")
     if type(content) is str and not (
@@ -82,7 +83,7 @@ def message_payload(message: dict[str, Any]) -> str:
         for block in content:
             if isinstance(block, dict) and block.get("type") == "text":
                 text = block.get("text", "")
-                if text:
+                if text and (isinstance(text, str) or not skip_non_string_text):
                     parts.append(text)
             else:
                 parts.append(json.dumps(block, ensure_ascii=False))
