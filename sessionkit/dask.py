@@ -99,7 +99,7 @@ def partition_files(paths: Paths | None = None, npartitions: int | None = None) 
 def _session_groups(corpus: Corpus, npartitions: int | None) -> list[list[Session]]:
     """The corpus' sessions in contiguous groups of about equal message counts."""
     sessions = list(corpus)
-    sizes = [len(s.messages) for s in sessions]
+    sizes = [len(s) for s in sessions]  # an indexed session counts without parsing
     n = npartitions or max(1, math.ceil(sum(sizes) / PARTITION_MESSAGES))
     return [sessions[part] for part in _balanced(sizes, n)]
 
