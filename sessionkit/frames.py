@@ -348,8 +348,7 @@ def _column(entries: Sequence[Entry], name: str) -> pa.ChunkedArray:
 
 
 def _numbers(entries: Sequence[Entry], name: str) -> np.ndarray:
-    column = _column(entries, name)
-    return column.to_numpy() if column.num_chunks else np.zeros(0, dtype=np.int64)
+    return _column(entries, name).to_numpy()
 
 
 def _nullable(values: np.ndarray) -> pd.arrays.IntegerArray:
@@ -374,13 +373,9 @@ def _frame_strings(entries: Sequence[Entry], name: str) -> Any:
 def _roles(entries: Sequence[Entry]) -> tuple[np.ndarray, list[str]]:
     """Role codes and categories in order of first appearance (-1: missing)."""
     column = _column(entries, "role")
-    categories = [r for r in pc.unique(column).to_pylist() if r is not None] if len(column) else []
+    categories = [r for r in pc.unique(column).to_pylist() if r is not None]
     codes = pc.index_in(column, value_set=pa.array(categories, type=pa.large_string()))
-    return _numbers_of(codes.fill_null(-1)), categories
-
-
-def _numbers_of(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    return np.asarray(column.to_numpy(), dtype=np.int64) if len(column) else np.zeros(0, np.int64)
+    return codes.fill_null(-1).to_numpy().astype(np.int64), categories
 
 
 def messages_frame(entries: Sequence[Entry], *, tokens: Method | None = "tiktoken") -> pd.DataFrame:
