@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pandas as pd
+import matplotlib.pyplot as plt
 import pytest
 from matplotlib.axes import Axes
 from matplotlib.colors import to_hex
@@ -28,6 +29,13 @@ SETTINGS = {"turn": 600, "max_messages": 120, "max_tokens": 3000, "file_cap": 20
 @pytest.fixture(scope="module")
 def corpus(data_dir) -> sessionkit.Corpus:
     return sessionkit.load(data_dir)
+
+
+@pytest.fixture(autouse=True)
+def _close_figures() -> Iterator[None]:
+    """New figures are made through pyplot, which keeps them open (as seaborn's): close them."""
+    yield
+    plt.close("all")
 
 
 def _gid(ax: Axes, gid: str) -> list:

@@ -1,0 +1,55 @@
+"""Matplotlib views of sessions, corpora and sweeps; fixed sizes and colours, no state.
+
+Every function takes the objects or the DataFrames sessionkit produces, draws on a given Axes
+(or on a new Figure it makes through pyplot, so Jupyter shows it at the end of the cell as it
+does seaborn's), and returns what it drew on.  The data behind a plot stays readable from the
+artists: bars are ``ax.patches`` (``StepPatch`` or bar ``Rectangle``), spans are
+``Rectangle`` patches whose ``gid`` names what they shade.
+
+Text in any script draws: a CJK font ships with sessionkit and is a fallback after the user's
+fonts while sessionkit draws (:mod:`sessionkit.plot.style`).  The modules: ``timeline``
+(one session's messages), ``sessions`` (session lengths), ``sweeps`` (settings grids and the
+file cap), ``releases`` (nanobot releases compared) and ``style`` (fonts, colours, layout).
+"""
+
+from __future__ import annotations
+
+from sessionkit.plot.releases import (
+    DEFAULT_CONTEXT_WINDOW,
+    RELEASE_COLORS,
+    RELEASE_LABELS,
+    release_comparison,
+    release_summary,
+)
+from sessionkit.plot.sessions import session_lengths
+from sessionkit.plot.style import ROLE_COLORS
+from sessionkit.plot.sweeps import (
+    SWEEP_VALUES,
+    TRUNCATING_CUTS,
+    file_cap_curve,
+    truncation_share,
+    window_heatmap,
+)
+from sessionkit.plot.timeline import timeline_axes, token_timeline
+
+__all__ = [
+    "DEFAULT_CONTEXT_WINDOW",
+    "RELEASE_COLORS",
+    "RELEASE_LABELS",
+    "ROLE_COLORS",
+    "SWEEP_VALUES",
+    "TRUNCATING_CUTS",
+    "file_cap_curve",
+    "release_comparison",
+    "release_summary",
+    "session_lengths",
+    "timeline_axes",
+    "token_timeline",
+    "truncation_share",
+    "window_heatmap",
+]
+
+
+def __dir__() -> list[str]:
+    """The public names only: ``dir()`` and tab completion leave out the modules, np, pd, ..."""
+    return sorted(__all__)

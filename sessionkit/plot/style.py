@@ -1,0 +1,168 @@
+"""What every sessionkit figure shares: fonts (with a CJK fallback), colours, number formats,
+new figures made through pyplot, and legends placed beside the data.
+
+The CJK font is Noto Sans CJK (the ``noto-cjk-sans-jp-regular`` package, SIL OFL 1.1; its
+one OpenType file holds the whole Pan-CJK glyph set, simplified and traditional Chinese,
+Japanese and Korean).  It is added to matplotlib's font manager when this module is imported
+(nothing is downloaded, nothing written) and used as a fallback after the user's own
+``font.family``, only while sessionkit draws: the user's rcParams are left as they were.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, ParamSpec, TypeVar
+
+import matplotlib as mpl
+import matplotlib.pyplot as plt
+from matplotlib import font_manager
+from matplotlib.artist import Artist
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.legend import Legend
+from matplotlib.ticker import MaxNLocator
+from matplotlib.transforms import ScaledTranslation
+
+from sessionkit.schema import STATUSES
+
+__all__ = [
+    "CJK_FAMILY",
+    "OTHER_ROLE_COLOR",
+    "ROLE_COLORS",
+    "compact",
+    "count_axis",
+    "font_family",
+    "legend_beside",
+    "new_figure",
+    "plotting",
+    "styled",
+]
+
+ROLE_COLORS: dict[str, str] = {
+    "user": "#4c72b0",
+    "assistant": "#dd8452",
+    "tool": "#55a868",
+    "system": "#8172b3",
+}
+OTHER_ROLE_COLOR = "#999999"
+
+STATUS = {status.name: status for status in STATUSES}
+"""The status table by name: every status colour and legend label comes from it."""
+
+DPI = 100
+"""Every new figure's dots per inch: its pixel size is 100 x its size in inches."""
+
+
+def _register_cjk() -> str | None:
+    """Add the packaged Noto Sans CJK to matplotlib's font manager; its family name, or None
+    where the package is missing or its file unreadable (text then draws as before)."""
+    try:
+        from noto_cjk_sans_jp_regular import FONT_PATH
+    except ImportError:
+        return None
+    path = str(FONT_PATH)
+    try:
+        font_manager.fontManager.addfont(path)
+        return font_manager.FontProperties(fname=path).get_name()
+    except (OSError, RuntimeError, ValueError):
+        return None
+
+
+CJK_FAMILY: str | None = _register_cjk()
+"""The CJK fallback font's family name (``"Noto Sans CJK JP"``), None without it."""
+
+
+def font_family() -> list[str]:
+    """The user's ``font.family`` with the CJK font after it, as a fallback for the glyphs
+    the user's fonts lack."""
+    family = list(mpl.rcParams["font.family"])
+    if CJK_FAMILY is not None and CJK_FAMILY not in family:
+        family.append(CJK_FAMILY)
+    return family
+
+
+@contextlib.contextmanager
+def styled() -> Iterator[None]:
+    """An rc context for sessionkit's drawing: the CJK fallback font; the rest as the user set it."""
+    with mpl.rc_context({"font.family": font_family()}):
+        yield
+
+
+P = ParamSpec("P")
+R = TypeVar("R", Axes, Figure)
+
+
+def plotting(function: Callable[P, R]) -> Callable[P, R]:
+    """Run a plot function in :func:`styled`, then give the tick labels of the figure's Axes
+    the same fonts (matplotlib makes tick labels at draw time, outside the context)."""
+
+    @functools.wraps(function)
+    def draw(*args: P.args, **kwargs: P.kwargs) -> R:
+        with styled():
+            result = function(*args, **kwargs)
+            family = font_family()
+        figure = result if isinstance(result, Figure) else result.figure
+        for ax in figure.axes:
+            ax.tick_params(labelfontfamily=family)
+        return result
+
+    return draw
+
+
+def new_figure(width: float, height: float, **kwargs: Any) -> Figure:
+    """A new Figure of ``width`` x ``height`` inches, constrained layout, made through pyplot
+    so Jupyter's inline backend shows it at the end of the cell (as seaborn's and pandas'
+    figures are); like theirs it stays open in pyplot until closed (``plt.close(fig)``)."""
+    return plt.figure(figsize=(width, height), dpi=DPI, layout="constrained", **kwargs)
+
+
+def compact(x: float, _pos: int | None = None) -> str:
+    """A tick value, exact and short with a k/M/B suffix: 500, 2k, 12.5k, 1M, 2B."""
+    for size, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if x >= size:
+            return f"{x / size:g}{suffix}"
+    return f"{x:g}"
+
+
+def count_axis(axis: Any) -> None:
+    """Ticks at whole numbers only, on an axis that counts (messages, tokens, sessions)."""
+    axis.set_major_locator(MaxNLocator(integer=True))
+
+
+def _right_of(ax: Axes, others: Sequence[Axes]) -> float:
+    """How far (inches) the y axes of ``others`` (twins) reach right of ``ax``: their tick
+    labels and label, which sit in the same place however the figure is laid out."""
+    figure = ax.figure.canvas.figure  # the root figure, also for an Axes on a SubFigure
+    renderer = figure._get_renderer()  # matplotlib's own way to measure before a draw
+    reach = 0.0
+    for other in others:
+        box = other.yaxis.get_tightbbox(renderer)
+        if box is not None:
+            reach = max(reach, box.x1 - other.bbox.x1)
+    return reach / figure.dpi
+
+
+def legend_beside(
+    ax: Axes,
+    handles: Sequence[Artist],
+    labels: Sequence[str],
+    *,
+    past: Sequence[Axes] = (),
+    **kwargs: Any,
+) -> Legend:
+    """A one-column legend right of ``ax`` (and right of the y axis of every twin in
+    ``past``), so it never covers the data; constrained layout makes room for it."""
+    figure = ax.figure
+    offset = _right_of(ax, past) + 0.08
+    transform = ax.transAxes + ScaledTranslation(offset, 0.0, figure.dpi_scale_trans)
+    options = {"fontsize": 8, "frameon": False, "borderaxespad": 0.0} | kwargs
+    return ax.legend(
+        handles,
+        labels,
+        loc="upper left",
+        bbox_to_anchor=(1.0, 1.0),
+        bbox_transform=transform,
+        **options,
+    )
