@@ -1,11 +1,16 @@
 # The two commands a newcomer needs: `make lab` (open the notebooks) and `make test`.
+# `make notebooks` re-records every notebook's outputs (then commit the diff).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # Jupyter refuses to start as root (containers, CI) unless told it may.
 LAB_FLAGS := $(if $(filter 0,$(shell id -u)),--allow-root)
+# The lab's own settings, not the user's: no news pop-up, no update check (JupyterLab reads
+# labconfig/default_setting_overrides.json from every folder on JUPYTER_CONFIG_PATH).
+LAB_CONFIG := $(CURDIR)/jupyter-config
+NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
 
-.PHONY: lab test setup-lab setup-test chromium
+.PHONY: lab test notebooks setup-lab setup-test chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +28,16 @@ chromium:
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium fonts-wqy-zenhei; }
 
 lab: setup-lab
-	$(BIN)/jupyter lab $(LAB_FLAGS) notebooks/
+	$(BIN)/jupyter trust $(NOTEBOOKS)
+	JUPYTER_CONFIG_PATH=$(LAB_CONFIG) $(BIN)/jupyter lab $(LAB_FLAGS) --LabApp.news_url=None notebooks/
+
+# Run every notebook in place, then drop widget state and run-specific metadata, so the diff
+# shows only what changed in the outputs.
+notebooks: setup-lab
+	$(BIN)/jupyter nbconvert --to notebook --execute --inplace \
+	  --ExecutePreprocessor.store_widget_state=False --ExecutePreprocessor.record_timing=False \
+	  --ExecutePreprocessor.kernel_name=python3 --ExecutePreprocessor.timeout=1200 $(NOTEBOOKS)
+	$(BIN)/python scripts/clean_notebooks.py $(NOTEBOOKS)
 
 test: setup-test
 	$(BIN)/ruff check sessionkit tests benchmarks scripts notebooks

@@ -1,8 +1,12 @@
-"""``sessionkit doctor``: what nanobot 0.2.2 would lose from a session store, and the mend.
+"""``sessionkit doctor``: what nanobot would lose from a session store, and the mend.
 
 :func:`doctor` reports, one row per file, what nanobot 0.2.2 loses (the whole session or some
 lines, which its next save of the key then overwrites) against what sessionkit keeps, plus
 leftover temporary files and anything else named like a session that is not a regular file.
+Each session file is described in the terms of the release that wrote it (its ``policy``):
+the loss rule is known for nanobot 0.2.2 only (:mod:`sessionkit.nanobot.loss`), so a file a
+later release wrote is not measured against it; its row says so.  0.3.5's
+``<stem>.checkpoint.json`` sidecars are not sessions and are not listed.
 
 :func:`fix` rewrites each file with lines nanobot cannot load, atomically, into the lines it
 loads (each kept line's text unchanged but for surrounding whitespace), and moves leftover
@@ -27,16 +31,27 @@ from pathlib import Path
 
 import pandas as pd
 
+from sessionkit.corpus import check_source
 from sessionkit.nanobot.loss import LongLine, NanobotLoad, nanobot_load, read_line, split_lines
 from sessionkit.nanobot.naming import key_from_filename, sessions_folder
-from sessionkit.nanobot.reader import SESSION_SUFFIXES, SessionPathError, read_session_file
+from sessionkit.nanobot.policies import DEFAULT_POLICY, get_policy
+from sessionkit.nanobot.reader import (
+    CHECKPOINT_SUFFIX,
+    SESSION_SUFFIXES,
+    SessionPathError,
+    read_session_file,
+)
 from sessionkit.nanobot.writer import LOCK_FILENAME, file_kind, is_temp_file, write_file
 
-__all__ = ["COLUMNS", "doctor", "fix"]
+__all__ = ["COLUMNS", "LOSS_RULE_POLICY", "doctor", "fix", "has_problems"]
+
+LOSS_RULE_POLICY = DEFAULT_POLICY
+"""The one release whose loader :mod:`sessionkit.nanobot.loss` reproduces (nanobot 0.2.2)."""
 
 COLUMNS = [
     "file",
     "kind",
+    "policy",
     "nanobot_keeps",
     "sessionkit_keeps",
     "nanobot_loses",
@@ -47,8 +62,10 @@ COLUMNS = [
 ]
 """Columns of :func:`doctor`'s frame.
 
-``nanobot_keeps``/``sessionkit_keeps`` count the messages each loads (missing where nanobot
-loses the whole session or does not read the file); ``next_save_overwrites`` is true when
+``policy`` is the release that wrote a session file (as ``Session.policy``; ``""`` for temp
+files and oddities).  ``nanobot_keeps``/``sessionkit_keeps`` count the messages each loads
+(``nanobot_keeps`` is missing where nanobot loses the whole session, does not read the file,
+or wrote it with a release whose loss rule is not known); ``next_save_overwrites`` is true when
 nanobot's next save of the key writes the file without what it lost; ``fix`` says what
 :func:`fix` does (``""`` for nothing, ``"by hand: ..."`` for what it leaves to you).
 """
@@ -63,6 +80,7 @@ class _Row:
 
     path: Path
     kind: str
+    policy: str = ""
     nanobot_keeps: int | None = None
     sessionkit_keeps: int | None = None
     nanobot_loses: str = ""
@@ -104,10 +122,22 @@ def _session_row(path: Path) -> _Row:
             "hidden file name, as a path-like key makes; sessionkit now refuses such keys"
         )
     text = "; ".join(reasons)
+    policy = session.policy if session is not None else LOSS_RULE_POLICY
+    if policy != LOSS_RULE_POLICY:
+        return _Row(
+            path,
+            "session",
+            policy=policy,
+            sessionkit_keeps=kept,
+            nanobot_loses=f"not known: {get_policy(policy).label} wrote this file, and only "
+            f"{get_policy(LOSS_RULE_POLICY).label}'s loss rule is known",
+            problems=text,
+        )
     if path.suffix != ".jsonl":
         return _Row(
             path,
             "legacy JSON session",
+            policy=policy,
             sessionkit_keeps=kept,
             nanobot_loses="not read: nanobot 0.2.2 reads only .jsonl files",
             problems=text,
@@ -118,6 +148,7 @@ def _session_row(path: Path) -> _Row:
         return _Row(
             path,
             "session",
+            policy=policy,
             sessionkit_keeps=kept,
             nanobot_loses=f"whole session (unreadable: {exc.strerror or exc})",
             next_save_overwrites=True,
@@ -133,6 +164,7 @@ def _session_row(path: Path) -> _Row:
     return _Row(
         path,
         "session",
+        policy=policy,
         nanobot_keeps=None if load.lost else len(load.message_lines),
         sessionkit_keeps=kept,
         nanobot_loses=_nanobot_loses(load),
@@ -166,7 +198,7 @@ def _row(path: Path) -> _Row | None:
             problems=f"a {file_kind(mode)}, not a regular file: sessionkit refuses to save here",
             fix="by hand: remove it (nanobot recreates it)",
         )
-    if path.suffix not in SESSION_SUFFIXES:
+    if path.suffix not in SESSION_SUFFIXES or path.name.endswith(CHECKPOINT_SUFFIX):
         return None
     if stat.S_ISLNK(mode):
         try:
@@ -190,6 +222,7 @@ def _row(path: Path) -> _Row | None:
 
 def _entries(path: str | Path) -> tuple[Path, list[Path]]:
     """The sessions folder and the entries to examine in it (or the one file named)."""
+    check_source(path)
     target = Path(path).expanduser()
     if target.is_dir():
         folder = sessions_folder(target)
@@ -201,7 +234,12 @@ def _entries(path: str | Path) -> tuple[Path, list[Path]]:
 
 def _rows(path: str | Path) -> tuple[Path, list[_Row]]:
     folder, entries = _entries(path)
-    return folder, [row for entry in entries if (row := _row(entry)) is not None]
+    rows = [row for entry in entries if (row := _row(entry)) is not None]
+    if not rows:
+        raise SessionPathError(
+            f"{folder} holds no session files (*.jsonl or *.json) and no leftover temp files"
+        )
+    return folder, rows
 
 
 def _frame(rows: list[_Row]) -> pd.DataFrame:
@@ -209,6 +247,7 @@ def _frame(rows: list[_Row]) -> pd.DataFrame:
         {
             "file": row.path.name,
             "kind": row.kind,
+            "policy": row.policy,
             "nanobot_keeps": row.nanobot_keeps,
             "sessionkit_keeps": row.sessionkit_keeps,
             "nanobot_loses": row.nanobot_loses,
@@ -233,8 +272,24 @@ def doctor(path: str | Path) -> pd.DataFrame:
     """One row per session file, temp file or oddity in a sessions folder (see :data:`COLUMNS`).
 
     ``path`` is a workspace, a sessions folder or one file.  Nothing is written.
+
+    Raises
+    ------
+    SessionPathError
+        When ``path`` is missing, is not a session store (an empty string, a file not named
+        ``.jsonl``/``.json``), or names a folder with nothing to examine.
     """
     return _frame(_rows(path)[1])
+
+
+def has_problems(report: pd.DataFrame) -> bool:
+    """Whether a :func:`doctor` frame shows anything wrong: a file nanobot would lose data
+    from, a recorded problem (a damaged line, a temp file, an oddity) or something to fix."""
+    return bool(
+        report["next_save_overwrites"].any()
+        or report["problems"].astype(bool).any()
+        or report["fix"].astype(bool).any()
+    )
 
 
 def _backup_folder(folder: Path, backup_dir: str | Path | None) -> Path:

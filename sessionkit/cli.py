@@ -1,8 +1,13 @@
-"""The ``sessionkit`` command: headless summaries of a session store."""
+"""The ``sessionkit`` command: headless summaries of a session store.
+
+Every command exits with the same statuses (:data:`EXIT_STATUS`): 0 healthy, 1 problems found,
+2 a usage error.
+"""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import shlex
 import sys
@@ -11,10 +16,22 @@ from collections.abc import Sequence
 import pandas as pd
 
 import sessionkit
-from sessionkit.corpus import Corpus, load
+from sessionkit.corpus import Corpus, check_source, load
+from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.reader import SessionPathError
 
-__all__ = ["main", "summary_table"]
+__all__ = ["EXIT_STATUS", "main", "summary_table"]
+
+OK, PROBLEMS, USAGE = 0, 1, 2
+EXIT_STATUS = """\
+exit status (the same for every command):
+  0  healthy: the command ran and found no problem
+  1  problems found: damaged lines or files recorded (summary, problems), a file nanobot
+     would lose data from or something left to mend (doctor), no session loaded (summary),
+     or the tour failed on the store (report; a written report exits 0, problems and all)
+  2  usage error: bad arguments, or a path that is not a session store (missing, empty,
+     not a workspace, sessions folder, .jsonl/.json session file or glob)
+"""
 
 _SUMMARY_COLUMNS = [
     "key",
@@ -82,12 +99,13 @@ def _summary(args: argparse.Namespace) -> int:
             f"({n_problems} problem(s); see `{hint}`)",
             file=sys.stderr,
         )
-        return 1
+        return PROBLEMS
     table = summary_table(corpus)
     _write(_with_total(table) if args.format == "table" else table, args.format)
     if n_problems:
         print(f"{n_problems} problem(s) found; see `{hint}`", file=sys.stderr)
-    return 0
+        return PROBLEMS
+    return OK
 
 
 def _problems(args: argparse.Namespace) -> int:
@@ -96,31 +114,34 @@ def _problems(args: argparse.Namespace) -> int:
         print("no problems found")
     else:
         _write(corpus.problems, args.format)
-    return 0
+    return PROBLEMS if len(corpus.problems) else OK
 
 
 def _report(args: argparse.Namespace) -> int:
     from sessionkit.report import ReportError, write_report
 
+    if args.path is not None:
+        check_source(args.path)
     try:
         out = write_report(args.path, args.output, timeout=args.timeout, show_code=not args.no_code)
     except ReportError as exc:
         print(f"sessionkit: report failed: {exc}", file=sys.stderr)
-        return 1
+        return PROBLEMS
     print(f"wrote {out}")
-    return 0
+    return OK
 
 
 def _doctor_text(table: pd.DataFrame, fixed: bool) -> None:
-    """One block per file: what nanobot 0.2.2 loses, what sessionkit keeps, the fix."""
+    """One block per file: what the release that wrote it loses, what sessionkit keeps, the fix."""
     if table.empty:
-        print("nothing to fix" if fixed else "no session files found")
+        print("nothing to fix")
         return
     for row in table.itertuples(index=False):
         print(f"{row.file}  ({row.kind})")
         if row.nanobot_loses:
             overwrite = "; its next save overwrites the file" if row.next_save_overwrites else ""
-            print(f"  nanobot 0.2.2 loses: {row.nanobot_loses}{overwrite}")
+            release = get_policy(row.policy).label if row.policy else "nanobot"
+            print(f"  {release} loses: {row.nanobot_loses}{overwrite}")
         if not pd.isna(row.sessionkit_keeps):
             print(f"  sessionkit keeps:    {row.sessionkit_keeps} messages")
         if row.problems:
@@ -130,37 +151,49 @@ def _doctor_text(table: pd.DataFrame, fixed: bool) -> None:
     if not fixed:
         losing = int(table["next_save_overwrites"].sum())
         mends = int(table["fix"].str.startswith(("rewrite", "move")).sum())
+        unknown = int(table["nanobot_loses"].str.startswith("not known").sum())
+        later = f"; {unknown} written by a later release (loss not known)" if unknown else ""
         print(
-            f"{len(table)} file(s); nanobot 0.2.2 would lose something from {losing}; "
+            f"{len(table)} file(s); nanobot 0.2.2 would lose something from {losing}{later}; "
             f"`--fix` mends {mends}"
         )
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from sessionkit.checkup import doctor, fix
+    """Exits as the store is left: 1 while anything in it is wrong (after ``--fix``: what
+    the fix cannot mend, such as a value nanobot resets)."""
+    from sessionkit.checkup import doctor, fix, has_problems
 
     if args.backup_dir and not args.fix:
         print("sessionkit: error: --backup-dir is only used with --fix", file=sys.stderr)
-        return 2
+        return USAGE
     try:
         table = fix(args.path, args.backup_dir) if args.fix else doctor(args.path)
     except ValueError as exc:
         print(f"sessionkit: error: {exc}", file=sys.stderr)
-        return 2
+        return USAGE
     if args.format == "table":
         _doctor_text(table, args.fix)
     else:
         _write(table, args.format)
-    return 0
+    return PROBLEMS if has_problems(doctor(args.path) if args.fix else table) else OK
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="sessionkit", description="Analyse nanobot conversation histories."
+        prog="sessionkit",
+        description="Analyse nanobot conversation histories.",
+        epilog=EXIT_STATUS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {sessionkit.__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    summary = commands.add_parser("summary", help="per-session table and totals")
+    add = functools.partial(
+        commands.add_parser,
+        epilog=EXIT_STATUS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    summary = add("summary", help="per-session table and totals")
     summary.add_argument("path", nargs="*", help=_PATHS_HELP)
     summary.add_argument("--format", choices=["table", "csv", "json"], default="table")
     summary.add_argument(
@@ -170,13 +203,11 @@ def _parser() -> argparse.ArgumentParser:
         help="exact cl100k count (default) or nanobot's chars//4 fallback",
     )
     summary.set_defaults(run=_summary)
-    problems = commands.add_parser("problems", help="damaged lines and files: path, line, reason")
+    problems = add("problems", help="damaged lines and files: path, line, reason")
     problems.add_argument("path", nargs="*", help=_PATHS_HELP)
     problems.add_argument("--format", choices=["table", "csv", "json"], default="table")
     problems.set_defaults(run=_problems)
-    doctor = commands.add_parser(
-        "doctor", help="what nanobot 0.2.2 would lose from a store, and --fix to mend it"
-    )
+    doctor = add("doctor", help="what nanobot would lose from a store, and --fix to mend it")
     doctor.add_argument("path", help="workspace, sessions folder or file")
     doctor.add_argument(
         "--fix",
@@ -190,9 +221,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     doctor.add_argument("--format", choices=["table", "csv", "json"], default="table")
     doctor.set_defaults(run=_doctor)
-    report = commands.add_parser(
-        "report", help="run the tour notebook headless and write one HTML report"
-    )
+    report = add("report", help="run the tour notebook headless and write one HTML report")
     report.add_argument("path", nargs="?", help=_PATHS_HELP)
     report.add_argument("-o", "--output", default="report.html", help="HTML file to write")
     report.add_argument("--no-code", action="store_true", help="leave code cells out")
@@ -202,15 +231,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status (1 for no sessions, 2 for a bad path)."""
+    """Run the command line; returns the exit status (see :data:`EXIT_STATUS`)."""
     args = _parser().parse_args(argv)
     try:
         return args.run(args)
     except SessionPathError as exc:
         print(f"sessionkit: error: {exc}", file=sys.stderr)
-        return 2
+        return USAGE
     except BrokenPipeError:
-        return 0
+        return OK
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from sessionkit.index import (
 )
 from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.reader import (
+    SESSION_SUFFIXES,
     Problem,
     SessionPathError,
     find_session_files,
@@ -41,7 +42,7 @@ from sessionkit.nanobot.reader import (
 )
 from sessionkit.nanobot.session import Session
 
-__all__ = ["Corpus", "default_data_dir", "load", "resolve_session"]
+__all__ = ["Corpus", "check_source", "default_data_dir", "load", "resolve_session"]
 
 PathLike = str | Path
 
@@ -63,12 +64,13 @@ _PACKAGE = Path(__file__).resolve().parent
 REPOSITORY_DATA = _PACKAGE.parent / "data"
 """The sample store of a source checkout (generated, 15 sessions)."""
 PACKAGED_SAMPLE = _PACKAGE / "_sample"
-"""Two of its sessions, shipped inside the wheel (see pyproject's force-include)."""
+"""The same store (``sessions/`` and ``damaged/``) shipped inside the wheel (see pyproject's
+force-include)."""
 
 
 def default_data_dir() -> Path:
     """The bundled sample store, the default everywhere: the checkout's ``data/``, else (an
-    installed wheel) the two sessions packaged as ``sessionkit/_sample``."""
+    installed wheel) its copy packaged as ``sessionkit/_sample``."""
     for path in (REPOSITORY_DATA, PACKAGED_SAMPLE):
         if (path / "sessions").is_dir():
             return path
@@ -187,13 +189,32 @@ class Corpus:
         return problems_frame(self._problems + [p for e in entries for p in entry_problems(e)])
 
 
+_EXPECTED = (
+    "a nanobot workspace folder, a sessions folder, a session file (.jsonl, or a legacy "
+    ".json), a glob, or a list of these"
+)
+
+
+def check_source(path: PathLike | list[PathLike] | tuple[PathLike, ...]) -> None:
+    """Refuse, naming what is expected, a path that cannot be a session store: an empty
+    string (it would mean the current folder) or an existing file that is not named like a
+    session (``/etc/passwd``).  Missing paths and globs are left to the reader."""
+    for item in path if isinstance(path, list | tuple) else [path]:
+        if not str(item).strip():
+            raise SessionPathError(f"an empty path names no session store; pass {_EXPECTED}")
+        target = Path(item).expanduser()
+        if target.exists() and not target.is_dir() and target.suffix not in SESSION_SUFFIXES:
+            raise SessionPathError(f"{target} is not a session store; pass {_EXPECTED}")
+
+
 def _duplicate(session: Session, first: Session) -> Problem:
-    return Problem(
-        str(session.path),
-        None,
-        f"duplicate session key {session.key!r} (already loaded from {first.path}); "
-        "this file was skipped",
+    reason = (
+        f"duplicate session key {session.key!r}: {first.path} and {session.path} both hold it; "
+        f"kept {first.path}, the first in load order (paths in the order given, each "
+        "folder's or glob's files sorted by name), and skipped this file"
     )
+    warnings.warn(reason, stacklevel=4)
+    return Problem(str(session.path), None, reason)
 
 
 def _by_path(problems: list[Problem]) -> dict[str, list[Problem]]:
@@ -238,9 +259,11 @@ def load(
     Raises
     ------
     SessionPathError
-        When a path does not exist or holds no session files.
+        When a path does not exist, holds no session files, or is not a session store
+        (an empty string, a file not named ``.jsonl``/``.json``).
     """
     source = default_data_dir() if path is None else path
+    check_source(source)
     chosen = None if policy is None else get_policy(policy).name
     files = find_session_files(source, config_dir)
     index = _index(cache, source, files)

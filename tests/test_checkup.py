@@ -11,7 +11,7 @@ from types import ModuleType
 import pandas as pd
 import pytest
 
-from sessionkit.checkup import COLUMNS, doctor, fix
+from sessionkit.checkup import COLUMNS, doctor, fix, has_problems
 from sessionkit.nanobot.loss import nanobot_load, split_lines
 from sessionkit.nanobot.reader import SessionPathError, read_session_file
 from sessionkit.nanobot.writer import LOCK_FILENAME
@@ -146,9 +146,50 @@ def test_clean_store_loses_nothing(data_dir):
         "legacy JSON session",
         "not read: nanobot 0.2.2 reads only .jsonl files",
     )
-    sessions = report.drop("legacy_chat.json")
+    # The one file 0.3.5 wrote is described in 0.3.5's terms, not measured by 0.2.2's rule.
+    later = report.loc["d2VidWk6ZGVmNDU2.jsonl"]
+    assert (later["policy"], later["nanobot_loses"]) == (
+        "nanobot-0.3.5",
+        "not known: nanobot 0.3.5 wrote this file, and only nanobot 0.2.2's loss rule is known",
+    )
+    assert (
+        pd.isna(later["nanobot_keeps"]) and later["sessionkit_keeps"] == 315
+    )  # 314 messages, 1 record
+    assert not later["next_save_overwrites"] and later["fix"] == ""
+    sessions = report.drop(["legacy_chat.json", "d2VidWk6ZGVmNDU2.jsonl"])
+    assert set(sessions["policy"]) == {"nanobot-0.2"}
     assert set(sessions["nanobot_loses"]) == {"nothing"} and set(sessions["fix"]) == {""}
     assert (sessions["nanobot_keeps"] == sessions["sessionkit_keeps"]).all()
+    assert not has_problems(report)
+
+
+def test_checkpoint_sidecars_are_not_listed(tmp_path, data_dir):
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    shutil.copy(data_dir / "sessions" / "d2VidWk6ZGVmNDU2.jsonl", folder)
+    (folder / "d2VidWk6ZGVmNDU2.checkpoint.json").write_text('{"checkpoint": {"step": 1}}')
+    report = doctor(folder)
+    assert list(report["file"]) == ["d2VidWk6ZGVmNDU2.jsonl"]
+    assert list(report["kind"]) == ["session"]
+
+
+def test_damaged_store_has_problems(damaged):
+    assert has_problems(doctor(damaged))
+    assert has_problems(doctor(damaged / "damaged_empty.jsonl"))  # "empty file: no records"
+    assert not has_problems(doctor(damaged / "damaged_crlf_line_endings.jsonl"))
+
+
+def test_what_is_not_a_session_store_is_refused(tmp_path, monkeypatch):
+    (tmp_path / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\n")
+    with pytest.raises(SessionPathError, match=r"passwd is not a session store; pass a nanobot"):
+        doctor(tmp_path / "passwd")
+    (tmp_path / "t_1.jsonl").write_text(f"{META}\n{USER}\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SessionPathError, match="an empty path names no session store"):
+        doctor("")
+    (tmp_path / "t_1.jsonl").unlink()
+    with pytest.raises(SessionPathError, match="holds no session files"):
+        doctor(tmp_path)
 
 
 def test_a_workspace_and_a_single_file(tmp_path, damaged):

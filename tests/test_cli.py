@@ -139,7 +139,7 @@ def test_json(workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def test_single_file_and_problems_note(workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
     damaged = workspace / "sessions" / "cli_direct.jsonl"
     damaged.write_text(damaged.read_text(encoding="utf-8") + "not json\n", encoding="utf-8")
-    assert main(["summary", str(damaged), "--format", "csv"]) == 0
+    assert main(["summary", str(damaged), "--format", "csv"]) == 1
     out, err = capsys.readouterr()
     assert out.splitlines()[1:] == ["cli:direct,nanobot-0.2,2,1,0,11,,,"]
     assert err == f"1 problem(s) found; see `sessionkit problems {damaged}`\n"
@@ -154,7 +154,7 @@ def damaged(workspace: Path) -> Path:
 
 
 def test_problems_table(workspace: Path, damaged: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["problems", str(workspace)]) == 0
+    assert main(["problems", str(workspace)]) == 1
     out, err = capsys.readouterr()
     width = len(str(damaged))
     assert out.splitlines() == [
@@ -167,11 +167,11 @@ def test_problems_table(workspace: Path, damaged: Path, capsys: pytest.CaptureFi
 def test_problems_csv_and_json(
     workspace: Path, damaged: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["problems", str(workspace), "--format", "csv"]) == 0
+    assert main(["problems", str(workspace), "--format", "csv"]) == 1
     assert (
         capsys.readouterr().out == f'path,line_no,reason\n{damaged},4,"JSON array, not an object"\n'
     )
-    assert main(["problems", str(workspace), "--format", "json"]) == 0
+    assert main(["problems", str(workspace), "--format", "json"]) == 1
     assert json.loads(capsys.readouterr().out) == [
         {"path": str(damaged), "line_no": 4, "reason": "JSON array, not an object"}
     ]
@@ -263,7 +263,7 @@ def test_doctor_reports_without_writing(
     damaged_copy: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     before = _tree(damaged_copy.parent)
-    assert main(["doctor", str(damaged_copy)]) == 0
+    assert main(["doctor", str(damaged_copy)]) == 1
     out, err = capsys.readouterr()
     assert err == ""
     assert out.splitlines()[-6:] == [
@@ -282,13 +282,14 @@ def test_doctor_fix_then_nothing_to_fix(
     damaged_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     backup = tmp_path / "backup"
-    assert main(["doctor", str(damaged_copy), "--fix", "--backup-dir", str(backup)]) == 0
+    # Still 1 after the fix: nanobot resets offsets and times that --fix cannot know.
+    assert main(["doctor", str(damaged_copy), "--fix", "--backup-dir", str(backup)]) == 1
     out = capsys.readouterr().out
     assert out.count("  fixed:               rewrote without ") == 6
     assert f"original in {backup / 'damaged_invalid_utf8.jsonl'}\n" in out
     assert len(list(backup.iterdir())) == 12
     fixed = _tree(damaged_copy)
-    assert main(["doctor", str(damaged_copy), "--fix", "--backup-dir", str(backup)]) == 0
+    assert main(["doctor", str(damaged_copy), "--fix", "--backup-dir", str(backup)]) == 1
     assert capsys.readouterr().out == "nothing to fix\n"
     assert _tree(damaged_copy) == fixed
     main(["doctor", str(damaged_copy)])
@@ -298,13 +299,13 @@ def test_doctor_fix_then_nothing_to_fix(
 
 
 def test_doctor_csv(damaged_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["doctor", str(damaged_copy), "--format", "csv"]) == 0
+    assert main(["doctor", str(damaged_copy), "--format", "csv"]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == (
-        "file,kind,nanobot_keeps,sessionkit_keeps,nanobot_loses,next_save_overwrites,"
+        "file,kind,policy,nanobot_keeps,sessionkit_keeps,nanobot_loses,next_save_overwrites,"
         "problems,fix,path"
     )
-    assert lines[1].startswith("damaged_blank_lines.jsonl,session,0,0,nothing,False,")
+    assert lines[1].startswith("damaged_blank_lines.jsonl,session,nanobot-0.2,0,0,nothing,False,")
     assert len(lines) == 13
 
 
@@ -331,4 +332,102 @@ def test_doctor_missing_path(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert (
         capsys.readouterr().err
         == f"sessionkit: error: no such file or folder: {tmp_path / 'nope'}\n"
+    )
+
+
+# --- exit statuses: 0 healthy, 1 problems found, 2 usage error, for every command ----------
+
+
+def test_every_help_documents_the_exit_statuses(capsys: pytest.CaptureFixture[str]) -> None:
+    for command in ([], ["summary"], ["problems"], ["doctor"], ["report"]):
+        with pytest.raises(SystemExit) as exit_info:
+            main([*command, "--help"])
+        assert exit_info.value.code == 0
+        out = " ".join(capsys.readouterr().out.split())
+        assert "exit status (the same for every command): 0 healthy" in out, command
+        assert " 1 problems found" in out and " 2 usage error" in out, command
+
+
+@pytest.mark.parametrize("command", ["summary", "problems", "doctor"])
+def test_healthy_store_exits_0(workspace: Path, command: str) -> None:
+    assert main([command, str(workspace)]) == 0
+
+
+@pytest.mark.parametrize("command", ["summary", "problems", "doctor"])
+def test_damaged_store_exits_1(workspace: Path, damaged: Path, command: str) -> None:
+    assert main([command, str(workspace)]) == 1
+
+
+def test_doctor_fix_that_mends_everything_exits_0(
+    workspace: Path, damaged: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    backup = tmp_path / "backup"
+    assert main(["doctor", str(workspace), "--fix", "--backup-dir", str(backup)]) == 0
+    assert "fixed:               rewrote without line 4" in capsys.readouterr().out
+    assert main(["doctor", str(workspace)]) == 0
+
+
+def _not_a_store(tmp_path: Path) -> Path:
+    notes = tmp_path / "passwd"
+    notes.write_text("root:x:0:0:root:/root:/bin/bash\n", encoding="utf-8")
+    return notes
+
+
+@pytest.mark.parametrize("command", ["summary", "problems", "doctor", "report"])
+def test_a_file_that_is_not_a_session_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    notes = _not_a_store(tmp_path)
+    assert main([command, str(notes)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith(f"sessionkit: error: {notes} is not a session store; pass ")
+    assert "a sessions folder, a session file (.jsonl" in err
+
+
+@pytest.mark.parametrize("command", ["summary", "problems", "doctor", "report"])
+def test_an_empty_path_exits_2(
+    workspace: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    command: str,
+) -> None:
+    monkeypatch.chdir(workspace / "sessions")  # "" would have meant this store
+    assert main([command, ""]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sessionkit: error: an empty path names no session store; pass ")
+
+
+def test_doctor_on_a_folder_without_sessions_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "notes.txt").write_text("hello", encoding="utf-8")
+    assert main(["doctor", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"sessionkit: error: {tmp_path} holds no session files"
+    )
+
+
+def test_doctor_speaks_of_each_file_in_its_release_terms(
+    workspace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 0.3.5 file is not measured by 0.2.2's loss rule; its checkpoint sidecar is no session."""
+    folder = workspace / "sessions"
+    later = folder / "dGVsZWdyYW06OQ.jsonl"  # storage key of telegram:9
+    meta = {**TELEGRAM[0], "key": "telegram:9", "last_archived": 0}
+    _write(later, [meta, *TELEGRAM[1:]])
+    (folder / "dGVsZWdyYW06OQ.checkpoint.json").write_text('{"checkpoint": {}}', "utf-8")
+    assert main(["doctor", str(workspace)]) == 0
+    out = capsys.readouterr().out
+    assert "checkpoint" not in out
+    assert (
+        "dGVsZWdyYW06OQ.jsonl  (session)\n"
+        "  nanobot 0.3.5 loses: not known: nanobot 0.3.5 wrote this file, and only "
+        "nanobot 0.2.2's loss rule is known\n"
+        "  sessionkit keeps:    3 messages\n"
+    ) in out
+    assert "nanobot 0.2.2 loses: nothing" in out  # the 0.2 files beside it
+    assert out.endswith(
+        "3 file(s); nanobot 0.2.2 would lose something from 0; 1 written by a later release "
+        "(loss not known); `--fix` mends 0\n"
     )

@@ -138,9 +138,46 @@ def test_token_methods(store: Path) -> None:
 def test_duplicate_keys_are_recorded_not_merged(store: Path) -> None:
     copy = store / "sessions" / "copy.jsonl"
     copy.write_bytes((store / "sessions" / "telegram_42.jsonl").read_bytes())
-    corpus = load(store)
+    with pytest.warns(UserWarning, match="duplicate session key 'telegram:42'"):
+        corpus = load(store)
     assert len(corpus) == 2
     assert corpus.problems.reason.str.startswith("duplicate session key 'telegram:42'").sum() == 1
+
+
+def test_a_glob_matching_a_damaged_copy_says_which_file_it_kept(store: Path) -> None:
+    """Two files with one key: the warning and the problem name both and the rule that chose."""
+    folder = store / "sessions"
+    original = folder / "telegram_42.jsonl"
+    damaged = folder / "telegram_42.damaged.jsonl"
+    damaged.write_bytes(original.read_bytes() + b"not json\n")
+    with pytest.warns(UserWarning) as caught:
+        corpus = load(str(folder / "telegram_42*.jsonl"), cache=False)
+    (problem,) = corpus.problems.loc[corpus.problems["line_no"].isna(), "reason"]
+    assert str(caught[0].message) == problem
+    assert problem == (
+        f"duplicate session key 'telegram:42': {damaged} and {original} both hold it; kept "
+        f"{damaged}, the first in load order (paths in the order given, each folder's or "
+        "glob's files sorted by name), and skipped this file"
+    )
+    assert corpus["telegram:42"].path == damaged
+
+
+def test_what_is_not_a_session_store_is_refused(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(store)  # "" would have meant this workspace
+    for empty in ("", " ", [store, ""]):
+        with pytest.raises(SessionPathError, match="an empty path names no session store; pass"):
+            load(empty)
+    passwd = tmp_path / "passwd"
+    passwd.write_text("root:x:0:0:root:/root:/bin/bash\n", encoding="utf-8")
+    expected = (
+        f"{passwd} is not a session store; pass a nanobot workspace folder, a sessions folder, "
+        "a session file (.jsonl, or a legacy .json), a glob, or a list of these"
+    )
+    with pytest.raises(SessionPathError) as refused:
+        load(passwd)
+    assert str(refused.value) == expected
 
 
 def test_corpus_from_sessions_built_in_memory() -> None:
