@@ -5,9 +5,9 @@ from __future__ import annotations
 import io
 from collections.abc import Callable, Iterator
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import matplotlib.pyplot as plt
 import pytest
 from matplotlib.axes import Axes
 from matplotlib.colors import to_hex
@@ -20,6 +20,7 @@ from sessionkit.filecap import file_cap
 from sessionkit.nanobot.settings import HistorySettings
 from sessionkit.schema import STATUSES
 from sessionkit.states import message_states
+from sessionkit.testing import figures
 from sessionkit.windowing import windows
 
 KEY = "telegram:12345"
@@ -445,3 +446,84 @@ def test_release_plot_tick_labels_never_collide(corpus) -> None:
         "200k",
         "1M",
     ]
+
+
+@pytest.fixture(scope="module")
+def capped(corpus) -> pd.DataFrame:
+    return file_cap(corpus, list(plot.sweeps.DEFAULT_LIMITS))
+
+
+def _tiny() -> sessionkit.Session:
+    """Two short messages: a few tokens, so an axis left to itself would tick at 0.5 steps."""
+    return sessionkit.Session(
+        "cli:tiny", [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    )
+
+
+def _timeline_counts(ax: Axes) -> list:
+    return [ax.xaxis, ax.yaxis, ax.figure.axes[1].yaxis]
+
+
+def _explorer_timeline(corpus) -> Axes:
+    """The explorer's way: its own Figure (no pyplot) through timeline_axes, then redrawn."""
+    ax = plot.timeline_axes()
+    plot.token_timeline(corpus, KEY, **SETTINGS, ax=ax)
+    ax = plot.timeline_axes(ax.figure)
+    return plot.token_timeline(corpus, KEY, **SETTINGS, xlim=(2000, 2100), ax=ax)
+
+
+# name: (draw from the fixtures, the axes that count)
+LAYOUTS: dict[str, tuple[Callable, Callable]] = {
+    "timeline": (lambda f: plot.token_timeline(f["corpus"], KEY, **SETTINGS), _timeline_counts),
+    "timeline_tiny": (lambda f: plot.token_timeline(_tiny(), max_tokens=5), _timeline_counts),
+    "timeline_explorer": (lambda f: _explorer_timeline(f["corpus"]), _timeline_counts),
+    "lengths": (
+        lambda f: plot.session_lengths(f["corpus"]),
+        lambda fig: [ax.yaxis for ax in fig.axes],
+    ),
+    "lengths_tiny": (
+        lambda f: plot.session_lengths(_tiny()),
+        lambda fig: [ax.yaxis for ax in fig.axes],
+    ),
+    "heatmap": (lambda f: plot.window_heatmap(f["sweep"]), lambda ax: []),
+    "heatmap_truncated": (
+        lambda f: plot.window_heatmap(f["sweep"], value="truncated"),
+        lambda ax: [],
+    ),
+    "share": (lambda f: plot.truncation_share(f["sweep"]), lambda ax: []),
+    "file_cap": (
+        lambda f: plot.file_cap_curve(f["capped"]),
+        lambda ax: [ax.yaxis, ax.figure.axes[1].yaxis],
+    ),
+    "release_comparison": (
+        lambda f: plot.release_comparison(
+            f["by_release"][
+                (f["by_release"]["session_key"] == KEY)
+                & (f["by_release"]["context_window"] == 32_000)
+            ]
+        ),
+        lambda ax: [ax.xaxis, ax.yaxis],
+    ),
+    "release_summary": (
+        lambda f: plot.release_summary(f["by_release"]),
+        lambda fig: [fig.axes[0].yaxis, fig.axes[2].yaxis],
+    ),
+}
+
+
+@pytest.mark.parametrize("width", [800, 1024, 2000])
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_figures_read_at_any_width(
+    corpus, sweep, capped, by_release, name: str, width: int
+) -> None:
+    """At 800 to 2,000 pixels: every text and legend on the canvas (as savefig with
+    bbox_inches=None keeps it), tick labels apart, legends off the data, counts at whole numbers."""
+    draw, counts = LAYOUTS[name]
+    fixtures = {"corpus": corpus, "sweep": sweep, "capped": capped, "by_release": by_release}
+    drawn = draw(fixtures)
+    fig = drawn if isinstance(drawn, Figure) else drawn.figure
+    fig.set_size_inches(width / fig.dpi, fig.get_figheight())
+    assert figures.layout_problems(fig, counts=counts(drawn)) == []
+    saved = io.BytesIO()
+    fig.savefig(saved, format="png", bbox_inches=None)
+    assert int.from_bytes(saved.getvalue()[16:20], "big") == width

@@ -1,4 +1,6 @@
-"""The data a matplotlib figure draws, as a frame, so a snapshot pins what it says, not its pixels."""
+"""The data a matplotlib figure draws, as a frame, so a snapshot pins what it says, not its pixels;
+and what keeps a figure from being read (text off the canvas, colliding labels, legends on the
+data, fractional counts), as a list of problems."""
 
 from __future__ import annotations
 
@@ -9,14 +11,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
+from matplotlib.axis import Axis
 from matplotlib.figure import Figure
+from matplotlib.legend import Legend
+from matplotlib.text import Text
 from matplotlib.ticker import FixedLocator
+from matplotlib.transforms import Bbox
 
 from sessionkit import schema
 from sessionkit.schema import FIGURE_DATA
 from sessionkit.testing.snapshots import FLOAT_DIGITS, Snapshot, assert_frame_snapshot
 
-__all__ = ["assert_figure_snapshot", "figure_data"]
+__all__ = ["assert_figure_snapshot", "drawn_ticks", "figure_data", "layout_problems"]
 
 _COLORBAR = "<colorbar>"  # the label matplotlib gives a colorbar's Axes
 
@@ -117,3 +123,119 @@ def assert_figure_snapshot(
     return assert_frame_snapshot(
         figure_data(source), path, update=update, float_digits=float_digits
     )
+
+
+def drawn_ticks(axis: Axis) -> list[tuple[float, Text]]:
+    """The major ticks an axis draws, after ``fig.canvas.draw()``: position and label, for
+    the ticks inside the view with a visible label."""
+    if not (axis.get_visible() and axis.axes.get_visible()):
+        return []  # a twin's shared axis, say
+    low, high = sorted(axis.get_view_interval())
+    span = (high - low) * 1e-9
+    ticks = zip(axis.get_majorticklocs(), axis.get_majorticklabels(), strict=False)
+    return [
+        (float(where), label)
+        for where, label in ticks
+        if low - span <= where <= high + span and label.get_visible() and label.get_text()
+    ]
+
+
+def _texts(fig: Figure) -> list[tuple[str, Text]]:
+    """Every text the figure draws, named: titles, axis labels, drawn tick labels, legend
+    texts and free text (annotations)."""
+    found: list[tuple[str, Text]] = []
+    for n, ax in enumerate(fig.axes):
+        for name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+            if axis.get_visible() and axis.label.get_visible() and axis.label.get_text():
+                found.append((f"axes {n} {name}label", axis.label))
+            found += [
+                (f"axes {n} {name}tick {where:g}", label) for where, label in drawn_ticks(axis)
+            ]
+        for loc in ("left", "center", "right"):
+            title = ax.get_title(loc)
+            if title:
+                found.append((f"axes {n} title", ax._left_title if loc == "left" else ax.title))
+        found += [(f"axes {n} text {t.get_text()!r}", t) for t in ax.texts if t.get_visible()]
+    for legend in _legends(fig):
+        found += [(f"legend text {t.get_text()!r}", t) for t in legend.get_texts()]
+    found += [(f"figure text {t.get_text()!r}", t) for t in fig.texts if t.get_visible()]
+    return [(name, text) for name, text in found if text.get_text()]
+
+
+def _legends(fig: Figure) -> list[Legend]:
+    legends = [ax.get_legend() for ax in fig.axes] + list(fig.legends)
+    return [legend for legend in legends if legend is not None and legend.get_visible()]
+
+
+def _inside(box: Bbox, frame: Bbox, slack: float = 0.5) -> bool:
+    return (
+        frame.x0 - slack <= box.x0
+        and box.x1 <= frame.x1 + slack
+        and frame.y0 - slack <= box.y0
+        and box.y1 <= frame.y1 + slack
+    )
+
+
+def _overlap(a: Bbox, b: Bbox, slack: float = 0.5) -> bool:
+    """True where the boxes share more than a hairline."""
+    return min(a.x1, b.x1) - max(a.x0, b.x0) > slack and min(a.y1, b.y1) - max(a.y0, b.y0) > slack
+
+
+def layout_problems(source: Figure | Axes, *, counts: Iterable[Axis] = ()) -> list[str]:
+    """What keeps a drawn figure from being read, as sentences; empty where nothing does.
+
+    Draws the figure (layout included), then finds: a text (title, axis label, tick label, legend text,
+    annotation) or a legend reaching outside the canvas, as ``savefig(bbox_inches=None)``
+    would clip it; two texts outside legends overlapping (tick labels of one axis touching
+    count too: they are read one by one); a legend over the data area
+    of any Axes (colorbars included), over another legend or over any text outside legends;
+    a tick at a fractional value on an axis in ``counts`` (axes that count messages, tokens,
+    sessions).
+    """
+    fig = _figure(source).canvas.figure
+    fig.draw_without_rendering()  # lays out and draws on any canvas (a Figure() has no renderer)
+    renderer = fig._get_renderer()
+    canvas = fig.bbox
+    problems: list[str] = []
+    texts = _texts(fig)
+    for name, text in texts:
+        box = text.get_window_extent(renderer)
+        if not _inside(box, canvas):
+            problems.append(f"{name} outside the canvas: {box.bounds} not in {canvas.bounds}")
+    legends = _legends(fig)
+    for i, legend in enumerate(legends):
+        box = legend.get_window_extent(renderer)
+        if not _inside(box, canvas):
+            problems.append(f"legend {i} outside the canvas: {box.bounds}")
+        for n, ax in enumerate(fig.axes):
+            if _overlap(box, ax.bbox):
+                problems.append(f"legend {i} covers the data area of axes {n}")
+        for j, other in enumerate(legends[i + 1 :], start=i + 1):
+            if _overlap(box, other.get_window_extent(renderer)):
+                problems.append(f"legends {i} and {j} overlap")
+        own = set(map(id, legend.get_texts())) | {id(legend.get_title())}
+        for name, text in texts:
+            if id(text) not in own and _overlap(box, text.get_window_extent(renderer)):
+                problems.append(f"legend {i} covers {name}")
+    free = [(name, text.get_window_extent(renderer)) for name, text in texts]
+    free = [(name, box) for name, box in free if not name.startswith("legend text")]
+    for k, (a, box) in enumerate(free):
+        for b, other in free[k + 1 :]:
+            if _overlap(box, other):
+                problems.append(f"{a} and {b} overlap")
+    for n, ax in enumerate(fig.axes):
+        for name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+            boxes = [
+                (label.get_text(), label.get_window_extent(renderer))
+                for _, label in drawn_ticks(axis)
+            ]
+            for k, (a, box) in enumerate(boxes):
+                for b, other in boxes[k + 1 :]:
+                    if _overlap(box, other, slack=0.0):
+                        problems.append(f"axes {n} {name} tick labels {a!r} and {b!r} overlap")
+    for axis in counts:
+        fractional = [where for where, _ in drawn_ticks(axis) if not float(where).is_integer()]
+        if fractional:
+            label = axis.label.get_text() or axis.axes.get_title("left") or "?"
+            problems.append(f"fractional ticks on the count axis {label!r}: {fractional}")
+    return problems
