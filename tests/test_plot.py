@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import warnings
 from collections.abc import Callable, Iterator
 
 import matplotlib.pyplot as plt
@@ -527,3 +528,104 @@ def test_figures_read_at_any_width(
     saved = io.BytesIO()
     fig.savefig(saved, format="png", bbox_inches=None)
     assert int.from_bytes(saved.getvalue()[16:20], "big") == width
+
+
+# Every public plot function, and the README's plot examples, as a notebook user calls them.
+JUPYTER_CELLS = {
+    "token_timeline": f"sk.plot.token_timeline(corpus, {KEY!r}, turn=600, max_tokens=3000)",
+    "readme_timeline": 'sk.plot.token_timeline(corpus, "webui:f00d42", turn=40, max_tokens=8000)',
+    "readme_heatmap": 'sk.plot.window_heatmap(sweep, value="truncated")',
+    "truncation_share": "sk.plot.truncation_share(sweep)",
+    "session_lengths": "sk.plot.session_lengths(corpus)",
+    "session_lengths_assigned": "fig = sk.plot.session_lengths(corpus)",
+    "file_cap_curve": "sk.plot.file_cap_curve(corpus, limits=[100, 1000])",
+    "release_comparison": f"sk.plot.release_comparison(corpus, {KEY!r}, context_window=32_000)",
+    "release_summary": "sk.plot.release_summary(corpus, context_window=[32_000, 128_000])",
+    "timeline_axes": f"ax = sk.plot.timeline_axes(plt.figure())\nsk.plot.token_timeline(corpus, {KEY!r}, ax=ax)",
+    "figure_again": "fig",
+}
+
+
+def test_every_plot_shows_in_a_fresh_kernel(data_dir, tmp_path) -> None:
+    """In a new IPython kernel (inline backend, ipykernel's default), each call's cell shows
+    exactly one PNG: the figures are pyplot's, as seaborn's and pandas' are."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    setup = (
+        "import matplotlib.pyplot as plt\nimport sessionkit as sk\n"
+        f"corpus = sk.load({str(data_dir)!r})\n"
+        "sweep = sk.windows(corpus, max_messages=[20, 120], max_tokens=[0, 8000])"
+    )
+    cells = [setup, *JUPYTER_CELLS.values()]
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    NotebookClient(
+        notebook,
+        timeout=300,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(tmp_path)}},
+    ).execute()
+    shown = {
+        name: [o for o in cell.outputs if "image/png" in o.get("data", {})]
+        for name, cell in zip(JUPYTER_CELLS, notebook.cells[1:], strict=True)
+    }
+    assert {name: len(images) for name, images in shown.items()} == dict.fromkeys(JUPYTER_CELLS, 1)
+    errors = [o for cell in notebook.cells for o in cell.outputs if o.output_type == "error"]
+    assert errors == []
+
+
+CJK_KEY = "cli:中文"
+
+
+def _cjk_store(root) -> sessionkit.Corpus:
+    """A store whose key, title and messages are Chinese and Japanese."""
+    import json
+
+    sessions = root / "sessions"
+    sessions.mkdir()
+    lines = [
+        {
+            "_type": "metadata",
+            "key": CJK_KEY,
+            "created_at": "2026-01-01T00:00:00",
+            "updated_at": "2026-01-01T00:00:00",
+            "metadata": {"title": "日本語のタイトル"},
+            "last_consolidated": 0,
+        },
+    ]
+    texts = [
+        "你好，请帮我总结这段对话。",
+        "こんにちは、要約してください。",
+        "好的，这是摘要：会話の要点。",
+    ]
+    for i in range(12):
+        role = "user" if i % 2 == 0 else "assistant"
+        stamp = f"2026-01-01T00:00:{i + 1:02d}"
+        lines.append({"role": role, "content": texts[i % 3] * (i + 1), "timestamp": stamp})
+    text = "\n".join(json.dumps(line, ensure_ascii=False) for line in lines) + "\n"
+    (sessions / "cli_中文.jsonl").write_text(text, encoding="utf-8")
+    return sessionkit.load(root)
+
+
+def test_cjk_text_draws_without_missing_glyphs(tmp_path) -> None:
+    """Keys and titles in Chinese and Japanese draw with the packaged CJK font as a fallback;
+    the user's own rcParams stay as they were."""
+    import matplotlib as mpl
+
+    corpus = _cjk_store(tmp_path)
+    before = mpl.rcParams["font.family"]
+    figs = [
+        plot.token_timeline(corpus, CJK_KEY, max_tokens=200).figure,
+        plot.session_lengths(corpus),
+        plot.release_comparison(corpus, CJK_KEY, context_window=32_000).figure,
+    ]
+    assert mpl.rcParams["font.family"] == before
+    titles = [fig.axes[0].get_title("left") for fig in (figs[0], figs[2])]
+    assert all(CJK_KEY in title for title in titles)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for fig in figs:
+            fig.canvas.draw()
+            fig.savefig(io.BytesIO(), format="png", bbox_inches=None)
+    missing = [str(w.message) for w in caught if "missing from font" in str(w.message)]
+    assert missing == []

@@ -18,6 +18,7 @@ from typing import Any, ParamSpec, TypeVar
 import matplotlib as mpl
 import matplotlib.pyplot as plt
 from matplotlib import font_manager
+from matplotlib._pylab_helpers import Gcf
 from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
@@ -85,9 +86,16 @@ def font_family() -> list[str]:
 
 @contextlib.contextmanager
 def styled() -> Iterator[None]:
-    """An rc context for sessionkit's drawing: the CJK fallback font; the rest as the user set it."""
-    with mpl.rc_context({"font.family": font_family()}):
+    """sessionkit's drawing: the CJK fallback font, the rest as the user set it; on leaving,
+    ``font.family`` is restored, and only it (``mpl.rc_context`` would also undo what the
+    first pyplot figure sets up, e.g. IPython's interactive mode, and Jupyter would show no
+    figure after it)."""
+    before = mpl.rcParams["font.family"]
+    mpl.rcParams["font.family"] = font_family()
+    try:
         yield
+    finally:
+        mpl.rcParams["font.family"] = before
 
 
 P = ParamSpec("P")
@@ -111,11 +119,55 @@ def plotting(function: Callable[P, R]) -> Callable[P, R]:
     return draw
 
 
+class PlotFigure(Figure):
+    """A Figure sessionkit made through pyplot: Jupyter shows it once at the end of the cell,
+    also when a cell ends with it (see :func:`_show_once`)."""
+
+
 def new_figure(width: float, height: float, **kwargs: Any) -> Figure:
     """A new Figure of ``width`` x ``height`` inches, constrained layout, made through pyplot
     so Jupyter's inline backend shows it at the end of the cell (as seaborn's and pandas'
     figures are); like theirs it stays open in pyplot until closed (``plt.close(fig)``)."""
-    return plt.figure(figsize=(width, height), dpi=DPI, layout="constrained", **kwargs)
+    return plt.figure(
+        figsize=(width, height), dpi=DPI, layout="constrained", FigureClass=PlotFigure, **kwargs
+    )
+
+
+_FIGURE_MIMES = ("image/png", "image/svg+xml", "image/jpeg", "application/pdf")
+
+
+def _show_once() -> None:
+    """In IPython: a :class:`PlotFigure` rendered for display (a cell ending with it, or the
+    inline backend showing the open figures when the cell ends) leaves pyplot as it is shown,
+    so it shows once (without this a figure returned by ``session_lengths`` would show twice:
+    as the cell's result and again among the open figures).  Rendered again later (``fig`` in
+    a later cell), it shows as any Figure does."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None or not hasattr(shell, "display_formatter"):
+        return
+    formatters = shell.display_formatter.formatters
+    for mime in _FIGURE_MIMES:
+        if mime in formatters:
+            formatters[mime].for_type(PlotFigure, functools.partial(_format, formatters[mime]))
+
+
+def _format(formatter: Any, fig: Figure) -> Any:
+    try:
+        printer = formatter.lookup_by_type(Figure)
+    except KeyError:
+        return None
+    output = printer(fig)
+    manager = fig.canvas.manager
+    if output is not None and manager is not None and manager in Gcf.get_all_fig_managers():
+        plt.close(fig)  # shown now: the inline backend would show it again when the cell ends
+    return output
+
+
+_show_once()
 
 
 def compact(x: float, _pos: int | None = None) -> str:
