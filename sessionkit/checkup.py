@@ -34,7 +34,7 @@ import pandas as pd
 from sessionkit.corpus import check_source
 from sessionkit.nanobot.loss import LongLine, NanobotLoad, nanobot_load, read_line, split_lines
 from sessionkit.nanobot.naming import key_from_filename, sessions_folder
-from sessionkit.nanobot.policies import DEFAULT_POLICY, get_policy
+from sessionkit.nanobot.policies import DEFAULT_POLICY
 from sessionkit.nanobot.reader import (
     CHECKPOINT_SUFFIX,
     SESSION_SUFFIXES,
@@ -43,10 +43,12 @@ from sessionkit.nanobot.reader import (
 )
 from sessionkit.nanobot.writer import LOCK_FILENAME, file_kind, is_temp_file, write_file
 
-__all__ = ["COLUMNS", "LOSS_RULE_POLICY", "doctor", "fix", "has_problems"]
+__all__ = ["COLUMNS", "LOSS_RULE_POLICY", "LOSS_RULE_RELEASE", "doctor", "fix", "has_problems"]
 
 LOSS_RULE_POLICY = DEFAULT_POLICY
-"""The one release whose loader :mod:`sessionkit.nanobot.loss` reproduces (nanobot 0.2.2)."""
+"""The one policy whose release's loader :mod:`sessionkit.nanobot.loss` reproduces."""
+LOSS_RULE_RELEASE = "nanobot 0.2.2"
+"""That release, as :mod:`sessionkit.nanobot.loss` names it."""
 
 COLUMNS = [
     "file",
@@ -129,8 +131,7 @@ def _session_row(path: Path) -> _Row:
             "session",
             policy=policy,
             sessionkit_keeps=kept,
-            nanobot_loses=f"not known: {get_policy(policy).label} wrote this file, and only "
-            f"{get_policy(LOSS_RULE_POLICY).label}'s loss rule is known",
+            nanobot_loses=f"not known (only {LOSS_RULE_RELEASE}'s loss rule is known)",
             problems=text,
         )
     if path.suffix != ".jsonl":

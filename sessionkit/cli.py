@@ -17,7 +17,6 @@ import pandas as pd
 
 import sessionkit
 from sessionkit.corpus import Corpus, check_source, load
-from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.reader import SessionPathError
 
 __all__ = ["EXIT_STATUS", "main", "summary_table"]
@@ -133,6 +132,8 @@ def _report(args: argparse.Namespace) -> int:
 
 def _doctor_text(table: pd.DataFrame, fixed: bool) -> None:
     """One block per file: what the release that wrote it loses, what sessionkit keeps, the fix."""
+    from sessionkit.checkup import LOSS_RULE_POLICY, LOSS_RULE_RELEASE
+
     if table.empty:
         print("nothing to fix")
         return
@@ -140,7 +141,7 @@ def _doctor_text(table: pd.DataFrame, fixed: bool) -> None:
         print(f"{row.file}  ({row.kind})")
         if row.nanobot_loses:
             overwrite = "; its next save overwrites the file" if row.next_save_overwrites else ""
-            release = get_policy(row.policy).label if row.policy else "nanobot"
+            release = LOSS_RULE_RELEASE if row.policy == LOSS_RULE_POLICY else row.policy
             print(f"  {release} loses: {row.nanobot_loses}{overwrite}")
         if not pd.isna(row.sessionkit_keeps):
             print(f"  sessionkit keeps:    {row.sessionkit_keeps} messages")

@@ -150,7 +150,7 @@ def test_clean_store_loses_nothing(data_dir):
     later = report.loc["d2VidWk6ZGVmNDU2.jsonl"]
     assert (later["policy"], later["nanobot_loses"]) == (
         "nanobot-0.3.5",
-        "not known: nanobot 0.3.5 wrote this file, and only nanobot 0.2.2's loss rule is known",
+        "not known (only nanobot 0.2.2's loss rule is known)",
     )
     assert (
         pd.isna(later["nanobot_keeps"]) and later["sessionkit_keeps"] == 315

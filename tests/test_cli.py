@@ -422,8 +422,7 @@ def test_doctor_speaks_of_each_file_in_its_release_terms(
     assert "checkpoint" not in out
     assert (
         "dGVsZWdyYW06OQ.jsonl  (session)\n"
-        "  nanobot 0.3.5 loses: not known: nanobot 0.3.5 wrote this file, and only "
-        "nanobot 0.2.2's loss rule is known\n"
+        "  nanobot-0.3.5 loses: not known (only nanobot 0.2.2's loss rule is known)\n"
         "  sessionkit keeps:    3 messages\n"
     ) in out
     assert "nanobot 0.2.2 loses: nothing" in out  # the 0.2 files beside it
