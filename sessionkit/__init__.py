@@ -1,26 +1,51 @@
 """sessionkit: nanobot conversation histories as pandas DataFrames, simulated exactly.
 
 The names below are the whole public surface; everything else lives in its submodule
-(``sessionkit.schema``, ``sessionkit.nanobot``, ...).  ``plot``, ``testing``, ``explore`` and
-``synthetic`` load matplotlib or ipywidgets, so they are imported on first use.
+(``sessionkit.schema``, ``sessionkit.nanobot``, ...).  Every name is imported on first use,
+so ``import sessionkit.nanobot`` (the pandas-free core) loads no pandas, numpy, matplotlib or
+ipywidgets.
 """
+
+from __future__ import annotations
 
 import importlib
 import importlib.metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sessionkit.checkup import doctor
-from sessionkit.corpus import Corpus, load
-from sessionkit.counting import count_tokens
-from sessionkit.filecap import file_cap
-from sessionkit.forking import fork, fork_many
-from sessionkit.nanobot.policies import POLICIES, get_policy
-from sessionkit.nanobot.session import Session
-from sessionkit.nanobot.settings import HistorySettings
-from sessionkit.nanobot.tokens import estimate_message_tokens
-from sessionkit.nanobot.writer import save_session
-from sessionkit.states import message_states
-from sessionkit.windowing import windows
+if TYPE_CHECKING:
+    from sessionkit.checkup import doctor
+    from sessionkit.corpus import Corpus, load
+    from sessionkit.counting import count_tokens
+    from sessionkit.explorer import explore
+    from sessionkit.filecap import file_cap
+    from sessionkit.forking import fork, fork_many
+    from sessionkit.nanobot.policies import POLICIES, get_policy
+    from sessionkit.nanobot.session import Session
+    from sessionkit.nanobot.settings import HistorySettings
+    from sessionkit.nanobot.tokens import estimate_message_tokens
+    from sessionkit.nanobot.writer import save_session
+    from sessionkit.states import message_states
+    from sessionkit.windowing import windows
+
+_HOMES = {
+    "POLICIES": "sessionkit.nanobot.policies",
+    "Corpus": "sessionkit.corpus",
+    "HistorySettings": "sessionkit.nanobot.settings",
+    "Session": "sessionkit.nanobot.session",
+    "count_tokens": "sessionkit.counting",
+    "doctor": "sessionkit.checkup",
+    "estimate_message_tokens": "sessionkit.nanobot.tokens",
+    "explore": "sessionkit.explorer",
+    "file_cap": "sessionkit.filecap",
+    "fork": "sessionkit.forking",
+    "fork_many": "sessionkit.forking",
+    "get_policy": "sessionkit.nanobot.policies",
+    "load": "sessionkit.corpus",
+    "message_states": "sessionkit.states",
+    "save_session": "sessionkit.nanobot.writer",
+    "windows": "sessionkit.windowing",
+}
+"""Each public name and the module that defines it."""
 
 __all__ = [
     "POLICIES",
@@ -41,14 +66,16 @@ __all__ = [
     "windows",
 ]
 
-__version__ = importlib.metadata.version("sessionkit")
-
 _SUBMODULES = ("plot", "testing", "schema", "synthetic", "nanobot", "dask")
+
+__version__ = importlib.metadata.version("sessionkit")
 
 
 def __getattr__(name: str) -> Any:
-    if name == "explore":
-        return importlib.import_module("sessionkit.explorer").explore
+    if name in _HOMES:
+        value = getattr(importlib.import_module(_HOMES[name]), name)
+        globals()[name] = value
+        return value
     if name in _SUBMODULES:
         return importlib.import_module(f"sessionkit.{name}")
     raise AttributeError(f"module 'sessionkit' has no attribute {name!r}")

@@ -20,7 +20,6 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import suppress
-from dataclasses import dataclass
 from functools import lru_cache
 from hashlib import blake2b
 from itertools import compress, repeat
@@ -35,15 +34,11 @@ import pyarrow as pa
 
 from sessionkit.cachedir import default_cache_dir, write_ipc
 from sessionkit.fields import STR_OR_NONE, message_field
-from sessionkit.nanobot.policies import DEFAULT_POLICY, POLICIES
-from sessionkit.nanobot.policy_035 import message_payload as message_payload_035
+from sessionkit.nanobot.policies import DEFAULT_POLICY, get_policy
 from sessionkit.nanobot.tokens import (
     FRAMING_TOKENS,
-    byte_fallback_tokens,
     encoding,
-    fallback_payload_tokens,
     has_special_tokens,
-    message_payload,
 )
 
 __all__ = ["DEFAULT_CACHE", "Method", "ReadThroughCache", "TokenCache", "count_tokens"]
@@ -51,28 +46,6 @@ __all__ = ["DEFAULT_CACHE", "Method", "ReadThroughCache", "TokenCache", "count_t
 Method = Literal["tiktoken", "fallback"]
 T = TypeVar("T")
 _PARALLEL_MIN_MESSAGES = 20_000
-
-
-@dataclass(frozen=True)
-class _Estimator:
-    """How one release counts a message: its payload, and the count it falls back to (for
-    special-token text, which ``encode`` refuses, and when tiktoken cannot load)."""
-
-    payload: Callable[[dict[str, Any]], str]
-    fallback: Callable[[str], int]
-
-
-_ESTIMATORS = {
-    "nanobot-0.2": _Estimator(message_payload, fallback_payload_tokens),
-    "nanobot-0.3.0": _Estimator(message_payload, byte_fallback_tokens),
-    "nanobot-0.3.5": _Estimator(message_payload_035, byte_fallback_tokens),
-}
-
-
-def _estimator(policy: str) -> _Estimator:
-    if policy not in _ESTIMATORS:
-        raise ValueError(f"unknown history policy {policy!r}; known: {', '.join(sorted(POLICIES))}")
-    return _ESTIMATORS[policy]
 
 
 class TokenCache:
@@ -341,13 +314,13 @@ def _encode_lengths(payloads: Sequence[str]) -> list[int]:
 
 def _payload_counts(messages: Sequence[dict[str, Any]], policy: str) -> list[int]:
     """The release's exact count for each message, tokenizing in one batch."""
-    estimator = _ESTIMATORS[policy]
-    payloads = list(map(estimator.payload, messages))
+    release = get_policy(policy)
+    payloads = list(map(release.message_payload, messages))
     counts = [FRAMING_TOKENS] * len(payloads)  # right for empty payloads
     plain = []
     for i, payload in enumerate(payloads):
         if payload and has_special_tokens(payload):
-            counts[i] = estimator.fallback(payload)
+            counts[i] = release.fallback_tokens(payload)
         elif payload:
             plain.append(i)
     lengths = _encode_lengths([payloads[i] for i in plain]) if plain else []
@@ -513,9 +486,9 @@ def count_tokens(
             "count_tokens takes a list of message dicts such as {'role': 'user', 'content': "
             f"'hello'}}; item {bad} is {batch[bad]!r:.60} ({type(batch[bad]).__name__})"
         )
-    estimator = _estimator(policy)
+    release = get_policy(policy)
     if method == "fallback":
-        return [estimator.fallback(estimator.payload(m)) for m in batch]
+        return [release.fallback_message_tokens(m) for m in batch]
     if method != "tiktoken":
         raise ValueError(f"unknown token method {method!r}; use 'tiktoken' or 'fallback'")
     workers = workers or os.cpu_count() or 1

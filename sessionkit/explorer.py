@@ -129,7 +129,7 @@ class Explorer(widgets.VBox):
         Folder the fork panel writes to (default: :data:`SCRATCH_FORK_DIR`; name a
         workspace's ``sessions`` folder to have nanobot list the forks).
     settings
-        Initial history settings (default: what nanobot 0.2.2's agent loop passes); the
+        Initial history settings (a field left ``None``: the release's default); the
         controls change all but ``last_consolidated``.
     max_messages, max_tokens, include_timestamps, extend_to_user, file_cap
         Overrides of ``settings`` (None: the setting's).
@@ -169,7 +169,7 @@ class Explorer(widgets.VBox):
         self.search.add_class("sk-search")
         self.picker = widgets.Select(options=self._options, rows=7, layout=_auto())
         self.picker.add_class("sk-picker")
-        initial = self._initial
+        initial = get_policy().resolve(self._initial)  # each release's own once a session shows
         self.max_messages = _slider(
             "max_messages", initial.max_messages, max(2000, longest), 1, "sk-max-messages"
         )
@@ -190,7 +190,7 @@ class Explorer(widgets.VBox):
         from sessionkit import plot  # matplotlib loads with the first explorer, not the package
 
         self.policy = widgets.Dropdown(
-            options=[(plot.RELEASE_LABELS.get(name, name), name) for name in POLICIES],
+            options=[(release.label, name) for name, release in POLICIES.items()],
             description="release",
             style={"description_width": "110px"},
             layout=widgets.Layout(width="auto", max_width="520px"),
@@ -391,7 +391,7 @@ class Explorer(widgets.VBox):
         self._draw()
         frame = self.states.frame
         if rows:
-            self.transcript.rows = transcript_rows(self.session, frame["tokens"].tolist())
+            self.transcript.rows = transcript_rows(self.subject(), frame["tokens"].tolist())
         self.transcript.status = frame["status"].astype(str).tolist()
         window = counts["window"]
         self.transcript.focus = window[0] if window else max(0, self.states.stop - 1)

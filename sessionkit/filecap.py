@@ -1,6 +1,6 @@
-"""The file cap as data: which sessions nanobot 0.2 trims at each limit, and what it archives.
+"""The file cap as data: which sessions nanobot trims at each limit, and what it archives.
 
-After every turn nanobot 0.2.2 calls ``enforce_file_cap(on_archive=raw_archive)``: once a
+After every turn nanobot 0.2.2 (and 0.3.0) calls ``enforce_file_cap(on_archive=raw_archive)``: once a
 session holds more than ``limit`` messages it keeps a legal recent suffix and raw-archives
 the dropped messages that were not already consolidated.  :func:`file_cap` applies that rule
 (through the exact policy) to each session's final messages, or replays it turn by turn.
@@ -26,9 +26,12 @@ __all__ = ["FILE_CAP", "file_cap"]
 _AUTO_PROGRESS_SESSIONS = 200
 
 
-def _row(key: str, limit: int, turn: int, at: int, before: int, n: int, trim: Trim) -> tuple:
+def _row(
+    session: Session, limit: int, turn: int, at: int, before: int, n: int, trim: Trim
+) -> tuple:
     return (
-        key,
+        session.key,
+        session.policy,
         limit,
         turn,
         at,
@@ -46,19 +49,14 @@ Cap = Callable[[list[dict[str, Any]], int, int], Trim]
 
 
 def _no_cap(messages: list[dict[str, Any]], last_consolidated: int, limit: int) -> Trim:
-    """0.3.5 removed the file cap: nothing is ever trimmed."""
+    """A release without a file cap never trims anything."""
     return Trim(messages, [], 0, last_consolidated)
-
-
-def _cap_of(session: Session) -> Cap:
-    """The ``enforce_file_cap`` rule of the session's release (none for 0.3.5)."""
-    return getattr(get_policy(session.policy), "file_cap", _no_cap)
 
 
 def _final(cap: Cap, session: Session, limit: int) -> list[tuple]:
     n, offset = len(session.messages), session.last_consolidated
     trim = cap(session.messages, offset, limit)
-    return [_row(session.key, limit, session.n_user_turns, n, offset, n, trim)]
+    return [_row(session, limit, session.n_user_turns, n, offset, n, trim)]
 
 
 def _growth(cap: Cap, session: Session, limit: int) -> list[tuple]:
@@ -68,7 +66,8 @@ def _growth(cap: Cap, session: Session, limit: int) -> list[tuple]:
     message counts as raw-archived.
     """
     messages = session.messages
-    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    turn_of = get_policy(session.policy).is_user_turn
+    users = [i for i, m in enumerate(messages) if turn_of(m)]
     ends = [i for i in users if i > 0] + [len(messages)]
     current: list[dict[str, Any]] = []
     offset = 0
@@ -80,7 +79,7 @@ def _growth(cap: Cap, session: Session, limit: int) -> list[tuple]:
         trim = cap(current, offset, limit)
         if trim.dropped:
             turn = bisect.bisect_left(users, end)
-            rows.append(_row(session.key, limit, turn, end, offset, len(current), trim))
+            rows.append(_row(session, limit, turn, end, offset, len(current), trim))
             current, offset = trim.retained, trim.last_consolidated
     return rows
 
@@ -103,7 +102,8 @@ def file_cap(
     source
         A Session, a Corpus or any iterable of Sessions (each is left untouched).
     limits
-        One limit or several (default: ``settings.file_cap``, nanobot's 2000).
+        One limit or several (default: ``settings.file_cap`` as each session's release
+        resolves it: 2000 for 0.2.2 and 0.3.0, 0 for 0.3.5, which has no cap).
     settings
         The history settings whose ``file_cap`` is the default limit.
     replay
@@ -116,15 +116,14 @@ def file_cap(
     if replay not in ("final", "growth"):
         raise ValueError(f"replay must be 'final' or 'growth', not {replay!r}")
     sessions = [source] if isinstance(source, Session) else list(source)
-    if limits is None:
-        limits = settings.file_cap
-    limit_list = [int(x) for x in (limits if isinstance(limits, list | tuple) else [limits])]
     step = _final if replay == "final" else _growth
     show = len(sessions) >= _AUTO_PROGRESS_SESSIONS if progress is None else progress
     rows: list[tuple] = []
     for session in tqdm(sessions, desc=f"file cap ({replay})", unit="session", disable=not show):
-        cap = _cap_of(session)
-        for limit in limit_list:
+        release = get_policy(session.policy)
+        cap = _no_cap if release.file_cap is None else release.file_cap
+        chosen = release.resolve(settings).file_cap if limits is None else limits
+        for limit in [int(x) for x in (chosen if isinstance(chosen, list | tuple) else [chosen])]:
             rows.extend(step(cap, session, limit))
     return _frame(rows, [s.key for s in sessions])
 
@@ -136,4 +135,6 @@ def _frame(rows: list[tuple], keys: list[str]) -> pd.DataFrame:
     categories = list(dict.fromkeys(keys))
     code = {key: i for i, key in enumerate(categories)}
     values["session_key"] = [code[key] for key in values["session_key"]]
-    return frame(FILE_CAP, values, categories={"session_key": categories})
+    releases = list(dict.fromkeys(values["policy"]))
+    values["policy"] = [releases.index(name) for name in values["policy"]]
+    return frame(FILE_CAP, values, categories={"session_key": categories, "policy": releases})

@@ -23,10 +23,9 @@ import pyarrow.compute as pc
 from sessionkit import schema
 from sessionkit.counting import Method, TokenCache, count_tokens
 from sessionkit.fields import STR_OR_NONE, message_field
-from sessionkit.nanobot import policy_035
+from sessionkit.nanobot.history import RUNTIME_CONTEXT_KEY, is_hidden_history
 from sessionkit.nanobot.listing import flatten_content, session_preview, session_title
-from sessionkit.nanobot.policies import POLICIES
-from sessionkit.nanobot.policy_035 import RUNTIME_CONTEXT_KEY, is_hidden_history
+from sessionkit.nanobot.policies import POLICIES, get_policy
 from sessionkit.nanobot.reader import Problem, parse_timestamp, runtime_checkpoint
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.uncountable import counts_or_missing, uncountable_reason
@@ -142,7 +141,6 @@ MESSAGE_TABLE = pa.schema(
         ("has_media", pa.bool_()),
         ("hidden", pa.bool_()),
         ("runtime_context", pa.bool_()),
-        ("user_index", pa.int64()),
     ]
 )
 """One file's messages as the index keeps them: -1 is a missing line number or token count,
@@ -259,9 +257,6 @@ def build_entries(
     roles = message_field(msgs, "role")
     if not STR_OR_NONE.issuperset(map(type, roles)):
         roles = [v if v is None or type(v) is str else str(v) for v in roles]
-    is_user = np.fromiter((r == "user" for r in roles), dtype=bool, count=total)
-    users_before = np.concatenate(([0], np.cumsum(is_user)))
-    user_index = users_before[1:] - np.repeat(users_before[starts], lengths) - 1
     text = message_field(msgs, "content")
     for i in np.flatnonzero(~_is_instance(text, str)):
         text[i] = flatten_content(text[i])
@@ -289,7 +284,6 @@ def build_entries(
         "has_media": _list_lengths(message_field(msgs, "media")) > 0,
         "hidden": np.fromiter(map(is_hidden_history, msgs), dtype=bool, count=total),
         "runtime_context": _is_instance(message_field(msgs, RUNTIME_CONTEXT_KEY), dict),
-        "user_index": user_index,
     }
     table = pa.table(columns, schema=MESSAGE_TABLE)
     entries = []
@@ -378,6 +372,22 @@ def _roles(entries: Sequence[Entry]) -> tuple[np.ndarray, list[str]]:
     return codes.fill_null(-1).to_numpy().astype(np.int64), categories
 
 
+def _user_index(
+    entries: Sequence[Entry],
+    role_codes: np.ndarray,
+    roles: list[str],
+    lengths: np.ndarray,
+    starts: np.ndarray,
+) -> np.ndarray:
+    """Each message's user turn under its session's release (-1 before the first): user
+    messages, less the hidden ones a release does not count as turns."""
+    is_user = role_codes == (roles.index("user") if "user" in roles else -2)
+    counted = np.repeat([get_policy(e.session.policy).hidden_turns for e in entries], lengths)
+    turn = is_user & (counted | ~_numbers(entries, "hidden").astype(bool))
+    before = np.concatenate(([0], np.cumsum(turn)))
+    return before[1:] - np.repeat(before[starts], lengths) - 1
+
+
 def messages_frame(entries: Sequence[Entry], *, tokens: Method | None = "tiktoken") -> pd.DataFrame:
     """One row per message of every entry (columns: :data:`sessionkit.schema.MESSAGES`).
 
@@ -420,7 +430,7 @@ def messages_frame(entries: Sequence[Entry], *, tokens: Method | None = "tiktoke
             "hidden": _numbers(entries, "hidden").astype(bool),
             "runtime_context": _numbers(entries, "runtime_context").astype(bool),
             "consolidated": idx < offsets,
-            "user_index": _numbers(entries, "user_index"),
+            "user_index": _user_index(entries, role_codes, roles, lengths, starts),
         },
         categories={"role": roles},
     )
@@ -466,7 +476,7 @@ def sessions_frame(entries: Sequence[Entry], *, tokens: Method | None = "tiktoke
             "last_consolidated": [s.last_consolidated for s in sessions],
             "policy": [s.policy for s in sessions],
             "last_archived": [
-                s.last_consolidated if s.policy == policy_035.NAME else None for s in sessions
+                s.last_consolidated if get_policy(s.policy).checkpoints else None for s in sessions
             ],
             "has_provider_state": [bool(m["records"]) for m in metas],
             "runtime_checkpoint": [runtime_checkpoint(s.path) for s in sessions],

@@ -33,12 +33,13 @@ from tqdm.auto import tqdm
 
 from sessionkit.counting import DEFAULT_CACHE, ReadThroughCache, TokenCache, count_tokens
 from sessionkit.index import REPLAY_TABLE, Index, IndexedSession, Item
+from sessionkit.nanobot.history import HIDDEN_HISTORY_KEY
 from sessionkit.nanobot.policies import ReplayPolicy, get_policy, tool_call_ids, tool_result_id
-from sessionkit.nanobot.policy_035 import HIDDEN_HISTORY_KEY
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings
 
 __all__ = [
+    "UNREPLAYABLE",
     "Replay",
     "cache_size",
     "clear_cache",
@@ -55,6 +56,8 @@ _AUTO_PARALLEL_MESSAGES = 50_000
 _AUTO_PROGRESS_MESSAGES = 20_000
 _CHUNK_MESSAGES = 5_000
 _DERIVED_KEPT = 6
+UNREPLAYABLE = -3
+"""``Replay.declared`` of a message the release's entry rewrite raises on."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -63,7 +66,9 @@ class Replay:
 
     ``declared`` (per message) and ``entry_declared`` (per replayed entry) hold, for a tool
     result naming a call, the index of the latest assistant message declaring it (-1: none);
-    -2 for every other message.  ``command`` flags user messages marked ``_command``,
+    -2 for every other message, :data:`UNREPLAYABLE` (-3) for one the release cannot rewrite
+    (a line without a role: its ``get_history`` raises ``KeyError`` for a window holding it).
+    ``command`` flags user messages marked ``_command``,
     ``checkpoint`` 0.3.5's hidden summary-checkpoint messages (``_hidden_history: true``),
     ``turn`` the user turns the release counts (0.3.5 skips hidden messages).
     ``kept`` are the source indices of replayed entries and ``tokens`` their counts.
@@ -111,7 +116,10 @@ def _compute(
     last_declared: dict[str, int] = {}
     last_entry_declared: dict[str, int] = {}
     for i, message in enumerate(messages):
-        entry = rewrite(message)
+        try:
+            entry = rewrite(message)
+        except KeyError:  # no role: the release's get_history raises on any window holding it
+            entry, declared[i] = None, UNREPLAYABLE
         role = message.get("role")
         answered = tool_result_id(message) if role == "tool" else None
         if answered is not None:

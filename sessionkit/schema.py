@@ -176,6 +176,7 @@ WINDOWS: tuple[Column, ...] = (
 
 FILE_CAP: tuple[Column, ...] = (
     Column("session_key", "category", "key of the session"),
+    Column("policy", "category", "release whose enforce_file_cap applied (none: never trims)"),
     Column("limit", "int64", "setting: enforce_file_cap limit"),
     Column("turn", "int64", "user turns stored when the cap was applied"),
     Column("at", "int64", "source messages stored when the cap was applied"),

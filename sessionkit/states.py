@@ -97,9 +97,9 @@ def _window(session: Session, turn: int, settings: HistorySettings) -> _Window:
     policy = get_policy(session.policy)
     offset = before.replay_offset(settings.last_consolidated)
     trim = (
-        policy.file_cap(before.messages, offset, settings.file_cap)
-        if hasattr(policy, "file_cap")
-        else Trim(before.messages, [], 0, offset)  # 0.3.5 has no file cap
+        Trim(before.messages, [], 0, offset)
+        if policy.file_cap is None
+        else policy.file_cap(before.messages, offset, settings.file_cap)
     )
     if trim.dropped:
         where = {id(m): i for i, m in enumerate(before.messages)}
@@ -179,8 +179,9 @@ def message_states(
         User message whose answer is being prepared, 0 to ``n_user_turns`` (default: the
         next turn, i.e. the whole session).
     settings
-        The history settings, the file cap applied before the turn included (default: what
-        nanobot 0.2.2's agent loop passes, see :class:`~sessionkit.HistorySettings`).
+        The history settings, the file cap applied before the turn included (a field left
+        ``None``: the session's release's default, see :class:`~sessionkit.HistorySettings`);
+        the result carries them resolved.
     max_messages, max_tokens, include_timestamps, extend_to_user, file_cap
         Overrides of ``settings`` (None: the setting's).
     """
@@ -192,11 +193,13 @@ def message_states(
         extend_to_user=extend_to_user,
         file_cap=file_cap,
     )
+    policy = get_policy(session.policy)
+    settings = policy.resolve(settings)
     resolved = _turn(session, turn)
     window = _window(session, resolved, settings)
     replayed = replay.replay(session, settings)
     roles = [m.get("role") for m in session.messages]
-    is_user = np.array([r == "user" for r in roles], dtype=np.int64)
+    is_user = np.fromiter(map(policy.is_user_turn, session.messages), np.int64, len(roles))
     states = frame(
         STATES,
         {

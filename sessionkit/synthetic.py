@@ -820,7 +820,7 @@ _SAMPLES = (
     _Sample("dingtalk:staff42", 90, {"orphan_tool": 0.05}, leading_orphan=True),
     _Sample("telegram:42", 200, assistant_only=True),
     _Sample("qq:10001", 80, layout="no-metadata"),
-    _Sample("webui:def456", 90, title="Provider state demo", layout="nanobot-0.3"),
+    _Sample("webui:def456", 90, title="Provider state demo", layout="provider-state"),
     _Sample("cli:legacy", 50, layout="legacy-json"),
 )
 
@@ -852,7 +852,7 @@ def _write_sample(folder: Path, spec: _Sample, seed: int) -> Path:
         path = folder / session_filename(spec.key)
         path.write_bytes(to_jsonl(messages).encode("utf-8"))
         return path
-    if spec.layout == "nanobot-0.3":
+    if spec.layout == "provider-state":
         later = {k: v for k, v in record.items() if k != "last_consolidated"}
         later |= {"last_archived": 0, "last_consolidated": record["last_consolidated"]}
         response_id = "resp_" + "".join(random.Random(spec.key).choices("0123456789abcdef", k=32))

@@ -17,6 +17,7 @@ import anywidget
 import traitlets
 
 from sessionkit.nanobot.listing import flatten_content
+from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.session import Session
 from sessionkit.schema import STATUSES
 
@@ -54,13 +55,16 @@ def _call(call: Any) -> str:
 def transcript_rows(session: Session, tokens: list[int]) -> list[dict[str, Any]]:
     """One dict per message, as the transcript shows it.
 
-    Keys: ``idx``, ``role``, ``user`` (user index, or -1 for other roles), ``tokens``,
+    Keys: ``idx``, ``role``, ``user`` (the turn a user message opens under the session's
+    release, or -1 for other messages, hidden checkpoints included), ``tokens``,
     ``text`` (clipped to :data:`MAX_TEXT_CHARS`), ``summary`` (one line, for collapsed tool
     rows; empty for other rows), ``calls`` (``name(arguments)`` per tool call).
     """
     rows = []
     users = 0
+    is_turn = get_policy(session.policy).is_user_turn
     for i, message in enumerate(session.messages):
+        turn = is_turn(message)
         role = str(message.get("role", "?"))
         content = message.get("content")
         text = content if isinstance(content, str) else flatten_content(content)
@@ -76,14 +80,14 @@ def transcript_rows(session: Session, tokens: list[int]) -> list[dict[str, Any]]
             {
                 "idx": i,
                 "role": role,
-                "user": users if role == "user" else -1,
+                "user": users if turn else -1,
                 "tokens": tokens[i],
                 "text": _clip(text, MAX_TEXT_CHARS),
                 "summary": summary,
                 "calls": [_clip(c, MAX_TEXT_CHARS) for c in calls],
             }
         )
-        users += role == "user"
+        users += turn
     return rows
 
 

@@ -31,55 +31,18 @@ import pandas as pd
 
 from sessionkit import replay
 from sessionkit.counting import DEFAULT_CACHE, TokenCache
-from sessionkit.nanobot.policies import DEFAULT_POLICY, ReplayPolicy, get_policy
-from sessionkit.nanobot.policy_030 import replay_max_messages_for_context, replay_token_budget
-from sessionkit.nanobot.policy_035 import NAME as NAME_035
+from sessionkit.nanobot.policies import ReplayPolicy, get_policy
+from sessionkit.nanobot.release import DEFAULT_MAX_OUTPUT, SAFETY_BUFFER
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings, Offset
 from sessionkit.schema import WINDOWS, frame
 
-__all__ = ["WINDOWS", "LoopCall", "loop_call", "windows"]
+__all__ = ["DEFAULT_MAX_OUTPUT", "SAFETY_BUFFER", "WINDOWS", "windows"]
 
 At = Literal["every_user_turn", "end"] | Sequence[int]
 
 
 _CUTS = ["none", "consolidation", "count", "orphan", "tokens"]
-DEFAULT_MAX_OUTPUT = 8192
-"""nanobot's default ``max_tokens`` (the model's output reserve) in every release's config."""
-SAFETY_BUFFER = 1024
-"""What every release's agent loop keeps free besides the output reserve."""
-DEFAULT_MAX_MESSAGES = DEFAULT_SETTINGS.max_messages
-
-
-@dataclass(frozen=True)
-class LoopCall:
-    """What a release's agent loop passes to ``get_history`` for one context window.
-
-    ``governor_budget`` is 0.3.5's context-governor input budget (0 for the other releases,
-    whose budget is ``max_tokens``).
-    """
-
-    max_messages: int
-    max_tokens: int
-    governor_budget: int = 0
-
-
-def loop_call(policy: str, context_window: int, max_output: int, max_messages: int) -> LoopCall:
-    """The ``get_history`` arguments ``policy``'s agent loop derives from a model's limits.
-
-    0.2.2 passes its configured ``max_messages`` and the budget
-    ``ctx - max(1, max_output) - 1024`` (``max(128, ctx // 2)`` when that is not positive);
-    0.3.0 the same budget and the count window ``min(2000, max(120, ctx // 100))``; 0.3.5 no
-    count window and no budget: its governor budgets ``ctx - max_output - 1024`` (0 when not
-    positive: every request is over it) for the whole request instead.
-    """
-    if policy == NAME_035:
-        governor = context_window - max_output - SAFETY_BUFFER
-        return LoopCall(0, 0, max(governor, 0))
-    budget = replay_token_budget(context_window, max_output)
-    if policy == DEFAULT_POLICY:
-        return LoopCall(max_messages, budget)
-    return LoopCall(replay_max_messages_for_context(context_window), budget)
 
 
 def _orphan_jumps(
@@ -147,6 +110,7 @@ class _Stack:
     entry_users: np.ndarray  # entry indices of user entries
     entry_jumps: list[np.ndarray]
     prefix: np.ndarray  # token prefix sums over entries (length n_entries + 1)
+    unreplayable: np.ndarray  # global indices of messages the release cannot rewrite
 
 
 def _bounds(offsets: np.ndarray, sizes: np.ndarray) -> np.ndarray:
@@ -173,7 +137,7 @@ def _stack(replays: list[replay.Replay]) -> _Stack:
     declared = cat("declared", np.int64)
     kept = cat("kept", np.int64) + np.repeat(offsets[:-1], entry_sizes)
     entry_declared = cat("entry_declared", np.int64)
-    tools = np.flatnonzero(declared != -2)
+    tools = np.flatnonzero(declared >= -1)
     lowest = _global_declared(declared[tools], np.repeat(offsets[:-1], sizes)[tools]) + 1
     entry_tools = np.flatnonzero(entry_declared != -2)
     entry_lowest = (
@@ -202,6 +166,7 @@ def _stack(replays: list[replay.Replay]) -> _Stack:
             entry_tools, entry_lowest, n_entries, _bounds(entry_offsets, entry_sizes)
         ),
         prefix=np.concatenate([[0], np.cumsum(cat("tokens", np.int64))]),
+        unreplayable=np.flatnonzero(declared == replay.UNREPLAYABLE),
     )
 
 
@@ -344,7 +309,8 @@ def _as_list(value: Any) -> list[Any]:
 
 
 def _grid(settings: HistorySettings, name: str, override: Any) -> list[Any]:
-    """The values of one setting to sweep: the override (a value or a list), else the setting."""
+    """The values of one setting to sweep: the override (a value or a list), else the setting
+    (``settings`` resolved by the release in force)."""
     return [getattr(settings, name)] if override is None else _as_list(override)
 
 
@@ -366,18 +332,17 @@ def _entry_variants(
     policy: ReplayPolicy, settings: HistorySettings, stamps: list[Any], contexts: list[Any]
 ) -> list[tuple[HistorySettings, dict[str, bool]]]:
     """The settings giving each distinct replay under ``policy``, with the entry columns they
-    fill: 0.2.2 replays by ``include_timestamps`` (the stored text, runtime context included);
-    0.3.x by ``include_runtime_context`` (no time stamps)."""
+    fill: the release's own value of each entry setting (a setting it ignores keeps its
+    default, e.g. 0.2.2 replays the stored text, runtime context included)."""
     variants: dict[tuple[Any, ...], tuple[HistorySettings, dict[str, bool]]] = {}
     for stamp, context in itertools.product(stamps, contexts):
-        chosen = settings.replace(
-            include_timestamps=bool(stamp), include_runtime_context=bool(context)
+        chosen = policy.resolve(
+            settings.replace(include_timestamps=bool(stamp), include_runtime_context=bool(context))
         )
-        columns = (
-            {"include_timestamps": bool(stamp), "include_runtime_context": True}
-            if policy.name == DEFAULT_POLICY
-            else {"include_timestamps": False, "include_runtime_context": bool(context)}
-        )
+        columns = {
+            "include_timestamps": bool(chosen.include_timestamps),
+            "include_runtime_context": bool(chosen.include_runtime_context),
+        }
         variants.setdefault(policy.entry_key(chosen), (chosen, columns))
     return list(variants.values())
 
@@ -407,9 +372,6 @@ def _calls(
     if context_window is None:
         if max_output is not None:
             raise ValueError("max_output needs context_window (the loop derives both together)")
-        loop_default = max_messages is None and settings.max_messages == DEFAULT_MAX_MESSAGES
-        if policy.name != DEFAULT_POLICY and loop_default:
-            counts = [policy.default_max_messages]
         budgets = [int(b) for b in _grid(settings, "max_tokens", max_tokens)]
         return [_Call(c, b) for c in counts for b in budgets]
     if max_tokens is not None:
@@ -425,14 +387,15 @@ def _calls(
         _Call(call.max_messages, call.max_tokens, ctx, out, call.governor_budget)
         for ctx, out in limits
         for count in counts
-        for call in [loop_call(policy.name, ctx, out, count)]
+        for call in [policy.loop_call(ctx, out, count)]
     ]
     return list(dict.fromkeys(calls))
 
 
 def _needs_summary(call: _Call, policy: ReplayPolicy, tokens_kept: np.ndarray) -> np.ndarray:
-    """0.3.5's governor verdict per window (1: over budget, 0: not; -1: not applicable)."""
-    if policy.name != NAME_035 or call.context_window < 0:
+    """A context governor's verdict per window (1: over budget, 0: not; -1: not applicable:
+    the release has no governor, or no context window was given)."""
+    if not policy.governed or call.context_window < 0:
         return np.full(len(tokens_kept), -1, dtype=np.int8)
     if call.context_window == 0:  # the governor measures nothing without a context window
         return np.zeros(len(tokens_kept), dtype=np.int8)
@@ -461,18 +424,18 @@ def windows(
 ) -> pd.DataFrame:
     """One row per (session, release, turn, setting): the history that release replays there.
 
-    The history settings come from ``settings`` (default: what nanobot 0.2.2's agent loop
-    passes, see :class:`~sessionkit.HistorySettings`); each keyword given overrides one of
+    The history settings come from ``settings`` (a field left ``None``: the release's own
+    default, see :class:`~sessionkit.HistorySettings`); each keyword given overrides one of
     them and may be a list, and the frame covers the whole grid (columns:
     :data:`sessionkit.schema.WINDOWS`).  Each window equals the release's ``get_history`` of
     the session cut at ``at``; windows of one release and setting form one block of rows.
 
-    Without ``context_window``, each window is ``get_history`` called with the settings: for
-    0.2.2 exactly as before; a 0.3.x release takes ``include_runtime_context`` instead of
-    ``include_timestamps``, and its own default count window (2000; 0.3.5: none) unless
-    ``max_messages`` is passed or ``settings.max_messages`` is not 0.2.2's 120.  With
-    ``context_window`` (and ``max_output``, default 8192), each window is what that release's
-    agent loop asks for at the turn (:func:`loop_call`): 0.2.2 ``max_messages`` and the budget
+    Without ``context_window``, each window is ``get_history`` called with the settings as
+    the release resolves them (``ReplayPolicy.resolve``): 0.2.2 takes ``include_timestamps``,
+    a 0.3.x release ``include_runtime_context``; ``max_messages`` left ``None`` is the
+    release's own count window (120, 2000; 0.3.5: none), a value given is that value under
+    every release.  With ``context_window`` (and ``max_output``, default 8192), each window
+    is what that release's agent loop asks for at the turn (``ReplayPolicy.loop_call``): 0.2.2 ``max_messages`` and the budget
     ``ctx - max_output - 1024``; 0.3.0 the count window ``min(2000, max(120, ctx // 100))`` and
     the same budget; 0.3.5 no count window and no budget, with ``needs_summary`` marking where
     its context governor would have summarised.  That verdict is approximate: 0.3.5 measures
@@ -519,11 +482,7 @@ last_consolidated
     """
     sessions = [source] if isinstance(source, Session) else list(source)
     targets = _targets(sessions, policy)
-    stamps_grid = _grid(settings, "include_timestamps", include_timestamps)
-    contexts_grid = _grid(settings, "include_runtime_context", include_runtime_context)
-    offsets = _grid(settings, "last_consolidated", last_consolidated)
-    labels = list(dict.fromkeys(_offset_label(o) for o in offsets))
-    extends = [bool(e) for e in _grid(settings, "extend_to_user", extend_to_user)]
+    labels: list[str] = []
     keys = [s.key for s in sessions]
     categories = list(dict.fromkeys(keys))
     code_of = {key: i for i, key in enumerate(categories)}
@@ -532,8 +491,14 @@ last_consolidated
     blocks: list[dict[str, Any]] = []
     for chosen, members in targets:
         subset = [sessions[i] for i in members]
-        calls = _calls(chosen, settings, max_messages, max_tokens, context_window, max_output)
-        for variant, entry_columns in _entry_variants(chosen, settings, stamps_grid, contexts_grid):
+        own = chosen.resolve(settings)
+        stamps_grid = _grid(own, "include_timestamps", include_timestamps)
+        contexts_grid = _grid(own, "include_runtime_context", include_runtime_context)
+        offsets = _grid(own, "last_consolidated", last_consolidated)
+        labels += [o for o in map(_offset_label, offsets) if o not in labels]
+        extends = [bool(e) for e in _grid(own, "extend_to_user", extend_to_user)]
+        calls = _calls(chosen, own, max_messages, max_tokens, context_window, max_output)
+        for variant, entry_columns in _entry_variants(chosen, own, stamps_grid, contexts_grid):
             stack = replay.prepared(
                 subset,
                 variant,
@@ -556,13 +521,14 @@ last_consolidated
                 **entry_columns,
             }
             for offset in offsets:
-                q = _queries(subset, stack, owner, at_index, offset, chosen.name == NAME_035)
+                q = _queries(subset, stack, owner, at_index, offset, chosen.checkpoints)
                 starts: dict[tuple[int, bool], tuple[np.ndarray, ...]] = {}
                 for extend, call in itertools.product(extends, calls):
                     window = (chosen.count_window(call.max_messages), extend)
                     if window not in starts:
                         starts[window] = _count_window(stack, q, *window)
                     rows = _rows(stack, q, *starts[window], call.max_tokens)
+                    _refuse_unreplayable(stack, q, starts[window][2], subset, owner)
                     blocks.append(
                         fixed
                         | rows
@@ -578,6 +544,27 @@ last_consolidated
                     )
     codes = {"session_key": categories, "policy": names, "cut": _CUTS, "last_consolidated": labels}
     return _frame(blocks, codes)
+
+
+def _refuse_unreplayable(
+    stack: _Stack, q: _Queries, legal: np.ndarray, sessions: list[Session], owner: np.ndarray
+) -> None:
+    """Raise where the release's ``get_history`` raises: a window whose rewritten range (from
+    its legal start) holds a message without a role."""
+    if not len(stack.unreplayable):
+        return
+    bad = np.searchsorted(stack.unreplayable, legal) < np.searchsorted(stack.unreplayable, q.at)
+    if bad.any():
+        w = int(np.flatnonzero(bad)[0])
+        session = sessions[owner[w]]
+        first = int(stack.unreplayable[np.searchsorted(stack.unreplayable, legal[w])])
+        raise ValueError(
+            f"session {session.key!r}: message {first - int(stack.offsets[owner[w]])} has no "
+            f"role, and the window at message {int(q.at[w] - stack.offsets[owner[w]])} holds "
+            f"it ({int(bad.sum())} windows do): {session.policy}'s get_history raises "
+            "KeyError('role') there; pass at= turns before it, or mend the file "
+            "(sessionkit doctor)"
+        )
 
 
 def _rows(

@@ -53,7 +53,7 @@ def test_initial_view(app: Explorer, corpus) -> None:
     assert app.session is session
     assert app.picker.value == KEY
     assert app.turn.max == app.turn.value == session.n_user_turns
-    assert app.settings() == HistorySettings()
+    assert app.settings() == sessionkit.get_policy("nanobot-0.2").defaults
     assert _shown(app) == _expected(session)
     assert app.transcript.rows == transcript_rows(session, app.states.frame["tokens"].tolist())
     assert bytes(app.timeline.value).startswith(b"\x89PNG")
@@ -306,8 +306,10 @@ def test_initial_settings_value_and_overrides(corpus, tmp_path: Path) -> None:
     app = explore(corpus, key=KEY, sessions_dir=tmp_path, settings=chosen, max_messages=60)
     assert (app.max_messages.value, app.max_tokens.value) == (60, 3000)
     assert not app.include_timestamps.value
-    assert app.settings() == HistorySettings(
-        max_messages=60, max_tokens=3000, include_timestamps=False, last_consolidated="none"
+    assert app.settings() == sessionkit.get_policy(corpus[KEY].policy).resolve(
+        HistorySettings(
+            max_messages=60, max_tokens=3000, include_timestamps=False, last_consolidated="none"
+        )
     )
     assert _shown(app) == _expected(corpus[KEY], settings=app.settings())
     assert "consolidated" not in app.transcript.status

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Any
 
 import numpy as np
@@ -181,7 +183,7 @@ def test_frame_columns_tokens_and_window_facts(every_status: Session) -> None:
     assert states.attrs == {}
     sent = sum(estimate_message_tokens(e) for e in entries[9:])
     assert (result.key, result.turn, result.stop) == ("test:states", 5, 13)
-    assert result.settings == HistorySettings(max_tokens=100)
+    assert result.settings == POLICY.resolve(HistorySettings(max_tokens=100))
     assert (result.cut, result.messages_kept, result.tokens_kept, result.recovered) == (
         "tokens",
         4,
@@ -196,10 +198,13 @@ def test_settings_value_and_keywords_agree(every_status: Session) -> None:
     by_value = message_states(every_status, turn=4, settings=tight)
     by_keywords = message_states(every_status, turn=4, max_messages=7, max_tokens=100, file_cap=0)
     pd.testing.assert_frame_equal(by_value.frame, by_keywords.frame)
-    assert by_value.settings == by_keywords.settings == tight
-    assert message_states(every_status).settings == HistorySettings()
+    release = get_policy(every_status.policy)
+    assert by_value.settings == by_keywords.settings == release.resolve(tight)
+    assert dataclasses.astuple(by_value.settings) == (7, 100, True, False, True, 0, "recorded")
+    assert message_states(every_status).settings == release.defaults
     overridden = message_states(every_status, turn=4, settings=tight, max_messages=120)
-    assert overridden.settings == HistorySettings(max_tokens=100, file_cap=0)
+    assert overridden.settings == release.resolve(HistorySettings(max_tokens=100, file_cap=0))
+    assert overridden.settings.max_messages == 120
     unconsolidated = message_states(
         every_status, settings=HistorySettings(last_consolidated="none")
     )

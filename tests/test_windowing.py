@@ -20,13 +20,7 @@ from sessionkit.nanobot.policies import find_legal_message_start, get_policy
 from sessionkit.nanobot.settings import HistorySettings
 from sessionkit.replay import clear_cache, replay
 from sessionkit.schema import WINDOWS
-from sessionkit.windowing import (
-    LoopCall,
-    _legal_start,
-    _orphan_jumps,
-    loop_call,
-    windows,
-)
+from sessionkit.windowing import _legal_start, _orphan_jumps, windows
 
 POLICY = get_policy("nanobot-0.2")
 GRID = {
@@ -231,13 +225,14 @@ def test_orphan_tool_result_sets_the_cut() -> None:
 
 def test_settings_give_the_defaults_and_keywords_override_them(sample: list[Session]) -> None:
     session = sample[0]
-    agent = HistorySettings()
+    agent = POLICY.resolve(HistorySettings())
     assert (agent.max_messages, agent.include_timestamps, agent.last_consolidated) == (
         120,
         True,
         "recorded",
     )
     pd.testing.assert_frame_equal(windows(session), windows(session, settings=agent))
+    pd.testing.assert_frame_equal(windows(session), windows(session, settings=HistorySettings()))
     assert windows(session)["include_timestamps"].all()
     tight = HistorySettings(max_messages=20, max_tokens=500, include_timestamps=False)
     pd.testing.assert_frame_equal(
@@ -414,28 +409,6 @@ def test_own_release_by_default_and_release_defaults_without_a_context_window() 
     fixed = windows(sessions, at="end", max_messages=2)
     assert fixed["max_messages"].tolist() == [2, 2, 2]
     assert fixed["messages_kept"].tolist() == [1, 1, 1]
-
-
-@pytest.mark.parametrize(
-    ("policy", "context_window", "max_output", "expected"),
-    [
-        ("nanobot-0.2", 128_000, 8192, LoopCall(120, 118_784)),
-        ("nanobot-0.2", 4096, 8192, LoopCall(120, 2048)),
-        ("nanobot-0.2", 200, 8192, LoopCall(120, 128)),
-        ("nanobot-0.2", 0, 8192, LoopCall(120, 0)),
-        ("nanobot-0.3.0", 128_000, 8192, LoopCall(1280, 118_784)),
-        ("nanobot-0.3.0", 8000, 4096, LoopCall(120, 2880)),
-        ("nanobot-0.3.0", 1_000_000, 8192, LoopCall(2000, 990_784)),
-        ("nanobot-0.3.0", 0, 8192, LoopCall(2000, 0)),
-        ("nanobot-0.3.5", 128_000, 8192, LoopCall(0, 0, 118_784)),
-        ("nanobot-0.3.5", 8000, 4096, LoopCall(0, 0, 2880)),
-        ("nanobot-0.3.5", 4096, 8192, LoopCall(0, 0, 0)),
-    ],
-)
-def test_agent_loop_calls_per_release(
-    policy: str, context_window: int, max_output: int, expected: LoopCall
-) -> None:
-    assert loop_call(policy, context_window, max_output, 120) == expected
 
 
 def test_context_window_gives_each_releases_loop_call_and_summary_verdict() -> None:

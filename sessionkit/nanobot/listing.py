@@ -8,7 +8,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from sessionkit.nanobot.policies import sanitize_assistant_text
+from sessionkit.nanobot.history import sanitize_assistant_text
 
 __all__ = [
     "flatten_content",

@@ -1,6 +1,6 @@
 """nanobot-ai 0.3.5's history policy, exactly (``"nanobot-0.3.5"``).
 
-What changed from 0.2.2 (:class:`sessionkit.nanobot.policies.Policy`): replay starts at
+What changed from 0.2.2 (:mod:`sessionkit.nanobot.policy_022`): replay starts at
 ``last_archived``, where a summary checkpoint leaves a hidden continuation message; there is
 no count limit unless the caller passes one; ``include_runtime_context=False`` strips the
 ``_runtime_context`` suffix a user turn carries; media breadcrumbs list only usable paths;
@@ -13,47 +13,39 @@ checkpoint (:meth:`Policy035.commit_summary_checkpoint`).
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from functools import partial
 from typing import Any
 
 from sessionkit.nanobot import tokens
-from sessionkit.nanobot.policies import (
+from sessionkit.nanobot.history import (
+    CONTINUATION_TEXT,
     FORK_VOLATILE_METADATA_KEYS,
-    ReplayPolicy,
-    _append_lines,
-    _attachment_names,
-    _field_or,
+    HIDDEN_HISTORY_KEY,
+    NON_TEXT_FIELDS,
+    REPLAY_FIELDS,
+    RUNTIME_CONTEXT_KEY,
+    Message,
+    append_lines,
+    cli_app_lines,
+    media_breadcrumbs,
+    public_message,
     sanitize_assistant_text,
 )
+from sessionkit.nanobot.release import SAFETY_BUFFER, LoopCall, ReplayPolicy
+from sessionkit.nanobot.settings import HistorySettings
 
 __all__ = [
-    "CONTINUATION_TEXT",
-    "HIDDEN_HISTORY_KEY",
     "NAME",
-    "RUNTIME_CONTEXT_KEY",
     "Policy035",
     "SessionState",
     "estimate_message_tokens",
     "fallback_message_tokens",
-    "is_hidden_history",
-    "media_breadcrumbs",
     "message_payload",
-    "public_message",
 ]
 
-Message = dict[str, Any]
-
 NAME = "nanobot-0.3.5"
-CONTINUATION_TEXT = "Continue the active task from the working-memory checkpoint above."
-HIDDEN_HISTORY_KEY = "_hidden_history"
-RUNTIME_CONTEXT_KEY = "_runtime_context"
-
-_REPLAY_FIELDS = ("tool_calls", "tool_call_id", "name", "reasoning_content", "thinking_blocks")
-_NON_TEXT_FIELDS = ("tool_calls", "reasoning_content", "thinking_blocks")
 
 
 def message_payload(message: Message) -> str:
@@ -75,68 +67,6 @@ def fallback_message_tokens(message: Message) -> int:
     return tokens.byte_fallback_tokens(message_payload(message))
 
 
-def _marked(message: Mapping[str, Any], key: str) -> bool:
-    value = message.get(key)
-    return value is True or isinstance(value, Mapping)
-
-
-def is_hidden_history(message: Mapping[str, Any]) -> bool:
-    """A stored message 0.3.5 does not show as a chat turn: a checkpoint continuation
-    (``_hidden_history``) or an automation record (``_automation_turn``, or a cron turn's
-    ``_cron_turn: true``)."""
-    return (
-        _marked(message, HIDDEN_HISTORY_KEY)
-        or _marked(message, "_automation_turn")
-        or message.get("_cron_turn") is True
-    )
-
-
-def public_message(message: Mapping[str, Any]) -> Message:
-    """A deep copy without its ``_runtime_context`` marker, the marked suffix removed.
-
-    The suffix is removed only when the content still ends with it exactly (text after a
-    blank line, or the trailing text blocks); otherwise only the marker goes.
-    """
-    cleaned = copy.deepcopy(dict(message))
-    marker = cleaned.pop(RUNTIME_CONTEXT_KEY, None)
-    if not isinstance(marker, Mapping) or marker.get("version") != 1:
-        return cleaned
-    content = cleaned.get("content")
-    suffix = marker.get("suffix")
-    if isinstance(content, str) and isinstance(suffix, str) and suffix:
-        if content == suffix:
-            cleaned["content"] = ""
-        elif content.endswith("\n\n" + suffix):
-            cleaned["content"] = content[: -len(suffix) - 2]
-        return cleaned
-    blocks = marker.get("blocks")
-    if (
-        isinstance(content, list)
-        and isinstance(blocks, list)
-        and blocks
-        and content[-len(blocks) :] == blocks
-    ):
-        cleaned["content"] = content[: -len(blocks)]
-    return cleaned
-
-
-def media_breadcrumbs(role: Any, content: Any, media: Any) -> Any:
-    """User text with one ``[image: path]`` line per usable media path (unchanged if none)."""
-    if role != "user" or not isinstance(content, str) or not isinstance(media, list):
-        return content
-    lines = [f"[image: {path}]" for path in media if isinstance(path, str) and path]
-    return _append_lines(content, lines) if lines else content
-
-
-def _cli_app_lines(apps: list[Any]) -> list[str]:
-    return [
-        f"[CLI App Attachment: @{name}; tool=run_cli_app; "
-        f"entry_point={_field_or(item, 'entry_point', 'unknown')}; "
-        f"skill=skills/cli-app-{name}/SKILL.md]"
-        for name, item in _attachment_names(apps)
-    ]
-
-
 @dataclass(frozen=True)
 class SessionState:
     """A session's messages, ``last_archived`` and metadata after a mutating 0.3.5 method."""
@@ -155,22 +85,46 @@ class Policy035(ReplayPolicy):
     """
 
     name: str = NAME
+    label: str = "nanobot 0.3.5"
+    colour: str = "#55a868"
     default_max_messages: int = 0
     naming: str = "nanobot-0.3"
+    temp_name: str = r"\.[^/]*\.jsonl\.[0-9a-f]{16}\.tmp"
     entry_setting: str = "include_runtime_context"
+    entry_default: bool = True
+    defaults: HistorySettings = HistorySettings(
+        max_messages=0,
+        max_tokens=0,
+        include_timestamps=False,
+        extend_to_user=False,
+        include_runtime_context=True,
+        file_cap=0,
+        last_consolidated="recorded",
+    )
+    ignored: frozenset[str] = frozenset({"include_timestamps", "file_cap"})
+    hidden_turns: bool = False
+    checkpoints: bool = True
+    governed: bool = True
     fork_volatile_keys: frozenset[str] = FORK_VOLATILE_METADATA_KEYS | {
         "pending_user_followups",
         "session_handle",
         "webui_recovery",
     }
 
-    def is_user_turn(self, message: Message) -> bool:
-        """A user turn shown in the chat (not a hidden checkpoint or automation record)."""
-        return message.get("role") == "user" and not is_hidden_history(message)
-
     def fork_copy(self, message: Message) -> Message:
         """0.3.5 forks keep each message's public form (runtime context stripped)."""
         return public_message(message)
+
+    def loop_call(self, context_window: int, max_output: int, max_messages: int) -> LoopCall:
+        """0.3.5's loop passes no count window and no budget: its governor budgets
+        ``ctx - max_output - 1024`` (0 when not positive: every request is over it) for the
+        whole request instead."""
+        governor = context_window - max_output - SAFETY_BUFFER
+        return LoopCall(0, 0, max(governor, 0))
+
+    def records_after_clear(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``clear()`` forgets the provider state."""
+        return [r for r in records if r.get("_type") != "provider_state"]
 
     def metadata_record(
         self, key: str, created_at: str, updated_at: str, metadata: Any, offset: int
@@ -187,13 +141,9 @@ class Policy035(ReplayPolicy):
             "last_consolidated": offset,
         }
 
-    def estimate_message_tokens(self, message: Message) -> int:
-        """0.3.5's per-message token estimate (byte fallback included)."""
-        return estimate_message_tokens(message)
-
-    def fallback_message_tokens(self, message: Message) -> int:
-        """0.3.5's estimate where tiktoken cannot load."""
-        return fallback_message_tokens(message)
+    def message_payload(self, message: Message) -> str:
+        """0.3.5's payload: text blocks whose text is not a string are skipped."""
+        return message_payload(message)
 
     def replay_entry(
         self, message: Message, include_runtime_context: bool = True
@@ -217,39 +167,19 @@ class Policy035(ReplayPolicy):
             and isinstance(apps, list)
             and isinstance(content, str)
         ):
-            lines = _cli_app_lines(apps)
+            lines = cli_app_lines(apps)
             if lines:
-                content = _append_lines(content, lines)
+                content = append_lines(content, lines)
         empty = role == "assistant" and isinstance(content, str) and not content.strip()
-        if empty and not any(key in message for key in _NON_TEXT_FIELDS):
+        if empty and not any(key in message for key in NON_TEXT_FIELDS):
             return None
         entry: Message = {"role": message["role"], "content": content}
-        entry.update((key, message[key]) for key in _REPLAY_FIELDS if key in message)
+        entry.update((key, message[key]) for key in REPLAY_FIELDS if key in message)
         return entry
 
     def count_window(self, max_messages: int) -> int:
         """0.3.5 applies a count window only when asked for a positive one."""
         return max(max_messages, 0)
-
-    def replay(
-        self,
-        messages: Sequence[Message],
-        last_archived: int,
-        max_messages: int = 0,
-        *,
-        max_tokens: int = 0,
-        extend_to_user: bool = False,
-        include_runtime_context: bool = True,
-    ) -> list[tuple[int, Message]]:
-        """``get_history`` with each entry's source index: ``[(index, entry), ...]``."""
-        return self.replay_from(
-            messages,
-            last_archived,
-            max_messages,
-            max_tokens=max_tokens,
-            extend_to_user=extend_to_user,
-            entry=partial(self.replay_entry, include_runtime_context=include_runtime_context),
-        )
 
     def commit_summary_checkpoint(
         self,

@@ -31,6 +31,7 @@ from sessionkit.nanobot.naming import (
     sessions_folder,
     storage_key,
 )
+from sessionkit.nanobot.policies import is_temp_file
 from sessionkit.nanobot.session import Session
 
 __all__ = [
@@ -48,8 +49,6 @@ CHECKPOINT_SUFFIX = ".checkpoint.json"
 MAX_LINE_BYTES = 1 << 28
 """Longer lines are reported, not parsed (nanobot would need several times this in memory)."""
 _GLOB_CHARS = frozenset("*?[")
-# What an interrupted save leaves: sessionkit's ``.<stem>.<12 hex>.tmp``, nanobot's ``<stem>.jsonl.tmp``.
-_TEMP_NAME = re.compile(r"\..+\.[0-9a-f]{12}\.tmp|.+\.jsonl\.tmp", re.DOTALL)
 _BRIEF = reprlib.Repr()
 _BRIEF.maxstring = _BRIEF.maxother = 60
 
@@ -159,7 +158,7 @@ def leftover_temp_files(
         )
         for folder in folders
         for temp in sorted(folder.iterdir())
-        if _TEMP_NAME.fullmatch(temp.name)
+        if is_temp_file(temp.name)
     ]
 
 

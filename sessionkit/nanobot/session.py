@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sessionkit.nanobot.policies import Trim, get_policy
+from sessionkit.nanobot.policies import CappedPolicy, Trim, get_policy
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings, Offset
 
 __all__ = ["Session"]
@@ -92,8 +92,7 @@ class Session:
     def clear(self) -> None:
         """Drop every message and the offset, and the summary that covered them, as nanobot does
         (0.3.5 also forgets its provider state)."""
-        if hasattr(get_policy(self.policy), "commit_summary_checkpoint"):
-            self.records = [r for r in self.records if r.get("_type") != "provider_state"]
+        self.records = get_policy(self.policy).records_after_clear(self.records)
         self.messages = []
         self.last_consolidated = 0
         self.updated_at = datetime.now()
@@ -159,11 +158,11 @@ class Session:
             policy=self.policy,
         )
 
-    def replay_offset(self, setting: Offset) -> int:
+    def replay_offset(self, setting: Offset | None) -> int:
         """The offset a replay starts from under ``HistorySettings.last_consolidated``: this
-        session's own (``"recorded"``), 0 (``"none"``), or a given index (0 when outside the
-        messages)."""
-        if setting == "recorded":
+        session's own (``"recorded"``, or ``None``), 0 (``"none"``), or a given index (0 when
+        outside the messages)."""
+        if setting is None or setting == "recorded":
             return self.last_consolidated
         if setting == "none":
             return 0
@@ -179,10 +178,11 @@ class Session:
         Only the settings this session's release takes are passed on.
         """
         policy = get_policy(self.policy)
+        resolved = policy.resolve(settings)
         return policy.get_history(
             self.messages,
-            self.replay_offset(settings.last_consolidated),
-            **policy.history_kwargs(settings),
+            self.replay_offset(resolved.last_consolidated),
+            **policy.history_kwargs(resolved),
         )
 
     def get_history(self, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
@@ -197,11 +197,18 @@ class Session:
         policy = get_policy(self.policy)
         return policy.get_history(self.messages, self.last_consolidated, *args, **kwargs)
 
-    def _release_method(self, name: str) -> Any:
-        """The policy, when this session's release has the ``Session`` method ``name``."""
+    def _capped(self, name: str) -> CappedPolicy:
+        """The release, when it has a file cap (and so the ``Session`` method ``name``)."""
         policy = get_policy(self.policy)
-        if not hasattr(policy, name):
+        if not isinstance(policy, CappedPolicy):
             raise AttributeError(f"{self.policy} sessions have no {name}() (the release has none)")
+        return policy
+
+    def _checkpointed(self, name: str) -> Any:
+        """The release, when it keeps summary checkpoints (and so ``name``)."""
+        policy = get_policy(self.policy)
+        if not policy.checkpoints:
+            raise AttributeError(f"{self.policy} sessions have no {name} (the release has none)")
         return policy
 
     def retain_recent_legal_suffix(self, max_messages: int, *, extend_to_user: bool = False) -> Any:
@@ -210,7 +217,7 @@ class Session:
         0.2.2: ``(dropped, already_consolidated)``; 0.3.0: a ``RetentionResult``.  0.3.5 has
         no such method (``AttributeError``).
         """
-        policy = self._release_method("retain_recent_legal_suffix")
+        policy = self._capped("retain_recent_legal_suffix")
         trim = policy.retain_recent_legal_suffix(
             self.messages, self.last_consolidated, max_messages, extend_to_user=extend_to_user
         )
@@ -226,7 +233,7 @@ class Session:
 
         0.2.2 and 0.3.0 only: 0.3.5 removed the file cap (``AttributeError``).
         """
-        policy = self._release_method("file_cap")
+        policy = self._capped("enforce_file_cap")
         trim = policy.file_cap(self.messages, self.last_consolidated, limit)
         self._apply(trim)
         if trim.archived and on_archive:
@@ -235,12 +242,12 @@ class Session:
     @property
     def last_archived(self) -> int:
         """0.3.5's name for the replay offset (``last_consolidated``), read and written."""
-        self._release_method("commit_summary_checkpoint")
+        self._checkpointed("last_archived")
         return self.last_consolidated
 
     @last_archived.setter
     def last_archived(self, value: int) -> None:
-        self._release_method("commit_summary_checkpoint")
+        self._checkpointed("last_archived")
         self.last_consolidated = value
 
     def commit_summary_checkpoint(
@@ -251,7 +258,7 @@ class Session:
 
         The offset is stored as given, even outside the messages, as 0.3.5 stores it.
         """
-        policy = self._release_method("commit_summary_checkpoint")
+        policy = self._checkpointed("commit_summary_checkpoint()")
         state = policy.commit_summary_checkpoint(
             self.messages,
             self.metadata,

@@ -1,8 +1,9 @@
 """The history settings nanobot's agent loop uses, as one value every part of sessionkit takes.
 
 Session, the policies, ``windows``, ``message_states``, the plots, the explorer and
-``sessionkit.testing`` all take a :class:`HistorySettings`; these defaults are the one place
-where "what nanobot does" is written down.
+``sessionkit.testing`` all take a :class:`HistorySettings`.  A field left ``None`` means "what
+this release does by default"; each release object resolves it
+(``get_policy(name).resolve(settings)``), so one value means the same under every function.
 """
 
 from __future__ import annotations
@@ -20,37 +21,54 @@ Offset = Literal["recorded", "none"] | int
 class HistorySettings:
     """How nanobot builds the history it sends the model, and bounds the session file.
 
-    The defaults are what nanobot-ai 0.2.2's agent loop passes at every turn:
-    ``get_history(max_messages=120, max_tokens=..., include_timestamps=True,
-    extend_to_user=False)``, then ``enforce_file_cap(limit=2000)`` after the turn.
+    Every field is ``None`` by default: the release in force supplies its own value.  A value
+    given means that value under every release that takes the setting; a release ignores a
+    setting it does not take.
+
+    ============================  ================  ================  ================
+    setting                       nanobot 0.2.2     nanobot 0.3.0     nanobot 0.3.5
+    ============================  ================  ================  ================
+    ``max_messages``              120               2000              0 (no limit)
+    ``max_tokens``                0 (no budget)     0 (no budget)     0 (no budget)
+    ``include_timestamps``        True              ignored (False)   ignored (False)
+    ``include_runtime_context``   ignored (True)    True              True
+    ``extend_to_user``            False             False             False
+    ``file_cap``                  2000              2000              ignored (none)
+    ``last_consolidated``         ``"recorded"``    ``"recorded"``    ``"recorded"``
+    ============================  ================  ================  ================
+
+    These are what ``get_history`` and ``enforce_file_cap`` take by default and what each
+    agent loop passes besides the limits it derives from the model (0.2.2 passes
+    ``include_timestamps=True``); pass ``context_window`` to ``windows`` for those limits.
 
     Parameters
     ----------
     max_messages
-        The count window; ``<= 0`` means the policy's default (120 in 0.2.2).
+        The count window; ``<= 0`` means the release's ``get_history`` default (0.2.2: 120,
+        0.3.0: 2000, 0.3.5: none).
     max_tokens
-        The token budget counted from the newest message; 0 means no budget.  nanobot's loop
-        passes ``context_window - max_output_tokens - 1024``.
+        The token budget counted from the newest message; 0 means no budget.  The 0.2.2 and
+        0.3.0 loops pass ``context_window - max_output_tokens - 1024``.
     include_timestamps
-        Prefix each replayed user message with ``[Message Time: ...]`` (the loop does).
+        Prefix each replayed user message with ``[Message Time: ...]`` (0.2.2 only).
     extend_to_user
         Reach back to a user message when the count window holds none (subagents).
     include_runtime_context
         Keep a user turn's ``_runtime_context`` suffix in the replay (0.3.x releases only).
     file_cap
-        ``enforce_file_cap``'s limit applied after each turn; 0 disables it.
+        ``enforce_file_cap``'s limit applied after each turn; 0 disables it (0.2.2, 0.3.0).
     last_consolidated
         ``"recorded"`` (the stored offset where it lies within the messages replayed, else 0),
         ``"none"`` (0), or an index used the same way.
     """
 
-    max_messages: int = 120
-    max_tokens: int = 0
-    include_timestamps: bool = True
-    extend_to_user: bool = False
-    include_runtime_context: bool = True
-    file_cap: int = 2000
-    last_consolidated: Offset = "recorded"
+    max_messages: int | None = None
+    max_tokens: int | None = None
+    include_timestamps: bool | None = None
+    extend_to_user: bool | None = None
+    include_runtime_context: bool | None = None
+    file_cap: int | None = None
+    last_consolidated: Offset | None = None
 
     def replace(self, **changes: Any) -> HistorySettings:
         """A copy with some fields changed (``None`` values leave a field as it is)."""
@@ -58,3 +76,4 @@ class HistorySettings:
 
 
 DEFAULT_SETTINGS = HistorySettings()
+"""Every setting as the release in force has it."""

@@ -18,7 +18,6 @@ import errno
 import fcntl
 import json
 import os
-import re
 import secrets
 import stat
 import time
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from sessionkit.nanobot.naming import Naming, session_path
-from sessionkit.nanobot.policies import get_policy
+from sessionkit.nanobot.policies import SESSIONKIT_TEMP_NAME, get_policy, is_temp_file
 from sessionkit.nanobot.session import Session
 
 __all__ = [
@@ -47,13 +46,11 @@ __all__ = [
 LOCK_FILENAME = ".session-files.lock"
 """Advisory lock a later nanobot keeps in its sessions folder while it writes session files."""
 
-TEMP_NAME = re.compile(r"\.(?P<stem>.*)\.[0-9a-f]{12}\.tmp", re.DOTALL)
+TEMP_NAME = SESSIONKIT_TEMP_NAME
 """Name of a save's temporary file: ``.<first 64 bytes of the stem>.<12 hex digits>.tmp``.
 
 A save removes it; only a crash (``kill -9``, power loss) mid-save leaves one behind.
 """
-NANOBOT_TEMP_NAME = re.compile(r"[^/]*\.jsonl\.tmp|\.[^/]*\.jsonl\.[0-9a-f]{16}\.tmp", re.DOTALL)
-"""Temporary files nanobot's own saves use (0.2.2/0.3.0, then 0.3.5)."""
 
 _TEMP_STEM_BYTES = 64
 
@@ -103,17 +100,6 @@ def session_lines(session: Session, *, now: datetime | None = None) -> bytes:
     parts += [_line(r, f"record {i}", session.key) for i, r in enumerate(session.records)]
     parts += [_line(m, f"message {i}", session.key) for i, m in enumerate(session.messages)]
     return b"".join(parts)
-
-
-def is_temp_file(path: str | Path) -> bool:
-    """Whether ``path`` is named like a temporary file a save left behind.
-
-    sessionkit's own are ``.<stem>.<12 hex digits>.tmp`` (:data:`TEMP_NAME`); nanobot 0.2.2 and
-    0.3.0 save through ``<stem>.jsonl.tmp``, 0.3.5 through ``.<stem>.jsonl.<16 hex>.tmp``.  Each
-    is left only by a crash mid-save.
-    """
-    name = Path(path).name
-    return bool(TEMP_NAME.fullmatch(name) or NANOBOT_TEMP_NAME.fullmatch(name))
 
 
 def _temp_name(stem: str) -> str:

@@ -137,9 +137,8 @@ def _violations(window: _Window, replayed: _Replayed) -> Iterable[tuple[str, int
     tail = (np.flatnonzero(replayed.sent[start:at]) + start).tolist()
     if indices != tail or start < window.consolidated:
         yield "tail", start, f"window of {len(indices)} entries is not the replayable tail"
-    limit = window.max_messages
-    limit = limit if limit > 0 else get_policy(window.session.policy).default_max_messages
-    if not window.extend_to_user and at - start > limit:
+    limit = get_policy(window.session.policy).count_window(window.max_messages)
+    if limit > 0 and not window.extend_to_user and at - start > limit:
         yield "max_messages", start, f"spans {at - start} messages > {limit}"
     kept = [messages[i] for i in indices]
     roles = [m.get("role") for m in kept]
@@ -166,29 +165,34 @@ def _as_list(value: Any) -> list[Any]:
 def _exact_windows(
     sessions: Iterable[Session],
     settings: HistorySettings,
-    max_messages: list[int],
-    max_tokens: list[int],
+    max_messages: list[int | None],
+    max_tokens: list[int | None],
 ) -> Iterable[_Window]:
     """The exact policy's window before every user message, for every setting."""
-    grid = [(int(m), int(t)) for m in max_messages for t in max_tokens]
-    stamps, extend = settings.include_timestamps, settings.extend_to_user
+    grid = [(m, t) for m in max_messages for t in max_tokens]
     for session in sessions:
         policy = get_policy(session.policy)
+        own = policy.resolve(settings)
+        stamps, extend = bool(own.include_timestamps), bool(own.extend_to_user)
         for turn in range(session.n_user_turns):
             before = session.before_user(turn)
             at = len(before.messages)
-            offset = before.replay_offset(settings.last_consolidated)
+            offset = before.replay_offset(own.last_consolidated)
             for count, budget in grid:
-                replayed = policy.replay(
-                    before.messages,
-                    offset,
-                    count,
-                    max_tokens=budget,
-                    include_timestamps=stamps,
-                    extend_to_user=extend,
-                )
+                chosen = own.replace(max_messages=count, max_tokens=budget)
+                replayed = policy.replay(before.messages, offset, **policy.history_kwargs(chosen))
                 indices = [i for i, _ in replayed]
-                yield _Window(session, at, turn, offset, count, budget, stamps, extend, indices)
+                yield _Window(
+                    session,
+                    at,
+                    turn,
+                    offset,
+                    int(chosen.max_messages),  # type: ignore[arg-type]
+                    int(chosen.max_tokens),  # type: ignore[arg-type]
+                    stamps,
+                    extend,
+                    indices,
+                )
 
 
 def _frame_windows(
@@ -256,8 +260,8 @@ def check_window_invariants(
     settings = settings.replace(
         include_timestamps=include_timestamps, extend_to_user=extend_to_user
     )
-    counts = [settings.max_messages] if max_messages is None else _as_list(max_messages)
-    budgets = [settings.max_tokens] if max_tokens is None else _as_list(max_tokens)
+    counts = [None] if max_messages is None else _as_list(max_messages)
+    budgets = [None] if max_tokens is None else _as_list(max_tokens)
     if isinstance(source, pd.DataFrame):
         if corpus is None:
             raise TypeError("checking a windows frame needs corpus=..., the sessions it covers")
@@ -267,7 +271,9 @@ def check_window_invariants(
         if exact:
             candidates = _exact_windows(sessions, settings, counts, budgets)
         else:
-            frame = windows(sessions, settings=settings, max_messages=counts, max_tokens=budgets)
+            frame = windows(
+                sessions, settings=settings, max_messages=max_messages, max_tokens=max_tokens
+            )
             candidates = _frame_windows(frame, sessions, memo)
     rows = [
         (w.session.key, w.at, w.turn, w.max_messages, w.max_tokens, name, idx, detail)

@@ -1,0 +1,86 @@
+"""nanobot-ai 0.2.2's history policy, exactly (``"nanobot-0.2"``, the reference release).
+
+Replay from ``last_consolidated`` through a count window (default 120), user-turn and legal
+tool-call starts and a token budget; user turns may be prefixed with their time stamp, and
+media, CLI-app and MCP-preset attachments are spelled out; the no-tiktoken estimate is
+``len(payload) // 4 + 4``; the file cap trims to 2000 messages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sessionkit.nanobot import tokens
+from sessionkit.nanobot.history import (
+    NON_TEXT_FIELDS,
+    REPLAY_FIELDS,
+    Message,
+    sanitize_assistant_text,
+    user_breadcrumbs,
+)
+from sessionkit.nanobot.release import CappedPolicy
+from sessionkit.nanobot.settings import HistorySettings
+
+__all__ = ["NAME", "Policy"]
+
+NAME = "nanobot-0.2"
+
+
+@dataclass(frozen=True)
+class Policy(CappedPolicy):
+    """nanobot-ai 0.2.2's replay and trimming rules (``name="nanobot-0.2"``).
+
+    Every method takes the session's ``messages`` and ``last_consolidated`` and leaves them
+    untouched; :class:`sessionkit.Session` applies the results.
+    """
+
+    name: str = NAME
+    label: str = "nanobot 0.2.2"
+    colour: str = "#4c72b0"
+    defaults: HistorySettings = HistorySettings(
+        max_messages=120,
+        max_tokens=0,
+        include_timestamps=True,
+        extend_to_user=False,
+        include_runtime_context=True,
+        file_cap=2000,
+        last_consolidated="recorded",
+    )
+    ignored: frozenset[str] = frozenset({"include_runtime_context"})
+
+    def message_payload(self, message: Message) -> str:
+        """0.2.2's payload: every text, name, call id, tool call and reasoning, joined."""
+        return tokens.message_payload(message)
+
+    def fallback_tokens(self, payload: str) -> int:
+        """0.2.2's count where it cannot encode: characters // 4 + 4."""
+        return tokens.fallback_payload_tokens(payload)
+
+    def estimate_message_tokens(self, message: Message) -> int:
+        """0.2.2's estimate: cl100k_base tokens + 4, characters // 4 + 4 on special tokens."""
+        return tokens.estimate_message_tokens(message)
+
+    def replay_entry(self, message: Message, include_timestamps: bool = False) -> Message | None:
+        """The dict one stored message becomes in the model's history, or None if skipped.
+
+        Depends only on the message (never on its neighbours), which is what lets the fast
+        path rewrite and count each message once.
+        """
+        if message.get("_command"):
+            return None
+        role = message.get("role")
+        content = message.get("content", "")
+        if isinstance(content, str):
+            if role == "assistant":
+                content = sanitize_assistant_text(content)
+            elif role == "user":
+                content = user_breadcrumbs(message, content)
+                stamp = message.get("timestamp")
+                if include_timestamps and stamp:
+                    content = f"[Message Time: {stamp}]\n{content}"
+            empty = role == "assistant" and not content.strip()
+            if empty and not any(key in message for key in NON_TEXT_FIELDS):
+                return None
+        entry: Message = {"role": message["role"], "content": content}
+        entry.update((key, message[key]) for key in REPLAY_FIELDS if key in message)
+        return entry

@@ -1,0 +1,330 @@
+"""What a nanobot release is to sessionkit: one object answering every per-release question.
+
+:class:`ReplayPolicy` holds what every release shares (replay from an offset through a count
+window, a user-turn start, a legal tool-call start and a token budget from the tail) and the
+attributes the layers above ask instead of comparing release names: ``label``, ``colour``,
+``naming``, the temp-file rule, the token payload and fallback, the settings defaults, the
+agent loop's call, checkpoints, the governor and the file cap (``None`` where a release has
+none).  :class:`CappedPolicy` adds ``enforce_file_cap`` and ``retain_recent_legal_suffix``
+for the releases that have them.  Each release subclasses one of these in its own module.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from functools import partial
+from typing import Any, ClassVar
+
+from sessionkit.nanobot import tokens
+from sessionkit.nanobot.history import (
+    FORK_VOLATILE_METADATA_KEYS,
+    Message,
+    Trim,
+    align_to_user,
+    find_legal_message_start,
+    fit_budget,
+    is_hidden_history,
+    is_user,
+    keep_range,
+    offset_start,
+    recent_message_start_index,
+    unchanged,
+)
+from sessionkit.nanobot.settings import HistorySettings
+
+__all__ = ["DEFAULT_MAX_OUTPUT", "SAFETY_BUFFER", "CappedPolicy", "LoopCall", "ReplayPolicy"]
+
+DEFAULT_MAX_OUTPUT = 8192
+"""nanobot's default ``max_tokens`` (the model's output reserve) in every release's config."""
+SAFETY_BUFFER = 1024
+"""What every release's agent loop keeps free besides the output reserve."""
+
+
+@dataclass(frozen=True)
+class LoopCall:
+    """What a release's agent loop passes to ``get_history`` for one context window.
+
+    ``governor_budget`` is the whole-request budget of a release with a context governor (0
+    for the others, whose budget is ``max_tokens``).
+    """
+
+    max_messages: int
+    max_tokens: int
+    governor_budget: int = 0
+
+
+def replay_token_budget(context_window: int, max_output: int) -> int:
+    """The ``max_tokens`` 0.2.2's and 0.3.0's agent loops pass (0, no budget, without a
+    context window): ``ctx - max(1, max_output) - 1024``, or ``max(128, ctx // 2)`` when that
+    is not positive."""
+    if context_window <= 0:
+        return 0
+    budget = context_window - max(1, max_output) - SAFETY_BUFFER
+    return budget if budget > 0 else max(128, context_window // 2)
+
+
+@dataclass(frozen=True)
+class ReplayPolicy:
+    """One nanobot release: its replay rules and every fact the layers above ask about it.
+
+    A release supplies its entry rewrite (``replay_entry``, taking the one setting named by
+    :attr:`entry_setting`), its payload and fallback count, its default settings and, in
+    ``replay``, ``get_history``'s exact signature.  Methods never modify their arguments;
+    :class:`sessionkit.Session` applies results.
+    """
+
+    name: str = ""
+    label: str = ""
+    """How plots, tables and widgets name the release (``"nanobot 0.2.2"``)."""
+    colour: str = "#7f7f7f"
+    """The release's colour in every plot and widget."""
+    default_max_messages: int = 120
+    """The count window ``get_history`` applies for ``max_messages <= 0`` (0: none)."""
+    naming: str = "nanobot-0.2"
+    """The file naming scheme a fork of this release's session uses (``sessionkit.nanobot.naming``)."""
+    temp_name: str = r"[^/]*\.jsonl\.tmp"
+    """The name of the temporary file this release's save writes (a regex, matched whole)."""
+    fork_volatile_keys: frozenset[str] = FORK_VOLATILE_METADATA_KEYS
+    entry_setting: str = "include_timestamps"
+    """The one :class:`HistorySettings` field replayed entries depend on (0.2.2:
+    ``include_timestamps``; 0.3.x: ``include_runtime_context``), a keyword of ``replay_entry``
+    and ``replay``."""
+    entry_default: bool = False
+    """``get_history``'s default for :attr:`entry_setting` (0.2.2 ``include_timestamps=False``,
+    0.3.x ``include_runtime_context=True``)."""
+    defaults: HistorySettings = HistorySettings()
+    """The value of each history setting left ``None``: what ``get_history`` takes by default
+    and what the agent loop passes besides the limits it derives from the model."""
+    ignored: frozenset[str] = frozenset()
+    """Settings this release does not take: always its default, whatever was asked."""
+    hidden_turns: bool = True
+    """Whether a user message marked hidden (:func:`~sessionkit.nanobot.history.is_hidden_history`)
+    still counts as a turn (0.3.5: no, its checkpoint and automation messages are not turns)."""
+    checkpoints: bool = False
+    """Whether summaries leave hidden checkpoint messages the replay offset points to."""
+    governed: bool = False
+    """Whether a context governor budgets the whole request (``LoopCall.governor_budget``)."""
+    file_cap: ClassVar[Callable[..., Trim] | None] = None
+    """``enforce_file_cap``'s rule, ``None`` for a release without a file cap."""
+
+    def resolve(self, settings: HistorySettings) -> HistorySettings:
+        """``settings`` with every ``None`` (and every setting this release ignores) replaced by
+        this release's default: the settings in force under this release."""
+        chosen = {
+            f.name: (
+                getattr(self.defaults, f.name)
+                if f.name in self.ignored or getattr(settings, f.name) is None
+                else getattr(settings, f.name)
+            )
+            for f in fields(HistorySettings)
+        }
+        return HistorySettings(**chosen)
+
+    def loop_call(self, context_window: int, max_output: int, max_messages: int) -> LoopCall:
+        """The ``get_history`` arguments the agent loop derives from a model's limits
+        (``max_messages``: the configured count window, for a release that passes one)."""
+        return LoopCall(max_messages, replay_token_budget(context_window, max_output))
+
+    def is_user_turn(self, message: Message) -> bool:
+        """Whether ``message`` is a user turn: what forks, frames and views count as turns."""
+        return message.get("role") == "user" and (
+            self.hidden_turns or not is_hidden_history(message)
+        )
+
+    def is_temp_file(self, name: str) -> bool:
+        """Whether a file called ``name`` is this release's leftover temporary save file."""
+        return re.fullmatch(self.temp_name, name, re.DOTALL) is not None
+
+    def fork_copy(self, message: Message) -> Message:
+        """The copy of a stored message a fork keeps (0.2.2: the message as it is)."""
+        return copy.deepcopy(message)
+
+    def records_after_clear(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The extra file records ``clear()`` keeps (every one, unless a release drops some)."""
+        return records
+
+    def metadata_record(
+        self, key: str, created_at: str, updated_at: str, metadata: Any, offset: int
+    ) -> dict[str, Any]:
+        """The first line of a session file as this release writes it."""
+        return {
+            "_type": "metadata",
+            "key": key,
+            "created_at": created_at,
+            "updated_at": updated_at,
+            "metadata": metadata,
+            "last_consolidated": offset,
+        }
+
+    def message_payload(self, message: Message) -> str:
+        """The text this release tokenizes for one message (before 4 framing tokens)."""
+        return tokens.message_payload(message)
+
+    def fallback_tokens(self, payload: str) -> int:
+        """This release's count of a payload it cannot encode (or without tiktoken)."""
+        return tokens.byte_fallback_tokens(payload)
+
+    def estimate_message_tokens(self, message: Message) -> int:
+        """This release's prompt-token estimate for one replayed entry."""
+        return tokens.byte_fallback_estimate(self.message_payload(message))
+
+    def fallback_message_tokens(self, message: Message) -> int:
+        """This release's estimate on a machine where tiktoken cannot load."""
+        return self.fallback_tokens(self.message_payload(message))
+
+    def entry_function(self, settings: HistorySettings) -> Callable[[Message], Message | None]:
+        """The rewrite of one stored message into its replayed entry under ``settings``."""
+        value = getattr(self.resolve(settings), self.entry_setting)
+        return partial(self.replay_entry, **{self.entry_setting: value})  # type: ignore[attr-defined]
+
+    def entry_key(self, settings: HistorySettings) -> tuple[Any, ...]:
+        """The settings that change replayed entries (what a replay cache is keyed by)."""
+        return (getattr(self.resolve(settings), self.entry_setting),)
+
+    def history_kwargs(self, settings: HistorySettings) -> dict[str, Any]:
+        """The keyword arguments this release's ``get_history`` takes for ``settings``."""
+        resolved = self.resolve(settings)
+        return {
+            "max_messages": resolved.max_messages,
+            "max_tokens": resolved.max_tokens,
+            "extend_to_user": resolved.extend_to_user,
+            self.entry_setting: getattr(resolved, self.entry_setting),
+        }
+
+    @property
+    def history_signature(self) -> inspect.Signature:
+        """``get_history``'s own signature in this release (without ``self``):
+        ``(max_messages=<default>, *, max_tokens=0, extend_to_user=False, <entry setting>)``."""
+        keyword = inspect.Parameter.KEYWORD_ONLY
+        return inspect.Signature(
+            [
+                inspect.Parameter(
+                    "max_messages",
+                    inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                    default=self.default_max_messages,
+                ),
+                inspect.Parameter("max_tokens", keyword, default=0),
+                inspect.Parameter("extend_to_user", keyword, default=False),
+                inspect.Parameter(self.entry_setting, keyword, default=self.entry_default),
+            ]
+        )
+
+    def replay(
+        self, messages: Sequence[Message], offset: int, *args: Any, **kwargs: Any
+    ) -> list[tuple[int, Message]]:
+        """``get_history`` with each entry's source index: ``[(index, entry), ...]``.
+
+        Takes the arguments of :attr:`history_signature`; one the release does not take
+        raises ``TypeError``, as the release does.
+        """
+        arguments = self.history_signature.bind(*args, **kwargs)
+        arguments.apply_defaults()
+        given = arguments.arguments
+        return self.replay_from(
+            messages,
+            offset,
+            given["max_messages"],
+            max_tokens=given["max_tokens"],
+            extend_to_user=given["extend_to_user"],
+            entry=partial(self.replay_entry, **{self.entry_setting: given[self.entry_setting]}),  # type: ignore[attr-defined]
+        )
+
+    def get_history(
+        self, messages: Sequence[Message], offset: int, *args: Any, **kwargs: Any
+    ) -> list[Message]:
+        """The history this release sends the model, entry for entry (``Session.get_history``),
+        with the release's own arguments (:meth:`replay`)."""
+        return [entry for _, entry in self.replay(messages, offset, *args, **kwargs)]
+
+    def count_window(self, max_messages: int) -> int:
+        """The count window ``get_history(max_messages)`` applies; 0 means none."""
+        return max_messages if max_messages > 0 else self.default_max_messages
+
+    def new_message(
+        self, role: str, content: Any, timestamp: str, extra: Mapping[str, Any]
+    ) -> Message:
+        """The dict ``add_message(role, content, **extra)`` appends (``extra`` may override
+        the timestamp's value, not its place)."""
+        return {"role": role, "content": content, "timestamp": timestamp, **extra}
+
+    def replay_from(
+        self,
+        messages: Sequence[Message],
+        offset: int,
+        max_messages: int,
+        *,
+        max_tokens: int,
+        extend_to_user: bool,
+        entry: Callable[[Message], Message | None],
+    ) -> list[tuple[int, Message]]:
+        """``get_history`` with each entry's source index: ``[(index, entry), ...]``."""
+        start = offset_start(offset, len(messages))
+        count = self.count_window(max_messages)
+        if count > 0:
+            start += recent_message_start_index(
+                messages[start:], count, extend_to_user=extend_to_user
+            )
+        start = align_to_user(messages, start)
+        start += find_legal_message_start(messages[start:])
+        entries = [
+            (i, replayed)
+            for i in range(start, len(messages))
+            if (replayed := entry(messages[i])) is not None
+        ]
+        if max_tokens > 0 and entries:
+            entries = fit_budget(entries, max_tokens, self.estimate_message_tokens)
+        return entries
+
+
+@dataclass(frozen=True)
+class CappedPolicy(ReplayPolicy):
+    """A release with nanobot's file cap: ``enforce_file_cap`` and
+    ``retain_recent_legal_suffix`` (0.2.2, 0.3.0)."""
+
+    file_limit: int = 2000
+
+    def retention_value(self, trim: Trim) -> Any:
+        """What this release's ``retain_recent_legal_suffix`` returns for ``trim``."""
+        return trim.dropped, trim.already_consolidated
+
+    def retain_recent_legal_suffix(
+        self,
+        messages: list[Message],
+        last_consolidated: int,
+        max_messages: int,
+        *,
+        extend_to_user: bool = False,
+    ) -> Trim:
+        """Trim to at most ``max_messages`` recent messages starting at a user turn.
+
+        Without ``extend_to_user``, a tail holding no user message is replaced by the
+        ``max_messages`` messages from the latest user message on (newer ones are dropped).
+        With it, the suffix reaches back to a user message and may exceed ``max_messages``.
+        """
+        n = len(messages)
+        if max_messages <= 0:
+            return Trim([], list(messages), min(last_consolidated, n), 0, cleared=True)
+        if n <= max_messages:
+            return unchanged(messages, last_consolidated)
+        start, stop = n - max_messages, n
+        if extend_to_user:
+            start = next((i for i in range(start, -1, -1) if is_user(messages[i])), start)
+        first = next((i for i in range(start, n) if is_user(messages[i])), None)
+        if first is not None:
+            start = first
+        elif not extend_to_user:
+            latest = next((i for i in range(n - 1, -1, -1) if is_user(messages[i])), None)
+            if latest is not None:
+                start, stop = latest, latest + max_messages
+        start += find_legal_message_start(messages[start:stop])
+        return keep_range(messages, last_consolidated, start, stop)
+
+    def file_cap(self, messages: list[Message], last_consolidated: int, limit: int) -> Trim:  # type: ignore[override]
+        """``enforce_file_cap``: trim to ``limit`` messages once the file grows past it."""
+        if limit <= 0 or len(messages) <= limit:
+            return unchanged(messages, last_consolidated)
+        return self.retain_recent_legal_suffix(messages, last_consolidated, limit)
