@@ -53,3 +53,20 @@ def test_figure_snapshot_pins_the_data_not_the_pixels(tmp_path: Path) -> None:
     assert assert_figure_snapshot(draw(2, "blue").axes[0], path).status == "matches"
     with pytest.raises(SnapshotMismatch, match="row 1, y: 2 -> 3"):
         assert_figure_snapshot(draw(3, "red"), path)
+
+
+def test_layout_problems_finds_what_keeps_a_figure_from_being_read() -> None:
+    from sessionkit.testing.figures import layout_problems
+
+    fig = Figure(figsize=(4, 3), layout="constrained")
+    ax = fig.add_subplot()
+    ax.plot([0, 1], [0, 3], label="a line")
+    ax.set_ylabel("messages")
+    assert layout_problems(fig) == []
+    (fractional,) = layout_problems(fig, counts=[ax.yaxis])
+    assert fractional.startswith("fractional ticks on the count axis 'messages': [0.5")
+    ax.legend(loc="center")
+    assert "legend 0 covers the data area of axes 0" in layout_problems(fig)
+    ax.get_legend().remove()
+    ax.text(1.2, 0.5, "far right", transform=ax.transAxes, in_layout=False)
+    assert any("outside the canvas" in p for p in layout_problems(fig))
