@@ -123,6 +123,9 @@ class PlotFigure(Figure):
     """A Figure sessionkit made through pyplot: Jupyter shows it once at the end of the cell,
     also when a cell ends with it (see :func:`_show_once`)."""
 
+    def __repr__(self) -> str:
+        return super().__repr__().replace(type(self).__name__, "Figure", 1)
+
 
 def new_figure(width: float, height: float, **kwargs: Any) -> Figure:
     """A new Figure of ``width`` x ``height`` inches, constrained layout, made through pyplot
