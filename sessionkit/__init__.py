@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -76,7 +77,7 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(_HOMES[name]), name)
         globals()[name] = value
         return value
-    if name in _SUBMODULES:
+    if name in _SUBMODULES or importlib.util.find_spec(f"sessionkit.{name}") is not None:
         return importlib.import_module(f"sessionkit.{name}")
     raise AttributeError(f"module 'sessionkit' has no attribute {name!r}")
 

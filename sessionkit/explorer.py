@@ -15,7 +15,7 @@ import io
 import tempfile
 import unicodedata
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import ipywidgets as widgets
 import numpy as np
@@ -27,7 +27,7 @@ from sessionkit.nanobot.listing import flatten_content
 from sessionkit.nanobot.naming import UnsafeKeyError
 from sessionkit.nanobot.policies import POLICIES, get_policy
 from sessionkit.nanobot.session import Session
-from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings
+from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings, SettingsOverrides
 from sessionkit.schema import STATUSES
 from sessionkit.states import MessageStates, message_states
 from sessionkit.transcript import TranscriptWidget, transcript_rows
@@ -131,8 +131,8 @@ class Explorer(widgets.VBox):
     settings
         Initial history settings (a field left ``None``: the release's default); the
         controls change all but ``last_consolidated``.
-    max_messages, max_tokens, include_timestamps, extend_to_user, file_cap
-        Overrides of ``settings`` (None: the setting's).
+    **overrides
+        Any :class:`~sessionkit.HistorySettings` field by name, overriding ``settings``.
     """
 
     def __init__(
@@ -142,21 +142,11 @@ class Explorer(widgets.VBox):
         key: str | None = None,
         sessions_dir: str | Path | None = None,
         settings: HistorySettings = DEFAULT_SETTINGS,
-        max_messages: int | None = None,
-        max_tokens: int | None = None,
-        include_timestamps: bool | None = None,
-        extend_to_user: bool | None = None,
-        file_cap: int | None = None,
+        **overrides: Unpack[SettingsOverrides],
     ) -> None:
         self.corpus = corpus
         self.fork_folder = SCRATCH_FORK_DIR if sessions_dir is None else Path(sessions_dir)
-        self._initial = settings.replace(
-            max_messages=max_messages,
-            max_tokens=max_tokens,
-            include_timestamps=include_timestamps,
-            extend_to_user=extend_to_user,
-            file_cap=file_cap,
-        )
+        self._initial = settings.replace(**overrides)
         self._scheduled = False
         self._quiet = False
         self._original = ""
@@ -512,13 +502,12 @@ def explore(
     key: str | None = None,
     sessions_dir: str | Path | None = None,
     settings: HistorySettings = DEFAULT_SETTINGS,
-    **overrides: Any,
+    **overrides: Unpack[SettingsOverrides],
 ) -> Explorer:
     """Show the explorer for a Corpus (or one Session); returns the app (an ipywidgets VBox).
 
     ``settings`` are the initial history settings and ``overrides`` replace some of them
-    (``max_messages``, ``max_tokens``, ``include_timestamps``, ``extend_to_user``,
-    ``file_cap``); forks go to ``sessions_dir`` (default: :data:`SCRATCH_FORK_DIR`).
+    (any :class:`~sessionkit.HistorySettings` field by name); forks go to ``sessions_dir`` (default: :data:`SCRATCH_FORK_DIR`).
     """
     if isinstance(corpus, Session):
         corpus = Corpus([corpus])

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import operator
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from tqdm.auto import tqdm
 from sessionkit.corpus import resolve_session
 from sessionkit.nanobot.naming import Naming, session_path
 from sessionkit.nanobot.policies import get_policy
-from sessionkit.nanobot.session import Session
+from sessionkit.nanobot.session import Session, turn_number
 from sessionkit.nanobot.writer import check_target, save_session
 
 if TYPE_CHECKING:
@@ -69,14 +68,7 @@ class _Job:
 
 
 def _index(session: Session, before_user_index: Any, edit: str | None) -> int:
-    if isinstance(before_user_index, bool):
-        raise TypeError("before_user_index must be an integer, not a bool")
-    try:
-        index = operator.index(before_user_index)
-    except TypeError:
-        raise TypeError(
-            f"before_user_index must be an integer, got {type(before_user_index).__name__}"
-        ) from None
+    index = turn_number(before_user_index, "before_user_index")
     n_users = session.n_user_turns
     has = f"session {session.key!r} has {n_users} user message{'' if n_users == 1 else 's'}"
     if edit is None and not 0 <= index <= n_users:

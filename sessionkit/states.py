@@ -14,7 +14,7 @@ after every turn.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import numpy as np
 import pandas as pd
@@ -23,7 +23,7 @@ from sessionkit import replay
 from sessionkit.corpus import resolve_session
 from sessionkit.nanobot.policies import Trim, get_policy
 from sessionkit.nanobot.session import Session
-from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings
+from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings, SettingsOverrides
 from sessionkit.schema import STATES, STATUS_NAMES, frame
 from sessionkit.windowing import windows
 
@@ -163,11 +163,7 @@ def message_states(
     *,
     turn: int | None = None,
     settings: HistorySettings = DEFAULT_SETTINGS,
-    max_messages: int | None = None,
-    max_tokens: int | None = None,
-    include_timestamps: bool | None = None,
-    extend_to_user: bool | None = None,
-    file_cap: int | None = None,
+    **overrides: Unpack[SettingsOverrides],
 ) -> MessageStates:
     """Every message of a session with its tokens and its status at ``turn``.
 
@@ -182,17 +178,12 @@ def message_states(
         The history settings, the file cap applied before the turn included (a field left
         ``None``: the session's release's default, see :class:`~sessionkit.HistorySettings`);
         the result carries them resolved.
-    max_messages, max_tokens, include_timestamps, extend_to_user, file_cap
-        Overrides of ``settings`` (None: the setting's).
+    **overrides
+        Any :class:`~sessionkit.HistorySettings` field by name, overriding ``settings``
+        (None: the setting's).
     """
     session = resolve_session(source, key)
-    settings = settings.replace(
-        max_messages=max_messages,
-        max_tokens=max_tokens,
-        include_timestamps=include_timestamps,
-        extend_to_user=extend_to_user,
-        file_cap=file_cap,
-    )
+    settings = settings.replace(**overrides)
     policy = get_policy(session.policy)
     settings = policy.resolve(settings)
     resolved = _turn(session, turn)

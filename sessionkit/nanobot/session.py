@@ -13,7 +13,17 @@ from typing import Any
 from sessionkit.nanobot.policies import CappedPolicy, Trim, get_policy
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings, Offset
 
-__all__ = ["Session"]
+__all__ = ["Session", "turn_number"]
+
+
+def turn_number(value: Any, name: str) -> int:
+    """``value`` as a user-turn index, refusing a bool or a non-integer (``name`` says whose)."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer, not a bool")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}") from None
 
 
 def _valid_offset(value: Any, n_messages: int) -> bool:
@@ -126,14 +136,7 @@ class Session:
         IndexError
             When ``index`` is below 0 or past ``n_user_turns``.
         """
-        if isinstance(index, bool):
-            raise TypeError("the user message index must be an integer, not a bool")
-        try:
-            index = operator.index(index)
-        except TypeError:
-            raise TypeError(
-                f"the user message index must be an integer, got {type(index).__name__}"
-            ) from None
+        index = turn_number(index, "the user message index")
         turn = get_policy(self.policy).is_user_turn
         stop = None if index < 0 else _user_position(self.messages, index, turn)
         if stop is None:

@@ -9,9 +9,9 @@ this release does by default"; each release object resolves it
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
-__all__ = ["DEFAULT_SETTINGS", "HistorySettings", "Offset"]
+__all__ = ["DEFAULT_SETTINGS", "HistorySettings", "Offset", "SettingsOverrides"]
 
 Offset = Literal["recorded", "none"] | int
 """Which ``last_consolidated`` a replay starts from: the stored one, 0, or a given index."""
@@ -73,6 +73,19 @@ class HistorySettings:
     def replace(self, **changes: Any) -> HistorySettings:
         """A copy with some fields changed (``None`` values leave a field as it is)."""
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+class SettingsOverrides(TypedDict, total=False):
+    """Keyword overrides of a :class:`HistorySettings` (``None``: keep the setting), as every
+    function taking ``settings=`` also takes them."""
+
+    max_messages: int | None
+    max_tokens: int | None
+    include_timestamps: bool | None
+    extend_to_user: bool | None
+    include_runtime_context: bool | None
+    file_cap: int | None
+    last_consolidated: Offset | None
 
 
 DEFAULT_SETTINGS = HistorySettings()
