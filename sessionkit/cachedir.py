@@ -3,6 +3,7 @@ the one way it writes there."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import time
@@ -11,7 +12,13 @@ from pathlib import Path
 
 import pyarrow as pa
 
-__all__ = ["default_cache_dir", "write_ipc"]
+__all__ = ["default_cache_dir", "name_digest", "write_ipc"]
+
+
+def name_digest(data: bytes | str) -> str:
+    """A short stable name for ``data`` in the cache folder (32 hex digits of BLAKE2b)."""
+    raw = data.encode() if isinstance(data, str) else data
+    return hashlib.blake2b(raw, digest_size=16).hexdigest()
 
 
 def default_cache_dir() -> Path:

@@ -34,14 +34,15 @@ import pandas as pd
 from sessionkit.corpus import check_source
 from sessionkit.nanobot.loss import LongLine, NanobotLoad, nanobot_load, read_line, split_lines
 from sessionkit.nanobot.naming import key_from_filename, sessions_folder
-from sessionkit.nanobot.policies import DEFAULT_POLICY
+from sessionkit.nanobot.policies import DEFAULT_POLICY, is_temp_file
 from sessionkit.nanobot.reader import (
     CHECKPOINT_SUFFIX,
     SESSION_SUFFIXES,
     SessionPathError,
+    file_kind,
     read_session_file,
 )
-from sessionkit.nanobot.writer import LOCK_FILENAME, file_kind, is_temp_file, write_file
+from sessionkit.nanobot.writer import LOCK_FILENAME, write_file
 
 __all__ = ["COLUMNS", "LOSS_RULE_POLICY", "LOSS_RULE_RELEASE", "doctor", "fix", "has_problems"]
 

@@ -13,12 +13,10 @@ from __future__ import annotations
 import atexit
 import importlib.machinery
 import importlib.util
-import multiprocessing
 import os
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import suppress
 from functools import lru_cache
 from hashlib import blake2b
@@ -34,6 +32,7 @@ import pyarrow as pa
 
 from sessionkit.cachedir import default_cache_dir, write_ipc
 from sessionkit.fields import STR_OR_NONE, message_field
+from sessionkit.forked import SHARED, can_fork, forked_pool
 from sessionkit.nanobot.policies import DEFAULT_POLICY, get_policy
 from sessionkit.nanobot.tokens import (
     FRAMING_TOKENS,
@@ -349,30 +348,20 @@ class ReadThroughCache(TokenCache):
         self.fresh.extend(pairs)
 
 
-_SHARED: dict[str, Any] = {}
-"""What forked workers count (the messages, and the cache they read through): set just before
-the pool forks, so nothing is pickled to them."""
-
-
 def _parallel(n_messages: int, workers: int) -> bool:
     """Whether to fork workers: a large batch, and a process that may have children (a Dask
     or multiprocessing worker is a daemon, which may not)."""
-    return (
-        workers > 1
-        and n_messages >= _PARALLEL_MIN_MESSAGES
-        and "fork" in multiprocessing.get_all_start_methods()
-        and not multiprocessing.current_process().daemon
-    )
+    return workers > 1 and n_messages >= _PARALLEL_MIN_MESSAGES and can_fork()
 
 
 def _count_shared_range(start: int, stop: int, policy: str) -> list[int]:
-    return _payload_counts(_SHARED["messages"][start:stop], policy)
+    return _payload_counts(SHARED["messages"][start:stop], policy)
 
 
 def _keyed_shared_range(start: int, stop: int, policy: str) -> tuple[list[int], list]:
     """A range's counts through the parent's cache, and the counts it had to make."""
-    delta = ReadThroughCache(_SHARED["cache"])
-    counts = _cached_counts(_SHARED["messages"][start:stop], delta, 1, policy)
+    delta = ReadThroughCache(SHARED["cache"])
+    counts = _cached_counts(SHARED["messages"][start:stop], delta, 1, policy)
     return counts, delta.fresh
 
 
@@ -389,12 +378,8 @@ def _forked(
     starts = list(range(0, len(messages), step))
     stops = [min(len(messages), s + step) for s in starts]
     _counter()  # load the ranks once; the workers inherit them
-    _SHARED.update(messages=messages, cache=cache)
-    try:
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            return list(pool.map(task, starts, stops, repeat(policy)))
-    finally:
-        _SHARED.clear()
+    with forked_pool(workers, messages=messages, cache=cache) as pool:
+        return list(pool.map(task, starts, stops, repeat(policy)))
 
 
 def _uncached_counts(messages: Sequence[dict[str, Any]], workers: int, policy: str) -> list[int]:

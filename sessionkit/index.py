@@ -17,7 +17,6 @@ folder, and never a workspace.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import stat
@@ -30,7 +29,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from sessionkit.cachedir import default_cache_dir, write_ipc
+from sessionkit.cachedir import default_cache_dir, name_digest, write_ipc
 from sessionkit.frames import MESSAGE_TABLE, Entry
 from sessionkit.nanobot.naming import SessionPathError
 from sessionkit.nanobot.reader import read_session_file
@@ -88,13 +87,9 @@ class SessionChangedError(SessionPathError):
     """A session's file changed after it was loaded, so its messages no longer match the frames."""
 
 
-def _digest(raw: bytes) -> str:
-    return hashlib.blake2b(raw, digest_size=16).hexdigest()
-
-
 def store_key(files: list[Path]) -> str:
     """The key of the store ``files`` form: their folders (a pack is kept per store)."""
-    return _digest(b"\0".join(sorted({os.fsencode(f.parent) for f in files})))
+    return name_digest(b"\0".join(sorted({os.fsencode(f.parent) for f in files})))
 
 
 @dataclass(frozen=True)
@@ -194,7 +189,7 @@ class Index:
             item = pack.get(key)
             in_pack = item is not None and identity is not None and item.identity == identity
             if not in_pack and identity is not None:
-                own = self._pack_path("files", _digest(os.fsencode(file)))
+                own = self._pack_path("files", name_digest(os.fsencode(file)))
                 item = _read_pack(own, MESSAGE_TABLE)[1].get(key)
             if item is None or identity is None or item.identity != identity:
                 found.append(None)
@@ -214,10 +209,12 @@ class Index:
         if whole:
             _write_pack(self._pack_path("stores", store), items, MESSAGE_TABLE)
             for item in items:
-                self._pack_path("files", _digest(os.fsencode(item.path))).unlink(missing_ok=True)
+                self._pack_path("files", name_digest(os.fsencode(item.path))).unlink(
+                    missing_ok=True
+                )
             return
         for item in items:
-            target = self._pack_path("files", _digest(os.fsencode(item.path)))
+            target = self._pack_path("files", name_digest(os.fsencode(item.path)))
             _write_pack(target, [item], MESSAGE_TABLE)
 
     def read_replays(self, store: str, name: str) -> tuple[pa.Table, dict[str, Item]]:
@@ -235,7 +232,7 @@ class Index:
     def read_arrays(self, name: str, stamp: str) -> dict[str, np.ndarray] | None:
         """Arrays kept under ``name`` for ``stamp`` (the versions of what they were derived
         from), memory-mapped and read-only; None when there are none for that stamp."""
-        path = self._pack_path("derived", _digest(name.encode()))
+        path = self._pack_path("derived", name_digest(name.encode()))
         try:
             with pa.memory_map(str(path)) as source:
                 table = pa.ipc.open_file(source).read_all()
@@ -259,11 +256,11 @@ class Index:
         described = [[key, a.dtype.str] for key, a in arrays.items()]
         metadata = {"format": FORMAT, "name": name, "stamp": stamp, "arrays": described}
         table = pa.table({"data": data})
-        target = self._pack_path("derived", _digest(name.encode()))
+        target = self._pack_path("derived", name_digest(name.encode()))
         write_ipc(target, table.schema.with_metadata({_KEY: json.dumps(metadata)}), [table])
 
     def _replay_path(self, store: str, name: str) -> Path:
-        return self._pack_path("replays", f"{store}-{_digest(name.encode())}")
+        return self._pack_path("replays", f"{store}-{name_digest(name.encode())}")
 
 
 class IndexedSession(Session):

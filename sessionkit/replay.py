@@ -15,13 +15,11 @@ store's replays (the windows' stacked arrays): a new process then replays nothin
 
 from __future__ import annotations
 
-import hashlib
-import multiprocessing
 import operator
 import os
 import weakref
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -31,7 +29,9 @@ import pandas as pd
 import pyarrow as pa
 from tqdm.auto import tqdm
 
+from sessionkit.cachedir import name_digest
 from sessionkit.counting import DEFAULT_CACHE, ReadThroughCache, TokenCache, count_tokens
+from sessionkit.forked import SHARED, can_fork, forked_pool
 from sessionkit.index import REPLAY_TABLE, Index, IndexedSession, Item
 from sessionkit.nanobot.history import HIDDEN_HISTORY_KEY
 from sessionkit.nanobot.policies import ReplayPolicy, get_policy, tool_call_ids, tool_result_id
@@ -284,12 +284,8 @@ def _derived_name(
     (index, store) = homes.pop()  # type: ignore[misc]
     paths = [os.fsdecode(s.path) for s in sessions]  # type: ignore[arg-type]
     versions = [list(vars(s.identity).values()) for s in sessions]  # type: ignore[attr-defined]
-    name = f"{store}-{kind}-{_hex(repr((key, paths)))}"
-    return index, name, _hex(repr(versions))
-
-
-def _hex(text: str) -> str:
-    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+    name = f"{store}-{kind}-{name_digest(repr((key, paths)))}"
+    return index, name, name_digest(repr(versions))
 
 
 def prepared(
@@ -340,13 +336,9 @@ def _remember(name: tuple[str, str], value: T) -> T:
     return value
 
 
-# Shared with forked workers: the sessions, policy, settings and the parent's token cache.
-_SHARED: dict[str, Any] = {}
-
-
 def _compute_chunk(indices: list[int]) -> tuple[list[int], list[Replay], list]:
-    sessions, policy, settings = _SHARED["sessions"], _SHARED["policy"], _SHARED["settings"]
-    delta = ReadThroughCache(_SHARED["cache"])
+    sessions, policy, settings = SHARED["sessions"], SHARED["policy"], SHARED["settings"]
+    delta = ReadThroughCache(SHARED["cache"])
     replays = [
         _compute(sessions[i], _policy(sessions[i], policy), settings, delta) for i in indices
     ]
@@ -365,12 +357,6 @@ def _chunks(sizes: list[int], todo: list[int], n_chunks: int) -> list[list[int]]
     return [g for g in groups if g]
 
 
-def _fork_context() -> multiprocessing.context.BaseContext | None:
-    if "fork" in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("fork")
-    return None
-
-
 def _compute_in_workers(
     sessions: list[Session],
     policy: str | None,
@@ -378,20 +364,16 @@ def _compute_in_workers(
     cache: TokenCache | None,
     chunks: list[list[int]],
     workers: int,
-    context: multiprocessing.context.BaseContext,
 ) -> Iterator[tuple[list[int], list[Replay]]]:
     """Replay chunks of sessions in forked workers; their new token counts join ``cache``."""
-    _SHARED.update(sessions=sessions, policy=policy, settings=settings, cache=cache)
-    try:
-        with ProcessPoolExecutor(workers, mp_context=context) as pool:
-            jobs = [pool.submit(_compute_chunk, chunk) for chunk in chunks]
-            for job in as_completed(jobs):
-                indices, replays, fresh = job.result()
-                if cache is not None and fresh:
-                    cache.update(*zip(*fresh, strict=True))
-                yield indices, replays
-    finally:
-        _SHARED.clear()
+    shared = {"sessions": sessions, "policy": policy, "settings": settings, "cache": cache}
+    with forked_pool(workers, **shared) as pool:
+        jobs = [pool.submit(_compute_chunk, chunk) for chunk in chunks]
+        for job in as_completed(jobs):
+            indices, replays, fresh = job.result()
+            if cache is not None and fresh:
+                cache.update(*zip(*fresh, strict=True))
+            yield indices, replays
 
 
 _PER_MESSAGE = ("is_user", "delivery", "command", "checkpoint", "turn", "declared")
@@ -498,18 +480,17 @@ def replay_all(
     total = sum(sizes[i] for i in todo)
     if workers is None:
         workers = (os.cpu_count() or 1) if total >= _AUTO_PARALLEL_MESSAGES else 1
-    context = _fork_context()
     show = total >= _AUTO_PROGRESS_MESSAGES if progress is None else progress
     label = f"preparing ({policy or 'own policy'}, {keys[0][1] if keys else ()})"
     with tqdm(total=total, unit="msg", desc=label, disable=not show or not todo) as bar:
-        if workers <= 1 or context is None or len(todo) < 2:
+        if workers <= 1 or not can_fork() or len(todo) < 2:
             for i in todo:
                 found[i] = _compute(sessions[i], _policy(sessions[i], policy), settings, cache)
                 bar.update(sizes[i])
         else:
             chunks = _chunks(sizes, todo, max(4 * workers, total // _CHUNK_MESSAGES))
             for indices, replays in _compute_in_workers(
-                sessions, policy, settings, cache, chunks, workers, context
+                sessions, policy, settings, cache, chunks, workers
             ):
                 for i, r in zip(indices, replays, strict=True):
                     found[i] = r

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import messages
 
-from sessionkit import counting
+from sessionkit import counting, forked
 from sessionkit.counting import TokenCache, count_tokens
 from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.tokens import encoding, estimate_message_tokens, fallback_message_tokens
@@ -179,14 +179,14 @@ def test_parallel_path_equals_single_path(monkeypatch: pytest.MonkeyPatch) -> No
     messages += MIXED
     single = count_tokens(messages, cache=None, workers=1)
     pools: list[int] = []
-    pool_class = counting.ProcessPoolExecutor
+    pool_class = forked.ProcessPoolExecutor
 
     class SpyPool(pool_class):  # type: ignore[misc, valid-type]
         def __init__(self, max_workers: int, **kwargs: Any) -> None:
             pools.append(max_workers)
             super().__init__(max_workers, **kwargs)
 
-    monkeypatch.setattr(counting, "ProcessPoolExecutor", SpyPool)
+    monkeypatch.setattr(forked, "ProcessPoolExecutor", SpyPool)
     monkeypatch.setattr(counting, "_PARALLEL_MIN_MESSAGES", 1)
     assert count_tokens(messages, cache=None, workers=2) == single
     assert pools == [2]

@@ -49,7 +49,7 @@ def test_odd_entries_and_temp_files_are_rows_beside_the_sessions(tmp_path: Path)
     corpus = sk.load(tmp_path, tokens=None)
     assert corpus.keys() == ["cli:x"]
     assert rows(corpus, tmp_path) == [
-        ("sessions/pipe.jsonl", None, "a FIFO (named pipe), not a regular file; not read"),
+        ("sessions/pipe.jsonl", None, "a FIFO, not a regular file; not read"),
         (
             "sessions/.cli_x.00112233aabb.tmp",
             None,
@@ -63,7 +63,7 @@ def test_a_fifo_named_directly_is_reported_without_blocking(tmp_path: Path) -> N
     corpus = sk.load(tmp_path / "pipe.jsonl")
     assert len(corpus) == 0
     assert rows(corpus, tmp_path) == [
-        ("pipe.jsonl", None, "a FIFO (named pipe), not a regular file; not read")
+        ("pipe.jsonl", None, "a FIFO, not a regular file; not read")
     ]
 
 

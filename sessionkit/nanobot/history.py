@@ -37,6 +37,7 @@ __all__ = [
     "offset_start",
     "public_message",
     "recent_message_start_index",
+    "replayed_entry",
     "sanitize_assistant_text",
     "tool_call_ids",
     "tool_result_id",
@@ -186,6 +187,18 @@ def user_breadcrumbs(message: Message, text: str) -> str:
         if lines:
             text = append_lines(text, lines)
     return text
+
+
+def replayed_entry(message: Message, content: Any) -> Message | None:
+    """The dict ``message`` becomes in the history with its rewritten ``content``: role,
+    content and the replayed fields; None for an assistant message left without text and with
+    nothing else to send (no tool calls, reasoning or thinking blocks)."""
+    empty = message.get("role") == "assistant" and isinstance(content, str) and not content.strip()
+    if empty and not any(key in message for key in NON_TEXT_FIELDS):
+        return None
+    entry: Message = {"role": message["role"], "content": content}
+    entry.update((key, message[key]) for key in REPLAY_FIELDS if key in message)
+    return entry
 
 
 def offset_start(last_consolidated: int, n_messages: int) -> int:

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, BinaryIO
 
+from sessionkit.nanobot.reader import MAX_LINE_BYTES, split_batches
+
 __all__ = [
-    "MAX_LINE_BYTES",
     "LineVerdict",
     "LongLine",
     "NanobotLoad",
@@ -26,10 +27,10 @@ __all__ = [
     "split_lines",
 ]
 
-MAX_LINE_BYTES = 1 << 30
-"""Longest line read (1 GiB); nanobot would try to read a longer one whole, and most likely
-fail for lack of memory, losing the session, which is what is reported for it."""
 _BLOCK = 1 << 20
+"""Bytes read at a time.  A line over the reader's ``MAX_LINE_BYTES`` is not read: nanobot would
+try to read it whole and most likely fail for lack of memory, losing the session, which is what
+is reported for it."""
 
 
 @dataclass(frozen=True)
@@ -76,36 +77,16 @@ class LongLine(bytes):
         return line
 
 
-def _line(pieces: list[bytes], size: int, limit: int) -> bytes:
-    return LongLine(size) if size > limit else b"".join(pieces)
-
-
 def split_lines(stream: BinaryIO, limit: int = MAX_LINE_BYTES) -> Iterator[bytes]:
     r"""The lines of a binary stream without their ends, split as Python's text mode splits.
 
-    ``\n``, ``\r\n`` and a lone ``\r`` each end a line.  The stream is read in blocks; a line
-    over ``limit`` bytes is not kept but counted, and comes out as a :class:`LongLine`.
+    ``\n``, ``\r\n`` and a lone ``\r`` each end a line (:func:`~sessionkit.nanobot.reader.split_batches`,
+    the reader's own splitter); a line over ``limit`` bytes is not kept but counted, and comes
+    out as a :class:`LongLine`.
     """
-    pieces: list[bytes] = []
-    size = 0
-    held_cr = False
-    for block in iter(lambda: stream.read(_BLOCK), b""):
-        if held_cr:
-            block = b"\r" + block
-        held_cr = block.endswith(b"\r")
-        if held_cr:
-            block = block[:-1]
-        *ends, rest = block.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
-        for end in ends:
-            yield _line([*pieces, end], size + len(end), limit)
-            pieces, size = [], 0
-        size += len(rest)
-        if size <= limit:
-            pieces.append(rest)
-        else:
-            pieces = []
-    if held_cr or size:
-        yield _line(pieces, size, limit)
+    for batch in split_batches(stream.read, _BLOCK, limit):
+        for line in batch:
+            yield LongLine(line) if type(line) is int else line  # type: ignore[misc]
 
 
 def _json_type(value: Any) -> str:

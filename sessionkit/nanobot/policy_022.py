@@ -12,9 +12,8 @@ from dataclasses import dataclass
 
 from sessionkit.nanobot import tokens
 from sessionkit.nanobot.history import (
-    NON_TEXT_FIELDS,
-    REPLAY_FIELDS,
     Message,
+    replayed_entry,
     sanitize_assistant_text,
     user_breadcrumbs,
 )
@@ -78,9 +77,4 @@ class Policy(CappedPolicy):
                 stamp = message.get("timestamp")
                 if include_timestamps and stamp:
                     content = f"[Message Time: {stamp}]\n{content}"
-            empty = role == "assistant" and not content.strip()
-            if empty and not any(key in message for key in NON_TEXT_FIELDS):
-                return None
-        entry: Message = {"role": message["role"], "content": content}
-        entry.update((key, message[key]) for key in REPLAY_FIELDS if key in message)
-        return entry
+        return replayed_entry(message, content)

@@ -15,13 +15,12 @@ from typing import Any
 
 from sessionkit.nanobot import tokens
 from sessionkit.nanobot.history import (
-    NON_TEXT_FIELDS,
-    REPLAY_FIELDS,
     RUNTIME_CONTEXT_KEY,
     Trim,
     append_lines,
     cli_app_lines,
     public_message,
+    replayed_entry,
     sanitize_assistant_text,
 )
 from sessionkit.nanobot.release import CappedPolicy, LoopCall, replay_token_budget
@@ -145,12 +144,7 @@ class Policy030(CappedPolicy):
             content = append_lines(content, paths)
         if include_runtime_context and not marked and role == "user":
             content = _cli_app_breadcrumbs(message, content)
-        empty = role == "assistant" and isinstance(content, str) and not content.strip()
-        if empty and not any(key in message for key in NON_TEXT_FIELDS):
-            return None
-        entry: Message = {"role": message["role"], "content": content}
-        entry.update((key, message[key]) for key in REPLAY_FIELDS if key in message)
-        return entry
+        return replayed_entry(message, content)
 
     def retention_value(self, trim: Trim) -> RetentionResult:
         """The value 0.3.0's ``retain_recent_legal_suffix`` returns for ``trim``."""

@@ -23,14 +23,13 @@ from sessionkit.nanobot.history import (
     CONTINUATION_TEXT,
     FORK_VOLATILE_METADATA_KEYS,
     HIDDEN_HISTORY_KEY,
-    NON_TEXT_FIELDS,
-    REPLAY_FIELDS,
     RUNTIME_CONTEXT_KEY,
     Message,
     append_lines,
     cli_app_lines,
     media_breadcrumbs,
     public_message,
+    replayed_entry,
     sanitize_assistant_text,
 )
 from sessionkit.nanobot.release import SAFETY_BUFFER, LoopCall, ReplayPolicy
@@ -131,15 +130,9 @@ class Policy035(ReplayPolicy):
     ) -> dict[str, Any]:
         """0.3.5 writes the offset twice: ``last_archived``, and ``last_consolidated`` for
         older releases."""
-        return {
-            "_type": "metadata",
-            "key": key,
-            "created_at": created_at,
-            "updated_at": updated_at,
-            "metadata": metadata,
-            "last_archived": offset,
-            "last_consolidated": offset,
-        }
+        record = super().metadata_record(key, created_at, updated_at, metadata, offset)
+        del record["last_consolidated"]  # re-added after last_archived, where 0.3.5 puts it
+        return record | {"last_archived": offset, "last_consolidated": offset}
 
     def message_payload(self, message: Message) -> str:
         """0.3.5's payload: text blocks whose text is not a string are skipped."""
@@ -170,12 +163,7 @@ class Policy035(ReplayPolicy):
             lines = cli_app_lines(apps)
             if lines:
                 content = append_lines(content, lines)
-        empty = role == "assistant" and isinstance(content, str) and not content.strip()
-        if empty and not any(key in message for key in NON_TEXT_FIELDS):
-            return None
-        entry: Message = {"role": message["role"], "content": content}
-        entry.update((key, message[key]) for key in REPLAY_FIELDS if key in message)
-        return entry
+        return replayed_entry(message, content)
 
     def count_window(self, max_messages: int) -> int:
         """0.3.5 applies a count window only when asked for a positive one."""

@@ -13,7 +13,7 @@ import os
 import re
 import reprlib
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
@@ -38,10 +38,13 @@ __all__ = [
     "MAX_LINE_BYTES",
     "Problem",
     "SessionPathError",
+    "FILE_KINDS",
+    "file_kind",
     "find_session_files",
     "leftover_temp_files",
     "parse_timestamp",
     "read_session_file",
+    "split_batches",
 ]
 
 SESSION_SUFFIXES = (".jsonl", ".json")
@@ -190,21 +193,24 @@ def _skip_hole(fd: int) -> int:
     return data - here
 
 
-def _unread_if_long(line: bytes | int) -> bytes | int:
-    return len(line) if type(line) is bytes and len(line) > MAX_LINE_BYTES else line
+def split_batches(
+    read: Callable[[int], bytes],
+    step: int,
+    limit: int,
+    skip_hole: Callable[[], int] | None = None,
+) -> Iterator[list[bytes | int]]:
+    r"""The lines ``read(step)`` gives, a chunk's worth at a time, without their ends, split as
+    nanobot's text-mode reading splits (``\n``, ``\r\n`` and a lone ``\r`` end a line).
 
-
-def _read_batches(fd: int) -> Iterator[list[bytes | int]]:
-    """The lines, a chunk's worth at a time, split as nanobot's text-mode reading splits
-    (``\n``, ``\r\n`` and a lone ``\r`` end a line).  A line over :data:`MAX_LINE_BYTES`
-    is skipped unread and given as its size."""
+    A line over ``limit`` bytes is skipped unread and given as its size (an ``int``);
+    ``skip_hole`` (when given) passes over a sparse file's hole inside such a line.
+    """
     pending: list[bytes] = []  # the unfinished line, in pieces
     size = 0  # its bytes so far
     skipping = False  # the unfinished line is over the limit: counted, not kept
     held_cr = False  # a chunk's final \r waits for the next chunk (it may start with \n)
-    step = _chunk_size(fd)
     while True:
-        chunk = os.read(fd, step)
+        chunk = read(step)
         at_end = not chunk
         if held_cr:
             chunk = b"\r" + chunk
@@ -219,24 +225,31 @@ def _read_batches(fd: int) -> Iterator[list[bytes | int]]:
             first = batch[0]
             batch[0] = size + len(first) if skipping else b"".join((*pending, first))  # type: ignore[arg-type]
             pending, size, skipping = [], 0, False
-            if max(map(len, batch[1:]), default=0) > MAX_LINE_BYTES or (
-                type(batch[0]) is bytes and len(batch[0]) > MAX_LINE_BYTES
+            if max(map(len, batch[1:]), default=0) > limit or (
+                type(batch[0]) is bytes and len(batch[0]) > limit
             ):
-                batch = [_unread_if_long(line) for line in batch]
+                batch = [len(x) if type(x) is bytes and len(x) > limit else x for x in batch]
             yield batch
         size += len(last)
         if not skipping and last:
             pending.append(last)
-            if size > MAX_LINE_BYTES:
+            if size > limit:
                 pending, skipping = [], True
         if at_end:
             break
-        if skipping:
-            size += _skip_hole(fd)
+        if skipping and skip_hole is not None:
+            size += skip_hole()
     if skipping:
         yield [size]
     elif pending:
         yield [b"".join(pending)]
+
+
+def _read_batches(fd: int) -> Iterator[list[bytes | int]]:
+    """A session file's lines (:func:`split_batches`), over :data:`MAX_LINE_BYTES` unread."""
+    return split_batches(
+        partial(os.read, fd), _chunk_size(fd), MAX_LINE_BYTES, partial(_skip_hole, fd)
+    )
 
 
 _BLANK = object()
@@ -564,21 +577,27 @@ def _legacy_session(path: Path, raw: bytes) -> tuple[Session | None, list[Proble
     return session, problems
 
 
-_KINDS = (
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISFIFO, "a FIFO (named pipe)"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
+FILE_KINDS = (
+    (stat.S_ISDIR, "folder"),
+    (stat.S_ISFIFO, "FIFO"),
+    (stat.S_ISLNK, "symlink"),
+    (stat.S_ISSOCK, "socket"),
+    (stat.S_ISCHR, "character device"),
+    (stat.S_ISBLK, "block device"),
 )
+"""What each kind of file that is not a regular file is called in every message."""
+
+
+def file_kind(mode: int) -> str:
+    """What kind of file an ``st_mode`` that is not a regular file's describes: ``"FIFO"``, ..."""
+    return next((name for test, name in FILE_KINDS if test(mode)), "special file")
 
 
 def _not_regular(mode: int) -> str | None:
     """Why a file of this mode is not read, or None for a regular file."""
     if stat.S_ISREG(mode):
         return None
-    kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
-    return f"{kind}, not a regular file; not read"
+    return f"a {file_kind(mode)}, not a regular file; not read"
 
 
 def _stat_failure(path: Path, exc: OSError) -> str:

@@ -28,15 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from sessionkit.nanobot.naming import Naming, session_path
-from sessionkit.nanobot.policies import SESSIONKIT_TEMP_NAME, get_policy, is_temp_file
+from sessionkit.nanobot.policies import SESSIONKIT_TEMP_NAME, get_policy
+from sessionkit.nanobot.reader import file_kind
 from sessionkit.nanobot.session import Session
 
 __all__ = [
     "LOCK_FILENAME",
     "TEMP_NAME",
     "check_target",
-    "file_kind",
-    "is_temp_file",
     "jsonl_line",
     "save_session",
     "session_lines",
@@ -188,19 +187,6 @@ def _open_lock(lock_path: Path, saving: str) -> int | None:
         os.close(fd)
         raise _lock_error(lock_path, "is not a regular file", saving)
     return fd
-
-
-def file_kind(mode: int) -> str:
-    """What kind of file an ``st_mode`` that is not a regular file's describes: ``"FIFO"``, ..."""
-    kinds = [
-        (stat.S_ISDIR, "folder"),
-        (stat.S_ISFIFO, "FIFO"),
-        (stat.S_ISLNK, "symlink"),
-        (stat.S_ISSOCK, "socket"),
-        (stat.S_ISCHR, "character device"),
-        (stat.S_ISBLK, "block device"),
-    ]
-    return next((name for test, name in kinds if test(mode)), "special file")
 
 
 @contextmanager

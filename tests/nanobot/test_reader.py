@@ -161,8 +161,8 @@ def make_kinds(folder: Path) -> dict[str, str]:
     (folder / "null.jsonl").symlink_to(os.devnull)
     return {
         "dangling.jsonl": "a dangling symlink (to 'nowhere.jsonl'); not read",
-        "dir.jsonl": "a directory, not a regular file; not read",
-        "fifo.jsonl": "a FIFO (named pipe), not a regular file; not read",
+        "dir.jsonl": "a folder, not a regular file; not read",
+        "fifo.jsonl": "a FIFO, not a regular file; not read",
         "loop.jsonl": "a symlink loop; not read",
         "null.jsonl": "a character device, not a regular file; not read",
     }

@@ -25,11 +25,11 @@ from sessionkit.nanobot.naming import (
     sessions_folder,
     storage_key,
 )
+from sessionkit.nanobot.policies import is_temp_file
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.writer import (
     LOCK_FILENAME,
     TEMP_NAME,
-    is_temp_file,
     save_session,
     session_lines,
 )
