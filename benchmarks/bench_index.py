@@ -64,7 +64,7 @@ def phase_open(folder: Path) -> dict[str, Any]:
 def phase_recount(folder: Path) -> dict[str, Any]:
     """``count_tokens`` of every message, from the counts persisted by earlier processes."""
     import sessionkit
-    import sessionkit.counting as counting
+    import sessionkit.store.counting as counting
 
     messages = [m for s in sessionkit.load(folder, tokens=None) for m in s.messages]
     tokenized = []

@@ -128,7 +128,7 @@ def _all_messages(folder: Path) -> list[dict[str, Any]]:
 
 def phase_tokens(folder: Path, workers: int) -> dict[str, Any]:
     """``count_tokens`` cold (empty cache, all workers), then warm from the filled cache."""
-    from sessionkit.counting import TokenCache, count_tokens
+    from sessionkit.store.counting import TokenCache, count_tokens
 
     messages = _all_messages(folder)
     cache = TokenCache()

@@ -81,8 +81,8 @@ def _cpu_s() -> float:
 
 def sweep(folder: Path, workers: int, repeats: int) -> dict[str, Any]:
     """The whole-corpus measurements (run in a fresh process for a cold token cache)."""
-    from sessionkit.replay import clear_cache
-    from sessionkit.windowing import windows
+    from sessionkit.simulate.replay import clear_cache
+    from sessionkit.simulate.windowing import windows
 
     load_s, sessions = _timed(lambda: _load(folder))
     rss_loaded = _peak_rss_mib()["process"]
@@ -240,7 +240,7 @@ def _rates(results: dict[str, Any] | str, expected: dict[str, list[int]]) -> dic
 def versus_nanobot(folder: Path, n_sample: int, seed: int) -> dict[str, Any]:
     """Per-turn get_history by each release and by sessionkit on the same sampled sessions."""
     _offline_tiktoken_for_nanobot()
-    from sessionkit.windowing import windows
+    from sessionkit.simulate.windowing import windows
 
     sessions = _load(folder)
     turns = np.array([s.n_user_turns for s in sessions], dtype=float)

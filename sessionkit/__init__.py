@@ -14,37 +14,37 @@ import importlib.util
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sessionkit.checkup import doctor
-    from sessionkit.corpus import Corpus, load
-    from sessionkit.counting import count_tokens
-    from sessionkit.explorer import explore
-    from sessionkit.filecap import file_cap
-    from sessionkit.forking import fork, fork_many
     from sessionkit.nanobot.policies import POLICIES, get_policy
     from sessionkit.nanobot.session import Session
     from sessionkit.nanobot.settings import HistorySettings
     from sessionkit.nanobot.tokens import estimate_message_tokens
     from sessionkit.nanobot.writer import save_session
-    from sessionkit.states import message_states
-    from sessionkit.windowing import windows
+    from sessionkit.simulate.filecap import file_cap
+    from sessionkit.simulate.states import message_states
+    from sessionkit.simulate.windowing import windows
+    from sessionkit.store.corpus import Corpus, load
+    from sessionkit.store.counting import count_tokens
+    from sessionkit.views.explorer import explore
+    from sessionkit.writers.checkup import doctor
+    from sessionkit.writers.forking import fork, fork_many
 
 _HOMES = {
     "POLICIES": "sessionkit.nanobot.policies",
-    "Corpus": "sessionkit.corpus",
+    "Corpus": "sessionkit.store.corpus",
     "HistorySettings": "sessionkit.nanobot.settings",
     "Session": "sessionkit.nanobot.session",
-    "count_tokens": "sessionkit.counting",
-    "doctor": "sessionkit.checkup",
+    "count_tokens": "sessionkit.store.counting",
+    "doctor": "sessionkit.writers.checkup",
     "estimate_message_tokens": "sessionkit.nanobot.tokens",
-    "explore": "sessionkit.explorer",
-    "file_cap": "sessionkit.filecap",
-    "fork": "sessionkit.forking",
-    "fork_many": "sessionkit.forking",
+    "explore": "sessionkit.views.explorer",
+    "file_cap": "sessionkit.simulate.filecap",
+    "fork": "sessionkit.writers.forking",
+    "fork_many": "sessionkit.writers.forking",
     "get_policy": "sessionkit.nanobot.policies",
-    "load": "sessionkit.corpus",
-    "message_states": "sessionkit.states",
+    "load": "sessionkit.store.corpus",
+    "message_states": "sessionkit.simulate.states",
     "save_session": "sessionkit.nanobot.writer",
-    "windows": "sessionkit.windowing",
+    "windows": "sessionkit.simulate.windowing",
 }
 """Each public name and the module that defines it."""
 

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 import pandas as pd
 
 import sessionkit
-from sessionkit.corpus import Corpus, check_source, load
 from sessionkit.nanobot.reader import SessionPathError
+from sessionkit.store.corpus import Corpus, check_source, load
 
 __all__ = ["EXIT_STATUS", "main", "summary_table"]
 
@@ -117,7 +117,7 @@ def _problems(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from sessionkit.report import ReportError, write_report
+    from sessionkit.views.report import ReportError, write_report
 
     if args.path is not None:
         check_source(args.path)
@@ -132,7 +132,7 @@ def _report(args: argparse.Namespace) -> int:
 
 def _doctor_text(table: pd.DataFrame, fixed: bool) -> None:
     """One block per file: what the release that wrote it loses, what sessionkit keeps, the fix."""
-    from sessionkit.checkup import LOSS_RULE_POLICY, LOSS_RULE_RELEASE
+    from sessionkit.writers.checkup import LOSS_RULE_POLICY, LOSS_RULE_RELEASE
 
     if table.empty:
         print("nothing to fix")
@@ -163,7 +163,7 @@ def _doctor_text(table: pd.DataFrame, fixed: bool) -> None:
 def _doctor(args: argparse.Namespace) -> int:
     """Exits as the store is left: 1 while anything in it is wrong (after ``--fix``: what
     the fix cannot mend, such as a value nanobot resets)."""
-    from sessionkit.checkup import doctor, fix, has_problems
+    from sessionkit.writers.checkup import doctor, fix, has_problems
 
     if args.backup_dir and not args.fix:
         print("sessionkit: error: --backup-dir is only used with --fix", file=sys.stderr)

@@ -34,11 +34,11 @@ from dask.dataframe.utils import clear_known_categories
 
 import sessionkit
 from sessionkit import schema
-from sessionkit.corpus import Corpus, PathLike, default_data_dir
-from sessionkit.counting import Method
-from sessionkit.frames import problems_frame
 from sessionkit.nanobot.reader import find_session_files, leftover_temp_files
 from sessionkit.nanobot.session import Session
+from sessionkit.store.corpus import Corpus, PathLike, default_data_dir
+from sessionkit.store.counting import Method
+from sessionkit.store.frames import problems_frame
 
 __all__ = [
     "PARTITION_BYTES",
@@ -163,7 +163,7 @@ def read_messages(
     npartitions
         How many partitions at most (default: one per :data:`PARTITION_BYTES` of files).
     cache
-        Use each worker's persistent index (:mod:`sessionkit.index`), as ``sk.load`` does.
+        Use each worker's persistent index (:mod:`sessionkit.store.index`), as ``sk.load`` does.
     """
     meta = schema.empty_frame(schema.MESSAGES)
     return _from_files(_messages_part, meta, paths, npartitions, tokens=tokens, cache=cache)

@@ -157,12 +157,12 @@ def _pool_from(messages: int, *, forget: str | None) -> bool:
     import multiprocessing
     import os
 
-    import sessionkit.counting
+    import sessionkit.store.counting
 
-    sessionkit.counting._PARALLEL_MIN_MESSAGES = messages
+    sessionkit.store.counting._PARALLEL_MIN_MESSAGES = messages
     if forget:
         os.environ["SESSIONKIT_CACHE_DIR"] = forget
-        sessionkit.counting.DEFAULT_CACHE.clear()
+        sessionkit.store.counting.DEFAULT_CACHE.clear()
     return multiprocessing.current_process().daemon
 
 
@@ -170,13 +170,13 @@ def test_workers_fork_no_pool(
     client: Client, store: Path, generated: sk.Corpus, tmp_path: Path
 ) -> None:
     """Counting in a Dask worker stays in the worker, whatever the batch size."""
-    import sessionkit.counting
+    import sessionkit.store.counting
 
     assert all(client.run(_pool_from, 1, forget=str(tmp_path / "counts")).values())
     try:
         got = skd.read_messages(store, npartitions=2, cache=False).compute()
     finally:
-        client.run(_pool_from, sessionkit.counting._PARALLEL_MIN_MESSAGES, forget=None)
+        client.run(_pool_from, sessionkit.store.counting._PARALLEL_MIN_MESSAGES, forget=None)
     assert got["tokens"].notna().all()
     pd.testing.assert_series_equal(
         got["tokens"].reset_index(drop=True), generated.messages["tokens"]

@@ -110,7 +110,7 @@ def _type_checking_only(tree: ast.Module) -> set[int]:
 
 def _imports(module: str) -> set[str]:
     """The sessionkit modules ``module`` imports anywhere (functions included), each named
-    as the module it reaches (``from sessionkit import replay`` reaches ``sessionkit.replay``)."""
+    as the module it reaches (``from sessionkit.simulate import replay`` reaches ``sessionkit.simulate.replay``)."""
     tree = _tree(module)
     skipped = _type_checking_only(tree)
     reached: set[str] = set()

@@ -13,7 +13,7 @@ import pytest
 import sessionkit as sk
 from sessionkit.nanobot.session import Session
 from sessionkit.synthetic import generate_corpus
-from sessionkit.transcript import transcript_rows
+from sessionkit.views.transcript import transcript_rows
 
 RELEASES = list(sk.POLICIES)
 SETTINGS = [

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from sessionkit import corpus
-from sessionkit.corpus import default_data_dir, load
 from sessionkit.nanobot.reader import SessionPathError
+from sessionkit.store import corpus
+from sessionkit.store.corpus import default_data_dir, load
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ["discord_987.jsonl", "telegram_777.jsonl"]

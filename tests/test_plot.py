@@ -17,12 +17,12 @@ from matplotlib.patches import Rectangle, StepPatch
 
 import sessionkit
 from sessionkit import plot
-from sessionkit.filecap import file_cap
 from sessionkit.nanobot.settings import HistorySettings
 from sessionkit.schema import STATUSES
-from sessionkit.states import message_states
+from sessionkit.simulate.filecap import file_cap
+from sessionkit.simulate.states import message_states
+from sessionkit.simulate.windowing import windows
 from sessionkit.testing import figures
-from sessionkit.windowing import windows
 
 KEY = "telegram:12345"
 SETTINGS = {"turn": 600, "max_messages": 120, "max_tokens": 3000, "file_cap": 2000}

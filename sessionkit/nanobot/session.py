@@ -118,7 +118,7 @@ class Session:
         offset past the end).  Everything else is the source's: key, timestamps, metadata,
         records, policy, path and format, with ``line_numbers`` cut to the messages.  This is
         the history nanobot had when it answered user message ``index``, and what
-        :func:`sessionkit.forking.fork` copies.
+        :func:`sessionkit.writers.forking.fork` copies.
 
         Parameters
         ----------

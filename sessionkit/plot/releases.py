@@ -15,15 +15,15 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator, PercentFormatter
 
-from sessionkit.corpus import resolve_session
 from sessionkit.nanobot.policies import POLICIES
 from sessionkit.nanobot.session import Session
 from sessionkit.plot.style import compact, count_axis, legend_beside, new_figure, plotting
 from sessionkit.plot.sweeps import TRUNCATING_CUTS
-from sessionkit.windowing import DEFAULT_MAX_OUTPUT, SAFETY_BUFFER, windows
+from sessionkit.simulate.windowing import DEFAULT_MAX_OUTPUT, SAFETY_BUFFER, windows
+from sessionkit.store.corpus import resolve_session
 
 if TYPE_CHECKING:
-    from sessionkit.corpus import Corpus
+    from sessionkit.store.corpus import Corpus
 
 __all__ = [
     "DEFAULT_CONTEXT_WINDOW",

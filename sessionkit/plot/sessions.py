@@ -11,19 +11,20 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogLocator, NullFormatter
 
+from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings
 from sessionkit.plot.style import compact, count_axis, new_figure, plotting
 
 if TYPE_CHECKING:
-    from sessionkit.corpus import Corpus
+    from sessionkit.store.corpus import Corpus
 
 __all__ = ["session_lengths"]
 
 
 def sessions_frame(source: Corpus | Session | Sequence[Session] | pd.DataFrame) -> pd.DataFrame:
     """The ``sessions`` frame of a Corpus, a Session or a list of Sessions; a frame as it is."""
-    from sessionkit.corpus import Corpus
+    from sessionkit.store.corpus import Corpus
 
     if isinstance(source, pd.DataFrame):
         return source
@@ -66,13 +67,13 @@ def session_lengths(
     """Histograms of session length in messages and in tokens (log-spaced bins).
 
     ``source`` is a Corpus, its ``sessions`` frame, a Session or a list of Sessions.  The
-    file cap (``settings.file_cap``, or ``file_cap`` when given) is marked on the messages axis
+    file cap (``settings.file_cap``, nanobot 0.2.2's where None, or ``file_cap`` when given) is marked on the messages axis
     (``gid`` ``"file_cap"``), each token budget on the tokens axis (``gid`` ``"budget:<n>"``).  Returns the Figure;
     ``fig.axes`` are (messages, tokens) and their bars are ``ax.patches`` with heights equal
     to ``np.histogram(values, bins=edges)``.
     """
     sessions = sessions_frame(source)
-    cap = settings.replace(file_cap=file_cap).file_cap
+    cap = get_policy().resolve(settings.replace(file_cap=file_cap)).file_cap or 0
     fig = new_figure(10.0, 3.4)
     ax_messages, ax_tokens = fig.subplots(1, 2)
     panels = (

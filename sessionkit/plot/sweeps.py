@@ -11,14 +11,15 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.ticker import NullFormatter, PercentFormatter, StrMethodFormatter
 
-from sessionkit.filecap import file_cap
+from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings
 from sessionkit.plot.style import count_axis, legend_beside, new_figure, plotting
-from sessionkit.windowing import windows
+from sessionkit.simulate.filecap import file_cap
+from sessionkit.simulate.windowing import windows
 
 if TYPE_CHECKING:
-    from sessionkit.corpus import Corpus
+    from sessionkit.store.corpus import Corpus
 
 __all__ = [
     "SWEEP_VALUES",
@@ -186,7 +187,7 @@ def file_cap_curve(
     Session or Corpus capped at ``limits`` (``replay`` as for ``file_cap``; with
     ``"growth"``, messages dropped add up over every trim).  On ``ax`` the number of sessions the cap
     trims (``gid`` ``"sessions"``); on a twin axis the messages it drops (``gid``
-    ``"messages"``); nanobot's limit (``HistorySettings().file_cap``) is marked (``gid`` ``"nanobot"``).
+    ``"messages"``); nanobot 0.2.2's limit (``get_policy().defaults.file_cap``) is marked (``gid`` ``"nanobot"``).
     """
     if isinstance(source, pd.DataFrame):
         frame, grid = source, sorted(int(x) for x in source["limit"].unique())
@@ -209,7 +210,7 @@ def file_cap_curve(
     ax.set_ylim(bottom=0)
     ax.set_xlabel("file cap limit (messages)")
     ax.set_ylabel("sessions trimmed")
-    ax.axvline(DEFAULT_SETTINGS.file_cap, color="#7f7f7f", ls=":", lw=1.2).set(
+    ax.axvline(get_policy().defaults.file_cap, color="#7f7f7f", ls=":", lw=1.2).set(
         gid="nanobot", label="nanobot 0.2 limit"
     )
     twin = ax.twinx()

@@ -23,10 +23,10 @@ from sessionkit.plot.style import (
     new_figure,
     plotting,
 )
-from sessionkit.states import MessageStates, message_states
+from sessionkit.simulate.states import MessageStates, message_states
 
 if TYPE_CHECKING:
-    from sessionkit.corpus import Corpus
+    from sessionkit.store.corpus import Corpus
 
 __all__ = ["timeline_axes", "token_timeline"]
 
@@ -99,7 +99,7 @@ def token_timeline(
 
     ``source`` is a session, a Corpus with ``key`` (``turn``, ``settings`` and the keywords
     overriding them as for :func:`sessionkit.message_states`), or the
-    :class:`~sessionkit.states.MessageStates` that call returned.  Drawn: one filled ``StepPatch`` per role (``gid`` ``"role:<role>"``, heights =
+    :class:`~sessionkit.simulate.states.MessageStates` that call returned.  Drawn: one filled ``StepPatch`` per role (``gid`` ``"role:<role>"``, heights =
     stored tokens); spans with gids ``"window"`` (first to last message sent),
     ``"trimmed_tokens"``, ``"consolidated"``, ``"file_cap"`` and ``"later"``; on a twin axis the tokens sent if the
     history started at each message (``gid`` ``"sent_from_here"``), the ``max_tokens`` budget

@@ -14,15 +14,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from sessionkit import replay, schema
+from sessionkit import schema
 from sessionkit.nanobot.policies import get_policy, tool_call_ids, tool_result_id
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings
 from sessionkit.schema import VIOLATIONS
-from sessionkit.windowing import windows
+from sessionkit.simulate import replay
+from sessionkit.simulate.windowing import windows
 
 if TYPE_CHECKING:
-    from sessionkit.corpus import Corpus
+    from sessionkit.store.corpus import Corpus
 
 Message = dict[str, Any]
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from releases import release
 
-from sessionkit.forking import fork
 from sessionkit.nanobot.session import Session
+from sessionkit.writers.forking import fork
 
 pytestmark = pytest.mark.conformance
 

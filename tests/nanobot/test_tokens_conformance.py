@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from reference import require
 
-from sessionkit.counting import TokenCache, _message_keys, count_tokens
 from sessionkit.nanobot.tokens import estimate_message_tokens, fallback_message_tokens
+from sessionkit.store.counting import TokenCache, _message_keys, count_tokens
 
 pytestmark = pytest.mark.conformance
 

@@ -653,7 +653,7 @@ writer.save_session(s, folder, overwrite=overwrite)
     "step", ["after temp create", "after write", "before rename", "after rename"]
 )
 def test_kill_9_mid_save_leaves_no_partial_file(tmp_path, step, overwrite):
-    from sessionkit.checkup import doctor
+    from sessionkit.writers.checkup import doctor
 
     final = tmp_path / "telegram_123.jsonl"
     if overwrite:

@@ -21,12 +21,12 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from reference import require
 
-from sessionkit.forking import ForkIndexError, fork
 from sessionkit.nanobot.naming import UnsafeKeyError, session_filename
 from sessionkit.nanobot.policies import FORK_VOLATILE_METADATA_KEYS as VOLATILE_METADATA_KEYS
 from sessionkit.nanobot.reader import read_session_file
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.writer import save_session
+from sessionkit.writers.forking import ForkIndexError, fork
 
 nb = require()
 

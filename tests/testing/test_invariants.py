@@ -13,8 +13,8 @@ from strategies import sessions
 from sessionkit import Session, load
 from sessionkit.nanobot.settings import HistorySettings
 from sessionkit.schema import VIOLATIONS
+from sessionkit.simulate.windowing import windows
 from sessionkit.testing import InvariantViolation, assert_window_invariants, check_window_invariants
-from sessionkit.windowing import windows
 
 
 def user(text: str = "hi", **extra: Any) -> dict[str, Any]:

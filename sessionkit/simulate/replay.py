@@ -1,0 +1,503 @@
+"""Each session's messages rewritten and counted once: the cache windows, states and testing share.
+
+A :class:`Replay` holds what every fast path needs from one session under one release's
+policy and the settings its replayed entries depend on (``policy.entry_key(settings)``: 0.2.2's
+``include_timestamps``, 0.3.x's ``include_runtime_context``): the replayed entries' source
+indices and token counts (that release's estimate), and the per-message flags the window rules
+read.  :func:`replay` and :func:`replay_all` compute it (in forked workers for large corpora)
+and keep it, keyed by ``(policy name, entry key)``, while the session object is alive and still
+holds the same messages list at the same length; :func:`clear_cache` forgets everything (needed
+after editing messages in place).  Sessions read back from the persistent index
+(:class:`~sessionkit.store.index.IndexedSession`) also find their replays there, kept per store and
+setting for the file versions indexed, and :func:`prepared` keeps what is derived from a large
+store's replays (the windows' stacked arrays): a new process then replays nothing.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import weakref
+from collections.abc import Callable, Iterator
+from concurrent.futures import as_completed
+from contextlib import suppress
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+from tqdm.auto import tqdm
+
+from sessionkit.nanobot.history import HIDDEN_HISTORY_KEY
+from sessionkit.nanobot.policies import ReplayPolicy, get_policy, tool_call_ids, tool_result_id
+from sessionkit.nanobot.session import Session
+from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings
+from sessionkit.store.cachedir import name_digest
+from sessionkit.store.counting import DEFAULT_CACHE, ReadThroughCache, TokenCache, count_tokens
+from sessionkit.store.forked import SHARED, can_fork, forked_pool
+from sessionkit.store.index import REPLAY_TABLE, Index, IndexedSession, Item
+
+__all__ = [
+    "UNREPLAYABLE",
+    "Replay",
+    "cache_size",
+    "clear_cache",
+    "derived",
+    "prepared",
+    "replay",
+    "replay_all",
+    "stored_tokens",
+]
+
+T = TypeVar("T")
+
+_AUTO_PARALLEL_MESSAGES = 50_000
+_AUTO_PROGRESS_MESSAGES = 20_000
+_CHUNK_MESSAGES = 5_000
+_DERIVED_KEPT = 6
+UNREPLAYABLE = -3
+"""``Replay.declared`` of a message the release's entry rewrite raises on."""
+
+
+@dataclass(frozen=True, eq=False)
+class Replay:
+    """One session's messages as one release replays them under one entry setting.
+
+    ``declared`` (per message) and ``entry_declared`` (per replayed entry) hold, for a tool
+    result naming a call, the index of the latest assistant message declaring it (-1: none);
+    -2 for every other message, :data:`UNREPLAYABLE` (-3) for one the release cannot rewrite
+    (a line without a role: its ``get_history`` raises ``KeyError`` for a window holding it).
+    ``command`` flags user messages marked ``_command``,
+    ``checkpoint`` 0.3.5's hidden summary-checkpoint messages (``_hidden_history: true``),
+    ``turn`` the user turns the release counts (0.3.5 skips hidden messages).
+    ``kept`` are the source indices of replayed entries and ``tokens`` their counts.
+    """
+
+    is_user: np.ndarray
+    delivery: np.ndarray
+    command: np.ndarray
+    checkpoint: np.ndarray
+    turn: np.ndarray
+    declared: np.ndarray
+    kept: np.ndarray
+    entry_declared: np.ndarray
+    tokens: np.ndarray
+
+    def sent(self) -> np.ndarray:
+        """Per message: whether it is replayed at all (False: skipped, or a command)."""
+        mask = np.zeros(len(self.is_user), dtype=bool)
+        mask[self.kept] = True
+        return mask
+
+    def sent_tokens(self) -> pd.arrays.IntegerArray:
+        """Per message: its tokens as replayed, ``<NA>`` where it never is."""
+        counts = np.zeros(len(self.is_user), dtype=np.int64)
+        counts[self.kept] = self.tokens
+        return pd.arrays.IntegerArray(counts, ~self.sent())
+
+
+def _policy(session: Session, policy: str | None) -> ReplayPolicy:
+    """``policy``, or the session's own release when None."""
+    return get_policy(session.policy if policy is None else policy)
+
+
+def _compute(
+    session: Session, policy: ReplayPolicy, settings: HistorySettings, cache: TokenCache | None
+) -> Replay:
+    """Rewrite (by ``policy`` under ``settings``) and count every message once; record what
+    the window rules need."""
+    rewrite = policy.entry_function(settings)
+    messages = session.messages
+    declared = [-2] * len(messages)
+    kept: list[int] = []
+    entry_declared: list[int] = []
+    entries: list[dict[str, Any]] = []
+    last_declared: dict[str, int] = {}
+    last_entry_declared: dict[str, int] = {}
+    for i, message in enumerate(messages):
+        try:
+            entry = rewrite(message)
+        except KeyError:  # no role: the release's get_history raises on any window holding it
+            entry, declared[i] = None, UNREPLAYABLE
+        role = message.get("role")
+        answered = tool_result_id(message) if role == "tool" else None
+        if answered is not None:
+            declared[i] = last_declared.get(answered, -1)
+        if entry is not None:
+            entry_declared.append(-2 if answered is None else last_entry_declared.get(answered, -1))
+            kept.append(i)
+            entries.append(entry)
+        if role == "assistant":
+            for call in tool_call_ids(message):
+                last_declared[call] = i
+                if entry is not None:
+                    last_entry_declared[call] = len(entries) - 1
+    is_user = np.array([m.get("role") == "user" for m in messages], dtype=bool)
+    return Replay(
+        is_user=is_user,
+        delivery=np.array([bool(m.get("_channel_delivery")) for m in messages], dtype=bool),
+        command=is_user & np.array([bool(m.get("_command")) for m in messages], dtype=bool),
+        checkpoint=np.array([m.get(HIDDEN_HISTORY_KEY) is True for m in messages], dtype=bool),
+        turn=np.fromiter(map(policy.is_user_turn, messages), dtype=bool, count=len(messages)),
+        declared=np.array(declared, dtype=np.int32),
+        kept=np.array(kept, dtype=np.int32),
+        entry_declared=np.array(entry_declared, dtype=np.int32),
+        tokens=np.array(
+            count_tokens(entries, cache=cache, workers=1, policy=policy.name), dtype=np.int64
+        ),
+    )
+
+
+ReplayKey = tuple[str, tuple[Any, ...]]
+"""What a replay depends on besides the messages: the policy's name and its entry key."""
+
+
+def _key(session: Session, policy: str | None, settings: HistorySettings) -> ReplayKey:
+    chosen = _policy(session, policy)
+    return chosen.name, chosen.entry_key(settings)
+
+
+def _content(session: Session) -> object:
+    """What a session's replays depend on: its messages list, or for a session read back from
+    the index and not changed since, the file version it was indexed at (so its messages need
+    not be parsed)."""
+    if isinstance(session, IndexedSession) and session.pristine:
+        return session.identity
+    return session.messages
+
+
+@dataclass
+class _Slot:
+    """What is cached for one session, by release: valid while it holds ``content`` (see
+    :func:`_content`) at ``length``."""
+
+    ref: weakref.ref
+    content: object  # kept, so its id cannot be reused
+    length: int
+    replays: dict[ReplayKey, Replay] = field(default_factory=dict)
+    stored: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def holds(self, session: Session) -> bool:
+        """Whether this slot still describes ``session`` as it is now."""
+        return (
+            self.ref() is session
+            and self.content is _content(session)
+            and self.length == len(session)
+        )
+
+
+# Slots by id(session), dropped when the session is garbage-collected.
+_SLOTS: dict[int, _Slot] = {}
+# The latest values derived from lists of replays, with those lists (see `derived`).
+_DERIVED: list[tuple[list[Replay], Any]] = []
+
+
+def clear_cache() -> None:
+    """Forget every session's replays and stored-message counts (in this process)."""
+    _SLOTS.clear()
+    _DERIVED.clear()
+    _PREPARED.clear()
+
+
+def cache_size() -> int:
+    """How many (session, policy, entry setting) replays are cached."""
+    return sum(len(slot.replays) for slot in _SLOTS.values())
+
+
+def _slot(session: Session) -> _Slot:
+    """The session's cache slot, emptied if its messages changed since it was filled."""
+    key = id(session)
+    slot = _SLOTS.get(key)
+    if slot is not None and slot.holds(session):
+        return slot
+    if slot is not None and slot.ref() is session:
+        ref = slot.ref
+    else:
+
+        def forget(_: weakref.ref, key: int = key) -> None:
+            _SLOTS.pop(key, None)
+
+        ref = weakref.ref(session, forget)
+    slot = _Slot(ref, _content(session), len(session))
+    _SLOTS[key] = slot
+    return slot
+
+
+def _cached(session: Session, key: ReplayKey) -> Replay | None:
+    slot = _SLOTS.get(id(session))
+    return slot.replays.get(key) if slot is not None and slot.holds(session) else None
+
+
+def replay(
+    session: Session,
+    settings: HistorySettings = DEFAULT_SETTINGS,
+    cache: TokenCache | None = DEFAULT_CACHE,
+    *,
+    policy: str | None = None,
+) -> Replay:
+    """The session's :class:`Replay` under ``policy`` (default: its own release) and
+    ``settings``, from the cache or computed (and cached) now."""
+    return replay_all([session], settings, policy=policy, workers=1, progress=False, cache=cache)[0]
+
+
+def stored_tokens(session: Session, policy: str | None = None) -> np.ndarray:
+    """Tokens of each message as stored (what nanobot's file holds) by ``policy``'s estimate
+    (default: the session's own release), cached like replays.
+
+    The array is read-only: it is the cached one.
+    """
+    name = _policy(session, policy).name
+    slot = _slot(session)
+    if name not in slot.stored:
+        counts = np.array(count_tokens(session.messages, policy=name), dtype=np.int64)
+        counts.flags.writeable = False
+        slot.stored[name] = counts
+    return slot.stored[name]
+
+
+def derived(replays: list[Replay], build: Callable[[list[Replay]], T]) -> T:
+    """``build(replays)``, reused while asked again for the same replays (the latest few
+    lists, so comparing releases does not rebuild each one's)."""
+    for before, value in _DERIVED:
+        if len(before) == len(replays) and all(map(operator.is_, before, replays)):
+            return value
+    value = build(replays)
+    _DERIVED[:] = [(replays, value), *_DERIVED[: _DERIVED_KEPT - 1]]
+    return value
+
+
+_PERSIST_MIN_MESSAGES = 20_000
+"""Smaller sets of sessions rebuild what :func:`prepared` derives faster than they read it."""
+
+
+def _derived_name(
+    sessions: list[Session], key: ReplayKey, kind: str
+) -> tuple[Index, str, str] | None:
+    """Where, under which name and for which file versions the index keeps what ``kind``
+    derives from these sessions' replays: only for many messages, all in indexed sessions of
+    one store, still as indexed.  The name covers the files, the stamp their versions, so a
+    change replaces the kept arrays instead of adding more."""
+    homes = {s.replay_home if isinstance(s, IndexedSession) else None for s in sessions}
+    if len(homes) != 1 or None in homes or sum(map(len, sessions)) < _PERSIST_MIN_MESSAGES:
+        return None
+    (index, store) = homes.pop()  # type: ignore[misc]
+    paths = [os.fsdecode(s.path) for s in sessions]  # type: ignore[arg-type]
+    versions = [list(vars(s.identity).values()) for s in sessions]  # type: ignore[attr-defined]
+    name = f"{store}-{kind}-{name_digest(repr((key, paths)))}"
+    return index, name, name_digest(repr(versions))
+
+
+def prepared(
+    sessions: list[Session],
+    settings: HistorySettings,
+    build: Callable[[list[Replay]], T],
+    codec: tuple[Callable[[T], dict[str, np.ndarray]], Callable[[dict[str, np.ndarray]], T]],
+    *,
+    kind: str,
+    policy: str,
+    workers: int | None = None,
+    progress: bool | None = None,
+    cache: TokenCache | None = DEFAULT_CACHE,
+) -> T:
+    """``build`` of the sessions' replays under ``policy`` (see :func:`replay_all`), kept in
+    memory and, for indexed sessions of one store, in the index as arrays (``codec``: to and
+    from them), so a new process reads it instead of replaying anything."""
+    key = (policy, get_policy(policy).entry_key(settings))
+    home = _derived_name(sessions, key, kind)
+    if home is not None:
+        index, name, stamp = home
+        if (name, stamp) in _PREPARED:
+            return _PREPARED[name, stamp]
+        arrays = index.read_arrays(name, stamp)
+        if arrays is not None:
+            return _remember((name, stamp), codec[1](arrays))
+    replays = replay_all(
+        sessions, settings, policy=policy, workers=workers, progress=progress, cache=cache
+    )
+    value = derived(replays, build)
+    if home is not None:
+        index, name, stamp = home
+        with suppress(OSError, pa.ArrowException):
+            index.write_arrays(name, stamp, codec[0](value))
+        _remember((name, stamp), value)
+    return value
+
+
+_PREPARED: dict[tuple[str, str], Any] = {}
+"""What :func:`prepared` derived for indexed sessions, by its name and stamp in the index
+(the latest few)."""
+
+
+def _remember(name: tuple[str, str], value: T) -> T:
+    _PREPARED[name] = value
+    while len(_PREPARED) > _DERIVED_KEPT:
+        del _PREPARED[next(iter(_PREPARED))]
+    return value
+
+
+def _compute_chunk(indices: list[int]) -> tuple[list[int], list[Replay], list]:
+    sessions, policy, settings = SHARED["sessions"], SHARED["policy"], SHARED["settings"]
+    delta = ReadThroughCache(SHARED["cache"])
+    replays = [
+        _compute(sessions[i], _policy(sessions[i], policy), settings, delta) for i in indices
+    ]
+    return indices, replays, delta.fresh
+
+
+def _chunks(sizes: list[int], todo: list[int], n_chunks: int) -> list[list[int]]:
+    """Split ``todo`` into about ``n_chunks`` groups of similar message counts."""
+    order = sorted(todo, key=lambda i: -sizes[i])
+    groups: list[list[int]] = [[] for _ in range(max(1, n_chunks))]
+    loads = [0] * len(groups)
+    for i in order:
+        lightest = loads.index(min(loads))
+        groups[lightest].append(i)
+        loads[lightest] += sizes[i] + 1
+    return [g for g in groups if g]
+
+
+def _compute_in_workers(
+    sessions: list[Session],
+    policy: str | None,
+    settings: HistorySettings,
+    cache: TokenCache | None,
+    chunks: list[list[int]],
+    workers: int,
+) -> Iterator[tuple[list[int], list[Replay]]]:
+    """Replay chunks of sessions in forked workers; their new token counts join ``cache``."""
+    shared = {"sessions": sessions, "policy": policy, "settings": settings, "cache": cache}
+    with forked_pool(workers, **shared) as pool:
+        jobs = [pool.submit(_compute_chunk, chunk) for chunk in chunks]
+        for job in as_completed(jobs):
+            indices, replays, fresh = job.result()
+            if cache is not None and fresh:
+                cache.update(*zip(*fresh, strict=True))
+            yield indices, replays
+
+
+_PER_MESSAGE = ("is_user", "delivery", "command", "checkpoint", "turn", "declared")
+_PER_ENTRY = ("kept", "entry_declared", "tokens")
+
+
+def _index_name(key: ReplayKey) -> str:
+    return f"{key[0]}|{key[1]!r}"
+
+
+def _homes(sessions: list[Session], todo: list[int]) -> dict[tuple[Index, str], list[int]]:
+    """The sessions (by position) whose replays the persistent index keeps, by index and store."""
+    homes: dict[tuple[Index, str], list[int]] = {}
+    for i in todo:
+        home = sessions[i].replay_home if isinstance(sessions[i], IndexedSession) else None
+        if home is not None:
+            homes.setdefault(home, []).append(i)
+    return homes
+
+
+def _stored(sessions: list[Session], keys: list[ReplayKey], todo: list[int]) -> dict[int, Replay]:
+    """Replays the persistent index keeps for indexed sessions still as indexed: each pack's
+    columns read once, each replay a view into them."""
+    found: dict[int, Replay] = {}
+    for (index, store), members in _homes(sessions, todo).items():
+        by_name: dict[str, list[int]] = {}
+        for i in members:
+            by_name.setdefault(_index_name(keys[i]), []).append(i)
+        for name, group in by_name.items():
+            table, items = index.read_replays(store, name)
+            columns = {c: table.column(c).to_numpy() for c in (*_PER_MESSAGE, *_PER_ENTRY)}
+            for i in group:
+                item = items.get(os.fsdecode(sessions[i].path))  # type: ignore[arg-type]
+                if item is None or item.identity != sessions[i].identity:  # type: ignore[attr-defined]
+                    continue
+                start, stop = item.start, item.start + item.table.num_rows
+                arrays = {c: columns[c][start:stop] for c in _PER_MESSAGE}
+                end = start + item.extra["entries"]
+                arrays |= {c: columns[c][start:end] for c in _PER_ENTRY}
+                found[i] = Replay(**arrays)
+    return found
+
+
+def _keep(sessions: list[Session], keys: list[ReplayKey], computed: dict[int, Replay]) -> None:
+    """Keep computed replays of indexed sessions in the persistent index, one write per store
+    and setting; a cache that cannot be written costs speed only."""
+    for (index, store), members in _homes(sessions, list(computed)).items():
+        by_name: dict[str, list[Item]] = {}
+        for i in members:
+            replay_ = computed[i]
+            n = len(replay_.is_user)
+            columns = {name: getattr(replay_, name) for name in _PER_MESSAGE}
+            for name in _PER_ENTRY:
+                values = getattr(replay_, name)
+                columns[name] = np.concatenate([values, np.zeros(n - len(values), values.dtype)])
+            table = pa.table(columns).cast(REPLAY_TABLE)
+            item = Item(
+                os.fsdecode(sessions[i].path),  # type: ignore[arg-type]
+                sessions[i].identity,  # type: ignore[attr-defined]
+                {"entries": len(replay_.kept)},
+                table,
+            )
+            by_name.setdefault(_index_name(keys[i]), []).append(item)
+        for name, items in by_name.items():
+            with suppress(OSError, pa.ArrowException):
+                index.write_replays(store, name, items)
+
+
+def replay_all(
+    sessions: list[Session],
+    settings: HistorySettings = DEFAULT_SETTINGS,
+    *,
+    policy: str | None = None,
+    workers: int | None = None,
+    progress: bool | None = None,
+    cache: TokenCache | None = DEFAULT_CACHE,
+) -> list[Replay]:
+    """Every session's :class:`Replay`: cached ones reused, the rest computed and cached.
+
+    Parameters
+    ----------
+    sessions
+        The sessions, in the order of the result.
+    settings
+        The history settings; only those the policy's entries depend on matter
+        (``policy.entry_key(settings)``).
+    policy
+        The release to replay with (default: each session's own).
+    workers
+        Processes computing the missing replays (default: every core for large batches;
+        needs the ``fork`` start method).
+    progress
+        Show a progress bar (default: for large batches).
+    cache
+        Token-count cache shared with :func:`sessionkit.count_tokens`.
+    """
+    keys = [_key(s, policy, settings) for s in sessions]
+    found = [_cached(s, key) for s, key in zip(sessions, keys, strict=True)]
+    for i, stored in _stored(sessions, keys, [i for i, r in enumerate(found) if r is None]).items():
+        found[i] = stored
+        _slot(sessions[i]).replays[keys[i]] = stored
+    todo = [i for i, r in enumerate(found) if r is None]
+    sizes = [len(s) for s in sessions]
+    total = sum(sizes[i] for i in todo)
+    if workers is None:
+        workers = (os.cpu_count() or 1) if total >= _AUTO_PARALLEL_MESSAGES else 1
+    show = total >= _AUTO_PROGRESS_MESSAGES if progress is None else progress
+    label = f"preparing ({policy or 'own policy'}, {keys[0][1] if keys else ()})"
+    with tqdm(total=total, unit="msg", desc=label, disable=not show or not todo) as bar:
+        if workers <= 1 or not can_fork() or len(todo) < 2:
+            for i in todo:
+                found[i] = _compute(sessions[i], _policy(sessions[i], policy), settings, cache)
+                bar.update(sizes[i])
+        else:
+            chunks = _chunks(sizes, todo, max(4 * workers, total // _CHUNK_MESSAGES))
+            for indices, replays in _compute_in_workers(
+                sessions, policy, settings, cache, chunks, workers
+            ):
+                for i, r in zip(indices, replays, strict=True):
+                    found[i] = r
+                bar.update(sum(sizes[i] for i in indices))
+    for i in todo:
+        _slot(sessions[i]).replays[keys[i]] = found[i]  # type: ignore[assignment]
+    _keep(sessions, keys, {i: found[i] for i in todo})  # type: ignore[misc]
+    if cache is not None and todo:
+        cache.flush_soon()
+    return found  # type: ignore[return-value]

@@ -1,0 +1,622 @@
+"""Replay windows as data: what each nanobot release sends the model at each turn, for a grid
+of settings.
+
+The window "at" message index ``e`` is ``get_history`` of the session cut to ``messages[:e]``,
+which is what nanobot's agent loop computes when the message at ``e`` arrives (every release
+reads the history before storing the new message).  Computing it by calling the exact policy
+once per turn and setting re-tokenizes every window.  Here each message is rewritten and
+counted once per release (:mod:`sessionkit.simulate.replay`, cached); windows then come from index
+arithmetic on whole-corpus arrays:
+
+- count window, user-turn alignment and the ``extend_to_user`` recovery: next/previous
+  user-message indices by ``searchsorted``;
+- the orphan-tool rule: for each window start, the next tool result that would be an orphan
+  (a sparse-table search), then jump tables over those orphan chains, so the legal start of
+  any slice is a few array lookups;
+- the token budget: prefix sums of the rewritten entries' counts, searched from the tail,
+  then the same user-turn and orphan rules on the replayed entries.
+
+:mod:`sessionkit.nanobot.policies` is the ground truth; the tests check every window against it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+from sessionkit.nanobot.policies import ReplayPolicy, get_policy
+from sessionkit.nanobot.release import DEFAULT_MAX_OUTPUT, SAFETY_BUFFER
+from sessionkit.nanobot.session import Session
+from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings, Offset
+from sessionkit.schema import WINDOWS, frame
+from sessionkit.simulate import replay
+from sessionkit.store.counting import DEFAULT_CACHE, TokenCache
+
+__all__ = ["DEFAULT_MAX_OUTPUT", "SAFETY_BUFFER", "WINDOWS", "windows"]
+
+At = Literal["every_user_turn", "end"] | Sequence[int]
+
+
+_CUTS = ["none", "consolidation", "count", "orphan", "tokens"]
+
+
+def _orphan_jumps(
+    tools: np.ndarray, lowest: np.ndarray, size: int, bounds: np.ndarray
+) -> list[np.ndarray]:
+    """Jump tables over window starts ``0..size`` for the orphan-tool rule.
+
+    A tool result at ``tools[i]`` is an orphan for a window whose declarations start at
+    ``w`` when ``lowest[i] <= w <= tools[i]`` (its call was declared before ``w``, or never).
+    Level 0 maps ``w`` to the start after the first such orphan (``size + 1`` when there is
+    none before ``bounds[w]``, the end of ``w``'s session: no window reaches past it, so
+    chains stop there and the tables stay as shallow as one session needs); level ``k``
+    jumps ``2**k`` orphans.
+    """
+    end = size + 1
+    starts = np.arange(size + 1)
+    step0 = np.full(size + 2, end, dtype=np.int64)
+    if len(tools):
+        # First candidate at or after w whose `lowest` is <= w: skip runs of candidates whose
+        # `lowest` exceeds w, using a sparse table of range minima.
+        minima = [lowest]
+        span = 1
+        while 2 * span <= len(tools):
+            minima.append(np.minimum(minima[-1][:-span], minima[-1][span:]))
+            span *= 2
+        pos = np.searchsorted(tools, starts)
+        for level in range(len(minima) - 1, -1, -1):
+            width = 1 << level
+            fits = pos + width <= len(tools)
+            block_min = minima[level][np.where(fits, pos, 0)]
+            pos = pos + width * (fits & (block_min > starts))
+        orphan = tools[np.minimum(pos, len(tools) - 1)]
+        found = (pos < len(tools)) & (orphan < bounds)
+        step0[: size + 1] = np.where(found, orphan + 1, end)
+    jumps = [step0]
+    while (jumps[-1][: size + 1] != end).any() and len(jumps) <= size.bit_length():
+        jumps.append(jumps[-1][jumps[-1]])
+    return jumps
+
+
+def _legal_start(jumps: list[np.ndarray], start: np.ndarray, stop: np.ndarray) -> np.ndarray:
+    """``start + find_legal_message_start(seq[start:stop])`` for arrays of slices."""
+    at = start
+    for table in reversed(jumps):
+        ahead = table[at]
+        at = np.where(ahead <= stop, ahead, at)
+    return at
+
+
+@dataclass(frozen=True)
+class _Stack:
+    """Every session's replay arrays laid end to end, indexed globally."""
+
+    offsets: np.ndarray  # first message of each session (length n_sessions + 1)
+    is_user: np.ndarray
+    delivery: np.ndarray  # padded with two False entries
+    command: np.ndarray  # user message flagged _command, padded with one False entry
+    users: np.ndarray  # global indices of user messages
+    turns: np.ndarray  # global indices of the user turns the release counts
+    checkpoints: np.ndarray  # global indices of 0.3.5's hidden checkpoint messages
+    raw_jumps: list[np.ndarray]
+    rank: np.ndarray  # replayed entries before each message (length n + 1)
+    kept: np.ndarray  # source index of each entry, then one sentinel
+    entry_user: np.ndarray  # per entry, then one False sentinel
+    entry_users: np.ndarray  # entry indices of user entries
+    entry_jumps: list[np.ndarray]
+    prefix: np.ndarray  # token prefix sums over entries (length n_entries + 1)
+    unreplayable: np.ndarray  # global indices of messages the release cannot rewrite
+
+
+def _bounds(offsets: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """For each position ``0..n``, the end of the session it starts in (``n`` for ``n``)."""
+    return np.append(np.repeat(offsets[1:], sizes), offsets[-1])
+
+
+def _global_declared(declared: np.ndarray, owner_start: np.ndarray) -> np.ndarray:
+    """Per-session declaration indices made global; 'never declared' becomes start - 1."""
+    return np.where(declared >= 0, declared + owner_start, owner_start - 1)
+
+
+def _stack(replays: list[replay.Replay]) -> _Stack:
+    sizes = np.array([len(p.is_user) for p in replays], dtype=np.int64)
+    entry_sizes = np.array([len(p.kept) for p in replays], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    entry_offsets = np.concatenate([[0], np.cumsum(entry_sizes)])
+    n, n_entries = int(offsets[-1]), int(entry_offsets[-1])
+
+    def cat(name: str, dtype: type) -> np.ndarray:
+        return np.concatenate([getattr(p, name) for p in replays] + [np.zeros(0, dtype)])
+
+    is_user = cat("is_user", bool)
+    declared = cat("declared", np.int64)
+    kept = cat("kept", np.int64) + np.repeat(offsets[:-1], entry_sizes)
+    entry_declared = cat("entry_declared", np.int64)
+    tools = np.flatnonzero(declared >= -1)
+    lowest = _global_declared(declared[tools], np.repeat(offsets[:-1], sizes)[tools]) + 1
+    entry_tools = np.flatnonzero(entry_declared != -2)
+    entry_lowest = (
+        _global_declared(
+            entry_declared[entry_tools], np.repeat(entry_offsets[:-1], entry_sizes)[entry_tools]
+        )
+        + 1
+    )
+    keep_mask = np.zeros(n, dtype=np.int64)
+    keep_mask[kept] = 1
+    entry_user = np.append(is_user[kept], False)
+    return _Stack(
+        offsets=offsets,
+        is_user=is_user,
+        delivery=np.append(cat("delivery", bool), [False, False]),
+        command=np.append(cat("command", bool), False),
+        users=np.flatnonzero(is_user),
+        turns=np.flatnonzero(cat("turn", bool)),
+        checkpoints=np.flatnonzero(cat("checkpoint", bool)),
+        raw_jumps=_orphan_jumps(tools, lowest, n, _bounds(offsets, sizes)),
+        rank=np.concatenate([[0], np.cumsum(keep_mask)]),
+        kept=np.append(kept, n),
+        entry_user=entry_user,
+        entry_users=np.flatnonzero(entry_user[:-1]),
+        entry_jumps=_orphan_jumps(
+            entry_tools, entry_lowest, n_entries, _bounds(entry_offsets, entry_sizes)
+        ),
+        prefix=np.concatenate([[0], np.cumsum(cat("tokens", np.int64))]),
+        unreplayable=np.flatnonzero(declared == replay.UNREPLAYABLE),
+    )
+
+
+def _stack_arrays(stack: _Stack) -> dict[str, np.ndarray]:
+    """A stack as named arrays (jump tables as ``name.level``), to keep in the index."""
+    arrays: dict[str, np.ndarray] = {}
+    for field in fields(_Stack):
+        value = getattr(stack, field.name)
+        if isinstance(value, list):
+            arrays |= {f"{field.name}.{level}": table for level, table in enumerate(value)}
+        else:
+            arrays[field.name] = value
+    return arrays
+
+
+def _stack_of(arrays: dict[str, np.ndarray]) -> _Stack:
+    """The stack :func:`_stack_arrays` took apart."""
+    values: dict[str, Any] = {}
+    for field in fields(_Stack):
+        if field.name in arrays:
+            values[field.name] = arrays[field.name]
+        else:
+            levels = sum(name.startswith(f"{field.name}.") for name in arrays)
+            values[field.name] = [arrays[f"{field.name}.{level}"] for level in range(levels)]
+    return _Stack(**values)
+
+
+def _next(positions: np.ndarray, at: np.ndarray, none: int) -> np.ndarray:
+    """First of ``positions`` at or after each ``at`` (``none`` when there is none)."""
+    return np.append(positions, none)[np.searchsorted(positions, at)]
+
+
+def _previous(positions: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Last of ``positions`` before each ``at`` (-1 when there is none)."""
+    return np.concatenate([[-1], positions])[np.searchsorted(positions, at)]
+
+
+@dataclass(frozen=True)
+class _Queries:
+    """The windows to compute for one offset setting: where, and from which offset."""
+
+    at: np.ndarray  # global message index
+    first: np.ndarray  # global index of the session's first message
+    consolidated: np.ndarray  # global index where the unconsolidated tail starts
+
+
+def _positions(sessions: list[Session], stack: _Stack, at: At) -> tuple[np.ndarray, np.ndarray]:
+    """(session number, global message index) of every window asked for by ``at``."""
+    sizes = np.diff(stack.offsets)
+    if isinstance(at, str) and at == "every_user_turn":
+        owner = np.searchsorted(stack.offsets, stack.turns, side="right") - 1
+        return owner, stack.turns
+    if isinstance(at, str) and at == "end":
+        return np.arange(len(sessions)), stack.offsets[1:]
+    if isinstance(at, str):
+        raise ValueError(f"at must be 'every_user_turn', 'end' or message indices, not {at!r}")
+    wanted = np.unique(np.asarray(list(at), dtype=np.int64))
+    inside = (wanted[None, :] >= 0) & (wanted[None, :] <= sizes[:, None])
+    owner, column = np.nonzero(inside)
+    return owner, stack.offsets[owner] + wanted[column]
+
+
+def _offset_label(offset: Offset) -> str:
+    return offset if isinstance(offset, str) else str(offset)
+
+
+def _queries(
+    sessions: list[Session],
+    stack: _Stack,
+    owner: np.ndarray,
+    at: np.ndarray,
+    offset: Offset,
+    checkpoints: bool,
+) -> _Queries:
+    """Per window, the offset in force, as nanobot would hold it for ``messages[:at]``.
+
+    ``"recorded"`` uses the session's stored ``last_consolidated`` while it lies within the
+    prefix and 0 beyond it (nanobot resets an offset past the end of the messages, as a fork
+    before that turn would); with ``checkpoints`` (0.3.5), the latest hidden checkpoint
+    message before ``at`` when that is later (0.3.5 sets ``last_archived`` to the index where
+    it inserts one).  ``"none"`` is 0; an int is used the same way as a recorded one.
+    """
+    first = stack.offsets[owner]
+    if offset == "recorded":
+        wanted = np.array([s.last_consolidated for s in sessions], dtype=np.int64)[owner]
+    elif offset == "none":
+        wanted = np.zeros(len(owner), dtype=np.int64)
+    elif isinstance(offset, int) and not isinstance(offset, bool):
+        wanted = np.full(len(owner), offset, dtype=np.int64)
+    else:
+        raise ValueError(f"last_consolidated must be 'recorded', 'none' or an int, not {offset!r}")
+    valid = (wanted >= 0) & (wanted <= at - first)
+    consolidated = first + np.where(valid, wanted, 0)
+    if checkpoints and offset == "recorded":
+        consolidated = np.maximum(consolidated, _previous(stack.checkpoints, at))
+    return _Queries(at, first, consolidated)
+
+
+def _count_window(
+    stack: _Stack, q: _Queries, count: int, extend: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Start of the count window (``count`` messages, 0: none; after ``extend_to_user``), its
+    user-aligned start, and the legal start (past any orphan tool result)."""
+    start = np.maximum(q.consolidated, q.at - count) if count > 0 else q.consolidated
+    if extend and count > 0:
+        beyond = len(stack.is_user) + 1
+        no_user = _next(stack.users, start, beyond) >= q.at
+        earlier = _previous(stack.users, start)
+        recover = no_user & (earlier >= q.consolidated)
+        via_delivery = (earlier > q.consolidated) & stack.delivery[np.maximum(earlier - 1, 0)]
+        start = np.where(recover, earlier - via_delivery, start)
+    first_user = _next(stack.users, start, len(stack.is_user) + 1)
+    has_user = first_user < q.at
+    via_delivery = (first_user > start) & stack.delivery[np.maximum(first_user - 1, 0)]
+    aligned = np.where(has_user, first_user - via_delivery, start)
+    return start, aligned, _legal_start(stack.raw_jumps, aligned, q.at)
+
+
+def _budget(
+    stack: _Stack, lo: np.ndarray, hi: np.ndarray, max_tokens: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """First kept entry under a token budget, whether the budget cut, whether it recovered."""
+    any_entry = hi > lo
+    if max_tokens <= 0:
+        no = np.zeros(len(lo), dtype=bool)
+        return lo, no, no
+    fits = np.searchsorted(stack.prefix, stack.prefix[hi] - max_tokens)
+    fits = np.clip(fits, lo, np.maximum(hi - 1, lo))
+    user_after = _next(stack.entry_users, fits, len(stack.entry_user) + 1)
+    has_user = user_after < hi
+    user_before = _previous(stack.entry_users, fits)
+    recovered = any_entry & ~has_user & (user_before >= lo)
+    start = np.where(has_user, user_after, np.where(recovered, user_before, fits))
+    first = np.where(any_entry, _legal_start(stack.entry_jumps, start, hi), lo)
+    return first, (fits > lo) & (first > lo), recovered
+
+
+def _as_list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+def _grid(settings: HistorySettings, name: str, override: Any) -> list[Any]:
+    """The values of one setting to sweep: the override (a value or a list), else the setting
+    (``settings`` resolved by the release in force)."""
+    return [getattr(settings, name)] if override is None else _as_list(override)
+
+
+def _targets(
+    sessions: list[Session], policy: str | Sequence[str] | None
+) -> list[tuple[ReplayPolicy, list[int]]]:
+    """Each release to replay with and the sessions (by position) it replays: every session
+    under each named release, or each session under its own (``policy=None``)."""
+    if policy is None:
+        groups: dict[str, list[int]] = {}
+        for i, session in enumerate(sessions):
+            groups.setdefault(session.policy, []).append(i)
+        return [(get_policy(name), members) for name, members in groups.items()]
+    everyone = list(range(len(sessions)))
+    return [(get_policy(name), everyone) for name in dict.fromkeys(_as_list(policy))]
+
+
+def _entry_variants(
+    policy: ReplayPolicy, settings: HistorySettings, stamps: list[Any], contexts: list[Any]
+) -> list[tuple[HistorySettings, dict[str, bool]]]:
+    """The settings giving each distinct replay under ``policy``, with the entry columns they
+    fill: the release's own value of each entry setting (a setting it ignores keeps its
+    default, e.g. 0.2.2 replays the stored text, runtime context included)."""
+    variants: dict[tuple[Any, ...], tuple[HistorySettings, dict[str, bool]]] = {}
+    for stamp, context in itertools.product(stamps, contexts):
+        chosen = policy.resolve(
+            settings.replace(include_timestamps=bool(stamp), include_runtime_context=bool(context))
+        )
+        columns = {
+            "include_timestamps": bool(chosen.include_timestamps),
+            "include_runtime_context": bool(chosen.include_runtime_context),
+        }
+        variants.setdefault(policy.entry_key(chosen), (chosen, columns))
+    return list(variants.values())
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One ``get_history`` call to simulate: its arguments and the loop setting behind them
+    (``context_window`` -1: none given)."""
+
+    max_messages: int
+    max_tokens: int
+    context_window: int = -1
+    max_output: int = -1
+    governor_budget: int = 0
+
+
+def _calls(
+    policy: ReplayPolicy,
+    settings: HistorySettings,
+    max_messages: Any,
+    max_tokens: Any,
+    context_window: Any,
+    max_output: Any,
+) -> list[_Call]:
+    """The ``get_history`` calls to simulate under ``policy`` (see :func:`windows`)."""
+    counts = [int(c) for c in _grid(settings, "max_messages", max_messages)]
+    if context_window is None:
+        if max_output is not None:
+            raise ValueError("max_output needs context_window (the loop derives both together)")
+        budgets = [int(b) for b in _grid(settings, "max_tokens", max_tokens)]
+        return [_Call(c, b) for c in counts for b in budgets]
+    if max_tokens is not None:
+        raise ValueError("max_tokens is derived from context_window and max_output; pass one")
+    limits = [
+        (int(ctx), int(out))
+        for ctx in _as_list(context_window)
+        for out in _as_list(DEFAULT_MAX_OUTPUT if max_output is None else max_output)
+    ]
+    if any(ctx < 0 or out < 0 for ctx, out in limits):
+        raise ValueError(f"context_window and max_output must be >= 0, got {limits}")
+    calls = [
+        _Call(call.max_messages, call.max_tokens, ctx, out, call.governor_budget)
+        for ctx, out in limits
+        for count in counts
+        for call in [policy.loop_call(ctx, out, count)]
+    ]
+    return list(dict.fromkeys(calls))
+
+
+def _needs_summary(call: _Call, policy: ReplayPolicy, tokens_kept: np.ndarray) -> np.ndarray:
+    """A context governor's verdict per window (1: over budget, 0: not; -1: not applicable:
+    the release has no governor, or no context window was given)."""
+    if not policy.governed or call.context_window < 0:
+        return np.full(len(tokens_kept), -1, dtype=np.int8)
+    if call.context_window == 0:  # the governor measures nothing without a context window
+        return np.zeros(len(tokens_kept), dtype=np.int8)
+    if call.governor_budget <= 0:
+        return np.ones(len(tokens_kept), dtype=np.int8)
+    return (tokens_kept >= call.governor_budget).astype(np.int8)
+
+
+def windows(
+    source: Session | Iterable[Session],
+    *,
+    settings: HistorySettings = DEFAULT_SETTINGS,
+    policy: str | Sequence[str] | None = None,
+    context_window: int | Sequence[int] | None = None,
+    max_output: int | Sequence[int] | None = None,
+    max_messages: int | Sequence[int] | None = None,
+    max_tokens: int | Sequence[int] | None = None,
+    include_timestamps: bool | Sequence[bool] | None = None,
+    include_runtime_context: bool | Sequence[bool] | None = None,
+    extend_to_user: bool | Sequence[bool] | None = None,
+    last_consolidated: Offset | Sequence[Offset] | None = None,
+    at: At = "every_user_turn",
+    workers: int | None = None,
+    progress: bool | None = None,
+    cache: TokenCache | None = DEFAULT_CACHE,
+) -> pd.DataFrame:
+    """One row per (session, release, turn, setting): the history that release replays there.
+
+    The history settings come from ``settings`` (a field left ``None``: the release's own
+    default, see :class:`~sessionkit.HistorySettings`); each keyword given overrides one of
+    them and may be a list, and the frame covers the whole grid (columns:
+    :data:`sessionkit.schema.WINDOWS`).  Each window equals the release's ``get_history`` of
+    the session cut at ``at``; windows of one release and setting form one block of rows.
+
+    Without ``context_window``, each window is ``get_history`` called with the settings as
+    the release resolves them (``ReplayPolicy.resolve``): 0.2.2 takes ``include_timestamps``,
+    a 0.3.x release ``include_runtime_context``; ``max_messages`` left ``None`` is the
+    release's own count window (120, 2000; 0.3.5: none), a value given is that value under
+    every release.  With ``context_window`` (and ``max_output``, default 8192), each window
+    is what that release's agent loop asks for at the turn (``ReplayPolicy.loop_call``): 0.2.2 ``max_messages`` and the budget
+    ``ctx - max_output - 1024``; 0.3.0 the count window ``min(2000, max(120, ctx // 100))`` and
+    the same budget; 0.3.5 no count window and no budget, with ``needs_summary`` marking where
+    its context governor would have summarised.  That verdict is approximate: 0.3.5 measures
+    the whole request (system prompt, tools, the new message) and prefers the provider's
+    reported usage; here the window's own estimate stands for it (so it can only under-report).
+
+    Under 0.3.5, the ``"recorded"`` offset at a turn is the latest hidden checkpoint message
+    stored before it (where ``commit_summary_checkpoint`` set ``last_archived``), or the
+    recorded offset when later; a checkpoint inserted before messages that already existed
+    counts from its position, not from when it was committed.  The file cap (0.2.2, 0.3.0) is
+    not applied here (sessions as stored: a file a release capped on every save holds at most
+    its limit, so no prefix of it trips the cap); see :func:`sessionkit.file_cap` for what it
+    would trim and :func:`sessionkit.message_states` for one turn with the cap applied.
+    Consolidation (0.2.2, 0.3.0) and summaries (0.3.5) are not simulated: their offsets are
+    read from the session.
+
+    Parameters
+    ----------
+    source
+        A Session, a Corpus or any iterable of Sessions.
+    settings
+        The history settings (``file_cap`` is not used here).
+    policy
+        The release (``"nanobot-0.2"``, ``"nanobot-0.3.0"``, ``"nanobot-0.3.5"``) or a list of
+        them, side by side (default: each session's own ``Session.policy``).
+    context_window, max_output
+        The model's context window and output reserve (each a value or a list): simulate each
+        release's agent loop instead of fixed ``max_tokens``.
+    max_messages, max_tokens, include_timestamps, include_runtime_context, extend_to_user, \
+last_consolidated
+        Overrides of ``settings``, each a value or a list of values (None: the setting's).
+        ``include_timestamps`` reaches 0.2.2 only, ``include_runtime_context`` 0.3.x only.
+    at
+        ``"every_user_turn"`` (before each user turn is stored; under 0.3.5 the hidden
+        checkpoint and automation messages are not turns, as in its forks), ``"end"`` (the history the next message would get)
+        or a list of message indices (beyond a session's length: skipped).
+    workers
+        Processes replaying the sessions (default: every core for large sweeps, needs the
+        ``fork`` start method).  Replays are cached (:mod:`sessionkit.simulate.replay`).
+    progress
+        Show a progress bar (default: for large sweeps).
+    cache
+        Token-count cache shared with :func:`sessionkit.count_tokens`.
+    """
+    sessions = [source] if isinstance(source, Session) else list(source)
+    targets = _targets(sessions, policy)
+    labels: list[str] = []
+    keys = [s.key for s in sessions]
+    categories = list(dict.fromkeys(keys))
+    code_of = {key: i for i, key in enumerate(categories)}
+    session_codes = np.array([code_of[k] for k in keys], dtype=np.int64)
+    names = [chosen.name for chosen, _ in targets]
+    blocks: list[dict[str, Any]] = []
+    for chosen, members in targets:
+        subset = [sessions[i] for i in members]
+        own = chosen.resolve(settings)
+        stamps_grid = _grid(own, "include_timestamps", include_timestamps)
+        contexts_grid = _grid(own, "include_runtime_context", include_runtime_context)
+        offsets = _grid(own, "last_consolidated", last_consolidated)
+        labels += [o for o in map(_offset_label, offsets) if o not in labels]
+        extends = [bool(e) for e in _grid(own, "extend_to_user", extend_to_user)]
+        calls = _calls(chosen, own, max_messages, max_tokens, context_window, max_output)
+        for variant, entry_columns in _entry_variants(chosen, own, stamps_grid, contexts_grid):
+            stack = replay.prepared(
+                subset,
+                variant,
+                _stack,
+                (_stack_arrays, _stack_of),
+                kind="windows-stack",
+                policy=chosen.name,
+                workers=workers,
+                progress=progress,
+                cache=cache,
+            )
+            owner, at_index = _positions(subset, stack, at)
+            fixed = {
+                "session_key": session_codes[members][owner],
+                "policy": names.index(chosen.name),
+                "turn": np.searchsorted(stack.turns, at_index)
+                - np.searchsorted(stack.turns, stack.offsets[owner]),
+                "at": at_index - stack.offsets[owner],
+                "command": stack.command[at_index],
+                **entry_columns,
+            }
+            for offset in offsets:
+                q = _queries(subset, stack, owner, at_index, offset, chosen.checkpoints)
+                starts: dict[tuple[int, bool], tuple[np.ndarray, ...]] = {}
+                for extend, call in itertools.product(extends, calls):
+                    window = (chosen.count_window(call.max_messages), extend)
+                    if window not in starts:
+                        starts[window] = _count_window(stack, q, *window)
+                    rows = _rows(stack, q, *starts[window], call.max_tokens)
+                    _refuse_unreplayable(stack, q, starts[window][2], subset, owner)
+                    blocks.append(
+                        fixed
+                        | rows
+                        | {
+                            "max_messages": call.max_messages,
+                            "max_tokens": call.max_tokens,
+                            "extend_to_user": extend,
+                            "last_consolidated": labels.index(_offset_label(offset)),
+                            "context_window": call.context_window,
+                            "max_output": call.max_output,
+                            "needs_summary": _needs_summary(call, chosen, rows["tokens_kept"]),
+                        }
+                    )
+    codes = {"session_key": categories, "policy": names, "cut": _CUTS, "last_consolidated": labels}
+    return _frame(blocks, codes)
+
+
+def _refuse_unreplayable(
+    stack: _Stack, q: _Queries, legal: np.ndarray, sessions: list[Session], owner: np.ndarray
+) -> None:
+    """Raise where the release's ``get_history`` raises: a window whose rewritten range (from
+    its legal start) holds a message without a role."""
+    if not len(stack.unreplayable):
+        return
+    bad = np.searchsorted(stack.unreplayable, legal) < np.searchsorted(stack.unreplayable, q.at)
+    if bad.any():
+        w = int(np.flatnonzero(bad)[0])
+        session = sessions[owner[w]]
+        first = int(stack.unreplayable[np.searchsorted(stack.unreplayable, legal[w])])
+        raise ValueError(
+            f"session {session.key!r}: message {first - int(stack.offsets[owner[w]])} has no "
+            f"role, and the window at message {int(q.at[w] - stack.offsets[owner[w]])} holds "
+            f"it ({int(bad.sum())} windows do): {session.policy}'s get_history raises "
+            "KeyError('role') there; pass at= turns before it, or mend the file "
+            "(sessionkit doctor)"
+        )
+
+
+def _rows(
+    stack: _Stack,
+    q: _Queries,
+    count_start: np.ndarray,
+    aligned: np.ndarray,
+    legal: np.ndarray,
+    max_tokens: int,
+) -> dict[str, np.ndarray]:
+    """The result columns for one setting's windows."""
+    lo, hi = stack.rank[legal], stack.rank[q.at]
+    first, token_cut, recovered = _budget(stack, lo, hi, max_tokens)
+    kept = hi - first
+    start = np.where(kept > 0, stack.kept[first], q.at)
+    stop = np.where(kept > 0, stack.kept[np.maximum(hi - 1, 0)] + 1, q.at)
+    cut = np.select(
+        [token_cut, legal > aligned, count_start > q.consolidated, q.consolidated > q.first],
+        [_CUTS.index(c) for c in ("tokens", "orphan", "count", "consolidation")],
+        _CUTS.index("none"),
+    )
+    return {
+        "consolidated": q.consolidated - q.first,
+        "start": start - q.first,
+        "stop": stop - q.first,
+        "messages_kept": kept,
+        "tokens_kept": stack.prefix[hi] - stack.prefix[first],
+        "cut": cut,
+        "messages_hidden": start - q.first,
+        "tokens_hidden": stack.prefix[stack.rank[start]] - stack.prefix[stack.rank[q.first]],
+        "starts_with_user": (kept > 0) & stack.entry_user[first],
+        "recovered": recovered,
+    }
+
+
+def _frame(blocks: list[dict[str, Any]], categories: dict[str, list[str]]) -> pd.DataFrame:
+    """Concatenate per-setting blocks into the documented columns and dtypes.
+
+    Categorical columns arrive as codes into ``categories[name]``; nullable ones with -1
+    for missing.
+    """
+    lengths = [len(b["turn"]) for b in blocks]
+    values = {
+        column.name: np.concatenate(
+            [np.broadcast_to(b[column.name], (n,)) for b, n in zip(blocks, lengths, strict=True)]
+        )
+        if blocks
+        else np.zeros(0, dtype=np.int64)
+        for column in WINDOWS
+    }
+    for name in ("context_window", "max_output"):
+        values[name] = pd.arrays.IntegerArray(values[name].astype(np.int64), values[name] < 0)
+    summary = values["needs_summary"]
+    values["needs_summary"] = pd.arrays.BooleanArray(summary == 1, summary < 0)
+    return frame(WINDOWS, values, categories=categories)

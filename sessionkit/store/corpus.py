@@ -1,0 +1,393 @@
+"""A loaded session store: sessions by key, their problems, and lazily built DataFrames."""
+
+from __future__ import annotations
+
+import difflib
+import gc
+import time
+import warnings
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from functools import cached_property
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+
+from sessionkit.nanobot.policies import get_policy
+from sessionkit.nanobot.reader import (
+    SESSION_SUFFIXES,
+    Problem,
+    SessionPathError,
+    find_session_files,
+    leftover_temp_files,
+    read_session_file,
+)
+from sessionkit.nanobot.session import Session
+from sessionkit.store.counting import DEFAULT_CACHE, Method
+from sessionkit.store.frames import (
+    Entry,
+    build_entries,
+    entry_problems,
+    messages_frame,
+    problems_frame,
+    sessions_frame,
+)
+from sessionkit.store.index import (
+    Identity,
+    Index,
+    IndexedSession,
+    default_cache_dir,
+    file_identity,
+    store_key,
+)
+
+__all__ = ["Corpus", "check_source", "default_data_dir", "load", "resolve_session"]
+
+PathLike = str | Path
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector: loading allocates millions of acyclic dicts, and
+    repeated full collections over them would cost more than the parse itself."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+_PACKAGE = Path(__file__).resolve().parents[1]
+REPOSITORY_DATA = _PACKAGE.parent / "data"
+"""The sample store of a source checkout (generated, 15 sessions)."""
+PACKAGED_SAMPLE = _PACKAGE / "_sample"
+"""The same store (``sessions/`` and ``damaged/``) shipped inside the wheel (see pyproject's
+force-include)."""
+
+
+def default_data_dir() -> Path:
+    """The bundled sample store, the default everywhere: the checkout's ``data/``, else (an
+    installed wheel) its copy packaged as ``sessionkit/_sample``."""
+    for path in (REPOSITORY_DATA, PACKAGED_SAMPLE):
+        if (path / "sessions").is_dir():
+            return path
+    raise SessionPathError(
+        f"no bundled sample data ({REPOSITORY_DATA} and {PACKAGED_SAMPLE} are missing); "
+        "pass the path of a nanobot workspace or sessions folder"
+    )
+
+
+class Corpus:
+    """Sessions by key plus the problems met loading them; frames are built on first use.
+
+    Parameters
+    ----------
+    sessions
+        The sessions; keys must be unique (later duplicates are recorded as problems).
+    problems
+        Problems already met while reading.
+    tokens
+        How the ``tokens`` columns are counted: ``"tiktoken"`` (nanobot's exact count),
+        ``"fallback"`` (nanobot's estimate without tiktoken) or ``None`` (not counted).
+    """
+
+    def __init__(
+        self,
+        sessions: Iterable[Session] = (),
+        problems: Iterable[Problem] = (),
+        *,
+        tokens: Method | None = "tiktoken",
+    ) -> None:
+        self._problems = list(problems)
+        self._sessions: dict[str, Session] = {}
+        self._entries: list[Entry] | None = None
+        for session in sessions:
+            first = self._sessions.get(session.key)
+            if first is not None:
+                self._problems.append(_duplicate(session, first))
+                continue
+            self._sessions[session.key] = session
+        self.token_method = tokens
+
+    @classmethod
+    def _of_entries(
+        cls, entries: list[Entry], problems: list[Problem], tokens: Method | None
+    ) -> Corpus:
+        """A corpus of entries already built or read back from the index; the problems of an
+        entry whose key is taken join ``problems``."""
+        corpus = cls((), problems, tokens=tokens)
+        kept = []
+        for entry in entries:
+            first = corpus._sessions.get(entry.session.key)
+            if first is not None:
+                corpus._problems += [*entry_problems(entry), _duplicate(entry.session, first)]
+                continue
+            corpus._sessions[entry.session.key] = entry.session
+            kept.append(entry)
+        corpus._entries = kept
+        return corpus
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def __iter__(self) -> Iterator[Session]:
+        return iter(self._sessions.values())
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._sessions
+
+    def __getitem__(self, key: str) -> Session:
+        try:
+            return self._sessions[key]
+        except KeyError:
+            close = difflib.get_close_matches(str(key), list(self._sessions), n=3)
+            hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+            raise KeyError(f"no session {key!r} in this corpus{hint}") from None
+
+    def __repr__(self) -> str:
+        n_messages = sum(map(len, self))
+        built = self._entries or []
+        n_problems = len(self._problems) + sum(len(e.meta["problems"]) for e in built)
+        return f"<Corpus: {len(self)} sessions, {n_messages} messages, {n_problems} problems>"
+
+    def keys(self) -> list[str]:
+        """Session keys in load order."""
+        return list(self._sessions)
+
+    @property
+    def entries(self) -> list[Entry]:
+        """Each session's columnar copy, built on first use unless loaded from the index."""
+        if self._entries is None:
+            sessions = list(self)
+            paths = {str(s.path) for s in sessions}
+            read = [p for p in self._problems if p.path in paths]
+            self._problems = [p for p in self._problems if p.path not in paths]
+            with _no_gc():
+                self._entries = build_entries(
+                    sessions, _by_path(read), tokens=self.token_method, cache=DEFAULT_CACHE
+                )
+        return self._entries
+
+    @cached_property
+    def messages(self) -> pd.DataFrame:
+        """One row per message (see :data:`sessionkit.schema.MESSAGES`)."""
+        return messages_frame(self.entries, tokens=self.token_method)
+
+    @cached_property
+    def sessions(self) -> pd.DataFrame:
+        """One row per session (see :data:`sessionkit.schema.SESSIONS`)."""
+        return sessions_frame(self.entries, tokens=self.token_method)
+
+    @cached_property
+    def problems(self) -> pd.DataFrame:
+        """One row per damaged line or file, and per message nanobot cannot count (see
+        :data:`sessionkit.schema.PROBLEMS`)."""
+        entries = self.entries
+        return problems_frame(self._problems + [p for e in entries for p in entry_problems(e)])
+
+
+_EXPECTED = (
+    "a nanobot workspace folder, a sessions folder, a session file (.jsonl, or a legacy "
+    ".json), a glob, or a list of these"
+)
+
+
+def check_source(path: PathLike | list[PathLike] | tuple[PathLike, ...]) -> None:
+    """Refuse, naming what is expected, a path that cannot be a session store: an empty
+    string (it would mean the current folder) or an existing file that is not named like a
+    session (``/etc/passwd``).  Missing paths and globs are left to the reader."""
+    for item in path if isinstance(path, list | tuple) else [path]:
+        if not str(item).strip():
+            raise SessionPathError(f"an empty path names no session store; pass {_EXPECTED}")
+        target = Path(item).expanduser()
+        if target.exists() and not target.is_dir() and target.suffix not in SESSION_SUFFIXES:
+            raise SessionPathError(f"{target} is not a session store; pass {_EXPECTED}")
+
+
+def _duplicate(session: Session, first: Session) -> Problem:
+    reason = (
+        f"duplicate session key {session.key!r}: {first.path} and {session.path} both hold it; "
+        f"kept {first.path}, the first in load order (paths in the order given, each "
+        "folder's or glob's files sorted by name), and skipped this file"
+    )
+    warnings.warn(reason, stacklevel=4)
+    return Problem(str(session.path), None, reason)
+
+
+def _by_path(problems: list[Problem]) -> dict[str, list[Problem]]:
+    grouped: dict[str, list[Problem]] = {}
+    for problem in problems:
+        grouped.setdefault(problem.path, []).append(problem)
+    return grouped
+
+
+def load(
+    path: PathLike | list[PathLike] | tuple[PathLike, ...] | None = None,
+    *,
+    tokens: Method | None = "tiktoken",
+    config_dir: PathLike | None = None,
+    policy: str | None = None,
+    cache: bool | PathLike = True,
+) -> Corpus:
+    """Load every session under ``path`` into a :class:`Corpus`; never writes there.
+
+    Files unchanged since an earlier load are not read again: their columnar copy comes from
+    the persistent index (:mod:`sessionkit.store.index`), and their messages are parsed only when
+    ``Session.messages`` is first used.
+
+    Parameters
+    ----------
+    path
+        A nanobot workspace (0.2 and 0.3.0 keep sessions in its ``sessions/``; 0.3.5 in
+        ``<config_dir>/sessions/<workspace id>/``), a sessions folder, one session file, a
+        glob, or a list of these.  Default: the bundled sample store.
+    tokens
+        Token counting for the frames: ``"tiktoken"``, ``"fallback"`` or ``None``.
+    config_dir
+        Where a 0.3.5 nanobot keeps its config (the folder of its ``--config`` file);
+        default ``~/.nanobot``.
+    policy
+        Replay every session with this release's policy (see ``sessionkit.POLICIES``) instead
+        of the release that wrote its file.
+    cache
+        ``True``: use the index in :func:`sessionkit.store.index.default_cache_dir`; a path: the
+        index in that folder; ``False``: read every file and keep nothing.
+
+    Raises
+    ------
+    SessionPathError
+        When a path does not exist, holds no session files, or is not a session store
+        (an empty string, a file not named ``.jsonl``/``.json``).
+    """
+    source = default_data_dir() if path is None else path
+    check_source(source)
+    chosen = None if policy is None else get_policy(policy).name
+    files = find_session_files(source, config_dir)
+    index = _index(cache, source, files)
+    store = store_key(files)
+    identities = [file_identity(f) if index is not None else None for f in files]
+    now = time.time_ns()
+    if index is not None:
+        found, from_pack = index.read_entries(store, files, identities)
+    else:
+        found, from_pack = [None] * len(files), 0
+    if tokens == "tiktoken":
+        found = [e if e is None or e.meta["counted"] else None for e in found]
+    problems: list[Problem] = []
+    fresh: list[Session] = []
+    where: list[int] = []
+    read: list[Problem] = []
+    with _no_gc():
+        for i, file in enumerate(files):
+            if found[i] is not None:
+                continue
+            session, met = _read_isolated(file)
+            if session is None:
+                problems.extend(met)
+                continue
+            read.extend(met)
+            fresh.append(session)
+            where.append(i)
+        built = build_entries(fresh, _by_path(read), tokens=tokens, cache=DEFAULT_CACHE)
+    for i, entry in zip(where, built, strict=True):
+        found[i] = entry
+    if index is not None:
+        _keep(index, store, files, identities, found, from_pack, now)
+    entries = [e for e in found if e is not None]
+    for entry in entries:
+        entry.session.policy = chosen or entry.meta["policy"]
+    problems.extend(leftover_temp_files(source, config_dir))
+    return Corpus._of_entries(entries, problems, tokens)
+
+
+def _index(
+    cache: bool | PathLike,
+    source: PathLike | list[PathLike] | tuple[PathLike, ...],
+    files: list[Path],
+) -> Index | None:
+    """The index to use, or None: not asked for, or its folder would lie inside a workspace
+    or sessions folder being loaded (loading writes nothing there)."""
+    if cache is False:
+        return None
+    root = (default_cache_dir() if cache is True else Path(cache)).expanduser().absolute()
+    items = source if isinstance(source, list | tuple) else [source]
+    folders = {f.parent.absolute() for f in files}
+    folders |= {Path(p).expanduser().absolute() for p in items if Path(p).expanduser().is_dir()}
+    if any(root == folder or folder in root.parents for folder in folders):
+        warnings.warn(
+            f"the index folder {root} lies inside a workspace or sessions folder being "
+            "loaded; loading without the index (set SESSIONKIT_CACHE_DIR elsewhere)",
+            stacklevel=3,
+        )
+        return None
+    return Index(root)
+
+
+PACK_MIN = 32
+"""A store's pack is rewritten once this many of its files (or a tenth) are served otherwise."""
+
+
+def _keep(
+    index: Index,
+    store: str,
+    files: list[Path],
+    identities: list[Identity | None],
+    found: list[Entry | None],
+    from_pack: int,
+    now: int,
+) -> None:
+    """Persist what this load built: the whole store as a new pack when many files were not
+    in the old one, else each new entry in its file's own pack.  Files changed too recently,
+    or while being read, are left out; a cache that cannot be written costs speed only."""
+    served = sum(e is not None for e in found)
+    whole = served - from_pack >= max(PACK_MIN, len(files) // 10)
+    kept = [
+        (entry, identity)
+        for file, identity, entry in zip(files, identities, found, strict=True)
+        if entry is not None
+        and identity is not None
+        and (whole or not isinstance(entry.session, IndexedSession))
+        and not identity.racy(now)
+        and file_identity(file) == identity
+    ]
+    try:
+        index.write_entries(store, kept, whole=whole)
+    except (OSError, pa.ArrowException, ValueError) as exc:
+        warnings.warn(f"could not write the index in {index.root}: {exc}", stacklevel=3)
+        return
+    for entry, identity in kept:
+        if not isinstance(entry.session, IndexedSession):
+            entry.session = IndexedSession.adopted(
+                entry.session, entry.meta["turns"], identity, index, store
+            )
+
+
+def _read_isolated(file: Path) -> tuple[Session | None, list[Problem]]:
+    """:func:`read_session_file`, with any failure it did not foresee kept to this one file."""
+    try:
+        return read_session_file(file)
+    except Exception as exc:  # a bug must cost one file, never the whole corpus
+        reason = f"not loaded: sessionkit failed reading it ({type(exc).__name__}: {exc!s:.200})"
+        return None, [Problem(str(file), None, reason)]
+
+
+def resolve_session(
+    source: Session | Corpus, key: str | None = None, *, key_name: str = "key"
+) -> Session:
+    """``source`` itself when it is a Session, else the session ``key`` of the Corpus.
+
+    ``key_name`` is the caller's parameter name, used in the error messages.
+    """
+    if isinstance(source, Session):
+        if key is not None and key != source.key:
+            raise ValueError(f"{key_name} {key!r} given with session {source.key!r}")
+        return source
+    if key is None:
+        raise TypeError(f"a Corpus needs {key_name}=..., the key of the session to use")
+    session = source[key]
+    if not isinstance(session, Session):
+        raise TypeError(f"{type(source).__name__}[{key!r}] is not a Session")
+    return session

@@ -1,0 +1,482 @@
+"""Token counts for many messages at once: batched, parallel, and cached by content.
+
+Each count equals a release's exact estimate (``get_policy(name).estimate_message_tokens``)
+or its no-tiktoken fallback.  Pick ``method="tiktoken"`` (the default) to match a nanobot that
+could load tiktoken, ``method="fallback"`` to match one that could not.  The releases differ in
+the payload (0.3.5 skips non-string text blocks, which 0.2.2 and 0.3.0 cannot join) and in
+what special-token text and the fallback cost (0.2.2: characters // 4 + 4; 0.3.x: UTF-8
+bytes + 4); where a release raises, so does :func:`count_tokens`, with the same class.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.machinery
+import importlib.util
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import suppress
+from functools import lru_cache
+from hashlib import blake2b
+from itertools import compress, repeat
+from operator import is_not
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Literal, TypeVar
+
+import numpy as np
+import orjson
+import pyarrow as pa
+
+from sessionkit.nanobot.policies import DEFAULT_POLICY, get_policy
+from sessionkit.nanobot.tokens import (
+    FRAMING_TOKENS,
+    encoding,
+    has_special_tokens,
+)
+from sessionkit.store.cachedir import default_cache_dir, write_ipc
+from sessionkit.store.fields import STR_OR_NONE, message_field
+from sessionkit.store.forked import SHARED, can_fork, forked_pool
+
+__all__ = ["DEFAULT_CACHE", "Method", "ReadThroughCache", "TokenCache", "count_tokens"]
+
+Method = Literal["tiktoken", "fallback"]
+T = TypeVar("T")
+_PARALLEL_MIN_MESSAGES = 20_000
+
+
+class TokenCache:
+    """Token counts keyed by a stable digest of each message's payload fields (and release),
+    so recounts skip tokenizing.
+
+    A cache given a ``folder`` (``DEFAULT_CACHE``: ``<cache dir>/tokens-<format>``) keeps its
+    counts there between processes: files of keys sorted for binary search, memory-mapped on
+    first use (nothing is read into a dict); new counts are written by :meth:`flush` (after
+    large batches, at most every few seconds, and at exit) as one more file (temp file +
+    rename, so two processes never clash), merged when there are many.
+    """
+
+    def __init__(self, folder: Path | Callable[[], Path] | None = None) -> None:
+        self._counts: dict[int, int] = {}
+        self._folder = folder
+        self._disk: list[tuple[np.ndarray, np.ndarray]] | None = None if folder else []
+        self._pending: list[tuple[int, int]] = []
+        self._flushed = time.monotonic()
+        if folder is not None:
+            atexit.register(self.flush)
+
+    def __len__(self) -> int:
+        keys = [np.fromiter(self._counts, dtype=np.uint64, count=len(self._counts))]
+        keys += [k for k, _ in self._segments()]
+        return int(np.unique(np.concatenate(keys)).size)
+
+    def clear(self) -> None:
+        """Forget every count held in this process; what is on disk is read again on next use."""
+        self._counts.clear()
+        self._pending.clear()
+        if self._folder is not None:
+            self._disk = None
+
+    def get(self, key: int) -> int | None:
+        """The cached count for a message key, or None."""
+        return self.get_many([key])[0]
+
+    def get_many(self, keys: list[int | None]) -> list[int | None]:
+        """Cached counts of many keys (None: not cached; a None key is never cached)."""
+        found: list[int | None] = list(map(self._counts.get, keys))
+        segments = self._segments()
+        if not segments or None not in found:
+            return found
+        misses = [i for i, n in enumerate(found) if n is None and keys[i] is not None]
+        wanted = np.array([keys[i] for i in misses], dtype=np.uint64)
+        counts = np.full(len(misses), -1, dtype=np.int64)
+        for sorted_keys, sorted_counts in segments:
+            at = np.minimum(np.searchsorted(sorted_keys, wanted), len(sorted_keys) - 1)
+            hit = (sorted_keys[at] == wanted) & (counts < 0)
+            counts[hit] = sorted_counts[at[hit]]
+        for i, n in zip(misses, counts.tolist(), strict=True):
+            if n >= 0:
+                found[i] = n
+        return found
+
+    def update(self, keys: Iterable[int], counts: Iterable[int]) -> None:
+        """Record counts for message keys (kept on disk at the next :meth:`flush`)."""
+        pairs = list(zip(keys, counts, strict=True))
+        self._counts.update(pairs)
+        if self._folder is not None:
+            self._pending.extend(pairs)
+
+    @property
+    def folder(self) -> Path | None:
+        """Where the counts persist (None: this process only)."""
+        return self._folder() if callable(self._folder) else self._folder
+
+    def _segments(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The files on disk as (sorted keys, counts), memory-mapped on first use."""
+        if self._disk is None:
+            self._disk = []
+            folder = self.folder
+            for segment in sorted(folder.glob("*.arrow")) if folder and folder.is_dir() else ():
+                with suppress(OSError, pa.ArrowException, KeyError):
+                    table = pa.ipc.open_file(pa.memory_map(str(segment))).read_all()
+                    keys, counts = table.column("key"), table.column("count")
+                    if table.schema == _COUNTS and len(keys):
+                        self._disk.append((keys.to_numpy(), counts.to_numpy()))
+        return self._disk
+
+    def flush_soon(self) -> None:
+        """:meth:`flush` when many counts wait or the last flush is a while ago."""
+        waited = time.monotonic() - self._flushed
+        if len(self._pending) >= _FLUSH_COUNTS or waited >= _FLUSH_SECONDS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the counts recorded since the last flush; merge the files when there are
+        more than :data:`_SEGMENTS`.  A folder that cannot be written costs speed only."""
+        folder = self.folder
+        self._flushed = time.monotonic()
+        if folder is None or not self._pending:
+            return
+        pairs, self._pending = self._pending, []
+        keys = np.array([k for k, _ in pairs], dtype=np.uint64)
+        counts = np.array([n for _, n in pairs], dtype=np.int64)
+        with suppress(OSError, pa.ArrowException):
+            folder.mkdir(parents=True, exist_ok=True)
+            _write_counts(folder, keys, counts)
+            segments = sorted(folder.glob("*.arrow"))
+            if len(segments) > _SEGMENTS:
+                self._disk = None
+                merged = [*self._segments(), (keys, counts)]
+                _write_counts(
+                    folder,
+                    np.concatenate([k for k, _ in merged]),
+                    np.concatenate([c for _, c in merged]),
+                )
+                for segment in segments:
+                    segment.unlink(missing_ok=True)
+
+
+_SEGMENTS = 16
+_FLUSH_COUNTS = 4096
+_FLUSH_SECONDS = 10.0
+_COUNTS = pa.schema([("key", pa.uint64()), ("count", pa.int64())])
+
+
+def _write_counts(folder: Path, keys: np.ndarray, counts: np.ndarray) -> None:
+    """One more counts file in ``folder``, keys unique and sorted, written atomically (temp +
+    rename)."""
+    keys, first = np.unique(keys, return_index=True)
+    name = f"{time.time_ns()}-{os.getpid()}-{uuid.uuid4().hex[:8]}.arrow"
+    table = pa.table([pa.array(keys), pa.array(counts[first])], schema=_COUNTS)
+    write_ipc(folder / name, _COUNTS, [table])
+
+
+TOKENS_FORMAT = 1
+"""The layout of persisted counts and their keys; another format lives in another folder."""
+
+DEFAULT_CACHE = TokenCache(lambda: default_cache_dir() / f"tokens-{TOKENS_FORMAT}")
+
+_KEY_FIELDS = ("content", "tool_calls", "name", "tool_call_id", "reasoning_content")
+_NO_KEY = object()
+
+
+def _dumped(values: list[Any]) -> list[Any]:
+    """Compact JSON of non-string fields; ``_NO_KEY`` where JSON null would be ambiguous
+    (orjson writes NaN as null) or the value is not JSON."""
+    try:
+        dumped: list[Any] = list(map(orjson.dumps, values))
+    except (orjson.JSONEncodeError, TypeError):
+        if len(values) == 1:
+            return [_NO_KEY]
+        return [_dumped([v])[0] for v in values]
+    if b"null" in b"".join(dumped):
+        return [_NO_KEY if b"null" in d else d for d in dumped]
+    return dumped
+
+
+def _text(value: str | None) -> str:
+    return "-" if value is None else f"{len(value)}:{value}"
+
+
+def _key_text(
+    policy: str,
+    content: str | tuple[bytes] | None,
+    calls: bytes | None,
+    name: str | None,
+    call_id: str | None,
+    reasoning: str | None,
+) -> str:
+    """The fields a key digests, each length-prefixed (so no two field tuples share a text)."""
+    head = f"s{len(content)}:{content}" if type(content) is str else f"j{content!r}"
+    return f"{policy}|{head}|{calls!r}|{_text(name)}|{_text(call_id)}|{_text(reasoning)}"
+
+
+def _digest(text: str) -> int:
+    raw = text.encode("utf-8", "surrogatepass")
+    return int.from_bytes(blake2b(raw, digest_size=8).digest(), "little")
+
+
+def _message_keys(
+    messages: Sequence[dict[str, Any]], policy: str = DEFAULT_POLICY
+) -> list[int | None]:
+    """Cache keys of many messages, from the fields their payloads are built from.
+
+    A key is a stable 64-bit BLAKE2 digest of (release, content, tool calls, name,
+    tool_call_id, reasoning), the same in every process: non-string content as
+    a 1-tuple of compact JSON (so it never equals a string), tool calls as compact JSON when
+    truthy, and names, ids and reasoning only when they are strings (only strings reach the
+    payload).  Equal keys mean equal fields (a 64-bit hash: a ~2**-64 chance per pair of
+    being wrong), and equal fields mean equal payloads.  A message whose fields have no
+    faithful JSON form gets ``None`` and is counted without the cache.  Each field is read
+    for all messages by one C-level ``map``; only odd values take a Python step.
+    """
+    contents, calls, names, ids, reasonings = (
+        message_field(messages, field) for field in _KEY_FIELDS
+    )
+    no_key: list[int] = []
+    if not STR_OR_NONE.issuperset(map(type, contents)):
+        odd = [i for i, v in enumerate(contents) if type(v) not in STR_OR_NONE]
+        for i, dumped in zip(odd, _dumped([contents[i] for i in odd]), strict=True):
+            contents[i] = (dumped,)
+            if dumped is _NO_KEY:
+                no_key.append(i)
+    present = list(compress(range(len(calls)), map(is_not, calls, repeat(None))))
+    truthy = [i for i in present if calls[i]]
+    dumped_calls = _dumped([calls[i] for i in truthy])
+    for i in present:
+        calls[i] = None
+    for i, dumped in zip(truthy, dumped_calls, strict=True):
+        calls[i] = dumped
+        if dumped is _NO_KEY:
+            no_key.append(i)
+    for column in (names, ids, reasonings):
+        if not STR_OR_NONE.issuperset(map(type, column)):
+            column[:] = [v if type(v) is str else None for v in column]
+    texts = map(_key_text, repeat(policy), contents, calls, names, ids, reasonings)
+    keys: list[int | None] = list(map(_digest, texts))
+    for i in no_key:
+        keys[i] = None
+    return keys
+
+
+@lru_cache(maxsize=1)
+def _counter() -> Callable[[str], int]:
+    """The fastest exact cl100k_base counter installed: GitHub's Rust ``bpe`` crate
+    (``bpe-openai``, about twice tiktoken's speed, its own copy of the BPE file), else tiktoken.
+
+    ``bpe-openai``'s counts equal tiktoken's ``encode_ordinary`` lengths (a hypothesis test
+    checks it against tiktoken, the reference).
+    """
+    bindings = _bpe_bindings()
+    if bindings is None:
+        return _tiktoken_count
+    return bindings.tokenizer_for_encoding("cl100k_base").count
+
+
+def _bpe_bindings() -> ModuleType | None:
+    """bpe-openai's Rust extension module, loaded on its own: the package's ``__init__``
+    builds a tiktoken-like layer by reading all three of its BPE files in Python (1.5 s),
+    which sessionkit never uses.  None when bpe-openai is not installed."""
+    spec = importlib.util.find_spec("bpe_openai")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            path = Path(folder) / f"_bindings{suffix}"
+            if path.is_file():
+                loader = importlib.machinery.ExtensionFileLoader("bpe_openai._bindings", str(path))
+                found = importlib.util.spec_from_file_location(loader.name, path, loader=loader)
+                module = importlib.util.module_from_spec(found)  # type: ignore[arg-type]
+                loader.exec_module(module)
+                return module
+    return None
+
+
+def _tiktoken_count(payload: str) -> int:
+    return len(encoding().encode_to_numpy(payload, disallowed_special=()))
+
+
+def _repaired(payload: str) -> str:
+    """Text with lone surrogates replaced by U+FFFD, the repair tiktoken applies (and so
+    nanobot's count sees) before encoding."""
+    return payload.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _encode_lengths(payloads: Sequence[str]) -> list[int]:
+    """Token counts of payloads holding no special-token text (as ``encode_ordinary``)."""
+    count = _counter()
+    try:
+        return list(map(count, payloads))
+    except UnicodeEncodeError:  # a lone surrogate somewhere in the batch
+        return [count(_repaired(p)) for p in payloads]
+
+
+def _payload_counts(messages: Sequence[dict[str, Any]], policy: str) -> list[int]:
+    """The release's exact count for each message, tokenizing in one batch."""
+    release = get_policy(policy)
+    payloads = list(map(release.message_payload, messages))
+    counts = [FRAMING_TOKENS] * len(payloads)  # right for empty payloads
+    plain = []
+    for i, payload in enumerate(payloads):
+        if payload and has_special_tokens(payload):
+            counts[i] = release.fallback_tokens(payload)
+        elif payload:
+            plain.append(i)
+    lengths = _encode_lengths([payloads[i] for i in plain]) if plain else []
+    for i, n in zip(plain, lengths, strict=True):
+        counts[i] = max(FRAMING_TOKENS, n + FRAMING_TOKENS)
+    return counts
+
+
+class ReadThroughCache(TokenCache):
+    """A token cache that reads through to ``base`` and keeps its own new counts apart (what a
+    forked worker sends back)."""
+
+    def __init__(self, base: TokenCache | None) -> None:
+        super().__init__()
+        self.base = base
+        self.fresh: list[tuple[int, int]] = []
+
+    def get_many(self, keys: list[int | None]) -> list[int | None]:
+        found = self.base.get_many(keys) if self.base is not None else [None] * len(keys)
+        own = super().get_many(keys)
+        return [o if f is None else f for f, o in zip(found, own, strict=True)]
+
+    def update(self, keys: Iterable[int], counts: Iterable[int]) -> None:
+        pairs = list(zip(keys, counts, strict=True))
+        super().update((d for d, _ in pairs), (c for _, c in pairs))
+        self.fresh.extend(pairs)
+
+
+def _parallel(n_messages: int, workers: int) -> bool:
+    """Whether to fork workers: a large batch, and a process that may have children (a Dask
+    or multiprocessing worker is a daemon, which may not)."""
+    return workers > 1 and n_messages >= _PARALLEL_MIN_MESSAGES and can_fork()
+
+
+def _count_shared_range(start: int, stop: int, policy: str) -> list[int]:
+    return _payload_counts(SHARED["messages"][start:stop], policy)
+
+
+def _keyed_shared_range(start: int, stop: int, policy: str) -> tuple[list[int], list]:
+    """A range's counts through the parent's cache, and the counts it had to make."""
+    delta = ReadThroughCache(SHARED["cache"])
+    counts = _cached_counts(SHARED["messages"][start:stop], delta, 1, policy)
+    return counts, delta.fresh
+
+
+def _forked(
+    task: Callable[[int, int, str], T],
+    messages: Sequence[dict[str, Any]],
+    workers: int,
+    policy: str,
+    cache: TokenCache | None = None,
+) -> list[T]:
+    """``task`` over ranges of ``messages`` in forked workers that inherit them (and
+    ``cache``), results in order."""
+    step = max(1, -(-len(messages) // (workers * 16)))
+    starts = list(range(0, len(messages), step))
+    stops = [min(len(messages), s + step) for s in starts]
+    _counter()  # load the ranks once; the workers inherit them
+    with forked_pool(workers, messages=messages, cache=cache) as pool:
+        return list(pool.map(task, starts, stops, repeat(policy)))
+
+
+def _uncached_counts(messages: Sequence[dict[str, Any]], workers: int, policy: str) -> list[int]:
+    """Exact counts, in forked workers when the batch is large enough to repay them."""
+    if _parallel(len(messages), workers):
+        parts = _forked(_count_shared_range, messages, workers, policy)
+        return [n for part in parts for n in part]
+    return _payload_counts(messages, policy)
+
+
+def _cached_counts(
+    messages: Sequence[dict[str, Any]], cache: TokenCache, workers: int, policy: str
+) -> list[int]:
+    """Counts looked up by key; each missing distinct key tokenized once and recorded.
+
+    Keys hash the release in, so one cache never serves one release's count for another.
+    A large batch is keyed and counted in forked workers, a range each, reading through
+    ``cache``.  New counts are flushed to the cache's folder, if it has one.
+    """
+    if _parallel(len(messages), workers):
+        cache.get_many([])  # map the files on disk once; the workers inherit them
+        parts = _forked(_keyed_shared_range, messages, workers, policy, cache)
+        for _, fresh in parts:
+            cache.update((k for k, _ in fresh), (n for _, n in fresh))
+        cache.flush_soon()
+        return [n for counts, _ in parts for n in counts]
+    keys = _message_keys(messages, policy)
+    counts = cache.get_many(keys)
+    if None not in counts:
+        return counts  # type: ignore[return-value]
+    todo = [i for i, n in enumerate(counts) if n is None]
+    first: dict[int, int] = {}
+    fresh = [i for i in todo if keys[i] is None or first.setdefault(keys[i], i) == i]  # type: ignore[index]
+    fresh_counts = _uncached_counts([messages[i] for i in fresh], workers, policy)
+    for i, n in zip(fresh, fresh_counts, strict=True):
+        counts[i] = n
+    for i in todo:
+        if counts[i] is None:
+            counts[i] = counts[first[keys[i]]]  # type: ignore[index]
+    known = [(keys[i], n) for i, n in zip(fresh, fresh_counts, strict=True) if keys[i] is not None]
+    cache.update((k for k, _ in known), (n for _, n in known))  # type: ignore[misc]
+    cache.flush_soon()
+    return counts  # type: ignore[return-value]
+
+
+def count_tokens(
+    messages: Iterable[dict[str, Any]],
+    *,
+    method: Method = "tiktoken",
+    cache: TokenCache | None = DEFAULT_CACHE,
+    workers: int | None = None,
+    policy: str = DEFAULT_POLICY,
+) -> list[int]:
+    """Token counts for many messages at once: batched, parallel and cached.
+
+    Cached counts are looked up by key; each missing distinct payload is tokenized once, in
+    forked worker processes when there are many (they inherit the messages, nothing is
+    pickled to them).
+
+    Parameters
+    ----------
+    messages
+        Persisted message dicts.
+    method
+        ``"tiktoken"`` for the release's exact count, ``"fallback"`` for its estimate without
+        tiktoken (0.2.2: characters // 4 + 4; 0.3.x: UTF-8 bytes + 4).
+    cache
+        Where exact counts are remembered, keyed by a hash of each message's payload
+        fields (and the release); ``None`` disables caching.
+    workers
+        Processes used for large batches (default: every core).
+    policy
+        The release whose estimate to reproduce (``"nanobot-0.2"``, ``"nanobot-0.3.0"``,
+        ``"nanobot-0.3.5"``).
+
+    Raises
+    ------
+    TypeError
+        For an item that is not a dict, and (0.2.2, 0.3.0) a text block whose truthy ``text``
+        is not a string, as those releases raise.
+    UnicodeEncodeError
+        (0.3.x) A lone surrogate in a payload counted by UTF-8 bytes: special-token text, or
+        any payload with ``method="fallback"``, as those releases raise.
+    """
+    batch = messages if isinstance(messages, list | tuple) else list(messages)
+    bad = next((n for n, m in enumerate(batch) if not isinstance(m, dict)), None)
+    if bad is not None:
+        raise TypeError(
+            "count_tokens takes a list of message dicts such as {'role': 'user', 'content': "
+            f"'hello'}}; item {bad} is {batch[bad]!r:.60} ({type(batch[bad]).__name__})"
+        )
+    release = get_policy(policy)
+    if method == "fallback":
+        return [release.fallback_message_tokens(m) for m in batch]
+    if method != "tiktoken":
+        raise ValueError(f"unknown token method {method!r}; use 'tiktoken' or 'fallback'")
+    workers = workers or os.cpu_count() or 1
+    if cache is None:
+        return _uncached_counts(batch, workers, policy)
+    return _cached_counts(batch, cache, workers, policy)

@@ -1,0 +1,514 @@
+"""``sessionkit.explore(corpus)``: pick a session, move the limits, watch the window, fork.
+
+An ipywidgets app with no logic of its own: the release selector replays the session under
+another nanobot release (``Session.policy``), the statuses and counts come from
+:func:`sessionkit.simulate.states.message_states` and :meth:`~sessionkit.simulate.states.MessageStates.summary`, the
+timeline from :func:`sessionkit.plot.token_timeline`, forks from :func:`sessionkit.fork`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import html
+import io
+import tempfile
+import unicodedata
+from pathlib import Path
+from typing import Any, Unpack
+
+import ipywidgets as widgets
+import numpy as np
+import pandas as pd
+
+from sessionkit.nanobot.listing import flatten_content
+from sessionkit.nanobot.naming import UnsafeKeyError
+from sessionkit.nanobot.policies import POLICIES, get_policy
+from sessionkit.nanobot.session import Session
+from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings, SettingsOverrides
+from sessionkit.schema import STATUSES
+from sessionkit.simulate.states import MessageStates, message_states
+from sessionkit.store.corpus import Corpus
+from sessionkit.views.transcript import TranscriptWidget, transcript_rows
+from sessionkit.writers.forking import fork
+
+__all__ = ["OPTION_CHARS", "SCRATCH_FORK_DIR", "Explorer", "explore"]
+
+SCRATCH_FORK_DIR = Path(tempfile.gettempdir()) / "sessionkit-forks"
+"""Where forks go unless the explorer is given ``sessions_dir``: never a live sessions folder."""
+
+OPTION_CHARS = 56
+"""Widest picker entry, in columns (a CJK character takes two): titles are clipped so every
+entry fits the picker from 1,280 px up."""
+
+
+def _auto() -> widgets.Layout:
+    """Fill the parent box's width without the overflow ``width: 100%`` plus margins causes."""
+    return widgets.Layout(width="auto")
+
+
+def _slider(description: str, value: int, high: int, step: int, css: str) -> widgets.IntSlider:
+    slider = widgets.IntSlider(
+        value=value,
+        min=0,
+        max=high,
+        step=step,
+        description=description,
+        style={"description_width": "110px"},
+        layout=widgets.Layout(width="auto", max_width="520px"),
+    )
+    slider.add_class(css)
+    return slider
+
+
+def _checkbox(description: str, value: bool, css: str) -> widgets.Checkbox:
+    box = widgets.Checkbox(
+        value=value, description=description, indent=False, layout=widgets.Layout(width="auto")
+    )
+    box.add_class(css)
+    return box
+
+
+def _columns(text: str) -> int:
+    """Display width of ``text``: East Asian wide and full-width characters take two columns."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def _option(row: pd.Series) -> str:
+    """A picker entry, ``key — title (n msgs, t tok)``, its title clipped to fit
+    :data:`OPTION_CHARS` columns."""
+    tokens = "" if pd.isna(row["tokens"]) else f", {int(row['tokens']):,} tok"
+    sizes = f" ({int(row['n_messages']):,} msgs{tokens})"
+    title = row["title"] if isinstance(row["title"], str) else ""
+    room = OPTION_CHARS - _columns(f"{row['key']} — {sizes}")
+    if _columns(title) > room:
+        while title and _columns(title) > room - 1:
+            title = title[:-1]
+        title = f"{title}…" if title else ""
+    return f"{row['key']}{f' — {title}' if title else ''}{sizes}"
+
+
+def _chip(name: str, count: int) -> str:
+    """A status count, labelled and coloured as in the transcript (``schema.STATUSES``)."""
+    status = next(s for s in STATUSES if s.name == name)
+    return (
+        f"<span class='sk-count' data-status='{name}' title='{html.escape(status.doc)}'>"
+        f"<span style='background:{status.color};color:#fff;padding:0 5px;border-radius:7px'>"
+        f"{html.escape(status.label)}</span> {count:,}</span>"
+    )
+
+
+def _budget_note(states: MessageStates) -> str:
+    """Why the window holds more tokens than ``max_tokens``, in nanobot's own terms ('' if not)."""
+    budget = states.settings.max_tokens
+    if budget <= 0 or states.tokens_kept <= budget:
+        return ""
+    if states.recovered:
+        return (
+            f"<div class='sk-over-budget'>Over the {budget:,}-token budget on purpose: the newest "
+            "messages that fit held no user message, so nanobot kept the latest user message "
+            "and what follows it anyway (its documented recovery of a user turn; "
+            "<code>recovered=True</code> in <code>sk.windows</code>).</div>"
+        )
+    return (
+        f"<div class='sk-over-budget'>Over the {budget:,}-token budget on purpose: nanobot always "
+        "keeps the newest message, even when it alone exceeds the budget.</div>"
+    )
+
+
+class Explorer(widgets.VBox):
+    """The explorer app; every control is a public attribute, so code and tests can drive it.
+
+    Parameters
+    ----------
+    corpus
+        The sessions to explore.
+    key
+        Session shown first (default: the first one).
+    sessions_dir
+        Folder the fork panel writes to (default: :data:`SCRATCH_FORK_DIR`; name a
+        workspace's ``sessions`` folder to have nanobot list the forks).
+    settings
+        Initial history settings (a field left ``None``: the release's default); the
+        controls change all but ``last_consolidated``.
+    **overrides
+        Any :class:`~sessionkit.HistorySettings` field by name, overriding ``settings``.
+    """
+
+    def __init__(
+        self,
+        corpus: Corpus,
+        *,
+        key: str | None = None,
+        sessions_dir: str | Path | None = None,
+        settings: HistorySettings = DEFAULT_SETTINGS,
+        **overrides: Unpack[SettingsOverrides],
+    ) -> None:
+        self.corpus = corpus
+        self.fork_folder = SCRATCH_FORK_DIR if sessions_dir is None else Path(sessions_dir)
+        self._initial = settings.replace(**overrides)
+        self._scheduled = False
+        self._quiet = False
+        self._original = ""
+        table = corpus.sessions
+        self._options = [(_option(row), row["key"]) for _, row in table.iterrows()]
+        longest = int(table["n_messages"].max()) if len(table) else 0
+        most_tokens = int(table["tokens"].max()) if table["tokens"].notna().any() else 0
+
+        self.search = widgets.Text(placeholder="search key or title", layout=_auto())
+        self.search.add_class("sk-search")
+        self.picker = widgets.Select(options=self._options, rows=7, layout=_auto())
+        self.picker.add_class("sk-picker")
+        initial = get_policy().resolve(self._initial)  # each release's own once a session shows
+        self.max_messages = _slider(
+            "max_messages", initial.max_messages, max(2000, longest), 1, "sk-max-messages"
+        )
+        self.max_tokens = _slider(
+            "max_tokens", initial.max_tokens, max(200_000, most_tokens), 100, "sk-max-tokens"
+        )
+        self.turn = _slider("turn", 0, 0, 1, "sk-turn")
+        self.file_cap = _slider(
+            "file cap", initial.file_cap, max(4000, 2 * longest), 10, "sk-file-cap"
+        )
+        self.include_timestamps = _checkbox(
+            "include_timestamps", initial.include_timestamps, "sk-include-timestamps"
+        )
+        self.extend_to_user = _checkbox(
+            "extend_to_user", initial.extend_to_user, "sk-extend-to-user"
+        )
+        self.zoom = _checkbox("zoom to the turn", True, "sk-zoom")
+        from sessionkit import plot  # matplotlib loads with the first explorer, not the package
+
+        self.policy = widgets.Dropdown(
+            options=[(release.label, name) for name, release in POLICIES.items()],
+            description="release",
+            style={"description_width": "110px"},
+            layout=widgets.Layout(width="auto", max_width="520px"),
+        )
+        self.policy.add_class("sk-policy")
+        self._releases: dict[str, Session] = {}
+
+        self._figure = plot.timeline_axes().figure
+        # At most its own pixel width, so a wide screen does not blow it up (and blur it).
+        pixels = round(self._figure.get_figwidth() * self._figure.dpi)
+        self.timeline = widgets.Image(
+            format="png", layout=widgets.Layout(width="auto", max_width=f"{pixels}px")
+        )
+        self.timeline.add_class("sk-timeline")
+        self.summary = widgets.HTML(layout=_auto())
+        self.summary.add_class("sk-summary")
+        self.transcript = TranscriptWidget(layout=widgets.Layout(flex="3 1 0", min_width="0"))
+
+        self.fork_info = widgets.HTML(layout=_auto())
+        self.fork_text = widgets.Textarea(rows=6, layout=_auto())
+        self.fork_text.add_class("sk-fork-text")
+        self.fork_target = widgets.Text(description="target key", layout=_auto())
+        self.fork_target.add_class("sk-fork-target")
+        self.fork_dir = widgets.Text(description="folder", layout=_auto())
+        self.fork_dir.add_class("sk-fork-dir")
+        self.fork_overwrite = _checkbox("overwrite an existing fork", False, "sk-fork-overwrite")
+        self.fork_button = widgets.Button(description="Write fork", button_style="primary")
+        self.fork_button.add_class("sk-fork-write")
+        self.fork_result = widgets.HTML(layout=_auto())
+        self.fork_result.add_class("sk-fork-result")
+
+        self.session: Session = corpus[key] if key is not None else next(iter(corpus))
+        super().__init__(self._layout(), layout=widgets.Layout(width="auto", min_width="0"))
+        self.add_class("sk-explorer")
+        self._show(self.session.key)
+        self._wire()
+
+    def __repr__(self) -> str:
+        return (
+            f"Explorer({self.session.key!r} at turn {self.turn.value}, {len(self.corpus)} sessions)"
+        )
+
+    def _layout(self) -> list[widgets.Widget]:
+        """Picker and controls side by side, wrapping below 1,280 px; transcript beside the fork panel."""
+        controls = widgets.VBox(
+            [
+                self.policy,
+                self.max_messages,
+                self.max_tokens,
+                self.turn,
+                self.file_cap,
+                widgets.HBox(
+                    [self.include_timestamps, self.extend_to_user, self.zoom],
+                    layout=widgets.Layout(flex_flow="row wrap"),
+                ),
+            ],
+            layout=widgets.Layout(flex="1 1 420px", min_width="0"),
+        )
+        picker = widgets.VBox(
+            [self.search, self.picker], layout=widgets.Layout(flex="1 1 420px", min_width="0")
+        )
+        fork_panel = widgets.VBox(
+            [
+                widgets.HTML("<b>Fork</b>"),
+                self.fork_info,
+                self.fork_text,
+                self.fork_target,
+                self.fork_dir,
+                self.fork_overwrite,
+                self.fork_button,
+                self.fork_result,
+            ],
+            layout=widgets.Layout(flex="2 1 0", min_width="0", padding="0 0 0 10px"),
+        )
+        return [
+            widgets.HBox([picker, controls], layout=widgets.Layout(flex_flow="row wrap")),
+            self.summary,
+            self.timeline,
+            widgets.HBox([self.transcript, fork_panel]),
+        ]
+
+    def _wire(self) -> None:
+        self.search.observe(self._on_search, "value")
+        self.picker.observe(self._on_pick, "value")
+        self.policy.observe(self._on_policy, "value")
+        for control in (
+            self.max_messages,
+            self.max_tokens,
+            self.turn,
+            self.file_cap,
+            self.include_timestamps,
+            self.extend_to_user,
+            self.zoom,
+        ):
+            control.observe(self._changed, "value")
+        self.transcript.observe(self._on_select, "selected")
+        self.fork_button.on_click(self._write_fork)
+
+    # -- session and settings -------------------------------------------------------------
+
+    def _on_search(self, change: dict[str, Any]) -> None:
+        """Filter the picker; the session shown stays until another one is picked."""
+        words = change["new"].lower().split()
+        shown = [o for o in self._options if all(w in o[0].lower() for w in words)]
+        self._quiet = True
+        try:
+            self.picker.options = shown
+            if any(key == self.session.key for _, key in shown):
+                self.picker.value = self.session.key
+            else:
+                self.picker.index = None
+        finally:
+            self._quiet = False
+
+    def _on_pick(self, change: dict[str, Any]) -> None:
+        if not self._quiet and change["new"] not in (None, self.session.key):
+            self._show(change["new"])
+
+    def _show(self, key: str) -> None:
+        """Switch to session ``key`` under its own release: new rows, the next turn, a cleared
+        fork panel."""
+        self.session = self.corpus[key]
+        self._releases = {self.session.policy: self.session}
+        self._quiet = True
+        try:
+            self.picker.value = key if any(k == key for _, k in self.picker.options) else None
+            previous, self.policy.value = self.policy.value, self.session.policy
+            self._follow_default(previous, self.session.policy)
+            self.turn.max = self.turn.value = self.subject().n_user_turns
+            self.transcript.selected = -1
+        finally:
+            self._quiet = False
+        self._reset_fork()
+        self._refresh(rows=True)
+
+    def subject(self) -> Session:
+        """The session shown, under the release the selector names (a copy sharing its
+        messages, kept while the session is shown so its replays stay cached)."""
+        name = self.policy.value
+        if name not in self._releases:
+            self._releases[name] = dataclasses.replace(self.session, policy=name)
+        return self._releases[name]
+
+    def _follow_default(self, previous: str, name: str) -> None:
+        """A max_messages slider at release ``previous``'s default moves to release ``name``'s
+        (120 in 0.2.2, 2000 in 0.3.0, 0 = none in 0.3.5)."""
+        if self.max_messages.value == get_policy(previous).default_max_messages:
+            self.max_messages.value = get_policy(name).default_max_messages
+
+    def _on_policy(self, change: dict[str, Any]) -> None:
+        """Replay the session under the release picked; the turn stays, or stays the next one."""
+        if self._quiet:
+            return
+        next_turn = self.turn.value == self.turn.max
+        self._quiet = True
+        try:
+            self._follow_default(change["old"], change["new"])
+            self.turn.max = self.subject().n_user_turns
+            if next_turn:
+                self.turn.value = self.turn.max
+        finally:
+            self._quiet = False
+        self._refresh(rows=True)
+
+    def settings(self) -> HistorySettings:
+        """The history settings the controls show (the turn is ``self.turn.value``)."""
+        return self._initial.replace(
+            max_messages=self.max_messages.value,
+            max_tokens=self.max_tokens.value,
+            include_timestamps=self.include_timestamps.value,
+            extend_to_user=self.extend_to_user.value,
+            file_cap=self.file_cap.value,
+        )
+
+    def _changed(self, change: dict[str, Any]) -> None:
+        """Refresh now after a change made in code (so the next line sees it), after one made
+        in the browser once the kernel has applied every pending control change."""
+        if self._quiet:
+            return
+        # ipywidgets holds this lock while it applies a state the browser sent.
+        from_browser = bool(change["owner"]._property_lock)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is None or not from_browser:
+            self._refresh()
+        elif not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self._refresh)
+
+    def _refresh(self, *, rows: bool = False) -> None:
+        self._scheduled = False
+        self.states: MessageStates = message_states(
+            self.subject(), turn=self.turn.value, settings=self.settings()
+        )
+        counts = self.states.summary()
+        self._draw()
+        frame = self.states.frame
+        if rows:
+            self.transcript.rows = transcript_rows(self.subject(), frame["tokens"].tolist())
+        self.transcript.status = frame["status"].astype(str).tolist()
+        window = counts["window"]
+        self.transcript.focus = window[0] if window else max(0, self.states.stop - 1)
+        # Last, so a summary showing the new numbers means every other view has them too.
+        self.summary.value = self._summary_html(counts)
+
+    def _draw(self) -> None:
+        """The timeline; zoomed, it spans the count window (token cut included) to the turn."""
+        from sessionkit import plot
+
+        ax = plot.timeline_axes(self._figure)
+        stop = self.states.stop
+        counted = np.flatnonzero(self.states.frame["status"].isin(["trimmed_tokens", "in_window"]))
+        xlim = None
+        if self.zoom.value and len(counted):
+            start = int(counted[0])
+            xlim = (start - max(10, (stop - start) // 10) - 0.5, stop + 0.5)
+        plot.token_timeline(self.states, ax=ax, xlim=xlim)
+        buffer = io.BytesIO()
+        self._figure.savefig(buffer, format="png", pil_kwargs={"compress_level": 1})
+        self.timeline.value = buffer.getvalue()
+
+    def _summary_html(self, counts: dict[str, Any]) -> str:
+        """The window in words, then one count per status, labelled as in the transcript."""
+        max_tokens = self.states.settings.max_tokens
+        budget = f" of {max_tokens:,}" if max_tokens else ""
+        window = counts["window"]
+        span = f"messages {window[0]}–{window[1] - 1}" if window else "empty"
+        sent = (
+            f"<b>{html.escape(self.session.key)}</b> at turn {self.states.turn}: "
+            f"<b>in window: <span class='sk-in-window'>{counts['in_window']}</span></b> "
+            f"messages, <span class='sk-sent-tokens'>{counts['sent_tokens']:,}</span>"
+            f"{budget} tokens ({span}, cut by <span class='sk-cut'>{counts['cut']}</span>)"
+        )
+        chips = " · ".join(_chip(s.name, counts[s.name]) for s in STATUSES[1:])
+        return f"<div>{sent}</div>{_budget_note(self.states)}<div>{chips}</div>"
+
+    # -- fork -------------------------------------------------------------------------------
+
+    def _reset_fork(self) -> None:
+        self.fork_dir.value = str(self.fork_folder)
+        self.fork_text.value = ""
+        self.fork_target.value = ""
+        self.fork_result.value = ""
+        where = (
+            "a scratch folder; name your workspace's sessions folder to have nanobot list it"
+            if self.fork_folder == SCRATCH_FORK_DIR
+            else "the folder below"
+        )
+        self.fork_info.value = (
+            f"Click a user message in the transcript to fork before it. The fork goes to {where}."
+        )
+
+    def _on_select(self, change: dict[str, Any]) -> None:
+        user = change["new"]
+        if user < 0 or self._quiet:
+            return
+        frame = self.states.frame
+        users = frame.index[frame["role"] == "user"]
+        idx = int(users[user])
+        self._original = flatten_content(self.session.messages[idx].get("content"))
+        self.fork_text.value = self._original
+        self.fork_target.value = f"{self.session.key}:fork-{user}"
+        self.fork_result.value = ""
+        self.fork_info.value = (
+            f"Fork before user message #{user} (message {idx}): the fork keeps the {idx} "
+            "messages before it and, if you edit the text, ends with your edited message."
+        )
+
+    def _write_fork(self, _button: widgets.Button | None = None) -> None:
+        """Write the fork through :func:`sessionkit.fork`; show its path or what to change."""
+        user = self.transcript.selected
+        if user < 0:
+            self._fork_error("Click a user message in the transcript first.")
+            return
+        if not self.fork_dir.value.strip():
+            self._fork_error("Choose the sessions folder to write the fork to.")
+            return
+        text = self.fork_text.value
+        try:
+            result = fork(
+                self.session,
+                self.fork_target.value,
+                user,
+                edit=None if text == self._original else text,
+                sessions_dir=self.fork_dir.value.strip(),
+                overwrite=self.fork_overwrite.value,
+            )
+        except Exception as exc:  # shown in the widget, where the user can act on it
+            self._fork_error(self._fork_problem(exc))
+            return
+        edited = "ends with your edited message" if text != self._original else "no edit"
+        self.fork_result.value = (
+            f"<span class='sk-ok' style='color:#2ca02c'>Wrote <code>{html.escape(str(result.path))}"
+            f"</code></span>: {len(result.messages)} messages, {edited}."
+        )
+
+    def _fork_problem(self, exc: Exception) -> str:
+        """``exc`` in the panel's terms: its controls, not :func:`sessionkit.fork`'s arguments."""
+        if isinstance(exc, FileExistsError):
+            return (
+                f"A session file already exists at {exc.filename}: tick "
+                f"“{self.fork_overwrite.description}” to replace it, or change the target key."
+            )
+        if isinstance(exc, UnsafeKeyError):
+            return f"Refused target key: {exc}. Choose another target key."
+        return f"{type(exc).__name__}: {exc}"
+
+    def _fork_error(self, message: str) -> None:
+        self.fork_result.value = (
+            f"<span class='sk-error' style='color:#d62728'>{html.escape(message)}</span>"
+        )
+
+
+def explore(
+    corpus: Corpus | Session,
+    *,
+    key: str | None = None,
+    sessions_dir: str | Path | None = None,
+    settings: HistorySettings = DEFAULT_SETTINGS,
+    **overrides: Unpack[SettingsOverrides],
+) -> Explorer:
+    """Show the explorer for a Corpus (or one Session); returns the app (an ipywidgets VBox).
+
+    ``settings`` are the initial history settings and ``overrides`` replace some of them
+    (any :class:`~sessionkit.HistorySettings` field by name); forks go to ``sessions_dir`` (default: :data:`SCRATCH_FORK_DIR`).
+    """
+    if isinstance(corpus, Session):
+        corpus = Corpus([corpus])
+    return Explorer(corpus, key=key, sessions_dir=sessions_dir, settings=settings, **overrides)

@@ -1,0 +1,188 @@
+"""The one replay-and-count cache: shared by windows, states and testing, cleared at once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import sessionkit
+from sessionkit import Session
+from sessionkit.nanobot.policies import get_policy
+from sessionkit.nanobot.settings import HistorySettings
+from sessionkit.simulate.replay import (
+    cache_size,
+    clear_cache,
+    derived,
+    replay,
+    replay_all,
+    stored_tokens,
+)
+from sessionkit.simulate.states import message_states
+from sessionkit.simulate.windowing import windows
+from sessionkit.store.counting import TokenCache, count_tokens
+from sessionkit.testing import check_window_invariants
+
+POLICY = get_policy("nanobot-0.2")
+STAMPED = HistorySettings(include_timestamps=True)
+PLAIN = HistorySettings(include_timestamps=False)
+
+
+def user(text: str = "hi", **extra: Any) -> dict[str, Any]:
+    return {"role": "user", "content": text, "timestamp": "2026-01-01T10:00:00", **extra}
+
+
+def assistant(text: str = "ok", **extra: Any) -> dict[str, Any]:
+    return {"role": "assistant", "content": text, **extra}
+
+
+@pytest.fixture
+def session() -> Session:
+    return Session("k", [user("/help", _command=True), assistant(""), user("q"), assistant("a")])
+
+
+def test_a_replay_holds_the_entries_and_their_tokens(session: Session) -> None:
+    for stamps in (False, True):
+        replayed = replay(session, HistorySettings(include_timestamps=stamps))
+        entries = [POLICY.replay_entry(m, stamps) for m in session.messages]
+        assert replayed.kept.tolist() == [2, 3]
+        assert replayed.sent().tolist() == [False, False, True, True]
+        assert replayed.tokens.tolist() == count_tokens([e for e in entries if e is not None])
+        assert replayed.sent_tokens().tolist() == [pd.NA, pd.NA, *replayed.tokens.tolist()]
+        assert replayed.command.tolist() == [True, False, False, False]
+    assert replay(session, STAMPED).tokens[0] > replay(session, PLAIN).tokens[0]
+
+
+def test_replays_are_cached_until_the_session_changes() -> None:
+    clear_cache()
+    session = Session("k", [user("/help", _command=True), assistant(""), user("q"), assistant("a")])
+    windows(session)
+    windows(session, max_tokens=[10, 20])
+    assert cache_size() == 1
+    session.messages.append(user("more"))
+    assert windows(session, at="end")["messages_kept"].item() == 3
+    session.retain_recent_legal_suffix(1)
+    assert windows(session, at="end")["messages_kept"].item() == 1
+    windows(session, include_timestamps=[False, True])
+    assert cache_size() == 2
+    session.messages = [user()]
+    assert replay(session, STAMPED).kept.tolist() == [0] and cache_size() == 1
+    del session
+    assert cache_size() == 0
+
+
+def test_windows_states_and_testing_share_one_replay(
+    session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clear_cache()
+    first = replay(session, STAMPED)
+    stored_tokens(session)
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("replayed again despite a cached replay")
+
+    monkeypatch.setattr(sessionkit.simulate.replay, "_compute", refuse)
+    monkeypatch.setattr(sessionkit.simulate.replay, "count_tokens", refuse)
+    windows(session, at="end")
+    message_states(session)
+    assert check_window_invariants(session).empty
+    assert replay(session, STAMPED) is first and cache_size() == 1
+
+
+def test_clear_cache_forgets_replays_stored_counts_and_derived_values(session: Session) -> None:
+    replayed = replay_all([session], STAMPED)
+    stored = stored_tokens(session)
+    assert derived(replayed, len) == 1
+    clear_cache()
+    assert cache_size() == 0
+    assert replay(session, STAMPED) is not replayed[0]
+    assert stored_tokens(session) is not stored
+    calls: list[int] = []
+    derived(replayed, calls.append)
+    assert calls == [replayed]
+
+
+def test_stored_counts_are_read_only_and_follow_edits(session: Session) -> None:
+    stored = stored_tokens(session)
+    assert stored.tolist() == count_tokens(session.messages)
+    with pytest.raises(ValueError, match="read-only"):
+        stored[0] = 1
+    session.messages.append(assistant("new " * 20))
+    assert stored_tokens(session).tolist() == count_tokens(session.messages)
+
+
+def test_derived_values_are_reused_for_the_same_replays(session: Session) -> None:
+    clear_cache()
+    replays = replay_all([session], STAMPED)
+    calls: list[list] = []
+
+    def build(values: list) -> int:
+        calls.append(values)
+        return len(calls)
+
+    assert derived(replays, build) == 1
+    assert derived(list(replays), build) == 1
+    assert derived(replay_all([session], PLAIN), build) == 2
+
+
+def test_workers_give_the_same_replays() -> None:
+    sessions = [Session(f"t:{i}", [user(f"q{j} {i}") for j in range(i + 2)]) for i in range(6)]
+    clear_cache()
+    parallel = replay_all(sessions, STAMPED, workers=2, progress=False)
+    clear_cache()
+    serial = replay_all(sessions, STAMPED, workers=1, progress=False)
+    for a, b in zip(parallel, serial, strict=True):
+        names = (
+            "is_user",
+            "delivery",
+            "command",
+            "checkpoint",
+            "declared",
+            "kept",
+            "entry_declared",
+        )
+        for name in names:
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+        np.testing.assert_array_equal(a.tokens, b.tokens)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_replayed_again_reads_token_counts_from_the_cache(
+    monkeypatch: pytest.MonkeyPatch, workers: int
+) -> None:
+    sessions = [
+        Session(key=f"t:{i}", messages=[{"role": "user", "content": f"hello {i}"}] * 3)
+        for i in range(3)
+    ]
+    cache = TokenCache()
+    first = windows(sessions, cache=cache, workers=1)
+    clear_cache()
+
+    def refuse(payloads: list[str]) -> list[int]:
+        raise AssertionError("tokenized again despite a warm token cache")
+
+    monkeypatch.setattr(sessionkit.store.counting, "_encode_lengths", refuse)
+    pd.testing.assert_frame_equal(windows(sessions, cache=cache, workers=workers), first)
+
+
+def test_replays_are_cached_per_release_and_the_settings_its_entries_read() -> None:
+    clear_cache()
+    session = Session("k", [user("say <|endoftext|> now"), assistant("a")])
+    own = replay(session, STAMPED)
+    release = get_policy("nanobot-0.3.0")
+    plain_030 = replay(session, HistorySettings(include_runtime_context=False), policy=release.name)
+    assert cache_size() == 2
+    # 0.3.0's entries ignore include_timestamps: the same cached replay.
+    same = HistorySettings(include_timestamps=False, include_runtime_context=False)
+    assert replay(session, same, policy=release.name) is plain_030
+    assert own.tokens.tolist() == [
+        len("[Message Time: 2026-01-01T10:00:00]\nsay <|endoftext|> now") // 4 + 4,
+        5,
+    ]
+    assert plain_030.tokens.tolist() == [len(b"say <|endoftext|> now") + 4, 5]
+    assert stored_tokens(session).tolist() == [21 // 4 + 4, 5]
+    assert stored_tokens(session, release.name).tolist() == [
+        release.estimate_message_tokens(m) for m in session.messages
+    ]

@@ -1,0 +1,350 @@
+"""sessionkit.store.counting: batch counts equal the estimator, the fallback method, cache, parallel path."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import messages
+
+from sessionkit.nanobot.policies import get_policy
+from sessionkit.nanobot.tokens import encoding, estimate_message_tokens, fallback_message_tokens
+from sessionkit.store import counting, forked
+from sessionkit.store.counting import TokenCache, count_tokens
+
+TOOL_CALLS = [
+    {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "read_file", "arguments": '{"path": "é.txt"}'},
+    }
+]
+IMAGE_BLOCK = {"type": "image_url", "image_url": {"url": "data:x"}}
+
+
+@pytest.mark.parametrize("message", [{}, {"content": ""}, {"content": None}, {"content": []}])
+def test_empty_payload_costs_the_four_framing_tokens(message: dict[str, Any]) -> None:
+    assert count_tokens([message], cache=None) == [4]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "say <|endoftext|> now",
+        "<|fim_prefix|>a<|fim_middle|>b<|fim_suffix|>",
+        "end <|endofprompt|>",
+    ],
+)
+def test_special_token_text_takes_nanobots_fallback(text: str) -> None:
+    assert count_tokens([{"content": text}], cache=None) == [len(text) // 4 + 4]
+
+
+def test_lone_surrogates_are_counted_as_tiktoken_repairs_them() -> None:
+    text = "ok \ud800 then \udfff"
+    expected = len(encoding().encode_ordinary(text)) + 4
+    assert count_tokens([{"content": text}, {"content": "plain"}], cache=None) == [expected, 5]
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        ({"content": "hello world"}, 11 // 4 + 4),
+        ({"content": "你好，世界"}, 5 // 4 + 4),
+        ({"content": "abc"}, 4),
+        ({"content": "abcd"}, 5),
+        ({"content": "Hi", "name": "bot"}, 6 // 4 + 4),
+        ({"content": "say <|endoftext|> now"}, 21 // 4 + 4),
+    ],
+)
+def test_fallback_method(message: dict[str, Any], expected: int) -> None:
+    assert count_tokens([message], method="fallback", cache=None) == [expected]
+
+
+MIXED: list[dict[str, Any]] = [
+    {"role": "user", "content": "hello world"},
+    {"role": "assistant", "content": None, "tool_calls": TOOL_CALLS},
+    {"role": "tool", "content": "file body", "tool_call_id": "c1", "name": "read_file"},
+    {"role": "assistant", "content": "say <|endoftext|> now"},
+    {"role": "assistant", "content": ""},
+    {"role": "user", "content": [{"type": "text", "text": "你好"}, IMAGE_BLOCK]},
+    {"role": "user", "content": "hello world"},
+    {"role": "assistant", "content": "ok", "reasoning_content": "plan 🙂"},
+]
+
+
+def test_count_tokens_equals_per_message_estimates() -> None:
+    assert count_tokens(MIXED, cache=None) == [estimate_message_tokens(m) for m in MIXED]
+    assert count_tokens(MIXED, method="fallback", cache=None) == [
+        fallback_message_tokens(m) for m in MIXED
+    ]
+    assert count_tokens([], cache=None) == []
+
+
+def test_count_tokens_rejects_unknown_method() -> None:
+    with pytest.raises(ValueError, match="unknown token method 'words'"):
+        count_tokens(MIXED, method="words")  # type: ignore[arg-type]
+
+
+def test_cached_recount_skips_the_encoder(monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = TokenCache()
+    first = count_tokens(MIXED, cache=cache)
+    # One entry per distinct message (the two "hello world" share one), the empty and
+    # special-token ones included.
+    assert len(cache) == 7
+
+    def refuse(payloads: list[str]) -> list[int]:
+        raise AssertionError(f"encoder called for {len(payloads)} payloads")
+
+    monkeypatch.setattr(counting, "_encode_lengths", refuse)
+    assert count_tokens(MIXED, cache=cache) == first
+    with pytest.raises(AssertionError, match="encoder called"):
+        count_tokens(MIXED, cache=None)
+    cache.clear()
+    assert len(cache) == 0
+    with pytest.raises(AssertionError, match="encoder called"):
+        count_tokens(MIXED, cache=cache)
+
+
+@pytest.fixture
+def encoded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every payload handed to the encoder from here on, in order."""
+    seen: list[str] = []
+    encode = counting._encode_lengths
+
+    def spy(payloads: list[str]) -> list[int]:
+        seen.extend(payloads)
+        return encode(payloads)
+
+    monkeypatch.setattr(counting, "_encode_lengths", spy)
+    return seen
+
+
+def test_cache_only_encodes_new_payloads(encoded: list[str]) -> None:
+    cache = TokenCache()
+    count_tokens(MIXED[:3], cache=cache)
+    encoded.clear()
+    assert count_tokens(MIXED, cache=cache) == [estimate_message_tokens(m) for m in MIXED]
+    assert encoded == ["你好\n" + json.dumps(IMAGE_BLOCK), "ok\nplan 🙂"]
+
+
+def test_equal_payloads_in_one_batch_are_tokenized_once(encoded: list[str]) -> None:
+    batch = [{"role": "user", "content": "hello world"}, {"role": "assistant", "content": "hi"}]
+    assert count_tokens(batch * 3, cache=TokenCache()) == [6, 5] * 3
+    assert encoded == ["hello world", "hi"]
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        ({"content": "[1]"}, {"content": [1]}),  # a string is not its JSON look-alike
+        ({"content": "a", "name": "b"}, {"content": "a", "tool_call_id": "b"}),
+        ({"content": "a", "tool_calls": [{"id": "x"}]}, {"content": "a"}),
+    ],
+)
+def test_different_payloads_get_different_keys(one: dict[str, Any], other: dict[str, Any]) -> None:
+    first, second = counting._message_keys([one, other])
+    assert first is not None and second is not None and first != second
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"content": [{"type": "text", "text": float("nan")}]},
+        {"content": "a", "tool_calls": [{"id": "x", "arguments": float("nan")}]},
+        {"content": [None]},
+        {"content": {1, 2}},
+    ],
+)
+def test_fields_without_faithful_json_get_no_key(message: dict[str, Any]) -> None:
+    assert counting._message_keys([{"content": "ok"}, message])[1] is None
+
+
+def test_equal_fields_get_equal_keys_and_non_strings_count_as_absent() -> None:
+    keys = counting._message_keys(
+        [
+            {"role": "user", "content": "x", "name": 3, "reasoning_content": None},
+            {"role": "assistant", "content": "x", "tool_calls": []},
+            {"content": "x", "tool_call_id": ["id"]},
+        ]
+    )
+    assert len(set(keys)) == 1 and keys[0] is not None
+
+
+def test_parallel_path_equals_single_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    messages = [{"role": "user", "content": f"message {i} " + "word " * (i % 7)} for i in range(40)]
+    messages += MIXED
+    single = count_tokens(messages, cache=None, workers=1)
+    pools: list[int] = []
+    pool_class = forked.ProcessPoolExecutor
+
+    class SpyPool(pool_class):  # type: ignore[misc, valid-type]
+        def __init__(self, max_workers: int, **kwargs: Any) -> None:
+            pools.append(max_workers)
+            super().__init__(max_workers, **kwargs)
+
+    monkeypatch.setattr(forked, "ProcessPoolExecutor", SpyPool)
+    monkeypatch.setattr(counting, "_PARALLEL_MIN_MESSAGES", 1)
+    assert count_tokens(messages, cache=None, workers=2) == single
+    assert pools == [2]
+    cache = TokenCache()
+    assert count_tokens(messages, cache=cache, workers=2) == single
+    assert len(cache) == len(set(counting._message_keys(messages))) == 47
+    assert count_tokens(messages, cache=cache, workers=1) == single
+    assert single == [estimate_message_tokens(m) for m in messages]
+
+
+_TRICKY = st.sampled_from(
+    [*" \t\n\r\x0b\x0c\u00a0\u2003\u3000'sdmtlvreSDMTLVRE0123456789aZé日本語😀!?.,-_<|>{}[]\"/\\"]
+    + ["'ll", "'VE", "<|endoftext|>", "<|fim_prefix|>", "\r\n", "\n\n", "\u200b", "\u0301"]
+    + ["\U0001f468\u200d\U0001f469", "\ud800", "\udfff", "\ud83d\ude00"]
+)
+
+
+@given(st.lists(_TRICKY, max_size=60).map("".join) | st.text(max_size=80))
+def test_the_counting_backend_equals_tiktoken(text: str) -> None:
+    assert counting._encode_lengths([text]) == [len(encoding().encode_ordinary(text))]
+
+
+def test_the_counting_backend_is_the_rust_bpe_crate() -> None:
+    assert counting._counter() is not counting._tiktoken_count
+
+
+@pytest.mark.parametrize(
+    ("messages", "named"),
+    [
+        (["hello"], "item 0 is 'hello' (str)"),
+        ([{"role": "user", "content": "hi"}, 42], "item 1 is 42 (int)"),
+        ({"role": "user", "content": "hi"}, "item 0 is 'role' (str)"),
+    ],
+)
+@pytest.mark.parametrize("method", ["tiktoken", "fallback"])
+def test_non_dict_items_are_a_type_error(messages: Any, named: str, method: str) -> None:
+    with pytest.raises(TypeError, match="count_tokens takes a list of message dicts") as error:
+        count_tokens(messages, method=method, cache=None)
+    assert str(error.value).endswith(named)
+
+
+def test_a_generator_of_dicts_is_still_counted() -> None:
+    messages = ({"role": "user", "content": "hello"} for _ in range(2))
+    assert count_tokens(messages, method="fallback") == [5, 5]
+
+
+# --- every release ---------------------------------------------------------------------------
+
+RELEASES = ["nanobot-0.2", "nanobot-0.3.0", "nanobot-0.3.5"]
+NON_STRING_TEXT = {
+    "role": "user",
+    "content": [{"type": "text", "text": 7}, {"type": "text", "text": "hi"}],
+}
+
+
+@pytest.mark.parametrize("policy", RELEASES)
+@given(st.lists(messages(), max_size=12))
+def test_count_tokens_equals_each_releases_estimate(
+    policy: str, batch: list[dict[str, Any]]
+) -> None:
+    estimate = get_policy(policy).estimate_message_tokens
+    countable = [m for m in batch if _counts(lambda m=m: estimate(m))]
+    assert count_tokens(countable, cache=None, workers=1, policy=policy) == [
+        estimate(m) for m in countable
+    ]
+    assert count_tokens(countable, cache=TokenCache(), workers=1, policy=policy) == [
+        estimate(m) for m in countable
+    ]
+
+
+def _counts(call: Any) -> bool:
+    try:
+        call()
+    except (TypeError, UnicodeEncodeError):
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    ("policy", "method", "expected"),
+    [
+        ("nanobot-0.2", "tiktoken", [len("say <|endoftext|> now 日本") // 4 + 4, 5]),
+        ("nanobot-0.3.0", "tiktoken", [len("say <|endoftext|> now 日本".encode()) + 4, 5]),
+        ("nanobot-0.3.5", "tiktoken", [len("say <|endoftext|> now 日本".encode()) + 4, 5]),
+        ("nanobot-0.2", "fallback", [len("say <|endoftext|> now 日本") // 4 + 4, 4 // 4 + 4]),
+        ("nanobot-0.3.0", "fallback", [len("say <|endoftext|> now 日本".encode()) + 4, 8]),
+        ("nanobot-0.3.5", "fallback", [len("say <|endoftext|> now 日本".encode()) + 4, 8]),
+    ],
+)
+def test_special_tokens_and_the_fallback_per_release(
+    policy: str, method: str, expected: list[int]
+) -> None:
+    batch = [{"content": "say <|endoftext|> now 日本"}, {"content": "plan"}]
+    assert count_tokens(batch, method=method, cache=None, policy=policy) == expected  # type: ignore[arg-type]
+    if method == "fallback" and policy != "nanobot-0.2":
+        fallback = get_policy(policy).fallback_message_tokens  # type: ignore[attr-defined]
+        assert expected == [fallback(m) for m in batch]
+
+
+def test_one_cache_never_serves_one_releases_count_for_another() -> None:
+    cache = TokenCache()
+    special = [{"content": "say <|endoftext|> now 日本"}]
+    assert count_tokens(special, cache=cache, policy="nanobot-0.2") == [24 // 4 + 4]
+    assert count_tokens(special, cache=cache, policy="nanobot-0.3.0") == [28 + 4]
+    assert count_tokens(special, cache=cache, policy="nanobot-0.3.5") == [28 + 4]
+    assert count_tokens(special, cache=cache, policy="nanobot-0.2") == [24 // 4 + 4]
+    assert len(cache) == 3
+    assert count_tokens([NON_STRING_TEXT], cache=cache, policy="nanobot-0.3.5") == [5]
+    with pytest.raises(TypeError):
+        count_tokens([NON_STRING_TEXT], cache=cache, policy="nanobot-0.3.0")
+
+
+@pytest.mark.parametrize("policy", RELEASES)
+def test_where_a_release_raises_so_does_count_tokens(policy: str) -> None:
+    estimate = get_policy(policy).estimate_message_tokens
+    surrogate = {"content": "<|endoftext|> \ud800"}
+    for message, method in [(NON_STRING_TEXT, "tiktoken"), (surrogate, "tiktoken")]:
+        try:
+            expected: Any = [estimate(message)]
+        except (TypeError, UnicodeEncodeError) as error:
+            expected = type(error)
+        if isinstance(expected, list):
+            assert count_tokens([message], cache=None, policy=policy) == expected
+        else:
+            with pytest.raises(expected):
+                count_tokens([message], cache=None, policy=policy, method=method)  # type: ignore[arg-type]
+    if policy != "nanobot-0.2":
+        with pytest.raises(UnicodeEncodeError):
+            count_tokens([{"content": "a \ud800"}], method="fallback", policy=policy)
+
+
+def test_unknown_policy_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown history policy 'nanobot-9'"):
+        count_tokens([{"content": "hi"}], policy="nanobot-9")
+
+
+def test_a_cache_with_a_folder_keeps_counts_for_the_next_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    messages = [{"role": "user", "content": f"hello {n}"} for n in range(40)]
+    first = TokenCache(tmp_path)
+    counts = count_tokens(messages, cache=first, workers=1)
+    first.flush()
+    monkeypatch.setattr(counting, "_uncached_counts", _refuse)
+    assert count_tokens(messages, cache=TokenCache(tmp_path), workers=1) == counts
+    assert len(TokenCache(tmp_path)) == 40
+
+
+def test_many_flushes_are_merged_into_one_file(tmp_path: Path) -> None:
+    cache = TokenCache(tmp_path)
+    for n in range(counting._SEGMENTS + 1):
+        count_tokens([{"role": "user", "content": f"turn {n}"}], cache=cache, workers=1)
+        cache.flush()
+    assert len(list(tmp_path.glob("*.arrow"))) == 1
+    fresh = TokenCache(tmp_path)
+    assert len(fresh) == counting._SEGMENTS + 1
+    assert fresh.get_many([None, 12345]) == [None, None]
+
+
+def _refuse(*args: Any, **kwargs: Any) -> list[int]:
+    raise AssertionError("tokenized although every count was kept")

@@ -1,0 +1,313 @@
+"""The persistent index: warm opens equal cold ones, only changed files are read again, and a
+damaged or foreign index is rebuilt, never trusted."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import sessionkit
+import sessionkit.simulate.replay
+import sessionkit.store.corpus
+import sessionkit.store.index
+from sessionkit import load
+from sessionkit.store.index import IndexedSession, SessionChangedError
+
+META = {"_type": "metadata", "key": "telegram:1", "last_consolidated": 1}
+MESSAGES = [
+    {"role": "user", "content": "plan a trip", "timestamp": "2026-03-01T09:00:00"},
+    {"role": "assistant", "content": "Where to?", "timestamp": "2026-03-01T09:00:05"},
+    {"role": "user", "content": "Lisbon \udc80", "timestamp": "2026-03-01T09:01:00"},
+]
+
+
+def _write(path: Path, key: str, messages: list[dict]) -> None:
+    lines = [META | {"key": key}, *messages]
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines), encoding="utf-8")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    for n in range(3):
+        _write(folder / f"telegram_{n}.jsonl", f"telegram:{n}", MESSAGES[: n + 1])
+    return folder
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An index folder of its own; files count as settled as soon as they are written."""
+    folder = tmp_path / "index"
+    monkeypatch.setenv("SESSIONKIT_CACHE_DIR", str(folder))
+    monkeypatch.setattr(sessionkit.store.index, "RACY_NS", 0)
+    return folder
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the files loading reads (parses)."""
+    seen: list[str] = []
+    real = sessionkit.store.corpus.read_session_file
+
+    def counted(path: Path):  # type: ignore[no-untyped-def]
+        seen.append(Path(path).name)
+        return real(path)
+
+    monkeypatch.setattr(sessionkit.store.corpus, "read_session_file", counted)
+    monkeypatch.setattr(sessionkit.store.index, "read_session_file", counted)
+    return seen
+
+
+def _frames(corpus: sessionkit.Corpus) -> tuple[pd.DataFrame, ...]:
+    return corpus.messages, corpus.sessions, corpus.problems
+
+
+def _assert_same(left: sessionkit.Corpus, right: sessionkit.Corpus) -> None:
+    for a, b in zip(_frames(left), _frames(right), strict=True):
+        pd.testing.assert_frame_equal(a, b)
+
+
+def _tree(folder: Path) -> dict[str, tuple[int, int]]:
+    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")}
+
+
+def test_warm_open_reads_no_file_and_equals_a_cold_one(store: Path, cache: Path, reads) -> None:
+    before = _tree(store.parent)
+    cold = load(store)
+    assert sorted(reads) == ["telegram_0.jsonl", "telegram_1.jsonl", "telegram_2.jsonl"]
+    reads.clear()
+    warm = load(store)
+    assert reads == []
+    _assert_same(warm, cold)
+    _assert_same(warm, load(store, cache=False))
+    reads.clear()
+    assert all(type(s) is IndexedSession for s in warm)
+    assert warm.messages["text"].tolist() == [
+        "plan a trip",
+        "plan a trip",
+        "Where to?",
+        "plan a trip",
+        "Where to?",
+        "Lisbon \udc80",
+    ]
+    assert reads == []
+    assert warm["telegram:2"].messages == MESSAGES
+    assert reads == ["telegram_2.jsonl"]
+    assert warm["telegram:2"] == load(store, cache=False)["telegram:2"]
+    assert {k: v for k, v in _tree(store.parent).items() if "index" not in k} == before
+
+
+def test_the_index_lives_in_the_cache_folder_and_cache_false_writes_nothing(
+    store: Path, cache: Path
+) -> None:
+    load(store, cache=False)
+    assert not cache.exists()
+    load(store)
+    assert (
+        sorted(p.parent.name for p in cache.rglob("*.arrow") if "files" in p.parts) == ["files"] * 3
+    )
+    elsewhere = cache.parent / "elsewhere"
+    load(store, cache=elsewhere)
+    assert len(list(elsewhere.rglob("*.arrow"))) == 3
+
+
+@pytest.mark.parametrize("change", ["grown", "replaced", "edited in place", "new", "deleted"])
+def test_only_a_changed_file_is_read_again(store: Path, cache: Path, reads, change: str) -> None:
+    load(store)
+    reads.clear()
+    target = store / "telegram_1.jsonl"
+    if change == "grown":
+        with target.open("a") as f:
+            f.write(json.dumps({"role": "user", "content": "more"}) + "\n")
+    elif change == "replaced":
+        _write(store / "new.tmp", "telegram:1", MESSAGES[:1] + [{"role": "user", "content": "x"}])
+        os.replace(store / "new.tmp", target)
+    elif change == "edited in place":
+        stamp = target.stat()
+        time.sleep(0.02)
+        target.write_text(target.read_text().replace("Where to?", "Where tu?"))
+        os.utime(target, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+        assert (target.stat().st_size, target.stat().st_mtime_ns) == (
+            stamp.st_size,
+            stamp.st_mtime_ns,
+        )
+    elif change == "new":
+        target = store / "telegram_9.jsonl"
+        _write(target, "telegram:9", MESSAGES)
+    else:
+        target.unlink()
+    corpus = load(store)
+    assert reads == ([] if change == "deleted" else [target.name])
+    _assert_same(corpus, load(store, cache=False))
+    if change == "edited in place":
+        assert "Where tu?" in corpus.messages["text"].tolist()
+
+
+def test_a_damaged_or_foreign_index_is_rebuilt_never_trusted(
+    store: Path, cache: Path, reads, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    expected = load(store)
+    entries = sorted(cache.rglob("*.arrow"))
+    entries[0].write_bytes(entries[0].read_bytes()[:100])
+    entries[1].write_bytes(b"not arrow at all")
+    reads.clear()
+    _assert_same(load(store), expected)
+    assert len(reads) == 2
+    monkeypatch.setattr(sessionkit.store.index, "FORMAT", sessionkit.store.index.FORMAT + 1)
+    reads.clear()
+    _assert_same(load(store), expected)
+    assert len(reads) == 3
+
+
+def test_a_file_changed_just_before_loading_is_not_indexed(store: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "fresh-index"
+    load(store, cache=folder)
+    assert list(folder.rglob("*.arrow")) == []
+
+
+@pytest.mark.parametrize("inside", ["sessions", "workspace"])
+def test_an_index_inside_what_is_loaded_is_not_used(store: Path, inside: str) -> None:
+    folder = store if inside == "sessions" else store.parent
+    with pytest.warns(UserWarning, match="lies inside a workspace or sessions folder"):
+        corpus = load(folder, cache=folder / ".index")
+    assert len(corpus) == 3
+    assert not (folder / ".index").exists()
+
+
+def test_messages_of_a_file_changed_since_loading_raise(store: Path, cache: Path) -> None:
+    load(store)
+    corpus = load(store)
+    with (store / "telegram_0.jsonl").open("a") as f:
+        f.write(json.dumps({"role": "user", "content": "later"}) + "\n")
+    with pytest.raises(SessionChangedError, match="changed since session 'telegram:0' was loaded"):
+        _ = corpus["telegram:0"].messages
+    assert len(corpus["telegram:1"].messages) == 2
+
+
+def test_a_big_store_is_kept_as_one_pack_and_changes_beside_it(
+    tmp_path: Path, cache: Path, reads
+) -> None:
+    folder = tmp_path / "big"
+    folder.mkdir()
+    for n in range(sessionkit.store.corpus.PACK_MIN):
+        _write(folder / f"s_{n}.jsonl", f"s:{n}", MESSAGES[: 1 + n % 3])
+    load(folder)
+    assert [p.parent.name for p in cache.glob("index-*/*/*.arrow")] == ["stores"]
+    with (folder / "s_5.jsonl").open("a") as f:
+        f.write(json.dumps({"role": "assistant", "content": "new"}) + "\n")
+    reads.clear()
+    corpus = load(folder)
+    assert reads == ["s_5.jsonl"]
+    assert sorted(p.parent.name for p in cache.glob("index-*/*/*.arrow")) == ["files", "stores"]
+    reads.clear()
+    _assert_same(load(folder), corpus)
+    assert reads == []
+    _assert_same(corpus, load(folder, cache=False))
+
+
+def _run(code: str, cache: Path) -> str:
+    env = os.environ | {"SESSIONKIT_CACHE_DIR": str(cache)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip()
+
+
+_NO_TOKENIZING = """
+import sessionkit.store.counting as counting
+def refuse(*args, **kwargs):
+    raise AssertionError("tokenized in a warm process")
+counting._uncached_counts = refuse
+"""
+
+
+def test_a_new_process_recounts_nothing(store: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "counts"
+    messages = [{"role": "user", "content": f"message {n} " * n} for n in range(50)]
+    path = tmp_path / "messages.json"
+    path.write_text(json.dumps(messages))
+    count = (
+        "import json, sessionkit as sk\n"
+        f"print(sk.count_tokens(json.load(open({str(path)!r})), policy='nanobot-0.3.0'))"
+    )
+    cold = _run(count, cache)
+    assert _run(_NO_TOKENIZING + count, cache) == cold
+
+
+def test_windows_in_a_new_process_replay_nothing(store: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "replays"
+    grid = (
+        "import sessionkit as sk, sessionkit.store.index, sessionkit.simulate.replay\n"
+        "sessionkit.store.index.RACY_NS = 0\n"
+        "sessionkit.simulate.replay._PERSIST_MIN_MESSAGES = 0\n"
+        f"c = sk.load({str(store)!r})\n"
+        "w = sk.windows(c, policy=['nanobot-0.2', 'nanobot-0.3.0', 'nanobot-0.3.5'],"
+        " max_tokens=[0, 20])\n"
+        "print(w.to_json())\n"
+    )
+    cold = _run(grid, cache)
+    warm = _run(
+        _NO_TOKENIZING
+        + "import sessionkit.simulate.replay as r\n"
+        + "def refuse(*a, **k):\n    raise AssertionError('replayed in a warm process')\n"
+        + "r._compute = refuse\n"
+        + grid.replace(
+            "print(w.to_json())", "assert not any(s._messages for s in c)\nprint(w.to_json())"
+        ),
+        cache,
+    )
+    assert warm == cold
+
+
+def test_two_processes_open_one_store_at_once(store: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "shared"
+    code = (
+        "import sessionkit as sk, sessionkit.store.index\n"
+        "sessionkit.store.index.RACY_NS = 0\n"
+        f"print(sk.load({str(store)!r}).messages['tokens'].sum())"
+    )
+    env = os.environ | {"SESSIONKIT_CACHE_DIR": str(cache)}
+    runs = [
+        subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outputs = [run.communicate()[0].strip() for run in runs]
+    assert [run.returncode for run in runs] == [0, 0]
+    assert outputs[0] == outputs[1] == _run(code, cache)
+
+
+def test_windows_kept_in_the_index_follow_a_changed_file(
+    store: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sessionkit.simulate.replay, "_PERSIST_MIN_MESSAGES", 0)
+    grid = {"policy": ["nanobot-0.2", "nanobot-0.3.5"], "max_tokens": [0, 20]}
+    sessionkit.windows(load(store), **grid)
+    sessionkit.simulate.replay.clear_cache()
+    kept = sorted(p.name for p in cache.glob("index-*/derived/*.arrow"))
+    assert len(kept) == 2
+    with (store / "telegram_1.jsonl").open("a") as f:
+        f.write(json.dumps({"role": "user", "content": "and Porto"}) + "\n")
+    warm = sessionkit.windows(load(store), **grid)
+    sessionkit.simulate.replay.clear_cache()
+    pd.testing.assert_frame_equal(warm, sessionkit.windows(load(store, cache=False), **grid))
+    assert (warm["session_key"] == "telegram:1").sum() == 2 * 4  # two turns now
+    assert sorted(p.name for p in cache.glob("index-*/derived/*.arrow")) == kept  # replaced
+
+
+def test_an_index_that_cannot_be_written_costs_speed_only(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sessionkit.store.index, "RACY_NS", 0)
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the index folder would be")
+    with pytest.warns(UserWarning, match="could not write the index"):
+        corpus = load(store, cache=blocked)
+    _assert_same(corpus, load(store, cache=False))
