@@ -37,6 +37,8 @@ from typing import Any
 import numpy as np
 from corpus import add_corpus_options, chosen_corpus, ensure_corpus
 
+import sessionkit
+
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 RELEASES = ("nanobot-0.2", "nanobot-0.3.0", "nanobot-0.3.5")
@@ -46,12 +48,10 @@ TARGET = {0: 100, 8000: 1000, 32000: 1000}
 
 
 def history_kwargs(policy: str, budget: int) -> dict[str, Any]:
-    """The ``get_history`` arguments timed for ``policy``: its default count window."""
-    if policy == "nanobot-0.2":
-        return {"max_messages": 120, "max_tokens": budget, "include_timestamps": True}
-    if policy == "nanobot-0.3.0":
-        return {"max_messages": 2000, "max_tokens": budget}
-    return {"max_tokens": budget}
+    """The ``get_history`` arguments timed for ``policy``: its own defaults (its count window)
+    and the budget, as the release object resolves them."""
+    release = sessionkit.get_policy(policy)
+    return release.history_kwargs(sessionkit.HistorySettings(max_tokens=budget))
 
 
 def _peak_rss_mib() -> dict[str, float]:

@@ -16,7 +16,7 @@ import inspect
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
-from functools import partial
+from functools import cached_property, partial
 from typing import Any, ClassVar
 
 from sessionkit.nanobot import tokens
@@ -195,7 +195,7 @@ class ReplayPolicy:
             self.entry_setting: getattr(resolved, self.entry_setting),
         }
 
-    @property
+    @cached_property
     def history_signature(self) -> inspect.Signature:
         """``get_history``'s own signature in this release (without ``self``):
         ``(max_messages=<default>, *, max_tokens=0, extend_to_user=False, <entry setting>)``."""
