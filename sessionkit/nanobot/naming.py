@@ -17,6 +17,7 @@ __all__ = [
     "UnsafeKeyError",
     "check_key",
     "check_name_length",
+    "check_plain_name",
     "key_from_filename",
     "safe_key",
     "session_filename",
@@ -29,6 +30,13 @@ Naming = Literal["nanobot-0.2", "nanobot-0.3"]
 _UNSAFE = re.compile(r'[<>:"/\\|?*]')
 _SEPARATORS = ("/", "\\")
 _DEFAULT_NAME_MAX = 255
+_WINDOWS_DEVICE = re.compile(
+    r"(con|prn|aux|nul|conin\$|conout\$|com[1-9\u00b9\u00b2\u00b3]|lpt[1-9\u00b9\u00b2\u00b3])"
+    r"[ .]*(\..*)?",
+    re.IGNORECASE | re.DOTALL,
+)
+"""A reserved Windows device name, with any extension (``nul.txt.jsonl`` is the device NUL)."""
+_NOT_PORTABLE = re.compile(r'[<>:"/\\|?*\x00-\x1f\x7f]')
 
 
 class UnsafeKeyError(ValueError):
@@ -92,7 +100,28 @@ def session_filename(key: str, naming: Naming = "nanobot-0.2") -> str:
             f"session key {key!r} does not map to a safe file name ({stem!r}: "
             f"{'empty' if not stem else 'hidden'})"
         )
-    return f"{stem}.jsonl"
+    name = f"{stem}.jsonl"
+    check_plain_name(key, name)
+    return name
+
+
+def check_plain_name(key: str, name: str) -> str:
+    """``name`` if it is a plain file name on every OS; refuses a reserved Windows device name
+    (``CON``, ``PRN``, ``AUX``, ``NUL``, ``COM1``-``COM9``, ``LPT1``-``LPT9``, with any
+    extension, any case) and characters some OS does not take in a name.
+
+    Raises
+    ------
+    UnsafeKeyError
+        Naming ``key`` and what is wrong with ``name``.
+    """
+    if _WINDOWS_DEVICE.fullmatch(name):
+        raise UnsafeKeyError(
+            f"session key {key!r} maps to {name!r}, a reserved device name on Windows"
+        )
+    if _NOT_PORTABLE.search(name) or name.rstrip(" .") != name or name in {".", ".."}:
+        raise UnsafeKeyError(f"session key {key!r} maps to {name!r}, not a plain file name")
+    return name
 
 
 def _name_max(folder: Path) -> int:

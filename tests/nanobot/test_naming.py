@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from sessionkit.nanobot.naming import (
     UnsafeKeyError,
     check_name_length,
+    check_plain_name,
     key_from_filename,
     safe_key,
     session_filename,
@@ -106,11 +107,33 @@ def test_session_filename(key: str, naming: Any, name: str) -> None:
         ("a\x00b", "nanobot-0.3", "NUL byte"),
         (None, "nanobot-0.2", "must be a string, got NoneType"),
         (12, "nanobot-0.3", "must be a string, got int"),
+        ("nul", "nanobot-0.2", "reserved device name on Windows"),
+        ("NUL.txt", "nanobot-0.2", "reserved device name on Windows"),
+        ("nul.txt", "nanobot-0.2", "reserved device name on Windows"),
+        ("Con", "nanobot-0.2", "reserved device name on Windows"),
+        ("prn.log.old", "nanobot-0.2", "reserved device name on Windows"),
+        ("aux ", "nanobot-0.2", "reserved device name on Windows"),
+        ("COM1", "nanobot-0.2", "reserved device name on Windows"),
+        ("com9.x", "nanobot-0.2", "reserved device name on Windows"),
+        ("lpt1", "nanobot-0.2", "reserved device name on Windows"),
+        ("LPT9.jsonl", "nanobot-0.2", "reserved device name on Windows"),
     ],
 )
 def test_session_filename_refuses_hostile_keys(key: Any, naming: Any, message: str) -> None:
     with pytest.raises(UnsafeKeyError, match=message):
         session_filename(key, naming)
+
+
+@pytest.mark.parametrize("key", ["aux:1", "com0", "com10", "nully", "lpt", "a.con", "xnul"])
+def test_session_filename_takes_names_near_device_names(key: str) -> None:
+    assert session_filename(key) == f"{safe_key(key)}.jsonl"
+
+
+def test_check_plain_name_refuses_what_some_os_does_not_take() -> None:
+    for name in ("a:b.jsonl", "a?.jsonl", "a.jsonl.", "a.jsonl ", "a\x01.jsonl", "..", "a|b"):
+        with pytest.raises(UnsafeKeyError, match="not a plain file name"):
+            check_plain_name("k", name)
+    assert check_plain_name("k", "telegram_1.jsonl") == "telegram_1.jsonl"
 
 
 def test_unsafe_key_error_is_a_value_error() -> None:
@@ -158,7 +181,11 @@ def test_session_filename_stays_inside_the_folder(nanobot: ModuleType, key: str)
             stem = safe_key(key) if naming == "nanobot-0.2" else storage_key(key)
             control = any(unicodedata.category(c) == "Cc" for c in key.strip())
             path_like = "/" in key or "\\" in key or key.strip() == ".."
-            assert control or path_like or stem.startswith(".") or not stem
+            device = stem.split(".")[0].rstrip(" ").lower()
+            reserved = device in {"con", "prn", "aux", "nul", "conin$", "conout$"} or (
+                len(device) == 4 and device[:3] in {"com", "lpt"} and device[3] in "123456789¹²³"
+            )
+            assert control or path_like or stem.startswith(".") or not stem or reserved
             continue
         folder = Path("/ws/sessions")
         assert (folder / name).parent == folder

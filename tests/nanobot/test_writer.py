@@ -206,7 +206,9 @@ def test_overwrite_replaces_a_symlink_not_its_target(tmp_path):
     assert not (folder / "telegram_123.jsonl").is_symlink()
 
 
-@pytest.mark.parametrize("key", ["", "   ", ".", "..", "a\x00b", ". ", 7])
+@pytest.mark.parametrize(
+    "key", ["", "   ", ".", "..", "a\x00b", ". ", 7, "nul", "NUL.txt", "com1", "Lpt9.log", "con"]
+)
 def test_hostile_keys_are_refused(tmp_path, key):
     with pytest.raises(UnsafeKeyError):
         save_session(_session(key=key), tmp_path)

@@ -319,7 +319,11 @@ def test_the_source_file_is_never_replaced(corpus, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "key", ["", "..", ".", "a\x00b", "  ", "../../etc/evil", "a/b", "a\\b", ".x", "t:" + "x" * 300]
+    "key",
+    [
+        *("", "..", ".", "a\x00b", "  ", "../../etc/evil", "a/b", "a\\b", ".x", "t:" + "x" * 300),
+        *("nul", "nul.txt", "CON", "Aux.jsonl", "prn", "COM1", "com9.x", "LPT1", "lpt9"),
+    ],
 )
 def test_hostile_target_keys(source, tmp_path, key):
     with pytest.raises(UnsafeKeyError):
