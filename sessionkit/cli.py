@@ -27,7 +27,8 @@ exit status (the same for every command):
   0  healthy: the command ran and found no problem
   1  problems found: damaged lines or files recorded (summary, problems), a file nanobot
      would lose data from or something left to mend (doctor), no session loaded (summary),
-     or the tour failed on the store (report; a written report exits 0, problems and all)
+     or the tour failed on the store (report; a written report exits 0, problems and all),
+     or a write failed (doctor --fix: one line, e.g. disk full; the file is left unchanged)
   2  usage error: bad arguments, or a path that is not a session store (missing, empty,
      not a workspace, sessions folder, .jsonl/.json session file or glob)
 """
@@ -173,6 +174,11 @@ def _doctor(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"sessionkit: error: {exc}", file=sys.stderr)
         return USAGE
+    except SessionPathError:
+        raise
+    except OSError as exc:  # a failed write (disk full, ...): the file is left as it was
+        print(f"sessionkit: error: {exc.strerror or exc}", file=sys.stderr)
+        return PROBLEMS
     if args.format == "table":
         _doctor_text(table, args.fix)
     else:

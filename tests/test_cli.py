@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -430,3 +431,26 @@ def test_doctor_speaks_of_each_file_in_its_release_terms(
         "3 file(s); nanobot 0.2.2 would lose something from 0; 1 written by a later release "
         "(loss not known); `--fix` mends 0\n"
     )
+
+
+def test_doctor_fix_on_a_full_disk_is_one_line_and_exits_1(
+    damaged_copy: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import errno
+
+    import sessionkit.nanobot.writer as writer
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    before = _tree(damaged_copy)
+    monkeypatch.setattr(writer, "_write_temp", full)
+    code = main(["doctor", str(damaged_copy), "--fix", "--backup-dir", str(tmp_path / "b")])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.count("\n") == 1 and err.startswith("sessionkit: error: rewriting ")
+    assert "disk full" in err and "Traceback" not in err
+    assert _tree(damaged_copy) == before

@@ -39,6 +39,7 @@ __all__ = [
     "jsonl_line",
     "save_session",
     "session_lines",
+    "temp_name",
     "write_file",
 ]
 
@@ -101,10 +102,13 @@ def session_lines(session: Session, *, now: datetime | None = None) -> bytes:
     return b"".join(parts)
 
 
-def _temp_name(stem: str) -> str:
+def temp_name(stem: str) -> str:
     """A fresh :data:`TEMP_NAME` for ``stem``: at most 64 bytes of it, so the name stays short."""
     prefix = stem.encode("utf-8")[:_TEMP_STEM_BYTES].decode("utf-8", "ignore")
     return f".{prefix}.{secrets.token_hex(6)}.tmp"
+
+
+_temp_name = temp_name
 
 
 def _refusal(exc: OSError, key: str, final: Path, what: str) -> OSError:
@@ -337,6 +341,7 @@ def save_session(
     overwrite: bool = False,
     fsync: bool = True,
     lock_timeout: float = 60.0,
+    config_dir: str | Path | None = None,
 ) -> Path:
     """Write ``session`` atomically as the file nanobot expects; return the file's path.
 
@@ -348,8 +353,10 @@ def save_session(
     session
         The session to write; its ``key`` names the file and goes in the metadata line.
     sessions_dir
-        The sessions folder, or a nanobot workspace (then its ``sessions/`` subfolder).
-        Created if missing, as nanobot does.
+        The sessions folder, or a nanobot workspace: its ``sessions/`` subfolder, or for a
+        0.3.5 workspace (one holding ``.nanobot/workspace-id``) the folder 0.3.5 keeps its
+        sessions in, ``<config_dir>/sessions/<workspace id>/``.  Created if missing, as
+        nanobot does.
     naming
         ``"nanobot-0.2"``: the safe key (``telegram_123.jsonl``), as nanobot 0.1.5-0.2.2
         name files; ``"nanobot-0.3"``: the base64url storage key of later releases.  Default:
@@ -362,6 +369,9 @@ def save_session(
     lock_timeout
         Seconds to wait for a later nanobot's ``.session-files.lock`` in the folder, which is
         held for the whole write; a :class:`TimeoutError` after that.
+    config_dir
+        The config file a 0.3.5 nanobot runs with, or its folder (default ``~/.nanobot``);
+        used only for a 0.3.5 workspace.
 
     Raises
     ------
@@ -378,7 +388,8 @@ def save_session(
         write; every check comes before a temporary file exists, and errors name the key
         and the target file.
     """
-    final = session_path(session.key, sessions_dir, naming or get_policy(session.policy).naming)
+    naming = naming or get_policy(session.policy).naming
+    final = session_path(session.key, sessions_dir, naming, config_dir)
     data = session_lines(session)
     try:
         final.parent.mkdir(parents=True, exist_ok=True)

@@ -20,14 +20,17 @@ nanobot is stopped: nanobot 0.2.2 takes no lock while it saves.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from operator import methodcaller
 from pathlib import Path
+from typing import BinaryIO
 
 import pandas as pd
 
@@ -41,7 +44,8 @@ from sessionkit.nanobot.reader import (
     file_kind,
     read_session_file,
 )
-from sessionkit.nanobot.writer import LOCK_FILENAME, write_file
+from sessionkit.nanobot.workspace import config_dir_hint
+from sessionkit.nanobot.writer import LOCK_FILENAME, temp_name, write_file
 from sessionkit.store.corpus import check_source
 
 __all__ = ["COLUMNS", "LOSS_RULE_POLICY", "LOSS_RULE_RELEASE", "doctor", "fix", "has_problems"]
@@ -222,20 +226,23 @@ def _row(path: Path) -> _Row | None:
     )
 
 
-def _entries(path: str | Path) -> tuple[Path, list[Path]]:
+def _entries(path: str | Path, config_dir: str | Path | None) -> tuple[Path, list[Path]]:
     """The sessions folder and the entries to examine in it (or the one file named)."""
     check_source(path)
     target = Path(path).expanduser()
+    hint = config_dir_hint(target)
+    if hint is not None:
+        raise SessionPathError(hint)
     if target.is_dir():
-        folder = sessions_folder(target)
+        folder = sessions_folder(target, config_dir)
         return folder, sorted(folder.iterdir())
     if os.path.lexists(target):
         return target.parent, [target]
     raise SessionPathError(f"no such file or folder: {target}")
 
 
-def _rows(path: str | Path) -> tuple[Path, list[_Row]]:
-    folder, entries = _entries(path)
+def _rows(path: str | Path, config_dir: str | Path | None = None) -> tuple[Path, list[_Row]]:
+    folder, entries = _entries(path, config_dir)
     rows = [row for entry in entries if (row := _row(entry)) is not None]
     if not rows:
         raise SessionPathError(
@@ -270,10 +277,12 @@ def _frame(rows: list[_Row]) -> pd.DataFrame:
     )
 
 
-def doctor(path: str | Path) -> pd.DataFrame:
+def doctor(path: str | Path, *, config_dir: str | Path | None = None) -> pd.DataFrame:
     """One row per session file, temp file or oddity in a sessions folder (see :data:`COLUMNS`).
 
-    ``path`` is a workspace, a sessions folder or one file.  Nothing is written.
+    ``path`` is a workspace, a sessions folder or one file; a 0.3.5 workspace's sessions
+    folder is found through ``config_dir`` (the config file or its folder, as for
+    :func:`sessionkit.load`).  Nothing is written.
 
     Raises
     ------
@@ -281,7 +290,7 @@ def doctor(path: str | Path) -> pd.DataFrame:
         When ``path`` is missing, is not a session store (an empty string, a file not named
         ``.jsonl``/``.json``), or names a folder with nothing to examine.
     """
-    return _frame(_rows(path)[1])
+    return _frame(_rows(path, config_dir)[1])
 
 
 def has_problems(report: pd.DataFrame) -> bool:
@@ -318,12 +327,34 @@ def _fresh(backup: Path, name: str) -> Path:
     return candidate
 
 
-def _write_new(path: Path, data: bytes) -> None:
-    """Write ``data`` to a new file and flush it to disk."""
-    with open(path, "xb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+def _write_new(path: Path, fill: Callable[[BinaryIO], object]) -> None:
+    """Make the new file ``path`` through a temporary file beside it: ``fill`` writes the
+    bytes, which are flushed to disk before the temporary file takes the name.  On any
+    failure nothing is left at ``path`` and the temporary file is removed."""
+    tmp = path.with_name(temp_name(path.name))
+    try:
+        with open(tmp, "xb") as f:
+            fill(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.link(tmp, path)  # never replaces: ``path`` is fresh
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _copy_of(source: Path) -> Callable[[BinaryIO], object]:
+    def fill(target: BinaryIO) -> None:
+        with open(source, "rb") as f:
+            shutil.copyfileobj(f, target)
+
+    return fill
+
+
+def _failure(exc: OSError, what: str, path: Path) -> OSError:
+    """``exc`` as one line naming what failed and the file that is left as it was."""
+    reason = "disk full (no space left on device)" if exc.errno == errno.ENOSPC else None
+    reason = reason or exc.strerror or str(exc)
+    return OSError(exc.errno, f"{what} failed: {reason}; {path} is unchanged")
 
 
 def _mended(path: Path, load: NanobotLoad) -> tuple[bytes, bytes]:
@@ -345,21 +376,43 @@ def _mended(path: Path, load: NanobotLoad) -> tuple[bytes, bytes]:
 def _rewrite(row: _Row, load: NanobotLoad, backup: Path) -> str:
     data, lost = _mended(row.path, load)
     original = _fresh(backup, row.path.name)
-    shutil.copy2(row.path, original)
-    with open(original, "rb") as copy:
-        os.fsync(copy.fileno())
-    _write_new(_fresh(backup, f"{row.path.name}.damaged-lines.txt"), lost)
-    write_file(row.path, data, row.key, overwrite=True)
+    try:
+        _write_new(original, _copy_of(row.path))
+        shutil.copystat(row.path, original)
+        _write_new(
+            _fresh(backup, f"{row.path.name}.damaged-lines.txt"), methodcaller("write", lost)
+        )
+    except OSError as exc:
+        raise _failure(exc, f"backing up {row.path.name} to {backup}", row.path) from exc
+    try:
+        write_file(row.path, data, row.key, overwrite=True)
+    except OSError as exc:
+        raise _failure(exc, f"rewriting {row.path.name}", row.path) from exc
     return f"rewrote without {_lines_text(load.damaged_lines)}; original in {original}"
 
 
 def _move(row: _Row, backup: Path) -> str:
     moved = _fresh(backup, row.path.name)
-    shutil.move(row.path, moved)
+    try:
+        os.rename(row.path, moved)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise _failure(exc, f"moving {row.path.name} to {backup}", row.path) from exc
+        try:  # another file system: copy through a temp file, then remove the original
+            _write_new(moved, _copy_of(row.path))
+            shutil.copystat(row.path, moved)
+        except OSError as exc:
+            raise _failure(exc, f"moving {row.path.name} to {backup}", row.path) from exc
+        row.path.unlink()
     return f"moved to {moved}"
 
 
-def fix(path: str | Path, backup_dir: str | Path | None = None) -> pd.DataFrame:
+def fix(
+    path: str | Path,
+    backup_dir: str | Path | None = None,
+    *,
+    config_dir: str | Path | None = None,
+) -> pd.DataFrame:
     """Mend what nanobot 0.2.2 would destroy; returns the rows acted on, ``fix`` saying what was done.
 
     Parameters
@@ -373,8 +426,10 @@ def fix(path: str | Path, backup_dir: str | Path | None = None) -> pd.DataFrame:
         files go; created if missing and refused inside the sessions folder.  Default:
         ``sessionkit-doctor-backup-<timestamp>`` next to the sessions folder, made only when
         there is something to fix.
+    config_dir
+        For a 0.3.5 workspace, as for :func:`doctor`.
     """
-    folder, rows = _rows(path)
+    folder, rows = _rows(path, config_dir)
     todo = [row for row in rows if row.fix.startswith(("rewrite", "move"))]
     if not todo:
         return _frame([])

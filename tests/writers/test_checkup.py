@@ -358,3 +358,42 @@ def test_nanobot_loads_every_fixed_file_in_full(nanobot, tmp_path, data_dir):
         theirs = _nanobot_messages(nanobot, folder / name, tmp_path / f"ws{n}")
         # None only for a file with no message and empty metadata: nothing to lose.
         assert (theirs if theirs is not None else []) == intact[name], name
+
+
+def _disk_full_at(monkeypatch: pytest.MonkeyPatch, call: int) -> None:
+    """The ``call``-th ``os.fsync`` from now fails as a full disk would (later ones pass)."""
+    import errno
+
+    real, calls = os.fsync, []
+
+    def fsync(fd: int) -> None:
+        calls.append(fd)
+        if len(calls) == call:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+
+
+@pytest.mark.parametrize(
+    ("call", "stage"),
+    [(1, "backing up"), (2, "backing up"), (3, "rewriting")],
+    ids=["backup-copy", "damaged-lines", "mended-file"],
+)
+def test_fix_on_a_full_disk_leaves_the_original_byte_identical(
+    tmp_path, damaged, monkeypatch, call, stage
+):
+    name = "damaged_not_json_line.jsonl"
+    target = damaged / name
+    before = _listing(damaged)
+    backup = tmp_path / "backup"
+    _disk_full_at(monkeypatch, call)
+    with pytest.raises(OSError, match=f"{stage} {name}.*disk full.*is unchanged") as raised:
+        fix(target, backup_dir=backup)
+    assert "\n" not in str(raised.value.strerror)
+    assert _listing(damaged) == before  # no temp file left, the original byte-identical
+    kept = _listing(backup) if backup.exists() else {}
+    assert not [n for n in kept if n.endswith(".tmp")]  # no half-written temp file
+    assert all(kept[n] == before[name] for n in kept if n == name)  # a backup is whole or absent
+    if call == 1:
+        assert kept == {}
