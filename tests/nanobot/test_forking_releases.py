@@ -10,7 +10,12 @@ from typing import Any
 import pytest
 from releases import release
 
+from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.session import Session
+from sessionkit.nanobot.writer import save_session
+from sessionkit.simulate.states import message_states
+from sessionkit.store.corpus import load
+from sessionkit.views.transcript import transcript_rows
 from sessionkit.writers.forking import fork
 
 pytestmark = pytest.mark.conformance
@@ -107,3 +112,33 @@ def test_the_release_loads_our_fork_unchanged(version: str, tmp_path: Path) -> N
     assert session["key"] == "webui:f00d-fork"
     assert session["messages"] == records[1:]
     assert session["metadata"] == records[0]["metadata"]
+
+
+@pytest.mark.parametrize("version", ["0.3.0", "0.3.5"])
+def test_the_turn_shown_is_where_the_release_forks(version: str, tmp_path: Path) -> None:
+    """The explorer's transcript, the messages frame and ``message_states`` show turn ``k`` at
+    the message where the release's own fork before user message ``k`` cuts."""
+    source = Session(
+        key=SOURCE["key"],
+        messages=json.loads(json.dumps(SOURCE["messages"])),
+        metadata=json.loads(json.dumps(SOURCE["metadata"])),
+        policy=f"nanobot-{version}",
+    )
+    save_session(source, tmp_path / "sessions", naming=get_policy(source.policy).naming)
+    (loaded,) = load(tmp_path / "sessions", cache=False, policy=source.policy)
+    states = message_states(loaded).frame
+    shown = {
+        r["user"]: r["idx"] for r in transcript_rows(loaded, [0] * len(loaded)) if r["user"] >= 0
+    }
+    frame_turns = load(tmp_path / "sessions", cache=False, policy=source.policy).messages
+    first = frame_turns[frame_turns["user_index"] >= 0].groupby("user_index")["idx"].min()
+    assert (
+        first.to_dict()
+        == shown
+        == states.groupby("user_index")["idx"].min().drop(-1, errors="ignore").to_dict()
+    )
+    cases = [{"args": [SOURCE, "webui:f00d-fork", k]} for k in shown]
+    theirs = release(version).run("release_scenarios:fork_file", cases)
+    cuts = {k: len(r["returned"]["lines"]) - 1 for k, r in zip(shown, theirs, strict=True)}
+    assert cuts == shown
+    assert len(shown) == {"0.3.0": 5, "0.3.5": 3}[version]
