@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import sys
 import time
 from collections.abc import Iterable
@@ -12,7 +13,16 @@ from pathlib import Path
 
 import pyarrow as pa
 
-__all__ = ["default_cache_dir", "name_digest", "write_ipc"]
+from sessionkit.store.integrity import seal
+
+__all__ = [
+    "cache_dir_problem",
+    "default_cache_dir",
+    "make_private_dir",
+    "name_digest",
+    "remove_dead_temp_files",
+    "write_ipc",
+]
 
 
 def name_digest(data: bytes | str) -> str:
@@ -37,16 +47,99 @@ def default_cache_dir() -> Path:
     return Path(base) / "sessionkit"
 
 
+def make_private_dir(folder: Path) -> None:
+    """Create ``folder`` and its missing parents readable by the user only (0700, set
+    explicitly so no umask widens it): the cache holds the text of private conversations.
+    Folders that already exist are left as they are."""
+    missing = []
+    for path in (folder, *folder.parents):
+        if path.is_dir():
+            break
+        missing.append(path)
+    for path in reversed(missing):
+        try:
+            path.mkdir(mode=0o700)
+        except FileExistsError:
+            continue
+        os.chmod(path, 0o700)
+
+
+def cache_dir_problem(folder: Path) -> str | None:
+    """Why ``folder`` (following symlinks) must not hold sessionkit's cache, else None: owned
+    by another user, or writable by group or others without the sticky bit, so another
+    account could plant or swap files that loads would trust.  A folder not there yet is
+    fine (it is created 0700)."""
+    try:
+        found = os.stat(folder)
+    except PermissionError as exc:
+        return f"cannot be inspected ({exc.strerror})"
+    except OSError:
+        return None  # not there yet (created 0700), or under a file (writing fails)
+    if not stat.S_ISDIR(found.st_mode) or os.name == "nt":
+        return None  # not a folder: writing there fails, which costs speed only
+    if found.st_uid != os.getuid():
+        return f"is owned by another user (uid {found.st_uid})"
+    if found.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not found.st_mode & stat.S_ISVTX:
+        return f"is writable by other users (mode {stat.S_IMODE(found.st_mode):o}, no sticky bit)"
+    return None
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (signal 0 checks without signalling)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True  # another user's process, or not a pid we can judge: leave it
+    return True
+
+
+def remove_dead_temp_files(folder: Path) -> int:
+    """Remove the temp files :func:`write_ipc` left in ``folder`` when its writer died
+    mid-write (``.<name>.<pid>.<ns>.tmp`` whose pid is no longer running); returns how
+    many.  A live writer's temp file is left alone.  Skipped on Windows, where signal 0 is
+    not a probe."""
+    if os.name == "nt":
+        return 0
+    removed = 0
+    try:
+        found = list(os.scandir(folder))
+    except OSError:
+        return 0
+    for entry in found:
+        name = entry.name
+        if not (name.startswith(".") and name.endswith(".tmp")):
+            continue
+        parts = name[1:-4].rsplit(".", 2)
+        if len(parts) != 3 or not parts[1].isdigit() or _pid_alive(int(parts[1])):
+            continue
+        try:
+            os.unlink(entry.path)
+            removed += 1
+        except OSError:
+            pass
+    return removed
+
+
 def write_ipc(target: Path, schema: pa.Schema, parts: Iterable[pa.RecordBatch | pa.Table]) -> None:
-    """Write an Arrow IPC file atomically: a temp file beside ``target``, then a rename, so a
-    reader sees the old file or the new one.  Not fsynced: a cache file cut short by a crash
-    is unreadable, and unreadable cache files are rebuilt."""
-    target.parent.mkdir(parents=True, exist_ok=True)
+    """Write an Arrow IPC file atomically: a temp file beside ``target`` (created 0600, the
+    user's only), sealed with its checksum (:func:`sessionkit.store.integrity.seal`), then a
+    rename, so a reader sees the old file or the new one.  Not fsynced: a cache file cut
+    short by a crash fails its seal, and such files are rebuilt."""
+    make_private_dir(target.parent)
     temp = target.with_name(f".{target.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
     try:
+        descriptor = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            if os.name != "nt":
+                os.fchmod(descriptor, 0o600)  # no umask decides who reads the cache
+        finally:
+            os.close(descriptor)
         with pa.OSFile(str(temp), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
             for part in parts:
                 writer.write(part.replace_schema_metadata(schema.metadata))
+        seal(temp)
         os.replace(temp, target)
     except BaseException:
         temp.unlink(missing_ok=True)

@@ -16,6 +16,7 @@ import importlib.util
 import os
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import suppress
 from functools import lru_cache
@@ -36,11 +37,24 @@ from sessionkit.nanobot.tokens import (
     encoding,
     has_special_tokens,
 )
-from sessionkit.store.cachedir import default_cache_dir, write_ipc
+from sessionkit.store.cachedir import (
+    cache_dir_problem,
+    default_cache_dir,
+    remove_dead_temp_files,
+    write_ipc,
+)
 from sessionkit.store.fields import STR_OR_NONE, message_field
 from sessionkit.store.forked import SHARED, can_fork, forked_pool
+from sessionkit.store.integrity import IntegrityError, discard, read_sealed
 
-__all__ = ["DEFAULT_CACHE", "Method", "ReadThroughCache", "TokenCache", "count_tokens"]
+__all__ = [
+    "DEFAULT_CACHE",
+    "Method",
+    "ReadThroughCache",
+    "TokenCache",
+    "count_tokens",
+    "token_cache_in",
+]
 
 Method = Literal["tiktoken", "fallback"]
 T = TypeVar("T")
@@ -55,7 +69,11 @@ class TokenCache:
     counts there between processes: files of keys sorted for binary search, memory-mapped on
     first use (nothing is read into a dict); new counts are written by :meth:`flush` (after
     large batches, at most every few seconds, and at exit) as one more file (temp file +
-    rename, so two processes never clash), merged when there are many.
+    rename, so two processes never clash), merged when there are many.  Each file is sealed
+    with a checksum checked before it is mapped (:mod:`sessionkit.store.integrity`): a
+    damaged one is removed with a warning and its counts made again.  A folder whose cache
+    folder is not the user's alone (:func:`~sessionkit.store.cachedir.cache_dir_problem`) is
+    neither read nor written.
     """
 
     def __init__(self, folder: Path | Callable[[], Path] | None = None) -> None:
@@ -113,17 +131,32 @@ class TokenCache:
         """Where the counts persist (None: this process only)."""
         return self._folder() if callable(self._folder) else self._folder
 
+    def _usable_folder(self) -> Path | None:
+        """:attr:`folder`, unless its cache folder (its parent) may not be trusted: then
+        None, with a warning."""
+        folder = self.folder
+        if folder is None:
+            return None
+        problem = cache_dir_problem(folder.parent)
+        if problem is None:
+            return folder
+        warnings.warn(
+            f"the cache folder {folder.parent} {problem}; token counts are not kept there",
+            stacklevel=4,
+        )
+        return None
+
     def _segments(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """The files on disk as (sorted keys, counts), memory-mapped on first use."""
         if self._disk is None:
             self._disk = []
-            folder = self.folder
-            for segment in sorted(folder.glob("*.arrow")) if folder and folder.is_dir() else ():
-                with suppress(OSError, pa.ArrowException, KeyError):
-                    table = pa.ipc.open_file(pa.memory_map(str(segment))).read_all()
-                    keys, counts = table.column("key"), table.column("count")
-                    if table.schema == _COUNTS and len(keys):
-                        self._disk.append((keys.to_numpy(), counts.to_numpy()))
+            folder = self._usable_folder()
+            if folder is not None and folder.is_dir():
+                remove_dead_temp_files(folder)
+                for segment in sorted(folder.glob("*.arrow")):
+                    found = _read_counts(segment)
+                    if found is not None and len(found[0]):
+                        self._disk.append(found)
         return self._disk
 
     def flush_soon(self) -> None:
@@ -135,15 +168,14 @@ class TokenCache:
     def flush(self) -> None:
         """Write the counts recorded since the last flush; merge the files when there are
         more than :data:`_SEGMENTS`.  A folder that cannot be written costs speed only."""
-        folder = self.folder
         self._flushed = time.monotonic()
-        if folder is None or not self._pending:
+        folder = self._usable_folder() if self._pending else None
+        if folder is None:
             return
         pairs, self._pending = self._pending, []
         keys = np.array([k for k, _ in pairs], dtype=np.uint64)
         counts = np.array([n for _, n in pairs], dtype=np.int64)
         with suppress(OSError, pa.ArrowException):
-            folder.mkdir(parents=True, exist_ok=True)
             _write_counts(folder, keys, counts)
             segments = sorted(folder.glob("*.arrow"))
             if len(segments) > _SEGMENTS:
@@ -164,6 +196,34 @@ _FLUSH_SECONDS = 10.0
 _COUNTS = pa.schema([("key", pa.uint64()), ("count", pa.int64())])
 
 
+def _read_counts(segment: Path) -> tuple[np.ndarray, np.ndarray] | None:
+    """A counts file's (sorted keys, counts), memory-mapped once its seal checks out; None
+    when it is gone or damaged (removed, with a warning: its counts are made again).  Keys
+    must be strictly increasing (binary search relies on it) and counts non-negative."""
+    try:
+        table, inode = read_sealed(segment)
+    except FileNotFoundError:
+        return None
+    except IntegrityError as exc:
+        discard(segment, exc)
+        return None
+    except OSError:
+        return None
+    try:
+        if table.schema.remove_metadata() != _COUNTS:
+            raise IntegrityError("another schema")
+        keys = table.column("key").to_numpy()
+        counts = table.column("count").to_numpy()
+        if len(keys) > 1 and not (keys[1:] > keys[:-1]).all():
+            raise IntegrityError("keys out of order")
+        if len(counts) and counts.min() < 0:
+            raise IntegrityError("a negative count")
+    except (IntegrityError, pa.ArrowException, KeyError, ValueError) as exc:
+        discard(segment, exc, inode)
+        return None
+    return keys, counts
+
+
 def _write_counts(folder: Path, keys: np.ndarray, counts: np.ndarray) -> None:
     """One more counts file in ``folder``, keys unique and sorted, written atomically (temp +
     rename)."""
@@ -173,10 +233,21 @@ def _write_counts(folder: Path, keys: np.ndarray, counts: np.ndarray) -> None:
     write_ipc(folder / name, _COUNTS, [table])
 
 
-TOKENS_FORMAT = 1
+TOKENS_FORMAT = 2
 """The layout of persisted counts and their keys; another format lives in another folder."""
 
 DEFAULT_CACHE = TokenCache(lambda: default_cache_dir() / f"tokens-{TOKENS_FORMAT}")
+_CACHES: dict[Path, TokenCache] = {}
+
+
+def token_cache_in(root: Path) -> TokenCache:
+    """The token counts kept in cache folder ``root`` (``sk.load(..., cache=root)``), one
+    :class:`TokenCache` per folder and process."""
+    folder = Path(root) / f"tokens-{TOKENS_FORMAT}"
+    if folder not in _CACHES:
+        _CACHES[folder] = TokenCache(folder)
+    return _CACHES[folder]
+
 
 _KEY_FIELDS = ("content", "tool_calls", "name", "tool_call_id", "reasoning_content")
 _NO_KEY = object()

@@ -9,10 +9,13 @@ longer matches and is read again; an edit that keeps size and mtime still change
 file changed within :data:`RACY_NS` of being read is not indexed (a later change could keep
 every timestamp), so it is simply read next time.  Replays (:mod:`sessionkit.simulate.replay`) are
 kept per store and setting under the same identities, and what windows derive from a large
-store's replays under a stamp of them.  Writes are atomic (:func:`~sessionkit.store.cachedir.write_ipc`);
-anything unreadable, of another format or for another identity is never trusted, only
-rebuilt.  The cache folder is ``$SESSIONKIT_CACHE_DIR``, else the platform's user cache
-folder, and never a workspace.
+store's replays under a stamp of them.  Writes are atomic (:func:`~sessionkit.store.cachedir.write_ipc`)
+and sealed with a checksum that is checked before pyarrow reads a byte
+(:mod:`sessionkit.store.integrity`); anything damaged is removed with a warning and rebuilt,
+anything of another format or for another identity is never trusted.  Entries and replays
+of files that are gone or changed are dropped when the store is next indexed, and temp files
+of writers that died are swept.  The cache folder is ``$SESSIONKIT_CACHE_DIR``, else the
+platform's user cache folder, and never a workspace.
 """
 
 from __future__ import annotations
@@ -32,8 +35,14 @@ import pyarrow as pa
 from sessionkit.nanobot.naming import SessionPathError
 from sessionkit.nanobot.reader import read_session_file
 from sessionkit.nanobot.session import Session
-from sessionkit.store.cachedir import default_cache_dir, name_digest, write_ipc
+from sessionkit.store.cachedir import (
+    default_cache_dir,
+    name_digest,
+    remove_dead_temp_files,
+    write_ipc,
+)
 from sessionkit.store.frames import MESSAGE_TABLE, Entry
+from sessionkit.store.integrity import IntegrityError, discard, read_sealed
 
 __all__ = [
     "FORMAT",
@@ -49,7 +58,7 @@ __all__ = [
     "store_key",
 ]
 
-FORMAT = 2
+FORMAT = 3
 """The layout of entries; entries of another format (or sessionkit version) are not read."""
 RACY_NS = 3_000_000_000
 """A file whose mtime or ctime is this close to the moment it was read is not indexed yet:
@@ -123,32 +132,51 @@ def _write_pack(target: Path, items: list[Item], schema: pa.Schema) -> None:
 
 def _read_pack(path: Path, schema: pa.Schema) -> tuple[pa.Table, dict[str, Item]]:
     """A pack's whole table (memory-mapped) and its items by path; nothing when it is
-    missing, unreadable, of another format or another schema."""
+    missing or of another format.  A pack that fails its seal or whose description does
+    not match its table (:func:`_items`) is removed with a warning (:func:`discard`)."""
     nothing = (schema.empty_table(), {})
     try:
-        with pa.memory_map(str(path)) as source:
-            reader = pa.ipc.open_file(source)
-            table = reader.read_all()
-            found = json.loads(reader.schema.metadata[_KEY])
-        if table.schema.remove_metadata() != schema or found["format"] != FORMAT:
-            return nothing
-        table = table.replace_schema_metadata(None)
-        items, start = {}, 0
-        for item in found["items"]:
-            rows = item["rows"]
-            items[item["path"]] = Item(
-                item["path"],
-                Identity(*item["identity"]),
-                item["extra"],
-                table.slice(start, rows),
-                start,
-            )
-            start += rows
-        if start != table.num_rows:
-            return nothing
-    except (OSError, pa.ArrowException, KeyError, TypeError, ValueError):
+        table, inode = read_sealed(path)
+    except FileNotFoundError:
         return nothing
-    return table, items
+    except IntegrityError as exc:
+        discard(path, exc)
+        return nothing
+    except OSError:
+        return nothing
+    try:
+        found = json.loads(table.schema.metadata[_KEY])
+        if found["format"] != FORMAT:
+            return nothing
+        if table.schema.remove_metadata() != schema:
+            raise IntegrityError("another schema")
+        table = table.replace_schema_metadata(None)
+        return table, _items(found["items"], table)
+    except (IntegrityError, pa.ArrowException, KeyError, TypeError, ValueError) as exc:
+        discard(path, exc, inode)
+        return nothing
+
+
+def _items(described: list[dict[str, Any]], table: pa.Table) -> dict[str, Item]:
+    """A pack's items from its description, checked against its table: paths are strings,
+    identities five integers, row counts non-negative and adding up to the table's (a pack
+    whose counts disagree is damaged: raises IntegrityError)."""
+    items, start = {}, 0
+    for item in described:
+        rows, path, identity = item["rows"], item["path"], item["identity"]
+        if type(rows) is not int or rows < 0 or type(path) is not str:
+            raise IntegrityError("an item with a bad path or row count")
+        if len(identity) != 5 or any(type(v) is not int for v in identity):
+            raise IntegrityError("an item with a bad file identity")
+        if not isinstance(item["extra"], dict):
+            raise IntegrityError("an item without its values")
+        items[path] = Item(
+            path, Identity(*identity), item["extra"], table.slice(start, rows), start
+        )
+        start += rows
+    if start != table.num_rows:
+        raise IntegrityError(f"items hold {start} rows, the table {table.num_rows}")
+    return items
 
 
 REPLAY_TABLE = pa.schema(
@@ -176,29 +204,38 @@ class Index:
     def _pack_path(self, kind: str, name: str) -> Path:
         return self.folder / kind / f"{name}.arrow"
 
+    def _own_path(self, store: str, file: Path | str) -> Path:
+        """The small pack of one file of ``store`` changed since the store's pack was written."""
+        return self._pack_path("files", f"{store}-{name_digest(os.fsencode(file))}")
+
     def read_entries(
         self, store: str, files: list[Path], identities: list[Identity | None]
-    ) -> tuple[list[Entry | None], int]:
-        """Each file's entry valid for its identity (None: none), and how many came from
-        the store's pack."""
-        _, pack = _read_pack(self._pack_path("stores", store), MESSAGE_TABLE)
+    ) -> tuple[list[Entry | None], int, int]:
+        """Each file's entry valid for its identity (None: none), how many came from the
+        store's pack, and how many of that pack's items are for files gone or changed."""
+        pack_path = self._pack_path("stores", store)
+        _, pack = _read_pack(pack_path, MESSAGE_TABLE)
         found: list[Entry | None] = []
         from_pack = 0
         for file, identity in zip(files, identities, strict=True):
             key = os.fsdecode(file)
             item = pack.get(key)
             in_pack = item is not None and identity is not None and item.identity == identity
+            source = pack_path
             if not in_pack and identity is not None:
-                own = self._pack_path("files", name_digest(os.fsencode(file)))
-                item = _read_pack(own, MESSAGE_TABLE)[1].get(key)
+                source = self._own_path(store, file)
+                item = _read_pack(source, MESSAGE_TABLE)[1].get(key)
             if item is None or identity is None or item.identity != identity:
                 found.append(None)
                 continue
+            try:
+                found.append(_entry(item, file, identity, self, store))
+            except (IntegrityError, KeyError, TypeError, ValueError) as exc:
+                discard(source, exc)
+                found.append(None)
+                continue
             from_pack += in_pack
-            meta = item.extra
-            session = IndexedSession.restored(meta, file, identity, self, store)
-            found.append(Entry(session, item.table, meta))
-        return found, from_pack
+        return found, from_pack, len(pack) - from_pack
 
     def write_entries(
         self, store: str, entries: list[tuple[Entry, Identity]], *, whole: bool
@@ -209,13 +246,37 @@ class Index:
         if whole:
             _write_pack(self._pack_path("stores", store), items, MESSAGE_TABLE)
             for item in items:
-                self._pack_path("files", name_digest(os.fsencode(item.path))).unlink(
-                    missing_ok=True
-                )
+                self._own_path(store, item.path).unlink(missing_ok=True)
             return
         for item in items:
-            target = self._pack_path("files", name_digest(os.fsencode(item.path)))
-            _write_pack(target, [item], MESSAGE_TABLE)
+            _write_pack(self._own_path(store, item.path), [item], MESSAGE_TABLE)
+
+    def forget_gone(self, store: str, files: list[Path]) -> int:
+        """Remove the store's own packs of files that are gone or changed: any not named
+        for one of ``files`` whose entries no longer match their files (another load of
+        the same folders may have left valid ones).  Returns how many were removed."""
+        folder = self.folder / "files"
+        wanted = {self._own_path(store, f).name for f in files}
+        try:
+            names = [e.name for e in os.scandir(folder)]
+        except OSError:
+            return 0
+        removed = 0
+        for name in names:
+            if not name.startswith(f"{store}-") or not name.endswith(".arrow") or name in wanted:
+                continue
+            _, items = _read_pack(folder / name, MESSAGE_TABLE)
+            if items and all(file_identity(Path(i.path)) == i.identity for i in items.values()):
+                continue
+            (folder / name).unlink(missing_ok=True)
+            removed += 1
+        return removed
+
+    def sweep(self) -> int:
+        """Remove temp files that writers which died mid-write left in the index (see
+        :func:`~sessionkit.store.cachedir.remove_dead_temp_files`); returns how many."""
+        kinds = ("stores", "files", "replays", "derived")
+        return sum(remove_dead_temp_files(self.folder / kind) for kind in kinds)
 
     def read_replays(self, store: str, name: str) -> tuple[pa.Table, dict[str, Item]]:
         """The replays kept for a store under ``name`` (a policy and entry setting): the
@@ -223,44 +284,83 @@ class Index:
         return _read_pack(self._replay_path(store, name), REPLAY_TABLE)
 
     def write_replays(self, store: str, name: str, items: list[Item]) -> None:
-        """Add replays to the store's pack under ``name`` (replacing those of the same files)."""
+        """Add replays to the store's pack under ``name`` (replacing those of the same files,
+        and dropping those of files gone or changed since they were replayed)."""
         target = self._replay_path(store, name)
         _, kept = _read_pack(target, REPLAY_TABLE)
+        kept = {p: i for p, i in kept.items() if file_identity(Path(p)) == i.identity}
         kept.update((item.path, item) for item in items)
         _write_pack(target, list(kept.values()), REPLAY_TABLE)
 
     def read_arrays(self, name: str, stamp: str) -> dict[str, np.ndarray] | None:
         """Arrays kept under ``name`` for ``stamp`` (the versions of what they were derived
-        from), memory-mapped and read-only; None when there are none for that stamp."""
-        path = self._pack_path("derived", name_digest(name.encode()))
+        from), memory-mapped and read-only; None when there are none for that stamp.  A
+        damaged file is removed with a warning (:func:`discard`)."""
+        path = self._derived_path(name)
         try:
-            with pa.memory_map(str(path)) as source:
-                table = pa.ipc.open_file(source).read_all()
+            table, inode = read_sealed(path)
+        except FileNotFoundError:
+            return None
+        except IntegrityError as exc:
+            discard(path, exc)
+            return None
+        except OSError:
+            return None
+        try:
             found = json.loads(table.schema.metadata[_KEY])
             if found["format"] != FORMAT or [found["name"], found["stamp"]] != [name, stamp]:
                 return None
             chunks = table.column("data").chunks
             column = chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)
+            if len(column) != len(found["arrays"]):
+                raise IntegrityError("array count disagrees with its description")
             return {
                 key: np.frombuffer(column[i].as_buffer(), dtype=dtype)
                 for i, (key, dtype) in enumerate(found["arrays"])
             }
-        except (OSError, pa.ArrowException, KeyError, TypeError, ValueError):
+        except (IntegrityError, pa.ArrowException, KeyError, TypeError, ValueError) as exc:
+            discard(path, exc, inode)
             return None
 
     def write_arrays(self, name: str, stamp: str, arrays: dict[str, np.ndarray]) -> None:
-        """Keep numpy arrays under ``name`` for ``stamp``, replacing any kept before."""
+        """Keep numpy arrays under ``name`` for ``stamp``, replacing any kept before; a
+        store keeps its :data:`DERIVED_KEPT` latest (older ones are for sets of files or
+        versions no longer asked for)."""
         data = pa.array(
             [np.ascontiguousarray(a).tobytes() for a in arrays.values()], pa.large_binary()
         )
         described = [[key, a.dtype.str] for key, a in arrays.items()]
         metadata = {"format": FORMAT, "name": name, "stamp": stamp, "arrays": described}
         table = pa.table({"data": data})
-        target = self._pack_path("derived", name_digest(name.encode()))
+        target = self._derived_path(name)
         write_ipc(target, table.schema.with_metadata({_KEY: json.dumps(metadata)}), [table])
+        prefix = target.name.partition("-")[0] + "-"
+        kept = [e for e in os.scandir(target.parent) if e.name.startswith(prefix)]
+        kept.sort(key=lambda e: e.stat().st_mtime_ns, reverse=True)
+        for old in kept[DERIVED_KEPT:]:
+            Path(old.path).unlink(missing_ok=True)
+
+    def _derived_path(self, name: str) -> Path:
+        """Derived arrays' file: named for their store (the part of ``name`` before its first
+        ``-``), so a store's files can be counted, and a digest of ``name``."""
+        return self._pack_path("derived", f"{name.partition('-')[0]}-{name_digest(name.encode())}")
 
     def _replay_path(self, store: str, name: str) -> Path:
         return self._pack_path("replays", f"{store}-{name_digest(name.encode())}")
+
+
+DERIVED_KEPT = 8
+"""Derived array files kept per store (the latest written)."""
+
+
+def _entry(item: Item, file: Path, identity: Identity, index: Index, store: str) -> Entry:
+    """The entry an item describes, its values checked against its table (IntegrityError
+    when they disagree: a damaged pack)."""
+    meta = item.extra
+    if meta["n_messages"] != item.table.num_rows or meta["path"] != item.path:
+        raise IntegrityError("an entry whose values disagree with its table")
+    session = IndexedSession.restored(meta, file, identity, index, store)
+    return Entry(session, item.table, meta)
 
 
 class IndexedSession(Session):

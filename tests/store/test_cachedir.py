@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 
 from sessionkit.store import cachedir
+from sessionkit.store.integrity import read_sealed
 
 
 def test_the_cache_folder_follows_sessionkit_cache_dir_then_xdg(
@@ -28,7 +29,7 @@ def test_write_ipc_replaces_the_file_whole_or_not_at_all(tmp_path: Path) -> None
     target = tmp_path / "kept" / "one.arrow"
     schema = pa.schema([("n", pa.int64())])
     cachedir.write_ipc(target, schema, [pa.table({"n": [1, 2]})])
-    assert pa.ipc.open_file(target).read_all().column("n").to_pylist() == [1, 2]
+    assert read_sealed(target)[0].column("n").to_pylist() == [1, 2]
 
     def broken():  # type: ignore[no-untyped-def]
         yield pa.table({"n": [3]})
@@ -36,5 +37,5 @@ def test_write_ipc_replaces_the_file_whole_or_not_at_all(tmp_path: Path) -> None
 
     with pytest.raises(RuntimeError, match="halfway"):
         cachedir.write_ipc(target, schema, broken())
-    assert pa.ipc.open_file(target).read_all().column("n").to_pylist() == [1, 2]
+    assert read_sealed(target)[0].column("n").to_pylist() == [1, 2]
     assert [p.name for p in target.parent.iterdir()] == ["one.arrow"]

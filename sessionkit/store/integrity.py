@@ -1,0 +1,94 @@
+"""Checks that keep a damaged cache from ever changing an answer.
+
+Every file sessionkit persists (entry packs, replay packs, derived window stacks, token
+counts) is an Arrow IPC file followed by a 16-byte seal: a magic tag, the CRC-32 of the
+Arrow bytes and their length.  :func:`open_sealed` checks the seal in Python before pyarrow
+parses a single byte, because pyarrow trusts what it maps: flipped bits in string offsets
+crash the process, and flipped bits in text or counts give wrong answers silently.  A file
+that fails a check is reported once (:func:`discard`: a one-line warning) and removed, so
+its entries are rebuilt from the session files and the next load reads a good copy.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import warnings
+import zlib
+from pathlib import Path
+
+import pyarrow as pa
+
+__all__ = ["SEAL", "IntegrityError", "discard", "open_sealed", "read_sealed", "seal"]
+
+_SEAL = struct.Struct("<4sIQ")
+SEAL = _SEAL.size
+"""Bytes of the seal after the Arrow bytes: magic, CRC-32 and length of what it covers."""
+_MAGIC = b"SKC1"
+
+
+class IntegrityError(ValueError):
+    """A cache file whose seal, layout or values do not check out: never trusted, rebuilt."""
+
+
+def seal(path: Path) -> None:
+    """Append the seal of ``path``'s current bytes (the file just written, not yet renamed
+    into place), so a reader can tell it from any damaged or foreign copy."""
+    crc, length = 0, 0
+    with open(path, "r+b") as file:
+        while chunk := file.read(1 << 22):
+            crc = zlib.crc32(chunk, crc)
+            length += len(chunk)
+        file.write(_SEAL.pack(_MAGIC, crc, length))
+
+
+def open_sealed(path: Path) -> tuple[pa.Buffer, int]:
+    """``path``'s Arrow bytes, memory-mapped and checked against their seal before anything
+    parses them, and the file's inode (so :func:`discard` removes only this copy).
+
+    Raises FileNotFoundError when there is no file, :class:`IntegrityError` when the seal is
+    missing, of another length or another checksum.
+    """
+    try:
+        with pa.memory_map(str(path)) as source:  # maps the bytes; parses none of them
+            inode = os.fstat(source.fileno()).st_ino
+            whole = source.read_buffer()
+    except FileNotFoundError:
+        raise
+    except (OSError, pa.ArrowException) as exc:  # an empty file cannot be mapped
+        raise IntegrityError(f"cannot be mapped ({type(exc).__name__})") from exc
+    if whole.size < SEAL:
+        raise IntegrityError(f"{whole.size} bytes, shorter than its seal")
+    magic, crc, length = _SEAL.unpack(memoryview(whole)[whole.size - SEAL :])
+    if magic != _MAGIC or length != whole.size - SEAL:
+        raise IntegrityError("no seal, or a seal for another length (cut short or appended to)")
+    body = whole.slice(0, length)
+    if zlib.crc32(memoryview(body)) != crc:
+        raise IntegrityError("checksum mismatch")
+    return body, inode
+
+
+def read_sealed(path: Path) -> tuple[pa.Table, int]:
+    """The Arrow table in a sealed file (memory-mapped, zero-copy) and its inode, read only
+    once its seal checks out (see :func:`open_sealed`); a file whose checked bytes pyarrow
+    still cannot read raises :class:`IntegrityError` too."""
+    body, inode = open_sealed(path)
+    try:
+        return pa.ipc.open_file(body).read_all(), inode
+    except (pa.ArrowException, ValueError, OSError) as exc:
+        raise IntegrityError(f"unreadable Arrow file ({type(exc).__name__})") from exc
+
+
+def discard(path: Path, reason: object, inode: int | None = None) -> None:
+    """Warn, in one line, that a cache file is damaged and will be rebuilt, and remove it
+    (only the copy of ``inode``, when given: another process may have replaced it since)."""
+    warnings.warn(
+        f"sessionkit: damaged cache file {path} ({reason}); ignored and rebuilt from the "
+        "session files",
+        stacklevel=3,
+    )
+    try:
+        if inode is None or os.stat(path).st_ino == inode:
+            os.unlink(path)
+    except OSError:
+        pass
