@@ -45,6 +45,15 @@ _SUMMARY_COLUMNS = [
     "title",
 ]
 _PATHS_HELP = "workspace, sessions folder, file or glob (default: bundled data)"
+_CONFIG_DIR_HELP = (
+    "the config file a nanobot 0.3.5 runs with (--config), or its folder (default "
+    "~/.nanobot): where a 0.3.5 workspace's sessions are, <config dir>/sessions/<workspace id>/"
+)
+
+
+def _config_dir_args(args: argparse.Namespace) -> list[str]:
+    """``--config-dir X`` when it was given, to repeat in a suggested command."""
+    return ["--config-dir", args.config_dir] if args.config_dir else []
 
 
 def summary_table(corpus: Corpus) -> pd.DataFrame:
@@ -89,10 +98,10 @@ def _write(table: pd.DataFrame, fmt: str) -> None:
 
 
 def _summary(args: argparse.Namespace) -> int:
-    corpus = load(args.path or None, tokens=args.tokens)
+    corpus = load(args.path or None, tokens=args.tokens, config_dir=args.config_dir)
     shown = shlex.join(args.path) or "the bundled data"
     n_problems = len(corpus.problems)
-    hint = shlex.join(["sessionkit", "problems", *args.path])
+    hint = shlex.join(["sessionkit", "problems", *args.path, *_config_dir_args(args)])
     if not len(corpus):
         print(
             f"sessionkit: error: no session could be loaded from {shown} "
@@ -109,7 +118,7 @@ def _summary(args: argparse.Namespace) -> int:
 
 
 def _problems(args: argparse.Namespace) -> int:
-    corpus = load(args.path or None, tokens=None)
+    corpus = load(args.path or None, tokens=None, config_dir=args.config_dir)
     if args.format == "table" and corpus.problems.empty:
         print("no problems found")
     else:
@@ -123,7 +132,13 @@ def _report(args: argparse.Namespace) -> int:
     if args.path is not None:
         check_source(args.path)
     try:
-        out = write_report(args.path, args.output, timeout=args.timeout, show_code=not args.no_code)
+        out = write_report(
+            args.path,
+            args.output,
+            timeout=args.timeout,
+            show_code=not args.no_code,
+            config_dir=args.config_dir,
+        )
     except ReportError as exc:
         print(f"sessionkit: report failed: {exc}", file=sys.stderr)
         return PROBLEMS
@@ -170,7 +185,11 @@ def _doctor(args: argparse.Namespace) -> int:
         print("sessionkit: error: --backup-dir is only used with --fix", file=sys.stderr)
         return USAGE
     try:
-        table = fix(args.path, args.backup_dir) if args.fix else doctor(args.path)
+        table = (
+            fix(args.path, args.backup_dir, config_dir=args.config_dir)
+            if args.fix
+            else doctor(args.path, config_dir=args.config_dir)
+        )
     except ValueError as exc:
         print(f"sessionkit: error: {exc}", file=sys.stderr)
         return USAGE
@@ -183,7 +202,8 @@ def _doctor(args: argparse.Namespace) -> int:
         _doctor_text(table, args.fix)
     else:
         _write(table, args.format)
-    return PROBLEMS if has_problems(doctor(args.path) if args.fix else table) else OK
+    after = doctor(args.path, config_dir=args.config_dir) if args.fix else table
+    return PROBLEMS if has_problems(after) else OK
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -209,10 +229,12 @@ def _parser() -> argparse.ArgumentParser:
         default="tiktoken",
         help="exact cl100k count (default) or nanobot's chars//4 fallback",
     )
+    summary.add_argument("--config-dir", help=_CONFIG_DIR_HELP)
     summary.set_defaults(run=_summary)
     problems = add("problems", help="damaged lines and files: path, line, reason")
     problems.add_argument("path", nargs="*", help=_PATHS_HELP)
     problems.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    problems.add_argument("--config-dir", help=_CONFIG_DIR_HELP)
     problems.set_defaults(run=_problems)
     doctor = add("doctor", help="what nanobot would lose from a store, and --fix to mend it")
     doctor.add_argument("path", help="workspace, sessions folder or file")
@@ -227,12 +249,14 @@ def _parser() -> argparse.ArgumentParser:
         "(default: sessionkit-doctor-backup-<time> next to the sessions folder)",
     )
     doctor.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    doctor.add_argument("--config-dir", help=_CONFIG_DIR_HELP)
     doctor.set_defaults(run=_doctor)
     report = add("report", help="run the tour notebook headless and write one HTML report")
     report.add_argument("path", nargs="?", help=_PATHS_HELP)
     report.add_argument("-o", "--output", default="report.html", help="HTML file to write")
     report.add_argument("--no-code", action="store_true", help="leave code cells out")
     report.add_argument("--timeout", type=int, default=600, help="seconds any one cell may run")
+    report.add_argument("--config-dir", help=_CONFIG_DIR_HELP)
     report.set_defaults(run=_report)
     return parser
 

@@ -185,7 +185,8 @@ def sessions_folder(sessions_dir: str | Path, config_dir: str | Path | None = No
     ``<config_dir>/sessions/<workspace id>/`` (``config_dir``: the folder of the config file
     nanobot runs with, ``~/.nanobot`` by default); a workspace with a ``sessions/`` subfolder
     (0.2, 0.3.0, or a 0.3.5 workspace not yet migrated) keeps them there; any other folder is
-    itself the sessions folder.  Only reads; ``~`` is expanded.
+    itself the sessions folder.  ``config_dir`` may also name the config file itself.  Only
+    reads; ``~`` is expanded.
 
     Raises
     ------
@@ -200,14 +201,23 @@ def sessions_folder(sessions_dir: str | Path, config_dir: str | Path | None = No
         if not (folder / "sessions").is_dir():
             raise SessionPathError(
                 f"{folder} is a nanobot 0.3.5 workspace (workspace id in {WORKSPACE_ID_FILE}), "
-                f"but {sessions_root_035(config_dir)} holds no folder for it; pass config_dir=, "
-                "the folder of the config file nanobot runs with"
+                f"but {sessions_root_035(config_dir)} holds no folder for it; pass config_dir= "
+                "(command line: --config-dir), the config file nanobot runs with or its folder, "
+                "or start nanobot 0.3.5 once on this workspace to make that folder"
             )
     return folder / "sessions" if (folder / "sessions").is_dir() else folder
 
 
-def session_path(key: str, sessions_dir: str | Path, naming: Naming = "nanobot-0.2") -> Path:
+def session_path(
+    key: str,
+    sessions_dir: str | Path,
+    naming: Naming = "nanobot-0.2",
+    config_dir: str | Path | None = None,
+) -> Path:
     """Where ``key``'s file goes under ``sessions_dir``, refusing keys that would leave it.
+
+    ``sessions_dir`` is a sessions folder or a workspace, found as :func:`sessions_folder`
+    finds it (a 0.3.5 workspace's through ``config_dir``).
 
     Raises
     ------
@@ -215,7 +225,7 @@ def session_path(key: str, sessions_dir: str | Path, naming: Naming = "nanobot-0
         For a key :func:`session_filename` refuses, one whose file name is longer than the
         folder's file system allows, or one that would not name a file directly inside it.
     """
-    folder = sessions_folder(sessions_dir)
+    folder = sessions_folder(sessions_dir, config_dir)
     name = session_filename(key, naming)
     path = folder / name
     if path.parent != folder:

@@ -15,6 +15,8 @@ from pathlib import Path
 
 __all__ = [
     "WORKSPACE_ID_FILE",
+    "config_dir_hint",
+    "config_folder",
     "default_config_dir",
     "sessions_dir_035",
     "sessions_root_035",
@@ -35,9 +37,69 @@ def _canonical(path: str | Path) -> Path:
     return Path(path).expanduser().resolve(strict=False)
 
 
+def config_folder(config_dir: str | Path | None = None) -> Path:
+    """The config dir 0.3.5 derives from ``config_dir``: the folder itself, or the folder of
+    a config file (an existing file, or a missing path ending in ``.json``, as ``--config``
+    takes it); ``None``: :func:`default_config_dir`.  ``~`` is expanded."""
+    if config_dir is None or not str(config_dir).strip():
+        return default_config_dir()
+    path = Path(config_dir).expanduser()
+    if path.is_file() or (path.suffix == ".json" and not path.exists()):
+        return path.parent
+    return path
+
+
 def sessions_root_035(config_dir: str | Path | None = None) -> Path:
-    """``<config dir>/sessions``, resolved as 0.3.5 resolves it (may not exist)."""
-    return _canonical(Path(config_dir or default_config_dir()) / "sessions")
+    """``<config dir>/sessions``, resolved as 0.3.5 resolves it (may not exist); ``config_dir``
+    is the folder or the config file (:func:`config_folder`)."""
+    return _canonical(config_folder(config_dir) / "sessions")
+
+
+def _namespaces(root: Path) -> list[Path]:
+    """The 32-hex namespace folders in a 0.3.5 sessions root."""
+    try:
+        return sorted(p for p in root.iterdir() if _WORKSPACE_ID.fullmatch(p.name) and p.is_dir())
+    except OSError:
+        return []
+
+
+def config_dir_hint(path: str | Path) -> str | None:
+    """What to pass instead when ``path`` is a 0.3.5 config dir, its config file or its
+    sessions root, which keep sessions per workspace in ``sessions/<workspace id>/``; else None.
+
+    A config dir's ``sessions/`` (or a sessions root itself) holds 32-hex namespace folders; a
+    config file is a ``.json`` file named ``config.json`` or beside such a ``sessions/``.
+    """
+    path = Path(path).expanduser()
+    if path.is_dir():
+        if (path / WORKSPACE_ID_FILE).exists():
+            return None
+        if _namespaces(path / "sessions"):
+            config, root, kind = path, path / "sessions", "config folder"
+        elif _namespaces(path):
+            config, root, kind = path.parent, path, "sessions root"
+        else:
+            return None
+    elif path.suffix == ".json" and (
+        path.name == "config.json" or _namespaces(path.parent / "sessions")
+    ):
+        config, root, kind = path.parent, path.parent / "sessions", "config file"
+    else:
+        return None
+    found = _namespaces(root)
+    if not found:
+        return (
+            f"{path} is a nanobot config file, not a session file; pass the workspace with "
+            f"config_dir={str(path)!r} (command line: --config-dir)"
+        )
+    named = [str(_recorded_workspace(n) or f"? (namespace {n.name})") for n in found]
+    shown = ", ".join(named[:3]) + (f", ... ({len(named)} in all)" if len(named) > 3 else "")
+    return (
+        f"{path} is a nanobot 0.3.5 {kind}: it keeps each workspace's sessions apart, in "
+        f"{root}/<workspace id>/, and sessionkit loads one workspace at a time; pass a "
+        f"workspace ({shown}) with config_dir={str(config)!r} (command line: --config-dir), "
+        "or one of those namespace folders"
+    )
 
 
 def _read_id(marker: Path) -> str:

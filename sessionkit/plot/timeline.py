@@ -24,6 +24,7 @@ from sessionkit.plot.style import (
     plotting,
 )
 from sessionkit.simulate.states import MessageStates, message_states
+from sessionkit.store.text import plot_label
 
 if TYPE_CHECKING:
     from sessionkit.store.corpus import Corpus
@@ -138,7 +139,7 @@ def token_timeline(
             edges,
             fill=True,
             color=ROLE_COLORS.get(role, OTHER_ROLE_COLOR),
-            label=role,
+            label=plot_label(role),
             zorder=2,
             gid=f"role:{role}",
         )
@@ -178,7 +179,7 @@ def token_timeline(
     count_axis(ax.xaxis)
     count_axis(ax.yaxis)
     ax.yaxis.set_major_formatter(compact)
-    ax.set_title(f"{result.key} at turn {result.turn}", loc="left", fontsize=10)
+    ax.set_title(f"{plot_label(result.key)} at turn {result.turn}", loc="left", fontsize=10)
     twin = ax.twinx()
     _draw_budget(twin, result, in_window)
     more_handles, more_labels = twin.get_legend_handles_labels()
@@ -221,9 +222,9 @@ def _draw_budget(twin: Axes, result: MessageStates, in_window: np.ndarray) -> No
     trimmed = np.flatnonzero(status == "trimmed_count")
     live = np.flatnonzero(~np.isnan(from_here))
     count_start = trimmed[-1] + 1 if len(trimmed) else (live[0] if len(live) else None)
-    if count_start is not None:
+    if count_start is not None and result.count_window > 0:
         twin.axvline(count_start - 0.5, color=STATUS["trimmed_count"].color, ls=":", lw=1.5).set(
-            gid="max_messages", label=f"max_messages={result.settings.max_messages} window"
+            gid="max_messages", label=f"max_messages={result.count_window} window"
         )
     window_tokens = float(from_here[in_window[0]]) if len(in_window) else 0.0
     top = 1.6 * max(max_tokens, window_tokens, 1.0)

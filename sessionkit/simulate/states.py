@@ -26,6 +26,7 @@ from sessionkit.schema import STATES, STATUS_NAMES, frame
 from sessionkit.simulate import replay
 from sessionkit.simulate.windowing import windows
 from sessionkit.store.corpus import resolve_session
+from sessionkit.store.text import shown
 
 if TYPE_CHECKING:
     from sessionkit.store.corpus import Corpus
@@ -41,6 +42,8 @@ class MessageStates:
     is the turn resolved (``n_user_turns`` for the next one), ``stop`` the number of messages
     stored before it; ``cut``, ``messages_kept``, ``tokens_kept`` and ``recovered`` are
     :func:`sessionkit.windows`' for this window, so a plot or a summary needs nothing else.
+    ``count_window`` is the count window the session's release applies with these settings
+    (0: none, as under 0.3.5 by default).
     """
 
     frame: pd.DataFrame = field(repr=False)
@@ -52,6 +55,7 @@ class MessageStates:
     messages_kept: int
     tokens_kept: int
     recovered: bool
+    count_window: int
 
     def summary(self) -> dict[str, Any]:
         """The numbers behind these states, as the explorer shows them.
@@ -189,7 +193,7 @@ def message_states(
     resolved = _turn(session, turn)
     window = _window(session, resolved, settings)
     replayed = replay.replay(session, settings)
-    roles = [m.get("role") for m in session.messages]
+    roles = [shown(m.get("role")) for m in session.messages]
     is_user = np.fromiter(map(policy.is_user_turn, session.messages), np.int64, len(roles))
     states = frame(
         STATES,
@@ -213,4 +217,5 @@ def message_states(
         messages_kept=int(window.row["messages_kept"]),
         tokens_kept=int(window.row["tokens_kept"]),
         recovered=bool(window.row["recovered"]),
+        count_window=policy.count_window(settings.max_messages),
     )

@@ -127,7 +127,10 @@ class Explorer(widgets.VBox):
         Session shown first (default: the first one).
     sessions_dir
         Folder the fork panel writes to (default: :data:`SCRATCH_FORK_DIR`; name a
-        workspace's ``sessions`` folder to have nanobot list the forks).
+        workspace's ``sessions`` folder, or the workspace, to have nanobot list the forks).
+    config_dir
+        For a 0.3.5 workspace as ``sessions_dir``: the config file nanobot runs with, or its
+        folder (default ``~/.nanobot``); forks go where 0.3.5 looks, as with :func:`sessionkit.fork`.
     settings
         Initial history settings (a field left ``None``: the release's default); the
         controls change all but ``last_consolidated``.
@@ -141,10 +144,12 @@ class Explorer(widgets.VBox):
         *,
         key: str | None = None,
         sessions_dir: str | Path | None = None,
+        config_dir: str | Path | None = None,
         settings: HistorySettings = DEFAULT_SETTINGS,
         **overrides: Unpack[SettingsOverrides],
     ) -> None:
         self.corpus = corpus
+        self.config_dir = config_dir
         self.fork_folder = SCRATCH_FORK_DIR if sessions_dir is None else Path(sessions_dir)
         self._initial = settings.replace(**overrides)
         self._scheduled = False
@@ -469,6 +474,7 @@ class Explorer(widgets.VBox):
                 edit=None if text == self._original else text,
                 sessions_dir=self.fork_dir.value.strip(),
                 overwrite=self.fork_overwrite.value,
+                config_dir=self.config_dir,
             )
         except Exception as exc:  # shown in the widget, where the user can act on it
             self._fork_error(self._fork_problem(exc))
@@ -501,14 +507,23 @@ def explore(
     *,
     key: str | None = None,
     sessions_dir: str | Path | None = None,
+    config_dir: str | Path | None = None,
     settings: HistorySettings = DEFAULT_SETTINGS,
     **overrides: Unpack[SettingsOverrides],
 ) -> Explorer:
     """Show the explorer for a Corpus (or one Session); returns the app (an ipywidgets VBox).
 
     ``settings`` are the initial history settings and ``overrides`` replace some of them
-    (any :class:`~sessionkit.HistorySettings` field by name); forks go to ``sessions_dir`` (default: :data:`SCRATCH_FORK_DIR`).
+    (any :class:`~sessionkit.HistorySettings` field by name); forks go to ``sessions_dir`` (default: :data:`SCRATCH_FORK_DIR`),
+    a 0.3.5 workspace's through ``config_dir`` (the config file or its folder).
     """
     if isinstance(corpus, Session):
         corpus = Corpus([corpus])
-    return Explorer(corpus, key=key, sessions_dir=sessions_dir, settings=settings, **overrides)
+    return Explorer(
+        corpus,
+        key=key,
+        sessions_dir=sessions_dir,
+        config_dir=config_dir,
+        settings=settings,
+        **overrides,
+    )

@@ -18,6 +18,7 @@ from nbclient.exceptions import CellExecutionError
 from nbconvert import HTMLExporter
 from traitlets.config import Config
 
+from sessionkit.nanobot.naming import sessions_folder
 from sessionkit.nanobot.reader import find_session_files
 
 __all__ = ["ReportError", "kernel_config", "tour_notebook", "write_report"]
@@ -72,6 +73,7 @@ def write_report(
     *,
     timeout: int = 600,
     show_code: bool = True,
+    config_dir: str | Path | None = None,
 ) -> Path:
     """Run the tour on the store at ``path`` and write it as one HTML file to ``out_html``.
 
@@ -86,6 +88,9 @@ def write_report(
         Seconds any one cell may run.
     show_code
         Keep the code cells in the report (``False``: prose and results only).
+    config_dir
+        For a 0.3.5 workspace: the config file nanobot runs with, or its folder (default
+        ``~/.nanobot``); the tour then reads the sessions folder found through it.
 
     Raises
     ------
@@ -98,7 +103,9 @@ def write_report(
     notebook = nbformat.read(source, as_version=4)
     if path is not None:
         resolved = Path(path).expanduser().resolve()
-        find_session_files(resolved)
+        find_session_files(resolved, config_dir)
+        if resolved.is_dir():
+            resolved = sessions_folder(resolved, config_dir).resolve()
         notebook = _with_data_path(notebook, resolved)
     client = NotebookClient(
         notebook,

@@ -65,6 +65,7 @@ class _Job:
     sessions_dir: str | Path | None
     path: Path | None
     naming: Naming
+    config_dir: str | Path | None = None
 
 
 def _index(session: Session, before_user_index: Any, edit: str | None) -> int:
@@ -92,6 +93,7 @@ def _prepare(
     edit: Any,
     sessions_dir: str | Path | None,
     naming: Naming | None,
+    config_dir: str | Path | None = None,
 ) -> _Job:
     if not isinstance(target_key, str):
         raise TypeError(f"target_key must be a string, got {type(target_key).__name__}")
@@ -101,8 +103,10 @@ def _prepare(
         raise ValueError(f"session {source.key!r} has metadata that is not a JSON object")
     index = _index(source, before_user_index, edit)
     naming = naming or get_policy(source.policy).naming
-    path = None if sessions_dir is None else session_path(target_key, sessions_dir, naming)
-    return _Job(source, index, edit, target_key, sessions_dir, path, naming)
+    path = (
+        None if sessions_dir is None else session_path(target_key, sessions_dir, naming, config_dir)
+    )
+    return _Job(source, index, edit, target_key, sessions_dir, path, naming, config_dir)
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -188,7 +192,11 @@ def _run(job: _Job, *, overwrite: bool, lineage: bool, digests: dict[Path, str |
     session = _make(job, datetime.now(), _lineage(job, digests) if lineage else None)
     if job.sessions_dir is not None:
         session.path = save_session(
-            session, job.sessions_dir, naming=job.naming, overwrite=overwrite
+            session,
+            job.sessions_dir,
+            naming=job.naming,
+            overwrite=overwrite,
+            config_dir=job.config_dir,
         )
         session.format = job.naming
     return session
@@ -205,6 +213,7 @@ def fork(
     overwrite: bool = False,
     lineage: bool = False,
     naming: Naming | None = None,
+    config_dir: str | Path | None = None,
 ) -> Session:
     """A new session holding ``source``'s messages before its ``before_user_index``-th user message.
 
@@ -229,7 +238,9 @@ def fork(
         Which session of a Corpus to fork.
     sessions_dir
         Write the fork there (a sessions folder or a workspace; see
-        :func:`~sessionkit.nanobot.writer.save_session`); ``None`` only returns it.
+        :func:`~sessionkit.nanobot.writer.save_session`); ``None`` only returns it.  A
+        0.3.5 workspace's fork goes where 0.3.5 keeps its sessions,
+        ``<config_dir>/sessions/<workspace id>/``.
     overwrite
         Replace an existing file for ``target_key``; the source's own file is never replaced.
     lineage
@@ -237,6 +248,9 @@ def fork(
     naming
         File naming scheme, ``"nanobot-0.2"`` (safe key) or ``"nanobot-0.3"`` (base64url);
         default: the scheme of the source session's release (``Session.policy``).
+    config_dir
+        For a 0.3.5 workspace: the config file nanobot runs with, or its folder (default
+        ``~/.nanobot``), as for :func:`sessionkit.load`.
 
     Raises
     ------
@@ -249,7 +263,7 @@ def fork(
         From writing, as :func:`~sessionkit.nanobot.writer.save_session` raises them.
     """
     session = resolve_session(source, source_key, key_name="source_key")
-    job = _prepare(session, target_key, before_user_index, edit, sessions_dir, naming)
+    job = _prepare(session, target_key, before_user_index, edit, sessions_dir, naming, config_dir)
     _check_targets([job], overwrite)
     return _run(job, overwrite=overwrite, lineage=lineage, digests={})
 
@@ -299,6 +313,7 @@ def fork_many(
     lineage: bool = False,
     naming: Naming | None = None,
     progress: bool | None = None,
+    config_dir: str | Path | None = None,
 ) -> list[Session]:
     """Make a batch of forks in one call; every fork is checked before any is written.
 
@@ -316,7 +331,7 @@ def fork_many(
     target_key
         Template for keys a plan does not give: ``{key}`` (source key), ``{index}`` (the
         ``before_user_index``) and ``{n}`` (position in the plan).
-    sessions_dir, overwrite, lineage, naming
+    sessions_dir, overwrite, lineage, naming, config_dir
         As for :func:`fork`, applied to every fork.
     progress
         Show a progress bar; by default only for more than 20 forks.
@@ -330,7 +345,7 @@ def fork_many(
     for n, (session, index, edit, key) in enumerate(_plan_rows(source, plan, source_key)):
         if key is None:
             key = target_key.format(key=session.key, index=index, n=n)
-        jobs.append(_prepare(session, key, index, edit, sessions_dir, naming))
+        jobs.append(_prepare(session, key, index, edit, sessions_dir, naming, config_dir))
     _check_targets(jobs, overwrite)
     show = len(jobs) > _PROGRESS_FROM if progress is None else progress
     digests: dict[Path, str | None] = {}
