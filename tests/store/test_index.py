@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -180,6 +181,27 @@ def test_an_index_inside_what_is_loaded_is_not_used(store: Path, inside: str) ->
         corpus = load(folder, cache=folder / ".index")
     assert len(corpus) == 3
     assert not (folder / ".index").exists()
+
+
+@pytest.mark.parametrize("named", ["~/telegram_1.jsonl", "~/*.jsonl", "~/ws", "~/ws/sessions"])
+def test_the_default_index_under_home_serves_stores_under_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, named: str
+) -> None:
+    """``~/.cache/sessionkit`` lies under ``$HOME``, not inside a file's folder that is not
+    loaded as a folder (``~/chat.jsonl``), nor inside a workspace under ``~``."""
+    home = tmp_path / "home"
+    (home / "ws" / "sessions").mkdir(parents=True)
+    _write(home / "telegram_1.jsonl", "telegram:1", MESSAGES)
+    _write(home / "ws" / "sessions" / "telegram_2.jsonl", "telegram:2", MESSAGES)
+    monkeypatch.setenv("HOME", str(home))
+    for name in ("SESSIONKIT_CACHE_DIR", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(sessionkit.store.index, "RACY_NS", 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        corpus = load(named, tokens=None)
+    assert len(corpus) == 1
+    assert list((home / ".cache" / "sessionkit").rglob("*.arrow"))
 
 
 def test_messages_of_a_file_changed_since_loading_raise(store: Path, cache: Path) -> None:
