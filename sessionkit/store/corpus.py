@@ -24,7 +24,8 @@ from sessionkit.nanobot.reader import (
     read_session_file,
 )
 from sessionkit.nanobot.session import Session
-from sessionkit.store.counting import DEFAULT_CACHE, Method
+from sessionkit.store.cachedir import cache_dir_problem
+from sessionkit.store.counting import DEFAULT_CACHE, Method, TokenCache, token_cache_in
 from sessionkit.store.frames import (
     Entry,
     build_entries,
@@ -100,6 +101,7 @@ class Corpus:
         problems: Iterable[Problem] = (),
         *,
         tokens: Method | None = "tiktoken",
+        token_cache: TokenCache | None = DEFAULT_CACHE,
     ) -> None:
         self._problems = list(problems)
         self._sessions: dict[str, Session] = {}
@@ -111,14 +113,20 @@ class Corpus:
                 continue
             self._sessions[session.key] = session
         self.token_method = tokens
+        self.token_cache = token_cache
+        """Where this corpus's token counts are remembered (None: nowhere, as ``cache=False``)."""
 
     @classmethod
     def _of_entries(
-        cls, entries: list[Entry], problems: list[Problem], tokens: Method | None
+        cls,
+        entries: list[Entry],
+        problems: list[Problem],
+        tokens: Method | None,
+        token_cache: TokenCache | None = DEFAULT_CACHE,
     ) -> Corpus:
         """A corpus of entries already built or read back from the index; the problems of an
         entry whose key is taken join ``problems``."""
-        corpus = cls((), problems, tokens=tokens)
+        corpus = cls((), problems, tokens=tokens, token_cache=token_cache)
         kept = []
         for entry in entries:
             first = corpus._sessions.get(entry.session.key)
@@ -167,7 +175,7 @@ class Corpus:
             self._problems = [p for p in self._problems if p.path not in paths]
             with _no_gc():
                 self._entries = build_entries(
-                    sessions, _by_path(read), tokens=self.token_method, cache=DEFAULT_CACHE
+                    sessions, _by_path(read), tokens=self.token_method, cache=self.token_cache
                 )
         return self._entries
 
@@ -253,8 +261,12 @@ def load(
         Replay every session with this release's policy (see ``sessionkit.POLICIES``) instead
         of the release that wrote its file.
     cache
-        ``True``: use the index in :func:`sessionkit.store.index.default_cache_dir`; a path: the
-        index in that folder; ``False``: read every file and keep nothing.
+        ``True``: use the index and token counts in
+        :func:`sessionkit.store.index.default_cache_dir`; a path: those in that folder;
+        ``False``: read every file, count every token and read or keep nothing on disk.
+        A folder owned by another user or writable by others (no sticky bit), or one that
+        lies (symlinks resolved) inside what is loaded, is refused with a warning: nothing
+        is kept then either.
 
     Raises
     ------
@@ -267,13 +279,14 @@ def load(
     chosen = None if policy is None else get_policy(policy).name
     files = find_session_files(source, config_dir)
     index = _index(cache, source, files)
+    counts = None if index is None else _token_cache(cache, index)
     store = store_key(files)
     identities = [file_identity(f) if index is not None else None for f in files]
     now = time.time_ns()
     if index is not None:
-        found, from_pack = index.read_entries(store, files, identities)
+        found, from_pack, stale = index.read_entries(store, files, identities)
     else:
-        found, from_pack = [None] * len(files), 0
+        found, from_pack, stale = [None] * len(files), 0, 0
     if tokens == "tiktoken":
         found = [e if e is None or e.meta["counted"] else None for e in found]
     problems: list[Problem] = []
@@ -291,16 +304,22 @@ def load(
             read.extend(met)
             fresh.append(session)
             where.append(i)
-        built = build_entries(fresh, _by_path(read), tokens=tokens, cache=DEFAULT_CACHE)
+        built = build_entries(fresh, _by_path(read), tokens=tokens, cache=counts)
     for i, entry in zip(where, built, strict=True):
         found[i] = entry
     if index is not None:
-        _keep(index, store, files, identities, found, from_pack, now)
+        _keep(index, store, files, identities, found, (from_pack, stale), now)
     entries = [e for e in found if e is not None]
     for entry in entries:
         entry.session.policy = chosen or entry.meta["policy"]
     problems.extend(leftover_temp_files(source, config_dir))
-    return Corpus._of_entries(entries, problems, tokens)
+    return Corpus._of_entries(entries, problems, tokens, counts)
+
+
+def _token_cache(cache: bool | PathLike, index: Index) -> TokenCache:
+    """The token counts that go with the index: the shared default cache for the default
+    folder, else the counts kept in the folder given."""
+    return DEFAULT_CACHE if cache is True else token_cache_in(index.root)
 
 
 def _index(
@@ -312,10 +331,19 @@ def _index(
     or sessions folder being loaded (loading writes nothing there)."""
     if cache is False:
         return None
-    root = (default_cache_dir() if cache is True else Path(cache)).expanduser().absolute()
+    given = (default_cache_dir() if cache is True else Path(cache)).expanduser()
+    problem = cache_dir_problem(given)
+    if problem is not None:
+        warnings.warn(
+            f"the cache folder {given} {problem}; loading without the index or token cache "
+            "(set SESSIONKIT_CACHE_DIR to a folder of your own)",
+            stacklevel=3,
+        )
+        return None
+    root = given.resolve()  # symlinks resolved: a link into the workspace is caught below
     items = source if isinstance(source, list | tuple) else [source]
-    folders = {f.parent.absolute() for f in files}
-    folders |= {Path(p).expanduser().absolute() for p in items if Path(p).expanduser().is_dir()}
+    folders = {f.parent.resolve() for f in files}
+    folders |= {Path(p).expanduser().resolve() for p in items if Path(p).expanduser().is_dir()}
     if any(root == folder or folder in root.parents for folder in folders):
         warnings.warn(
             f"the index folder {root} lies inside a workspace or sessions folder being "
@@ -336,14 +364,18 @@ def _keep(
     files: list[Path],
     identities: list[Identity | None],
     found: list[Entry | None],
-    from_pack: int,
+    packed: tuple[int, int],
     now: int,
 ) -> None:
     """Persist what this load built: the whole store as a new pack when many files were not
-    in the old one, else each new entry in its file's own pack.  Files changed too recently,
-    or while being read, are left out; a cache that cannot be written costs speed only."""
+    in the old one or many of its items are for files gone or changed (``packed``: entries
+    served from the pack, and its stale items), else each new entry in its file's own pack,
+    and drop own packs of files gone or changed.  Files changed too recently, or while
+    being read, are left out; a cache that cannot be written costs speed only."""
+    from_pack, stale = packed
     served = sum(e is not None for e in found)
-    whole = served - from_pack >= max(PACK_MIN, len(files) // 10)
+    least = max(PACK_MIN, len(files) // 10)
+    whole = served - from_pack >= least or stale >= least
     kept = [
         (entry, identity)
         for file, identity, entry in zip(files, identities, found, strict=True)
@@ -354,7 +386,10 @@ def _keep(
         and file_identity(file) == identity
     ]
     try:
-        index.write_entries(store, kept, whole=whole)
+        index.sweep()
+        if kept:
+            index.write_entries(store, kept, whole=whole)
+        index.forget_gone(store, files)
     except (OSError, pa.ArrowException, ValueError) as exc:
         warnings.warn(f"could not write the index in {index.root}: {exc}", stacklevel=3)
         return
