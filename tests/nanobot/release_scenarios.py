@@ -101,3 +101,31 @@ def make_workspace(root: str, sessions: list[dict[str, Any]]) -> Any:
         "sessions_dir": str(manager.sessions_dir),
         "files": sorted(p.name for p in Path(manager.sessions_dir).iterdir()),
     }
+
+
+def workspace_sessions(config_file: str, workspace: str) -> Any:
+    """The sessions 0.3.5 finds for ``workspace`` when run with ``--config config_file``:
+    the config path set as its CLI sets it, the store built with no ``sessions_root``, so the
+    release derives ``<config dir>/sessions/<workspace id>/`` itself.
+
+    Returns the sessions folder, the keys ``list_sessions`` lists and each one as loaded.
+    """
+    from nanobot.config.loader import set_config_path
+    from nanobot.session.manager import SessionManager
+
+    set_config_path(Path(config_file))
+    manager = SessionManager(Path(workspace))
+    keys = sorted(info["key"] for info in manager.list_sessions())
+    loaded = {}
+    for key in keys:
+        session = manager._load(key)
+        loaded[key] = (
+            None
+            if session is None
+            else {
+                "messages": session.messages,
+                "metadata": session.metadata,
+                "last_consolidated": session.last_consolidated,
+            }
+        )
+    return {"sessions_dir": str(manager.sessions_dir), "keys": keys, "sessions": loaded}
