@@ -16,8 +16,6 @@ from __future__ import annotations
 
 from sessionkit.plot.releases import (
     DEFAULT_CONTEXT_WINDOW,
-    RELEASE_COLORS,
-    RELEASE_LABELS,
     release_comparison,
     release_summary,
 )
@@ -34,8 +32,6 @@ from sessionkit.plot.timeline import timeline_axes, token_timeline
 
 __all__ = [
     "DEFAULT_CONTEXT_WINDOW",
-    "RELEASE_COLORS",
-    "RELEASE_LABELS",
     "ROLE_COLORS",
     "SWEEP_VALUES",
     "TRUNCATING_CUTS",
