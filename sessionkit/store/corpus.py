@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
+from sessionkit.nanobot.naming import sessions_folder
 from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.reader import (
     SESSION_SUFFIXES,
@@ -251,12 +252,15 @@ def load(
     path
         A nanobot workspace (0.2 and 0.3.0 keep sessions in its ``sessions/``; 0.3.5 in
         ``<config_dir>/sessions/<workspace id>/``), a sessions folder, one session file, a
-        glob, or a list of these.  Default: the bundled sample store.
+        glob, or a list of these.  Default: the bundled sample store.  A 0.3.5 config
+        folder, its ``sessions`` folder or its config file is refused, naming the workspaces
+        it holds sessions for: pass one of them with ``config_dir``.
     tokens
         Token counting for the frames: ``"tiktoken"``, ``"fallback"`` or ``None``.
     config_dir
-        Where a 0.3.5 nanobot keeps its config (the folder of its ``--config`` file);
-        default ``~/.nanobot``.
+        The config file a 0.3.5 nanobot runs with (its ``--config``), or that file's folder;
+        default ``~/.nanobot``.  Sessions of a 0.3.5 workspace are found in
+        ``<config dir>/sessions/<workspace id>/``.
     policy
         Replay every session with this release's policy (see ``sessionkit.POLICIES``) instead
         of the release that wrote its file.
@@ -272,13 +276,14 @@ def load(
     ------
     SessionPathError
         When a path does not exist, holds no session files, or is not a session store
-        (an empty string, a file not named ``.jsonl``/``.json``).
+        (an empty string, a file not named ``.jsonl``/``.json``, a 0.3.5 config folder or
+        config file).
     """
     source = default_data_dir() if path is None else path
     check_source(source)
     chosen = None if policy is None else get_policy(policy).name
     files = find_session_files(source, config_dir)
-    index = _index(cache, source, files)
+    index = _index(cache, source, config_dir)
     counts = None if index is None else _token_cache(cache, index)
     store = store_key(files)
     identities = [file_identity(f) if index is not None else None for f in files]
@@ -325,10 +330,12 @@ def _token_cache(cache: bool | PathLike, index: Index) -> TokenCache:
 def _index(
     cache: bool | PathLike,
     source: PathLike | list[PathLike] | tuple[PathLike, ...],
-    files: list[Path],
+    config_dir: PathLike | None,
 ) -> Index | None:
     """The index to use, or None: not asked for, or its folder would lie inside a workspace
-    or sessions folder being loaded (loading writes nothing there)."""
+    or sessions folder being loaded (loading writes nothing there).  Only folders named are
+    loaded as folders: the folder of a file or glob named (``~/chat.jsonl``) is not, so the
+    default index under ``~`` is used for it."""
     if cache is False:
         return None
     given = (default_cache_dir() if cache is True else Path(cache)).expanduser()
@@ -342,8 +349,9 @@ def _index(
         return None
     root = given.resolve()  # symlinks resolved: a link into the workspace is caught below
     items = source if isinstance(source, list | tuple) else [source]
-    folders = {f.parent.resolve() for f in files}
-    folders |= {Path(p).expanduser().resolve() for p in items if Path(p).expanduser().is_dir()}
+    named = [path for path in (Path(p).expanduser() for p in items) if path.is_dir()]
+    folders = {path.resolve() for path in named}
+    folders |= {sessions_folder(path, config_dir).resolve() for path in named}
     if any(root == folder or folder in root.parents for folder in folders):
         warnings.warn(
             f"the index folder {root} lies inside a workspace or sessions folder being "
