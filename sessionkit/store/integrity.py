@@ -46,16 +46,16 @@ def open_sealed(path: Path) -> tuple[pa.Buffer, int]:
     """``path``'s Arrow bytes, memory-mapped and checked against their seal before anything
     parses them, and the file's inode (so :func:`discard` removes only this copy).
 
-    Raises FileNotFoundError when there is no file, :class:`IntegrityError` when the seal is
-    missing, of another length or another checksum.
+    Raises OSError (FileNotFoundError: there is no file), :class:`IntegrityError` when the
+    seal is missing, of another length or another checksum.
     """
     try:
         with pa.memory_map(str(path)) as source:  # maps the bytes; parses none of them
             inode = os.fstat(source.fileno()).st_ino
             whole = source.read_buffer()
-    except FileNotFoundError:
-        raise
-    except (OSError, pa.ArrowException) as exc:  # an empty file cannot be mapped
+    except OSError:
+        raise  # not there, or not a file: nothing to trust, nothing damaged
+    except pa.ArrowException as exc:
         raise IntegrityError(f"cannot be mapped ({type(exc).__name__})") from exc
     if whole.size < SEAL:
         raise IntegrityError(f"{whole.size} bytes, shorter than its seal")
