@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -14,7 +16,9 @@ from strategies import messages
 from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.tokens import encoding, estimate_message_tokens, fallback_message_tokens
 from sessionkit.store import counting, forked
+from sessionkit.store.cachedir import write_ipc
 from sessionkit.store.counting import TokenCache, count_tokens
+from sessionkit.store.integrity import SEAL, read_sealed
 
 TOOL_CALLS = [
     {
@@ -348,3 +352,77 @@ def test_many_flushes_are_merged_into_one_file(tmp_path: Path) -> None:
 
 def _refuse(*args: Any, **kwargs: Any) -> list[int]:
     raise AssertionError("tokenized although every count was kept")
+
+
+def _session_store(folder: Path) -> Path:
+    folder.mkdir()
+    for n in range(2):
+        lines = [{"_type": "metadata", "key": f"cli:{n}"}]
+        lines += [{"role": "user", "content": f"count me {n} {i}"} for i in range(3)]
+        text = "".join(json.dumps(r) + "\n" for r in lines)
+        (folder / f"cli_{n}.jsonl").write_text(text, encoding="utf-8")
+    return folder
+
+
+def _plus_1000(folder: Path) -> int:
+    """Rewrite every counts file in ``folder`` with each count + 1000, sealed as sessionkit
+    seals them (valid files: only not reading them keeps the answer right)."""
+    files = sorted(folder.glob("*.arrow"))
+    for path in files:
+        table = read_sealed(path)[0]
+        counts = pa.compute.add(table.column("count"), 1000)
+        write_ipc(path, counting._COUNTS, [table.set_column(1, "count", counts)])
+    return len(files)
+
+
+def test_cache_false_reads_and_writes_no_token_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sessionkit import load
+
+    store = _session_store(tmp_path / "sessions")
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("SESSIONKIT_CACHE_DIR", str(cache))
+    exact = load(store, cache=False).messages["tokens"].tolist()
+    assert not cache.exists()
+    load(store).token_cache.flush()
+    assert _plus_1000(cache / f"tokens-{counting.TOKENS_FORMAT}") >= 1
+    counting.DEFAULT_CACHE.clear()
+    before = sorted(cache.rglob("*"))
+    corpus = load(store, cache=False)
+    assert corpus.messages["tokens"].tolist() == exact
+    assert corpus.token_cache is None
+    assert sorted(cache.rglob("*")) == before
+
+
+def test_a_cache_folder_keeps_its_own_token_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sessionkit import load
+
+    store = _session_store(tmp_path / "sessions")
+    monkeypatch.setenv("SESSIONKIT_CACHE_DIR", str(tmp_path / "default"))
+    chosen = tmp_path / "chosen"
+    corpus = load(store, cache=chosen)
+    corpus.token_cache.flush()
+    assert list((chosen / f"tokens-{counting.TOKENS_FORMAT}").glob("*.arrow"))
+    assert not (tmp_path / "default").exists()
+    assert corpus.token_cache is counting.token_cache_in(chosen)
+
+
+def test_token_counts_read_back_are_checked_against_their_seal(tmp_path: Path) -> None:
+    messages = [{"role": "user", "content": f"hello {n}"} for n in range(5)]
+    first = TokenCache(tmp_path)
+    counts = count_tokens(messages, cache=first, workers=1)
+    first.flush()
+    (path,) = tmp_path.glob("*.arrow")
+    raw = bytearray(path.read_bytes())
+    body = read_sealed(path)[0]
+    changed = body.set_column(1, "count", pa.compute.add(body.column("count"), 1000))
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, counting._COUNTS) as writer:
+        writer.write_table(changed)
+    path.write_bytes(sink.getvalue().to_pybytes() + bytes(raw[-SEAL:]))  # the old seal
+    with pytest.warns(UserWarning, match="damaged cache file"):
+        assert count_tokens(messages, cache=TokenCache(tmp_path), workers=1) == counts
+    assert not path.exists()
