@@ -314,6 +314,7 @@ def load(
         found[i] = entry
     if index is not None:
         _keep(index, store, files, identities, found, (from_pack, stale), now)
+        counts.sweep()  # type: ignore[union-attr]
     entries = [e for e in found if e is not None]
     for entry in entries:
         entry.session.policy = chosen or entry.meta["policy"]

@@ -146,13 +146,18 @@ class TokenCache:
         )
         return None
 
+    def sweep(self) -> int:
+        """Remove temp files that writers which died mid-flush left in :attr:`folder`
+        (see :func:`~sessionkit.store.cachedir.remove_dead_temp_files`); returns how many."""
+        folder = self.folder
+        return 0 if folder is None else remove_dead_temp_files(folder)
+
     def _segments(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """The files on disk as (sorted keys, counts), memory-mapped on first use."""
         if self._disk is None:
             self._disk = []
             folder = self._usable_folder()
             if folder is not None and folder.is_dir():
-                remove_dead_temp_files(folder)
                 for segment in sorted(folder.glob("*.arrow")):
                     found = _read_counts(segment)
                     if found is not None and len(found[0]):

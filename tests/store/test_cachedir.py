@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import json
+import os
+import stat
+import subprocess
+import sys
+import warnings
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
-from sessionkit.store import cachedir
+import sessionkit
+import sessionkit.simulate.replay
+import sessionkit.store.index
+from sessionkit import load
+from sessionkit.store import cachedir, counting
 from sessionkit.store.integrity import read_sealed
 
 
@@ -39,3 +49,146 @@ def test_write_ipc_replaces_the_file_whole_or_not_at_all(tmp_path: Path) -> None
         cachedir.write_ipc(target, schema, broken())
     assert read_sealed(target)[0].column("n").to_pylist() == [1, 2]
     assert [p.name for p in target.parent.iterdir()] == ["one.arrow"]
+
+
+def _store(folder: Path, n_files: int = 3) -> Path:
+    folder.mkdir(parents=True)
+    for n in range(n_files):
+        lines = [{"_type": "metadata", "key": f"cli:{n}"}]
+        lines += [{"role": "user", "content": f"private {n} {i}"} for i in range(3)]
+        text = "".join(json.dumps(r) + "\n" for r in lines)
+        (folder / f"cli_{n}.jsonl").write_text(text, encoding="utf-8")
+    return folder
+
+
+@pytest.fixture
+def settled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files count as settled as soon as they are written (they are indexed at once)."""
+    monkeypatch.setattr(sessionkit.store.index, "RACY_NS", 0)
+
+
+def test_the_cache_is_the_users_alone_whatever_the_umask(tmp_path: Path, settled: None) -> None:
+    store = _store(tmp_path / "sessions")
+    folder = tmp_path / "made" / "cache"
+    old = os.umask(0)
+    try:
+        corpus = load(store, cache=folder)
+        sessionkit.windows(corpus, max_tokens=[0, 20])
+        corpus.token_cache.flush()
+    finally:
+        os.umask(old)
+    found = [tmp_path / "made", *folder.rglob("*")]
+    assert len(found) > 5
+    modes = {p.relative_to(tmp_path): stat.S_IMODE(p.stat().st_mode) for p in found}
+    assert modes == {p: 0o700 if (tmp_path / p).is_dir() else 0o600 for p in modes}
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o757])
+def test_a_cache_folder_others_can_write_to_is_refused(
+    tmp_path: Path, settled: None, mode: int
+) -> None:
+    store = _store(tmp_path / "sessions")
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    folder.chmod(mode)
+    with pytest.warns(UserWarning, match="writable by other users.*without the index"):
+        corpus = load(store, cache=folder)
+    assert corpus.token_cache is None
+    assert list(folder.iterdir()) == []
+    folder.chmod(mode | stat.S_ISVTX)  # as /tmp: others cannot replace what is ours
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load(store, cache=folder)
+    assert list(folder.iterdir())
+
+
+def test_a_cache_folder_of_another_user_is_refused(
+    tmp_path: Path, settled: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _store(tmp_path / "sessions")
+    folder = tmp_path / "theirs"
+    folder.mkdir(mode=0o700)
+    owner = folder.stat().st_uid
+    monkeypatch.setattr(os, "getuid", lambda: owner + 1)
+    with pytest.warns(UserWarning, match=r"owned by another user .*without the index"):
+        load(store, cache=folder)
+    assert list(folder.iterdir()) == []
+
+
+def test_a_cache_folder_linked_into_the_sessions_folder_is_refused(
+    tmp_path: Path, settled: None
+) -> None:
+    store = _store(tmp_path / "sessions")
+    (store / ".index").mkdir(mode=0o700)
+    link = tmp_path / "cache-link"
+    link.symlink_to(store / ".index")
+    with pytest.warns(UserWarning, match="lies inside a workspace or sessions folder"):
+        load(store, cache=link)
+    assert list((store / ".index").iterdir()) == []
+
+
+def test_temp_files_of_dead_writers_are_removed_on_the_next_open(
+    tmp_path: Path, settled: None
+) -> None:
+    store = _store(tmp_path / "sessions")
+    folder = tmp_path / "cache"
+    load(store, cache=folder).token_cache.flush()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], **_OUT)
+    pid = int(dead.stdout)
+    kinds = [p.parent for p in folder.rglob("*.arrow")]
+    assert {p.name for p in kinds} >= {"files", f"tokens-{counting.TOKENS_FORMAT}"}
+    left = [k / f".x.arrow.{pid}.123.tmp" for k in set(kinds)]
+    live = kinds[0] / f".y.arrow.{os.getpid()}.456.tmp"
+    for path in [*left, live]:
+        path.write_bytes(b"half a file")
+    load(store, cache=folder)
+    assert [p for p in left if p.exists()] == []
+    assert live.exists()
+    assert cachedir.remove_dead_temp_files(live.parent) == 0
+
+
+_OUT = {"capture_output": True, "text": True, "check": True}
+
+
+def test_edit_and_reload_cycles_keep_the_cache_bounded(
+    tmp_path: Path, settled: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Entries, replays and token counts of files that changed are replaced, not added to:
+    20 cycles of (append a message to one file, reload, the windows at the end) leave the
+    cache at most twice its size after the first cycle."""
+    store = _store(tmp_path / "sessions")
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("SESSIONKIT_CACHE_DIR", str(folder))
+    monkeypatch.setattr(sessionkit.simulate.replay, "_PERSIST_MIN_MESSAGES", 0)
+    sizes = []
+    for n in range(20):
+        with (store / "cli_1.jsonl").open("a") as f:
+            f.write(json.dumps({"role": "assistant", "content": f"reply {n}"}) + "\n")
+        corpus = load(store)
+        sessionkit.windows(corpus, at="end", max_tokens=[0, 20])
+        corpus.token_cache.flush()
+        sessionkit.simulate.replay.clear_cache()
+        sizes.append(sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()))
+    print(f"cache bytes after 1 / 20 cycles: {sizes[0]} / {sizes[-1]}")
+    assert sizes[-1] <= 2 * sizes[0], sizes
+
+
+def test_entries_and_replays_of_a_deleted_file_are_dropped(
+    tmp_path: Path, settled: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _store(tmp_path / "sessions")
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("SESSIONKIT_CACHE_DIR", str(folder))
+    sessionkit.windows(load(store), max_tokens=[0, 20])
+    (own,) = {p.parent for p in folder.glob("index-*/files/*.arrow")}
+    assert len(list(own.iterdir())) == 3
+    (store / "cli_2.jsonl").unlink()
+    with (store / "cli_0.jsonl").open("a") as f:
+        f.write(json.dumps({"role": "user", "content": "later"}) + "\n")
+    sessionkit.simulate.replay.clear_cache()
+    sessionkit.windows(load(store), max_tokens=[0, 20])
+    assert len(list(own.iterdir())) == 2
+    (replays,) = folder.glob("index-*/replays/*.arrow")
+    described = json.loads(read_sealed(replays)[0].schema.metadata[b"sessionkit"])
+    kept = [Path(item["path"]).name for item in described["items"]]
+    assert sorted(kept) == ["cli_0.jsonl", "cli_1.jsonl"]
