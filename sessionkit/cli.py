@@ -9,9 +9,11 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import shlex
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import pandas as pd
 
@@ -206,6 +208,33 @@ def _doctor(args: argparse.Namespace) -> int:
     return PROBLEMS if has_problems(after) else OK
 
 
+def _cache(args: argparse.Namespace) -> int:
+    """``cache info``: the cache folder, its size and files per kind; ``cache clear``: remove
+    sessionkit's own files there (index, token counts), nothing else."""
+    from sessionkit.store.cachedir import cache_contents, clear_cache_dir, default_cache_dir
+
+    root = (Path(args.cache_dir) if args.cache_dir else default_cache_dir()).expanduser()
+    if root.exists() and not root.is_dir():
+        print(f"sessionkit: error: {root} is not a folder", file=sys.stderr)
+        return USAGE
+    if args.action == "clear":
+        files, size = clear_cache_dir(root)
+        print(f"removed {files} file(s), {size:,} bytes, from {root}")
+        return OK
+    contents = cache_contents(root)
+    files = sum(n for n, _ in contents.values())
+    size = sum(b for _, b in contents.values())
+    print(f"folder: {root}{'' if root.is_dir() else ' (not created yet)'}")
+    print(f"size:   {size:,} bytes in {files} file(s)")
+    for kind, (n, b) in sorted(contents.items()):
+        print(f"  {kind:<9}{n:>7} file(s) {b:>15,} bytes")
+    forks = root / "forks"
+    if forks.is_dir():
+        kept = sum(len(names) for _, _, names in os.walk(forks))
+        print(f"forks:  {forks} ({kept} file(s); `cache clear` leaves them)")
+    return OK
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sessionkit",
@@ -258,6 +287,12 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--timeout", type=int, default=600, help="seconds any one cell may run")
     report.add_argument("--config-dir", help=_CONFIG_DIR_HELP)
     report.set_defaults(run=_report)
+    cache = add("cache", help="the cache folder: `cache info` (size, files) or `cache clear`")
+    cache.add_argument("action", choices=["info", "clear"])
+    cache.add_argument(
+        "--cache-dir", help="the cache folder (default: $SESSIONKIT_CACHE_DIR or the user's)"
+    )
+    cache.set_defaults(run=_cache)
     return parser
 
 

@@ -454,3 +454,41 @@ def test_doctor_fix_on_a_full_disk_is_one_line_and_exits_1(
     assert err.count("\n") == 1 and err.startswith("sessionkit: error: rewriting ")
     assert "disk full" in err and "Traceback" not in err
     assert _tree(damaged_copy) == before
+
+
+def test_cache_info_and_clear_touch_only_sessionkits_files(
+    workspace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache = tmp_path / "cache"
+    sessionkit.load(workspace, cache=cache).token_cache.flush()
+    (cache / "notes.txt").write_text("the user's own file")
+    (cache / "forks" / "sessions").mkdir(parents=True)
+    (cache / "forks" / "sessions" / "cli_fork.jsonl").write_text("{}\n")
+    assert main(["cache", "info", "--cache-dir", str(cache)]) == 0
+    shown = capsys.readouterr().out
+    assert f"folder: {cache}\n" in shown
+    assert "tokens" in shown and "1 file(s); `cache clear` leaves them" in shown
+    assert main(["cache", "clear", "--cache-dir", str(cache)]) == 0
+    assert capsys.readouterr().out.startswith("removed ")
+    assert sorted(p.name for p in cache.rglob("*")) == [
+        "cli_fork.jsonl",
+        "forks",
+        "notes.txt",
+        "sessions",
+    ]
+    assert main(["cache", "info", "--cache-dir", str(cache)]) == 0
+    assert "size:   0 bytes in 0 file(s)" in capsys.readouterr().out
+
+
+def test_cache_info_defaults_to_the_cache_folder_and_refuses_bad_usage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("SESSIONKIT_CACHE_DIR", str(tmp_path / "nowhere"))
+    assert main(["cache", "info"]) == 0
+    assert f"folder: {tmp_path / 'nowhere'} (not created yet)" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exited:
+        main(["cache", "shred"])
+    assert exited.value.code == 2
+    (tmp_path / "a-file").write_text("x")
+    assert main(["cache", "clear", "--cache-dir", str(tmp_path / "a-file")]) == 2
+    assert (tmp_path / "a-file").exists()

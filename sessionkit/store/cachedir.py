@@ -3,8 +3,10 @@ the one way it writes there."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import re
 import stat
 import sys
 import time
@@ -16,7 +18,9 @@ import pyarrow as pa
 from sessionkit.store.integrity import seal
 
 __all__ = [
+    "cache_contents",
     "cache_dir_problem",
+    "clear_cache_dir",
     "default_cache_dir",
     "make_private_dir",
     "name_digest",
@@ -144,3 +148,69 @@ def write_ipc(target: Path, schema: pa.Schema, parts: Iterable[pa.RecordBatch | 
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
+
+
+_OWN_FOLDERS = re.compile(r"(index|tokens)-\d+(-.*)?")
+"""sessionkit's own folders in a cache folder: the index (``index-<format>-<version>``) and
+the token counts (``tokens-<format>``), of this version or older ones."""
+_KIND_OF_FOLDER = {"stores": "entries", "files": "entries", "replays": "replays"}
+
+
+def _own_files(root: Path) -> list[tuple[str, Path]]:
+    """Every file sessionkit wrote in cache folder ``root``, with its kind: ``entries``,
+    ``replays``, ``derived`` (window stacks), ``tokens`` or ``temp`` (a writer's temp file).
+    Symlinks are not followed; anything else in ``root`` is not sessionkit's."""
+    found = []
+    try:
+        children = sorted(os.scandir(root), key=lambda e: e.name)
+    except OSError:
+        return []
+    for child in children:
+        if not child.is_dir(follow_symlinks=False) or not _OWN_FOLDERS.fullmatch(child.name):
+            continue
+        for folder, _, names in os.walk(child.path):
+            for name in sorted(names):
+                path = Path(folder, name)
+                if name.startswith(".") and name.endswith(".tmp"):
+                    kind = "temp"
+                elif child.name.startswith("tokens"):
+                    kind = "tokens"
+                else:
+                    kind = _KIND_OF_FOLDER.get(path.parent.name, path.parent.name)
+                found.append((kind, path))
+    return found
+
+
+def cache_contents(root: Path) -> dict[str, tuple[int, int]]:
+    """What sessionkit keeps in cache folder ``root``: (number of files, bytes) per kind
+    (see :func:`_own_files`)."""
+    contents: dict[str, tuple[int, int]] = {}
+    for kind, path in _own_files(root):
+        try:
+            size = path.lstat().st_size
+        except OSError:
+            continue
+        files, total = contents.get(kind, (0, 0))
+        contents[kind] = (files + 1, total + size)
+    return contents
+
+
+def clear_cache_dir(root: Path) -> tuple[int, int]:
+    """Remove sessionkit's own files from cache folder ``root`` (the index and token counts
+    of every format and version, temp files included) and their folders once empty;
+    anything else there (forks, the user's own files) stays.  Returns (files, bytes)
+    removed."""
+    removed = size = 0
+    for _, path in _own_files(root):
+        try:
+            bytes_ = path.lstat().st_size
+            path.unlink()
+        except OSError:
+            continue
+        removed, size = removed + 1, size + bytes_
+    for child in os.scandir(root) if root.is_dir() else ():
+        if child.is_dir(follow_symlinks=False) and _OWN_FOLDERS.fullmatch(child.name):
+            for folder, _, _ in sorted(os.walk(child.path), reverse=True):
+                with contextlib.suppress(OSError):
+                    os.rmdir(folder)
+    return removed, size
