@@ -12,7 +12,6 @@ import asyncio
 import dataclasses
 import html
 import io
-import tempfile
 import unicodedata
 from pathlib import Path
 from typing import Any, Unpack
@@ -28,14 +27,18 @@ from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings, SettingsOverrides
 from sessionkit.schema import STATUSES
 from sessionkit.simulate.states import MessageStates, message_states
+from sessionkit.store.cachedir import default_cache_dir, private_dir_problem
 from sessionkit.store.corpus import Corpus
 from sessionkit.views.transcript import TranscriptWidget, transcript_rows
 from sessionkit.writers.forking import fork
 
 __all__ = ["OPTION_CHARS", "SCRATCH_FORK_DIR", "Explorer", "explore"]
 
-SCRATCH_FORK_DIR = Path(tempfile.gettempdir()) / "sessionkit-forks"
-"""Where forks go unless the explorer is given ``sessions_dir``: never a live sessions folder."""
+SCRATCH_FORK_DIR = default_cache_dir() / "forks"
+"""Where forks go unless the explorer is given ``sessions_dir``: never a live sessions folder,
+and never a folder shared with other users (forks hold private conversations).  It lies in
+the user's cache folder, is created 0700 on first use, and is refused if another user owns
+it or others may write to it (``sessionkit cache clear`` leaves it alone)."""
 
 OPTION_CHARS = 56
 """Widest picker entry, in columns (a CJK character takes two): titles are clipped so every
@@ -351,14 +354,16 @@ class Explorer(widgets.VBox):
         self._refresh(rows=True)
 
     def settings(self) -> HistorySettings:
-        """The history settings the controls show (the turn is ``self.turn.value``)."""
-        return self._initial.replace(
+        """The history settings the controls show, as the release selected resolves them (the
+        turn is ``self.turn.value``)."""
+        shown = self._initial.replace(
             max_messages=self.max_messages.value,
             max_tokens=self.max_tokens.value,
             include_timestamps=self.include_timestamps.value,
             extend_to_user=self.extend_to_user.value,
             file_cap=self.file_cap.value,
         )
+        return get_policy(self.policy.value).resolve(shown)
 
     def _changed(self, change: dict[str, Any]) -> None:
         """Refresh now after a change made in code (so the next line sees it), after one made
@@ -464,6 +469,11 @@ class Explorer(widgets.VBox):
             return
         if not self.fork_dir.value.strip():
             self._fork_error("Choose the sessions folder to write the fork to.")
+            return
+        folder = Path(self.fork_dir.value.strip()).expanduser()
+        problem = private_dir_problem(folder) if folder == SCRATCH_FORK_DIR else None
+        if problem is not None:
+            self._fork_error(f"Refused scratch folder {folder}: it {problem}; name another.")
             return
         text = self.fork_text.value
         try:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from sessionkit.nanobot.settings import HistorySettings
 from sessionkit.schema import STATUSES
 from sessionkit.simulate.states import message_states
 from sessionkit.simulate.windowing import windows
+from sessionkit.store.cachedir import default_cache_dir
 from sessionkit.views import explorer
 from sessionkit.views.explorer import OPTION_CHARS, SCRATCH_FORK_DIR, Explorer, explore
 from sessionkit.views.transcript import transcript_rows
@@ -75,9 +78,16 @@ def test_controls_update_every_view(app: Explorer, corpus) -> None:
     app.extend_to_user.value = True
     app.file_cap.value = 50
     settings = app.settings()
-    assert settings == HistorySettings(
-        max_messages=30, max_tokens=3000, include_timestamps=False, extend_to_user=True, file_cap=50
+    assert settings == sessionkit.get_policy(session.policy).resolve(
+        HistorySettings(
+            max_messages=30,
+            max_tokens=3000,
+            include_timestamps=False,
+            extend_to_user=True,
+            file_cap=50,
+        )
     )
+    assert (settings.include_runtime_context, settings.last_consolidated) == (True, "recorded")
     assert _shown(app) == _expected(session, turn=40, settings=settings)
     assert app.transcript.focus == app.states.summary()["window"][0]
     assert "at turn 40" in app.summary.value
@@ -293,6 +303,36 @@ def test_forks_default_to_a_scratch_folder_not_the_live_one(
     assert "sk-ok" in app.fork_result.value
     assert [p.name for p in live.iterdir()] == [source.name]
     assert session_path(f"{KEY}:fork-1", scratch).is_file()
+
+
+def test_the_scratch_folder_is_private_to_the_user(
+    corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default fork folder is in the user's cache folder, never a fixed shared path: it
+    is created 0700 whatever the umask, and one others own or may write to is refused."""
+    assert default_cache_dir() / "forks" == SCRATCH_FORK_DIR  # conftest's folder
+    scratch = tmp_path / "cache" / "forks"
+    monkeypatch.setattr(explorer, "SCRATCH_FORK_DIR", scratch)
+    small = min((s for s in corpus if s.n_user_turns >= 2), key=len)
+    app = explore(small)
+    app.transcript.selected = 1
+    old = os.umask(0)
+    try:
+        app.fork_button.click()
+    finally:
+        os.umask(old)
+    assert "sk-ok" in app.fork_result.value
+    assert [stat.S_IMODE(p.stat().st_mode) for p in (scratch.parent, scratch)] == [0o700] * 2
+    scratch.chmod(0o1777)
+    app.fork_overwrite.value = True
+    app.fork_button.click()
+    assert "Refused scratch folder" in app.fork_result.value
+    assert "writable by other users" in app.fork_result.value
+    scratch.chmod(0o700)
+    owner = scratch.stat().st_uid
+    monkeypatch.setattr(os, "getuid", lambda: owner + 1)
+    app.fork_button.click()
+    assert "owned by another user" in app.fork_result.value
 
 
 def test_a_named_folder_is_used(corpus, tmp_path: Path) -> None:
