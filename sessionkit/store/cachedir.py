@@ -24,6 +24,7 @@ __all__ = [
     "default_cache_dir",
     "make_private_dir",
     "name_digest",
+    "private_dir_problem",
     "remove_dead_temp_files",
     "write_ipc",
 ]
@@ -85,6 +86,24 @@ def cache_dir_problem(folder: Path) -> str | None:
         return f"is owned by another user (uid {found.st_uid})"
     if found.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not found.st_mode & stat.S_ISVTX:
         return f"is writable by other users (mode {stat.S_IMODE(found.st_mode):o}, no sticky bit)"
+    return None
+
+
+def private_dir_problem(folder: Path) -> str | None:
+    """Make ``folder`` ready to hold private files (forks of conversations): created 0700
+    (with any missing parents) when missing, else refused, with the reason, when another
+    user owns it or group or others may write to it (sticky bit or not: anyone could read
+    what lands there, or plant files).  None when it is fine."""
+    problem = cache_dir_problem(folder)
+    if problem is not None:
+        return problem
+    try:
+        found = os.stat(folder)
+    except FileNotFoundError:
+        make_private_dir(folder)
+        return None
+    if os.name != "nt" and found.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"is writable by other users (mode {stat.S_IMODE(found.st_mode):o})"
     return None
 
 
