@@ -35,6 +35,7 @@ from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings, Offset
 from sessionkit.schema import WINDOWS, frame
 from sessionkit.simulate import replay
+from sessionkit.store.corpus import Corpus
 from sessionkit.store.counting import DEFAULT_CACHE, TokenCache
 
 __all__ = ["DEFAULT_MAX_OUTPUT", "SAFETY_BUFFER", "WINDOWS", "windows"]
@@ -478,8 +479,11 @@ last_consolidated
     progress
         Show a progress bar (default: for large sweeps).
     cache
-        Token-count cache shared with :func:`sessionkit.count_tokens`.
+        Token-count cache shared with :func:`sessionkit.count_tokens` (default: a Corpus's
+        own, so one loaded with ``cache=False`` keeps no counts on disk).
     """
+    if isinstance(source, Corpus) and cache is DEFAULT_CACHE:
+        cache = source.token_cache
     sessions = [source] if isinstance(source, Session) else list(source)
     targets = _targets(sessions, policy)
     labels: list[str] = []

@@ -426,3 +426,18 @@ def test_token_counts_read_back_are_checked_against_their_seal(tmp_path: Path) -
     with pytest.warns(UserWarning, match="damaged cache file"):
         assert count_tokens(messages, cache=TokenCache(tmp_path), workers=1) == counts
     assert not path.exists()
+
+
+def test_windows_of_a_cache_false_corpus_keep_no_token_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sessionkit
+    from sessionkit import load
+
+    store = _session_store(tmp_path / "sessions")
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("SESSIONKIT_CACHE_DIR", str(cache))
+    counting.DEFAULT_CACHE.clear()
+    sessionkit.windows(load(store, cache=False), policy="nanobot-0.3.5", max_tokens=[0, 20])
+    counting.DEFAULT_CACHE.flush()
+    assert not cache.exists()
