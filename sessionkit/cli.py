@@ -20,6 +20,7 @@ import pandas as pd
 import sessionkit
 from sessionkit.nanobot.reader import SessionPathError
 from sessionkit.store.corpus import Corpus, check_source, load
+from sessionkit.store.text import encodable, shown
 
 __all__ = ["EXIT_STATUS", "main", "summary_table"]
 
@@ -61,7 +62,14 @@ def _config_dir_args(args: argparse.Namespace) -> list[str]:
 def summary_table(corpus: Corpus) -> pd.DataFrame:
     """One summary row per session, in load order."""
     table = corpus.sessions[_SUMMARY_COLUMNS].reset_index(drop=True)
+    for column in ("key", "title"):  # text that cannot be encoded is shown escaped
+        if not table[column].map(_encodable, na_action="ignore").all():
+            table[column] = table[column].map(shown, na_action="ignore")
     return table.astype({"format": "string[python]"})
+
+
+def _encodable(value: object) -> bool:
+    return not isinstance(value, str) or encodable(value)
 
 
 def _with_total(table: pd.DataFrame) -> pd.DataFrame:

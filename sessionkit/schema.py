@@ -305,7 +305,13 @@ def string_array(values: Any) -> Any:
 def _array(column: Column, values: Any, categories: Sequence[Any] | None) -> Any:
     """``values`` as ``column``'s dtype; arrays already of that dtype are used as they are."""
     if categories is not None:
-        return pd.Categorical.from_codes(np.asarray(values, dtype=np.int64), categories)
+        codes = np.asarray(values, dtype=np.int64)
+        try:
+            return pd.Categorical.from_codes(codes, categories)
+        except (UnicodeEncodeError, pa.ArrowException):  # not valid Unicode: shown escaped
+            from sessionkit.store.text import shown
+
+            return pd.Categorical.from_codes(codes, [shown(c) for c in categories])
     if column.dtype == "string":
         return string_array(values)
     if getattr(values, "dtype", None) == column.dtype:

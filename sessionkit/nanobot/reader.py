@@ -406,6 +406,48 @@ def _names_storage_key(stem: str, key: str) -> bool:
     """Whether ``stem`` is nanobot 0.3's base64url name for ``key`` (never for an unencodable key)."""
     try:
         return stem == storage_key(key)
+def _unencodable(what: str, text: Any) -> str | None:
+    """Why ``text`` cannot be shown as it stands: a lone surrogate (JSON ``\\ud800``, or a
+    file name's undecodable byte) that no UTF-8 output can hold; None for other values.
+    The session keeps it as nanobot does; what shows it uses the escape."""
+    if type(text) is not str:
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        escaped = text.encode("utf-8", "backslashreplace").decode("utf-8")
+        return f"{what} {text!r} is not valid Unicode (lone surrogate); kept, shown as {escaped}"
+    return None
+
+
+def _text_problems(
+    where: str,
+    key: str,
+    metadata: Any,
+    meta_line: int | None,
+    messages: list[dict[str, Any]],
+    line_numbers: Sequence[int],
+) -> list[Problem]:
+    """A problem for a key, title or role that holds a lone surrogate.  The roles are
+    checked in one C-level pass when all are fine."""
+    title = metadata.get("title") if isinstance(metadata, dict) else None
+    found = [
+        Problem(where, meta_line, reason)
+        for what, text in (("session key", key), ("metadata title", title))
+        if (reason := _unencodable(what, text))
+    ]
+    roles = list(map(dict.get, messages, repeat("role")))
+    try:
+        "".join(r for r in roles if type(r) is str).encode("utf-8")
+    except UnicodeEncodeError:
+        found += [
+            Problem(where, line_numbers[i], reason)
+            for i, role in enumerate(roles)
+            if (reason := _unencodable("role", role))
+        ]
+    return found
+
+
     except UnicodeEncodeError:
         return False
 
@@ -521,6 +563,8 @@ def _jsonl_session(path: Path, fd: int) -> tuple[Session, list[Problem]]:
     if first_damaged and not metas:
         bad[0] = (bad[0][0], _lost_metadata(bad[0][1], key))
     problems[:0] = [Problem(str(path), n, reason, skipped=True) for n, reason in bad]
+    meta_line = metas[-1][0] if metas else None
+    problems += _text_problems(str(path), key, metadata, meta_line, messages, line_numbers)
     fmt = "nanobot-0.3" if extra or _names_storage_key(path.stem, key) else "nanobot-0.2"
     policy = _writer_release(path, fmt, metas, bool(extra))
     if policy == "nanobot-0.3.5" and metas:
@@ -565,9 +609,11 @@ def _legacy_session(path: Path, raw: bytes) -> tuple[Session | None, list[Proble
         problems.append(Problem(where, None, reason))
     metadata = value.get("metadata", {})
     session = Session(
-        key=key if isinstance(key, str) and key else key_from_filename(path),
+        key=key,
         messages=messages,
         created_at=parse_timestamp(value.get("created_at")),
+    key = key if isinstance(key, str) and key else key_from_filename(path)
+    problems += _text_problems(where, key, metadata, None, messages, [None] * len(messages))  # type: ignore[list-item]
         updated_at=parse_timestamp(value.get("updated_at")),
         metadata=metadata if isinstance(metadata, dict) else {},
         last_consolidated=offset,

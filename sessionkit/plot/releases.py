@@ -21,6 +21,7 @@ from sessionkit.plot.style import compact, count_axis, legend_beside, new_figure
 from sessionkit.plot.sweeps import TRUNCATING_CUTS
 from sessionkit.simulate.windowing import DEFAULT_MAX_OUTPUT, SAFETY_BUFFER, windows
 from sessionkit.store.corpus import resolve_session
+from sessionkit.store.text import plot_label
 
 if TYPE_CHECKING:
     from sessionkit.store.corpus import Corpus
@@ -139,7 +140,7 @@ def release_comparison(
     if len(frame):
         ctx, out = int(frame["context_window"].iloc[0]), int(frame["max_output"].iloc[0])
         budget = ctx - out - SAFETY_BUFFER
-        title = f"{frame['session_key'].iloc[0]}: context window {ctx:,}, max_output {out:,}"
+        title = f"{plot_label(frame['session_key'].iloc[0])}: context window {ctx:,}, max_output {out:,}"
         if budget > 0:
             ax.axhline(budget, color="#7f7f7f", ls="--", lw=1.0).set(
                 gid="budget", label=f"input budget {budget:,}"

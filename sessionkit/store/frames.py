@@ -29,6 +29,7 @@ from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.uncountable import counts_or_missing, uncountable_reason
 from sessionkit.store.counting import Method, TokenCache, count_tokens
 from sessionkit.store.fields import STR_OR_NONE, message_field
+from sessionkit.store.text import shown
 
 __all__ = [
     "FRAME_TIMES",
@@ -257,6 +258,10 @@ def build_entries(
     roles = message_field(msgs, "role")
     if not STR_OR_NONE.issuperset(map(type, roles)):
         roles = [v if v is None or type(v) is str else str(v) for v in roles]
+    try:
+        role_column = pa.array(roles, type=pa.large_string())
+    except (UnicodeEncodeError, pa.ArrowException):  # a lone surrogate: shown escaped
+        role_column = pa.array(list(map(shown, roles)), type=pa.large_string())
     text = message_field(msgs, "content")
     for i in np.flatnonzero(~_is_instance(text, str)):
         text[i] = flatten_content(text[i])
@@ -271,7 +276,7 @@ def build_entries(
     }
     columns = {
         "line_no": np.concatenate([_line_numbers(s) for s in sessions] + [np.zeros(0, np.int64)]),
-        "role": pa.array(roles, type=pa.large_string()),
+        "role": role_column,
         "text": strings["text"][0],
         "timestamp": stamps,
         "tokens": exact,

@@ -29,6 +29,7 @@ from sessionkit.schema import STATUSES
 from sessionkit.simulate.states import MessageStates, message_states
 from sessionkit.store.cachedir import default_cache_dir, private_dir_problem
 from sessionkit.store.corpus import Corpus
+from sessionkit.store.text import shown
 from sessionkit.views.transcript import TranscriptWidget, transcript_rows
 from sessionkit.writers.forking import fork
 
@@ -88,7 +89,7 @@ def _option(row: pd.Series) -> str:
         while title and _columns(title) > room - 1:
             title = title[:-1]
         title = f"{title}…" if title else ""
-    return f"{row['key']}{f' — {title}' if title else ''}{sizes}"
+    return shown(f"{row['key']}{f' — {title}' if title else ''}{sizes}") or ""
 
 
 def _chip(name: str, count: int) -> str:
@@ -421,7 +422,7 @@ class Explorer(widgets.VBox):
         window = counts["window"]
         span = f"messages {window[0]}–{window[1] - 1}" if window else "empty"
         sent = (
-            f"<b>{html.escape(self.session.key)}</b> at turn {self.states.turn}: "
+            f"<b>{html.escape(shown(self.session.key) or '')}</b> at turn {self.states.turn}: "
             f"<b>in window: <span class='sk-in-window'>{counts['in_window']}</span></b> "
             f"messages, <span class='sk-sent-tokens'>{counts['sent_tokens']:,}</span>"
             f"{budget} tokens ({span}, cut by <span class='sk-cut'>{counts['cut']}</span>)"

@@ -20,6 +20,7 @@ from sessionkit.nanobot.listing import flatten_content
 from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.session import Session
 from sessionkit.schema import STATUSES
+from sessionkit.store.text import shown
 
 __all__ = ["MAX_TEXT_CHARS", "TranscriptWidget", "transcript_rows"]
 
@@ -65,14 +66,14 @@ def transcript_rows(session: Session, tokens: list[int]) -> list[dict[str, Any]]
     is_turn = get_policy(session.policy).is_user_turn
     for i, message in enumerate(session.messages):
         turn = is_turn(message)
-        role = str(message.get("role", "?"))
+        role = shown(message.get("role", "?")) or "None"
         content = message.get("content")
-        text = content if isinstance(content, str) else flatten_content(content)
+        text = shown(content if isinstance(content, str) else flatten_content(content)) or ""
         calls = message.get("tool_calls")
-        calls = [_call(c) for c in calls] if isinstance(calls, list) else []
+        calls = [shown(_call(c)) or "" for c in calls] if isinstance(calls, list) else []
         summary = ""
         if role == "tool":
-            summary = f"{message.get('name') or 'tool'}: {_one_line(text)}"
+            summary = shown(f"{message.get('name') or 'tool'}: {_one_line(text)}") or ""
         elif calls:
             names = ", ".join(c.split("(", 1)[0] for c in calls)
             summary = f"{len(calls)} tool call{'s' if len(calls) > 1 else ''}: {names}"

@@ -283,7 +283,17 @@ def test_keys_and_file_names_that_are_not_utf8_load(tmp_path: Path) -> None:
         "t:\ud800",
         "nanobot-0.2",
     )
-    assert (read_session_file(named)[0].key, read_session_file(named)[1]) == ("t:\udcff", [])
+    session, problems = read_session_file(named)
+    assert session.key == "t:\udcff"  # kept as nanobot keeps it; shown escaped, with a problem
+    assert [(p.line_no, p.reason) for p in problems] == [
+        (
+            None,
+            "session key 't:\\udcff' is not valid Unicode (lone surrogate); kept, shown as t:\\udcff",
+        )
+    ]
+    assert [p.reason[:29] for p in read_session_file(stored)[1]] == [
+        "session key 't:\\ud800' is not"
+    ]
 
 
 def test_a_line_over_the_limit_is_reported_without_being_read(tmp_path: Path, monkeypatch) -> None:
