@@ -402,10 +402,6 @@ def _lost_metadata(reason: str, key: str) -> str:
     )
 
 
-def _names_storage_key(stem: str, key: str) -> bool:
-    """Whether ``stem`` is nanobot 0.3's base64url name for ``key`` (never for an unencodable key)."""
-    try:
-        return stem == storage_key(key)
 def _unencodable(what: str, text: Any) -> str | None:
     """Why ``text`` cannot be shown as it stands: a lone surrogate (JSON ``\\ud800``, or a
     file name's undecodable byte) that no UTF-8 output can hold; None for other values.
@@ -448,6 +444,10 @@ def _text_problems(
     return found
 
 
+def _names_storage_key(stem: str, key: str) -> bool:
+    """Whether ``stem`` is nanobot 0.3's base64url name for ``key`` (never for an unencodable key)."""
+    try:
+        return stem == storage_key(key)
     except UnicodeEncodeError:
         return False
 
@@ -559,12 +559,12 @@ def _jsonl_session(path: Path, fd: int) -> tuple[Session, list[Problem]]:
                 f"using the file name ({_BRIEF.repr(key)})",
             )
         )
+    meta_line = metas[-1][0] if metas else None
+    problems += _text_problems(str(path), key, metadata, meta_line, messages, line_numbers)
     first_damaged = bool(bad) and (not numbers or bad[0][0] < numbers[0])
     if first_damaged and not metas:
         bad[0] = (bad[0][0], _lost_metadata(bad[0][1], key))
     problems[:0] = [Problem(str(path), n, reason, skipped=True) for n, reason in bad]
-    meta_line = metas[-1][0] if metas else None
-    problems += _text_problems(str(path), key, metadata, meta_line, messages, line_numbers)
     fmt = "nanobot-0.3" if extra or _names_storage_key(path.stem, key) else "nanobot-0.2"
     policy = _writer_release(path, fmt, metas, bool(extra))
     if policy == "nanobot-0.3.5" and metas:
@@ -608,12 +608,12 @@ def _legacy_session(path: Path, raw: bytes) -> tuple[Session | None, list[Proble
     if "last_consolidated" in value and (reason := _offset_problem(offset, len(messages))):
         problems.append(Problem(where, None, reason))
     metadata = value.get("metadata", {})
+    key = key if isinstance(key, str) and key else key_from_filename(path)
+    problems += _text_problems(where, key, metadata, None, messages, [None] * len(messages))  # type: ignore[list-item]
     session = Session(
         key=key,
         messages=messages,
         created_at=parse_timestamp(value.get("created_at")),
-    key = key if isinstance(key, str) and key else key_from_filename(path)
-    problems += _text_problems(where, key, metadata, None, messages, [None] * len(messages))  # type: ignore[list-item]
         updated_at=parse_timestamp(value.get("updated_at")),
         metadata=metadata if isinstance(metadata, dict) else {},
         last_consolidated=offset,
