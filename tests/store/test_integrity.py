@@ -39,6 +39,7 @@ import random, shutil, sys, warnings
 from pathlib import Path
 import pandas as pd, pyarrow as pa
 import sessionkit as sk
+import sessionkit.store.corpus
 import sessionkit.simulate.replay as replay
 import sessionkit.store.index as index
 from sessionkit.store.counting import DEFAULT_CACHE
@@ -46,6 +47,7 @@ from sessionkit.store.integrity import read_sealed
 
 index.RACY_NS = 0
 replay._PERSIST_MIN_MESSAGES = 0
+sk.store.corpus.PACK_MIN = 2  # the store's pack, then one file's own pack beside it
 store, cache, seed, rounds = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 grid = {"policy": ["nanobot-0.2", "nanobot-0.3.5"], "max_tokens": [0, 40]}
 
@@ -62,13 +64,16 @@ def same(got, want, what):
     for a, b in zip(got, want, strict=True):
         pd.testing.assert_frame_equal(a, b, obj=what)
 
+sk.load(store)
+with (store / "telegram_2.jsonl").open("a") as f:
+    f.write('{"role": "user", "content": "one more"}\n')
 want = answers(sk.load(store, cache=False), cache=None)
 answers(sk.load(store))
 DEFAULT_CACHE.flush()
 forget()
 pristine = {p: p.read_bytes() for p in sorted(cache.rglob("*.arrow"))}
 kinds = {p.relative_to(cache).parts[1] if p.parts[-3].startswith("index") else "tokens" for p in pristine}
-assert kinds == {"files", "replays", "derived", "tokens"}, kinds
+assert kinds == {"stores", "files", "replays", "derived", "tokens"}, kinds
 
 def crafted(path, data, rng):
     # a valid Arrow file whose strings (or numbers) differ, with the old seal or none
