@@ -336,7 +336,10 @@ def _index(
     """The index to use, or None: not asked for, or its folder would lie inside a workspace
     or sessions folder being loaded (loading writes nothing there).  Only folders named are
     loaded as folders: the folder of a file or glob named (``~/chat.jsonl``) is not, so the
-    default index under ``~`` is used for it."""
+    default index under ``~`` is used for it.  Symlinks are resolved first, so a cache folder
+    that links into a workspace is caught too; a cache folder owned by another user or
+    writable by others without the sticky bit
+    (:func:`~sessionkit.store.cachedir.cache_dir_problem`) is refused as well."""
     if cache is False:
         return None
     given = (default_cache_dir() if cache is True else Path(cache)).expanduser()
