@@ -160,7 +160,9 @@ def test_a_damaged_or_foreign_index_is_rebuilt_never_trusted(
     entries[0].write_bytes(entries[0].read_bytes()[:100])
     entries[1].write_bytes(b"not arrow at all")
     reads.clear()
-    _assert_same(load(store), expected)
+    with pytest.warns(UserWarning, match="damaged cache file") as warned:
+        _assert_same(load(store), expected)
+    assert len(warned) == 2
     assert len(reads) == 2
     monkeypatch.setattr(sessionkit.store.index, "FORMAT", sessionkit.store.index.FORMAT + 1)
     reads.clear()
