@@ -33,6 +33,7 @@ from sessionkit.nanobot.naming import (
 )
 from sessionkit.nanobot.policies import is_temp_file
 from sessionkit.nanobot.session import Session
+from sessionkit.nanobot.workspace import config_dir_hint
 
 __all__ = [
     "MAX_LINE_BYTES",
@@ -84,6 +85,9 @@ def _session_files_in(folder: Path) -> list[Path]:
 
 def _expand(item: str | Path, config_dir: str | Path | None) -> list[Path]:
     path = Path(item).expanduser()
+    hint = config_dir_hint(path)
+    if hint is not None:
+        raise SessionPathError(hint)
     if path.is_dir():
         folder = sessions_folder(path, config_dir)
         files = _session_files_in(folder)
