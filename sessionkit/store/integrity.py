@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 import warnings
 import zlib
 from pathlib import Path
@@ -44,14 +45,15 @@ def seal(path: Path) -> None:
 
 def open_sealed(path: Path) -> tuple[pa.Buffer, int]:
     """``path``'s Arrow bytes, memory-mapped and checked against their seal before anything
-    parses them, and the file's inode (so :func:`discard` removes only this copy).
+    parses them, and the file's inode (so :func:`discard` removes only this copy).  The
+    checksum is computed once per file version and process (see :data:`_VERIFIED`).
 
     Raises OSError (FileNotFoundError: there is no file), :class:`IntegrityError` when the
     seal is missing, of another length or another checksum.
     """
     try:
         with pa.memory_map(str(path)) as source:  # maps the bytes; parses none of them
-            inode = os.fstat(source.fileno()).st_ino
+            found = os.fstat(source.fileno())
             whole = source.read_buffer()
     except OSError:
         raise  # not there, or not a file: nothing to trust, nothing damaged
@@ -63,9 +65,30 @@ def open_sealed(path: Path) -> tuple[pa.Buffer, int]:
     if magic != _MAGIC or length != whole.size - SEAL:
         raise IntegrityError("no seal, or a seal for another length (cut short or appended to)")
     body = whole.slice(0, length)
-    if zlib.crc32(memoryview(body)) != crc:
-        raise IntegrityError("checksum mismatch")
-    return body, inode
+    version = (found.st_size, found.st_mtime_ns, found.st_ctime_ns, crc)
+    if _VERIFIED.get((found.st_dev, found.st_ino)) != version:
+        if zlib.crc32(memoryview(body)) != crc:
+            raise IntegrityError("checksum mismatch")
+        _remember(found, version)
+    return body, found.st_ino
+
+
+_VERIFIED: dict[tuple[int, int], tuple[int, int, int, int]] = {}
+"""Files this process checked, by (device, inode): their size, mtime, ctime and checksum
+then.  Any write moves ctime, so a file that still matches holds the bytes checked; opening
+it again skips recomputing the checksum (a store reopened in one kernel)."""
+_SETTLED_NS = 3_000_000_000
+"""Only files unchanged for this long are remembered: file systems stamp times coarsely, so
+a write right after a check could leave every stamp as it was (as the index's ``RACY_NS``)."""
+
+
+def _remember(found: os.stat_result, version: tuple[int, int, int, int]) -> None:
+    """Remember a file just checked, once its stamps are settled (see :data:`_SETTLED_NS`)."""
+    if time.time_ns() - max(found.st_mtime_ns, found.st_ctime_ns) < _SETTLED_NS:
+        return
+    if len(_VERIFIED) >= 4096:
+        _VERIFIED.clear()
+    _VERIFIED[found.st_dev, found.st_ino] = version
 
 
 def read_sealed(path: Path) -> tuple[pa.Table, int]:

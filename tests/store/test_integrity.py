@@ -169,3 +169,28 @@ def test_a_damaged_file_is_removed_with_one_warning(tmp_path: Path) -> None:
         integrity.discard(target, "no seal")
     assert len(seen) == 1 and "\n" not in str(seen[0].message)
     assert not target.exists()
+
+
+def test_a_file_checked_once_is_checked_again_only_when_it_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "one.arrow"
+    table = pa.table({"n": pa.array(range(100), pa.int64())})
+    write_ipc(target, table.schema, [table])
+    later = integrity.time.time_ns() + 10**10  # the file's stamps have settled by then
+    monkeypatch.setattr(integrity.time, "time_ns", lambda: later)
+    computed = []
+    monkeypatch.setattr(
+        integrity, "zlib", type("Z", (), {"crc32": lambda b: computed.append(1) or zlib.crc32(b)})
+    )
+    for _ in range(3):
+        assert integrity.read_sealed(target)[0].equals(table)
+    assert len(computed) == 1
+    with open(target, "r+b") as file:  # damaged in place: same inode, same size
+        file.seek(200)
+        byte = file.read(1)
+        file.seek(200)
+        file.write(bytes([byte[0] ^ 1]))
+    os.utime(target, ns=(1, 1))
+    with pytest.raises(integrity.IntegrityError, match="checksum"):
+        integrity.read_sealed(target)
