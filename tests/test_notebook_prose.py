@@ -20,6 +20,7 @@ import pytest
 from nbclient import NotebookClient
 
 import sessionkit as sk
+from sessionkit.store.text import markdown_code
 from sessionkit.synthetic import FeatureMix, generate_session, write_store
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
@@ -199,4 +200,4 @@ def test_the_tour_names_the_store_it_ran_on(shown: dict, store: Path) -> None:
     """``sessionkit report`` is this notebook run headless: prose and outputs as checked here."""
     text = _text(shown, "01_tour.ipynb")
     assert "bundled" not in text
-    assert f"Loaded `{store}`: 2 session files." in text
+    assert f"Loaded {markdown_code(store)}: 2 session files." in text

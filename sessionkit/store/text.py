@@ -35,8 +35,12 @@ def shown(value: Any) -> str | None:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+_PLAIN = frozenset("-/, ")
+"""ASCII characters no Markdown dialect reads as markup, even in an autolink."""
+
+
 def _code_char(char: str) -> str:
-    if char.isascii() and char.isalnum():
+    if char.isascii() and (char.isalnum() or char in _PLAIN):
         return char
     if char.isascii() or unicodedata.category(char) in {"Cc", "Cf", "Zl", "Zp", "Cs"}:
         if char.isascii() and char.isprintable():
@@ -49,9 +53,9 @@ def _code_char(char: str) -> str:
 def markdown_code(value: Any) -> str:
     """``value`` as inline code in Markdown (or HTML) that shows it as written.
 
-    Every ASCII character but letters and digits becomes a character reference, so no
-    backtick, ``<``, ``*``, ``[``, ``$`` or ``\\`` in session text can end the code element,
-    open a tag, a link or a formula; line breaks, control and format characters and lone
+    Every ASCII character but letters, digits, space, ``-``, ``/`` and ``,`` becomes a
+    character reference, so no backtick, ``<``, ``*``, ``[``, ``$``, ``:`` or ``\\`` in
+    session text can end the code element, open a tag, a link, an autolink or a formula; line breaks, control and format characters and lone
     surrogates show as their escapes (``\\n``).  The result is one ``<code>`` element.
     """
     return "<code>" + "".join(map(_code_char, str(value))) + "</code>"
