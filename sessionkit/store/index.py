@@ -235,7 +235,7 @@ class Index:
                 found.append(None)
                 continue
             from_pack += in_pack
-        return found, from_pack, len(pack) - from_pack
+        return found, from_pack, _stale(pack, files, from_pack)
 
     def write_entries(
         self, store: str, entries: list[tuple[Entry, Identity]], *, whole: bool
@@ -347,6 +347,18 @@ class Index:
 
     def _replay_path(self, store: str, name: str) -> Path:
         return self._pack_path("replays", f"{store}-{name_digest(name.encode())}")
+
+
+def _stale(pack: dict[str, Item], files: list[Path], from_pack: int) -> int:
+    """How many of a store pack's items are for files gone or changed, when this load holds
+    every file the pack still serves (else 0: rewriting the pack from this load would drop
+    the entries of files it did not name, such as the rest of a folder when one file of it
+    is loaded)."""
+    named = {os.fsdecode(f) for f in files}
+    outside = [item for path, item in pack.items() if path not in named]
+    if any(file_identity(Path(item.path)) == item.identity for item in outside):
+        return 0
+    return len(pack) - from_pack
 
 
 DERIVED_KEPT = 8

@@ -15,6 +15,7 @@ import pytest
 
 import sessionkit
 import sessionkit.simulate.replay
+import sessionkit.store.corpus
 import sessionkit.store.index
 from sessionkit import load
 from sessionkit.store import cachedir, counting
@@ -192,3 +193,34 @@ def test_entries_and_replays_of_a_deleted_file_are_dropped(
     described = json.loads(read_sealed(replays)[0].schema.metadata[b"sessionkit"])
     kept = [Path(item["path"]).name for item in described["items"]]
     assert sorted(kept) == ["cli_0.jsonl", "cli_1.jsonl"]
+
+
+def test_the_store_pack_drops_gone_files_but_not_those_a_smaller_load_left_out(
+    tmp_path: Path, settled: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sessionkit.store.corpus, "PACK_MIN", 2)
+    store = _store(tmp_path / "sessions", n_files=4)
+    folder = tmp_path / "cache"
+    load(store, cache=folder)
+    read: list[str] = []
+    real = sessionkit.store.corpus.read_session_file
+
+    def counted(path: Path):  # type: ignore[no-untyped-def]
+        read.append(Path(path).name)
+        return real(path)
+
+    monkeypatch.setattr(sessionkit.store.corpus, "read_session_file", counted)
+    load(store / "cli_0.jsonl", cache=folder)  # one file of the folder: the pack stays whole
+    load(store, cache=folder)
+    assert read == []
+    (pack,) = folder.glob("index-*/stores/*.arrow")
+
+    def packed() -> list[str]:
+        described = json.loads(read_sealed(pack)[0].schema.metadata[b"sessionkit"])
+        return sorted(Path(item["path"]).name for item in described["items"])
+
+    assert packed() == ["cli_0.jsonl", "cli_1.jsonl", "cli_2.jsonl", "cli_3.jsonl"]
+    for n in (1, 2, 3):
+        (store / f"cli_{n}.jsonl").unlink()
+    load(store, cache=folder)
+    assert packed() == ["cli_0.jsonl"]
