@@ -34,7 +34,13 @@ from sessionkit.nanobot.policies import ReplayPolicy, get_policy, tool_call_ids,
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings
 from sessionkit.store.cachedir import name_digest
-from sessionkit.store.counting import DEFAULT_CACHE, ReadThroughCache, TokenCache, count_tokens
+from sessionkit.store.counting import (
+    DEFAULT_CACHE,
+    ReadThroughCache,
+    TokenCache,
+    count_tokens,
+    token_cache_of,
+)
 from sessionkit.store.forked import SHARED, can_fork, forked_pool
 from sessionkit.store.index import REPLAY_TABLE, Index, IndexedSession, Item
 
@@ -250,7 +256,8 @@ def stored_tokens(session: Session, policy: str | None = None) -> np.ndarray:
     name = _policy(session, policy).name
     slot = _slot(session)
     if name not in slot.stored:
-        counts = np.array(count_tokens(session.messages, policy=name), dtype=np.int64)
+        cache = token_cache_of([session])
+        counts = np.array(count_tokens(session.messages, policy=name, cache=cache), np.int64)
         counts.flags.writeable = False
         slot.stored[name] = counts
     return slot.stored[name]
@@ -468,8 +475,12 @@ def replay_all(
     progress
         Show a progress bar (default: for large batches).
     cache
-        Token-count cache shared with :func:`sessionkit.count_tokens`.
+        Token-count cache shared with :func:`sessionkit.count_tokens` (by default that of
+        the load the sessions came from: none for ``cache=False``, see
+        :func:`~sessionkit.store.counting.token_cache_of`).
     """
+    if cache is DEFAULT_CACHE:
+        cache = token_cache_of(sessions)
     keys = [_key(s, policy, settings) for s in sessions]
     found = [_cached(s, key) for s, key in zip(sessions, keys, strict=True)]
     for i, stored in _stored(sessions, keys, [i for i, r in enumerate(found) if r is None]).items():

@@ -26,7 +26,13 @@ from sessionkit.nanobot.reader import (
 )
 from sessionkit.nanobot.session import Session
 from sessionkit.store.cachedir import cache_dir_problem
-from sessionkit.store.counting import DEFAULT_CACHE, Method, TokenCache, token_cache_in
+from sessionkit.store.counting import (
+    DEFAULT_CACHE,
+    Method,
+    TokenCache,
+    bind_token_cache,
+    token_cache_in,
+)
 from sessionkit.store.frames import (
     Entry,
     build_entries,
@@ -319,6 +325,8 @@ def load(
     for entry in entries:
         entry.session.policy = chosen or entry.meta["policy"]
     problems.extend(leftover_temp_files(source, config_dir))
+    if counts is not DEFAULT_CACHE:
+        bind_token_cache((e.session for e in entries), counts)
     return Corpus._of_entries(entries, problems, tokens, counts)
 
 

@@ -17,6 +17,7 @@ import os
 import time
 import uuid
 import warnings
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import suppress
 from functools import lru_cache
@@ -52,8 +53,10 @@ __all__ = [
     "Method",
     "ReadThroughCache",
     "TokenCache",
+    "bind_token_cache",
     "count_tokens",
     "token_cache_in",
+    "token_cache_of",
 ]
 
 Method = Literal["tiktoken", "fallback"]
@@ -243,6 +246,34 @@ TOKENS_FORMAT = 2
 
 DEFAULT_CACHE = TokenCache(lambda: default_cache_dir() / f"tokens-{TOKENS_FORMAT}")
 _CACHES: dict[Path, TokenCache] = {}
+
+
+_BOUND: dict[int, tuple[weakref.ref, TokenCache | None]] = {}
+
+
+def bind_token_cache(sessions: Iterable[object], cache: TokenCache | None) -> None:
+    """Remember that ``sessions`` were loaded with token counts kept in ``cache`` (None: a
+    ``cache=False`` load, which keeps none), so what is computed from them later (replays,
+    states, windows) counts through the same cache and never touches another folder."""
+    for session in sessions:
+        key = id(session)
+        ref = weakref.ref(session, lambda _, key=key: _BOUND.pop(key, None))
+        _BOUND[key] = (ref, cache)
+
+
+def token_cache_of(sessions: Iterable[object]) -> TokenCache | None:
+    """The token cache to count ``sessions`` through: none if any was loaded with
+    ``cache=False``, the cache they were all loaded with, else :data:`DEFAULT_CACHE`."""
+    chosen: set[int] = set()
+    found: TokenCache | None = DEFAULT_CACHE
+    for session in sessions:
+        bound = _BOUND.get(id(session))
+        cache = bound[1] if bound is not None and bound[0]() is session else DEFAULT_CACHE
+        if cache is None:
+            return None
+        chosen.add(id(cache))
+        found = cache
+    return found if len(chosen) <= 1 else DEFAULT_CACHE
 
 
 def token_cache_in(root: Path) -> TokenCache:

@@ -441,3 +441,26 @@ def test_windows_of_a_cache_false_corpus_keep_no_token_counts(
     sessionkit.windows(load(store, cache=False), policy="nanobot-0.3.5", max_tokens=[0, 20])
     counting.DEFAULT_CACHE.flush()
     assert not cache.exists()
+
+
+def test_states_of_a_cache_false_session_keep_no_token_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Replays, states and stored counts of sessions from a ``cache=False`` load count
+    without any cache; those of ``cache=<folder>`` through that folder's."""
+    from sessionkit import load
+    from sessionkit.simulate.states import message_states
+
+    store = _session_store(tmp_path / "sessions")
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("SESSIONKIT_CACHE_DIR", str(cache))
+    counting.DEFAULT_CACHE.clear()
+    session = load(store, cache=False)["cli:0"]
+    assert counting.token_cache_of([session]) is None
+    message_states(session, max_tokens=20)
+    counting.DEFAULT_CACHE.flush()
+    assert not cache.exists()
+    chosen = tmp_path / "chosen"
+    other = load(store, cache=chosen)["cli:1"]
+    assert counting.token_cache_of([other]) is counting.token_cache_in(chosen)
+    assert counting.token_cache_of([other, session]) is None
