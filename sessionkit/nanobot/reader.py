@@ -13,10 +13,13 @@ import os
 import re
 import reprlib
 import stat
+import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from functools import partial
 from itertools import compress, repeat
 from operator import contains, methodcaller, not_
@@ -55,6 +58,17 @@ MAX_LINE_BYTES = 1 << 28
 _GLOB_CHARS = frozenset("*?[")
 _BRIEF = reprlib.Repr()
 _BRIEF.maxstring = _BRIEF.maxother = 60
+
+
+def _brief(value: Any) -> str:
+    """A short repr of ``value`` for a problem's reason, even of an integer too long for
+    Python's int-string limit (read from a line past ``json``'s limits)."""
+    try:
+        return _BRIEF.repr(value)
+    except ValueError:
+        if type(value) is int:
+            return f"<an integer of about {int(value.bit_length() * 0.30103):,} digits>"
+        return f"<a {type(value).__name__} holding an integer too long to show>"
 
 
 @dataclass(frozen=True)
@@ -292,22 +306,110 @@ def _parse_line(line: bytes) -> tuple[Any, str | None]:
     return (value, None) if _as_json_reads({"": value}, line) else _parse_with_json(line)
 
 
+_BEYOND_JSON = (
+    "valid JSON, but {what}: nanobot 0.2.2 cannot parse this line, and its repair fails on it "
+    "too and loses the whole session"
+)
+
+
+_DEEPER = "nested {depth} levels deep, deeper than Python's json reads on nanobot's stack"
+
+
+def _json_depth() -> int:
+    """The deepest nesting taken as readable by nanobot's ``json``: the recursion limit less
+    room for nanobot's own frames.  Fixed, so a file reads the same from any stack."""
+    return sys.getrecursionlimit() - 100
+
+
+def _nesting(value: Any) -> int:
+    """How deeply ``value``'s lists and dicts nest (0 for a scalar), without recursion."""
+    deepest, pending = 0, [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        children = item.values() if type(item) is dict else item
+        deepest = max(deepest, depth)
+        pending.extend((c, depth + 1) for c in children if type(c) is dict or type(c) is list)
+    return deepest if type(value) is dict or type(value) is list else 0
+
+
+def _stack_depth() -> int:
+    frame, depth = sys._getframe(), 0
+    while frame is not None:
+        frame, depth = frame.f_back, depth + 1
+    return depth
+
+
+def _on_fresh_stack(parse: Callable[[str], Any], text: str) -> Any:
+    """``parse(text)`` in a new thread, whose stack is always as deep: a deeply nested line
+    reads the same (or fails the same) whatever the caller's own stack depth."""
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append((parse(text), None))
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller
+            outcome.append((None, exc))
+
+    worker = threading.Thread(target=run, name="sessionkit-json")
+    worker.start()
+    worker.join()
+    value, error = outcome[0]
+    if error is not None:
+        raise error
+    return value
+
+
+def _exact_int(digits: str) -> int:
+    """An integer of any length, exactly (Python's int-string limit lifted for this one)."""
+    return int(digits) if len(digits) <= 4000 else int(Decimal(digits))
+
+
+def _json_loads(text: str, brackets: int, **lifted: Any) -> Any:
+    """``json.loads(text)``: inline when ``brackets`` (an upper bound on its nesting) leaves
+    room on this stack, else on a fresh stack (:func:`_on_fresh_stack`)."""
+    parse = partial(json.loads, **lifted) if lifted else json.loads
+    if brackets < sys.getrecursionlimit() - _stack_depth() - 100:
+        return parse(text)
+    return _on_fresh_stack(parse, text)
+
+
 def _parse_with_json(line: bytes) -> tuple[Any, str | None]:
-    """:func:`_parse_line` through Python's ``json``, exactly as nanobot reads a line."""
+    """:func:`_parse_line` through Python's ``json``, exactly as nanobot reads a line.
+
+    A line that is valid JSON but past ``json``'s limits (an integer longer than Python's
+    int-string limit, nesting deeper than its recursion limit) gives its reason *and* its
+    value read with the integer limit lifted (None when nesting is what stops it), so the
+    caller can keep what nanobot cannot parse.  Nesting is read on a fresh stack when deep,
+    so the answer never depends on the caller's stack depth.
+    """
     try:
         text = line.decode("utf-8").strip()
     except UnicodeDecodeError as exc:
         return None, f"not valid UTF-8 (byte {exc.start})"
     if not text:
         return _BLANK, None
+    brackets = line.translate(_SHAPE).count(b"[")
+    if brackets >= _DEEP:
+        with suppress(orjson.JSONDecodeError):
+            value = orjson.loads(line)
+            depth = _nesting(value)
+            if depth > _json_depth():
+                return value, _BEYOND_JSON.format(what=_DEEPER.format(depth=depth))
     try:
-        return json.loads(text), None
+        return _json_loads(text, brackets), None
     except json.JSONDecodeError as exc:
         return None, f"not JSON: {exc.msg} (column {exc.colno})"
     except RecursionError:
-        return None, f"nested too deeply for json (RecursionError){_NANOBOT_LOSES}"
-    except ValueError as exc:  # an integer past Python's int-string limit, as nanobot meets it
-        return None, f"not JSON: {str(exc).split(':')[0]}{_NANOBOT_LOSES}"
+        return None, _BEYOND_JSON.format(what=_DEEPER.format(depth=f"over {_json_depth():,}"))
+    except ValueError:  # an integer past Python's int-string limit, as nanobot meets it
+        limit = sys.get_int_max_str_digits()
+        reason = _BEYOND_JSON.format(
+            what=f"an integer of more than {limit:,} digits, past Python's int-string limit"
+        )
+    try:
+        return _json_loads(text, brackets, parse_int=_exact_int), reason
+    except (ValueError, RecursionError):
+        return None, reason
 
 
 _VALUE_TYPES = partial(map, type)
@@ -328,9 +430,10 @@ def _exact_batch(values: list[Any], lines: list[bytes]) -> bool:
 
 def _parse_lines(
     fd: int,
-) -> tuple[list[dict[str, Any]], Sequence[int], list[tuple[int, str]]]:
-    """The object records, their 1-based line numbers (a range when there is no gap), and
-    the failed lines with a reason.
+) -> tuple[list[dict[str, Any]], Sequence[int], list[tuple[int, str]], list[tuple[int, str]]]:
+    """The object records, their 1-based line numbers (a range when there is no gap), the
+    failed lines with a reason, and the metadata lines kept although nanobot cannot parse
+    them (valid JSON past ``json``'s limits), with the reason.
 
     A batch of lines is parsed by orjson at once; only a batch holding a line that is not
     an object orjson reads as ``json`` does is taken line by line.
@@ -338,6 +441,7 @@ def _parse_lines(
     records: list[dict[str, Any]] = []
     numbers: list[int] = []
     bad: list[tuple[int, str]] = []
+    kept: list[tuple[int, str]] = []
     loads = orjson.loads
     line_no = 0
     for lines in _read_batches(fd):
@@ -357,7 +461,10 @@ def _parse_lines(
                 bad.append((line_no, reason))
                 continue
             value, reason = _parse_line(line)
-            if type(value) is dict:
+            if type(value) is dict and reason is not None and value.get("_type") == "metadata":
+                kept.append((line_no, f"{reason}; sessionkit keeps its metadata"))
+                reason = None
+            if type(value) is dict and reason is None:
                 records.append(value)
                 numbers.append(line_no)
             elif reason is not None:
@@ -365,8 +472,8 @@ def _parse_lines(
             elif value is not _BLANK:
                 bad.append((line_no, f"JSON {_json_type(value)}, not an object"))
     if len(numbers) == line_no:
-        return records, range(1, line_no + 1), bad
-    return records, numbers, bad
+        return records, range(1, line_no + 1), bad, kept
+    return records, numbers, bad, kept
 
 
 def _json_type(value: Any) -> str:
@@ -385,15 +492,15 @@ def parse_timestamp(value: Any) -> datetime | None:
 
 def _time_problem(field: str, value: Any) -> str | None:
     if value and parse_timestamp(value) is None:
-        return f"metadata {field} {_BRIEF.repr(value)} is not an ISO timestamp"
+        return f"metadata {field} {_brief(value)} is not an ISO timestamp"
     return None
 
 
 def _offset_problem(value: Any, n_messages: int) -> str | None:
     if isinstance(value, bool) or not isinstance(value, int):
-        return f"last_consolidated {_BRIEF.repr(value)} is not an integer; using 0"
+        return f"last_consolidated {_brief(value)} is not an integer; using 0"
     if not 0 <= value <= n_messages:
-        return f"last_consolidated {_BRIEF.repr(value)} is outside 0..{n_messages}; using 0"
+        return f"last_consolidated {_brief(value)} is outside 0..{n_messages}; using 0"
     return None
 
 
@@ -401,7 +508,7 @@ def _lost_metadata(reason: str, key: str) -> str:
     """A damaged first line's reason, saying what losing the metadata record changes."""
     return (
         f"{reason}; no metadata record survives, so the key falls back to the file name "
-        f"({_BRIEF.repr(key)}), last_consolidated is unknown (0 used), and the title and "
+        f"({_brief(key)}), last_consolidated is unknown (0 used), and the title and "
         "other metadata are lost"
     )
 
@@ -505,7 +612,7 @@ def runtime_checkpoint(path: Path | None) -> dict[str, Any] | None:
 
 
 def _jsonl_session(path: Path, fd: int) -> tuple[Session, list[Problem]]:
-    records, numbers, bad = _parse_lines(fd)
+    records, numbers, bad, kept = _parse_lines(fd)
     typed = list(compress(range(len(records)), map(contains, records, repeat("_type"))))
     metas = [(numbers[i], records[i]) for i in typed if records[i]["_type"] == "metadata"]
     extra = [records[i] for i in typed if records[i]["_type"] == "provider_state"]
@@ -521,7 +628,7 @@ def _jsonl_session(path: Path, fd: int) -> tuple[Session, list[Problem]]:
 
     # nanobot's strict load resets a time to None at a later metadata record lacking it;
     # its repair pass (taken once any line is damaged) keeps the earlier one.
-    repairing = bool(bad) or any(
+    repairing = bool(bad or kept) or any(
         _time_problem(f, m.get(f)) for _, m in metas for f in ("created_at", "updated_at")
     )
     problems: list[Problem] = []
@@ -559,8 +666,8 @@ def _jsonl_session(path: Path, fd: int) -> tuple[Session, list[Problem]]:
             Problem(
                 str(path),
                 metas[-1][0],
-                f"metadata key {_BRIEF.repr(stored_key)} is not a non-empty string; "
-                f"using the file name ({_BRIEF.repr(key)})",
+                f"metadata key {_brief(stored_key)} is not a non-empty string; "
+                f"using the file name ({_brief(key)})",
             )
         )
     meta_line = metas[-1][0] if metas else None
@@ -569,6 +676,7 @@ def _jsonl_session(path: Path, fd: int) -> tuple[Session, list[Problem]]:
     if first_damaged and not metas:
         bad[0] = (bad[0][0], _lost_metadata(bad[0][1], key))
     problems[:0] = [Problem(str(path), n, reason, skipped=True) for n, reason in bad]
+    problems[len(bad) : len(bad)] = [Problem(str(path), n, reason) for n, reason in kept]
     fmt = "nanobot-0.3" if extra or _names_storage_key(path.stem, key) else "nanobot-0.2"
     policy = _writer_release(path, fmt, metas, bool(extra))
     if policy == "nanobot-0.3.5" and metas:
@@ -654,7 +762,7 @@ def _stat_failure(path: Path, exc: OSError) -> str:
     if exc.errno == errno.ELOOP:
         return "a symlink loop; not read"
     if isinstance(exc, FileNotFoundError) and os.path.islink(path):
-        return f"a dangling symlink (to {_BRIEF.repr(os.readlink(path))}); not read"
+        return f"a dangling symlink (to {_brief(os.readlink(path))}); not read"
     return f"unreadable: {exc.strerror or exc}"
 
 

@@ -6,6 +6,7 @@ import json
 import os
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -224,7 +225,11 @@ def test_integers_of_any_size_and_lone_surrogates_stay_exact(tmp_path: Path) -> 
     assert [type(v) for v in session.messages[0].values()] == [str, int, int, int, float, str, str]
 
 
-LOSES = "; nanobot 0.2.2's repair fails on it too and loses the whole session"
+LOSES = (
+    ": nanobot 0.2.2 cannot parse this line, and its repair fails on it too and loses the "
+    "whole session"
+)
+BIG = "valid JSON, but an integer of more than 4,300 digits, past Python's int-string limit"
 
 
 def test_a_line_nanobots_json_refuses_is_reported_not_raised(tmp_path: Path) -> None:
@@ -233,34 +238,75 @@ def test_a_line_nanobots_json_refuses_is_reported_not_raised(tmp_path: Path) -> 
     path = write(tmp_path / "t.jsonl", jsonl(META) + huge + b"\n" + deep + b"\n" + jsonl(USER))
     session, problems = read_session_file(path)
     assert session.messages == [USER]
+    deeper = "valid JSON, but nested over 900 levels deep, deeper than Python's json reads"
     assert [(p.line_no, p.reason, p.skipped) for p in problems] == [
-        (
-            2,
-            f"not JSON: Exceeds the limit (4300 digits) for integer string conversion{LOSES}",
-            True,
-        ),
-        (3, f"nested too deeply for json (RecursionError){LOSES}", True),
+        (2, f"{BIG}{LOSES}", True),
+        (3, f"{deeper} on nanobot's stack{LOSES}", True),
     ]
 
 
-def test_a_damaged_metadata_line_says_what_it_changes(tmp_path: Path) -> None:
-    meta = json.dumps(META).replace('"last_consolidated": 1', '"last_consolidated": 1' + "0" * 5000)
-    path = write(tmp_path / "matrix_!room33_example.org.jsonl", meta.encode() + b"\n" + jsonl(USER))
+def _at_depth(depth: int, call: Any) -> Any:
+    return call() if depth <= 0 else _at_depth(depth - 1, call)
+
+
+def _nested(levels: int) -> bytes:
+    return b'{"role": "user", "content": ' + b"[" * levels + b"]" * levels + b"}\n"
+
+
+def test_a_deep_line_reads_the_same_whatever_the_callers_stack_depth(tmp_path: Path) -> None:
+    path = write(tmp_path / "t.jsonl", jsonl(META) + _nested(850) + _nested(990) + jsonl(USER))
+    read = [_at_depth(d, lambda: read_session_file(path)) for d in (0, 400, 880)]
+    assert all(r == read[0] for r in read)
+    session, problems = read[0]
+    assert len(session.messages) == 2 and session.messages[1] == USER
+    assert [(p.line_no, p.reason[:46], p.skipped) for p in problems] == [
+        (3, "valid JSON, but nested 991 levels deep, deeper", True)
+    ]
+
+
+def test_a_deep_line_indexed_then_read_lazily_from_deep_in_the_stack(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sessionkit as sk
+
+    monkeypatch.setenv("SESSIONKIT_CACHE_DIR", str(tmp_path / "cache"))
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    write(folder / "telegram_42.jsonl", jsonl(META) + _nested(850) + jsonl(USER))
+    monkeypatch.setattr("sessionkit.store.index.RACY_NS", 0)  # index a file just written
+    assert len(sk.load(folder)["telegram:42"].messages) == 2  # indexed
+    corpus = sk.load(folder)  # from the index: messages read on first use
+    assert type(corpus["telegram:42"]).__name__ == "IndexedSession"
+    assert corpus["telegram:42"]._messages is None  # not read yet
+    assert _at_depth(900, lambda: len(corpus["telegram:42"].messages)) == 2
+
+
+def test_a_metadata_line_past_jsons_limits_is_kept(tmp_path: Path) -> None:
+    import sessionkit as sk
+
+    meta = {**META, "metadata": {"title": "Trip", "topic": "kept"}}
+    huge = json.dumps(meta).replace(
+        '"last_consolidated": 1', '"last_consolidated": 1, "n": 1' + "0" * 5000
+    )
+    path = write(tmp_path / "matrix_!room33_example.org.jsonl", huge.encode() + b"\n" + jsonl(USER))
     session, problems = read_session_file(path)
     assert (session.key, session.last_consolidated, session.metadata) == (
-        "matrix:!room33_example.org",
-        0,
-        {},
+        META["key"],
+        1,
+        meta["metadata"],
     )
-    assert [(p.line_no, p.reason) for p in problems] == [
-        (
-            1,
-            "not JSON: Exceeds the limit (4300 digits) for integer string conversion"
-            f"{LOSES}; no metadata record survives, so the key falls back to the file name "
-            "('matrix:!room33_example.org'), last_consolidated is unknown (0 used), and the "
-            "title and other metadata are lost",
-        )
+    assert session.created_at == datetime.fromisoformat(META["created_at"])
+    assert [(p.line_no, p.reason, p.skipped) for p in problems] == [
+        (1, f"{BIG}{LOSES}; sessionkit keeps its metadata", False)
     ]
+    # A fork keeps the metadata as it was (nanobot's save writes no other field of the line);
+    # one whose metadata itself holds such an integer is refused, never written changed.
+    fork = sk.fork(session, "t:fork", 1, sessions_dir=tmp_path / "forks")
+    assert read_session_file(fork.path)[0].metadata == {"topic": "kept"}  # title: volatile
+    session.metadata["n"] = 10**5000
+    with pytest.raises(ValueError, match="not JSON-serialisable"):
+        sk.fork(session, "t:fork2", 1, sessions_dir=tmp_path / "forks")
+    assert sorted(p.name for p in (tmp_path / "forks").iterdir()) == ["t_fork.jsonl"]
 
 
 def test_a_metadata_key_that_is_not_a_string_is_reported(tmp_path: Path) -> None:
