@@ -64,7 +64,7 @@ def _write(folder: Path, key: str, title: str, contents: list[str]) -> None:
     (folder / _file_name(key)).write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-BIGGEST = "web:` " + PAYLOADS[2] + " " + PAYLOADS[3] + " `"
+BIGGEST = "web:$\\notacommand{$ ` " + PAYLOADS[2] + " " + PAYLOADS[3] + " `"  # plotted too
 OVER_CAP = "cap:` " + " ".join(PAYLOADS[i] for i in (1, 4, 5, 0)) + " `"
 
 
