@@ -47,7 +47,9 @@ def _file_name(key: str) -> str:
     return re.sub(r'[<>:"/\\|?*]', "_", key.replace(":", "_")).strip() + ".jsonl"
 
 
-def _write(folder: Path, key: str, title: str, contents: list[str]) -> None:
+def _write(
+    folder: Path, key: str, title: str, contents: list[str], reply: str = "assistant"
+) -> None:
     meta = {
         "_type": "metadata",
         "key": key,
@@ -58,7 +60,7 @@ def _write(folder: Path, key: str, title: str, contents: list[str]) -> None:
     }
     lines = [json.dumps(meta)]
     for i, content in enumerate(contents):
-        role = "user" if i % 2 == 0 else "assistant"
+        role = "user" if i % 2 == 0 else reply
         stamp = f"2026-01-01T00:{i // 60 % 60:02d}:{i % 60:02d}"
         lines.append(json.dumps({"role": role, "content": content, "timestamp": stamp}))
     (folder / _file_name(key)).write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -75,7 +77,7 @@ def _hostile_store(folder: Path) -> Path:
     _write(folder, BIGGEST, PAYLOADS[0], [f"turn {i} {PAYLOADS[i % 10]}" for i in range(2002)])
     _write(folder, OVER_CAP, PAYLOADS[1], [f"turn {i}" for i in range(2001)])
     for n, payload in enumerate(PAYLOADS):
-        _write(folder, f"t{n}:{payload}", payload, [payload, f"reply {payload}", payload])
+        _write(folder, f"t{n}:{payload}", payload, [payload, f"reply {payload}", payload], payload)
     return folder
 
 
