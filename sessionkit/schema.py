@@ -28,6 +28,7 @@ __all__ = [
     "WINDOWS",
     "Column",
     "Status",
+    "contrast_ratio",
     "describe",
     "empty_frame",
     "frame",
@@ -199,6 +200,24 @@ class Status:
     label: str
     color: str
     doc: str
+
+    @property
+    def text_color(self) -> str:
+        """The chip text on ``color``: black or white, whichever contrasts more (WCAG 2)."""
+        return max(("#000000", "#ffffff"), key=lambda text: contrast_ratio(text, self.color))
+
+
+def _luminance(color: str) -> float:
+    """WCAG 2 relative luminance of a ``#rrggbb`` colour (0 black to 1 white)."""
+    channels = [int(color.lstrip("#")[i : i + 2], 16) / 255 for i in (0, 2, 4)]
+    r, g, b = (c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels)
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def contrast_ratio(a: str, b: str) -> float:
+    """WCAG 2 contrast ratio of two ``#rrggbb`` colours, 1 to 21 (text needs 4.5)."""
+    high, low = sorted((_luminance(a), _luminance(b)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
 
 
 STATUSES: tuple[Status, ...] = (

@@ -2,7 +2,8 @@
 // computed, and reports the user message clicked.  It computes nothing itself.
 //
 // Model: rows [{idx, role, user, tokens, text, summary, calls}], status [string per row],
-// statuses [{name, label, color}] (the status table: every status colour comes from it),
+// statuses [{name, label, color, text}] (the status table: every status colour, and the text
+// colour of each status chip, comes from it),
 // selected (user index, written here), focus (row to scroll to: Python sets it to the window's
 // first message whenever the window moves).
 
@@ -78,8 +79,13 @@ function render({ model, el: root }) {
         const entry = table.get(value);
         node.dataset.status = value;
         node.querySelector(".sk-status").textContent = entry ? entry.label : value;
-        if (entry) node.style.setProperty("--sk-status-color", entry.color);
-        else node.style.removeProperty("--sk-status-color");
+        if (entry) {
+          node.style.setProperty("--sk-status-color", entry.color);
+          node.style.setProperty("--sk-status-text", entry.text);
+        } else {
+          node.style.removeProperty("--sk-status-color");
+          node.style.removeProperty("--sk-status-text");
+        }
       }
       node.classList.toggle("sk-selected", node.dataset.user === String(selected));
     }

@@ -93,11 +93,12 @@ def _option(row: pd.Series) -> str:
 
 
 def _chip(name: str, count: int) -> str:
-    """A status count, labelled and coloured as in the transcript (``schema.STATUSES``)."""
+    """A status count, labelled and coloured as in the transcript (``schema.STATUSES``; the
+    label black or white, whichever reads better on the status colour)."""
     status = next(s for s in STATUSES if s.name == name)
     return (
         f"<span class='sk-count' data-status='{name}' title='{html.escape(status.doc)}'>"
-        f"<span style='background:{status.color};color:#fff;padding:0 5px;border-radius:7px'>"
+        f"<span style='background:{status.color};color:{status.text_color};padding:0 5px;border-radius:7px'>"
         f"{html.escape(status.label)}</span> {count:,}</span>"
     )
 

@@ -101,9 +101,14 @@ class TranscriptWidget(anywidget.AnyWidget):
     rows = traitlets.List(traitlets.Dict()).tag(sync=True)
     status = traitlets.List(traitlets.Unicode()).tag(sync=True)
     statuses = traitlets.List(
-        traitlets.Dict(), [{"name": s.name, "label": s.label, "color": s.color} for s in STATUSES]
+        traitlets.Dict(),
+        [
+            {"name": s.name, "label": s.label, "color": s.color, "text": s.text_color}
+            for s in STATUSES
+        ],
     ).tag(sync=True)
-    """The status table (name, label, color), from which the front-end takes every status colour."""
+    """The status table (name, label, color, and the chip's text colour: black or white,
+    whichever contrasts more), from which the front-end takes every status colour."""
     selected = traitlets.Int(-1).tag(sync=True)
     focus = traitlets.Int(-1).tag(sync=True)
     """Message index to scroll into view; the explorer sets it to the window's first message."""

@@ -14,7 +14,7 @@ import pytest
 import sessionkit
 from sessionkit.nanobot.naming import session_path
 from sessionkit.nanobot.settings import HistorySettings
-from sessionkit.schema import STATUSES
+from sessionkit.schema import STATUSES, contrast_ratio
 from sessionkit.simulate.states import message_states
 from sessionkit.simulate.windowing import windows
 from sessionkit.store.cachedir import default_cache_dir
@@ -138,6 +138,18 @@ def test_the_summary_labels_statuses_as_the_transcript_does(app: Explorer) -> No
         assert f"background:{status.color};" in label and label.endswith(f">{status.label}")
         assert count.startswith(f"{counts[status.name]:,}</span>")
     assert "trimmed by count" not in app.summary.value and "by tokens" not in app.summary.value
+
+
+def test_every_status_chip_reads_at_wcag_aa(app: Explorer) -> None:
+    """Each summary chip's label against its colour: a contrast ratio of at least 4.5:1."""
+    for status in STATUSES[1:]:
+        chip = app.summary.value.split(f"data-status='{status.name}'")[1].split(">", 2)[1]
+        style = dict(part.split(":", 1) for part in chip.split("'")[1].split(";"))
+        ratio = contrast_ratio(style["color"], style["background"])
+        assert ratio >= 4.5, f"{status.name}: {style} has contrast {ratio:.2f}"
+    assert [s.name for s in STATUSES if contrast_ratio(s.color, "#ffffff") < 4.5] != [], (
+        "some status colour needs black text (else this test checks too little)"
+    )
 
 
 def test_the_summary_explains_a_recovered_user_turn(corpus, tmp_path: Path) -> None:

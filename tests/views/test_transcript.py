@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import sessionkit
-from sessionkit.schema import STATUSES
+from sessionkit.schema import STATUSES, contrast_ratio
 from sessionkit.views.transcript import MAX_TEXT_CHARS, TranscriptWidget, transcript_rows
 
 WIDGETS = Path(__file__).resolve().parents[2] / "widgets"
@@ -37,8 +37,15 @@ def test_transcript_rows() -> None:
 
 def test_the_widget_receives_the_status_table() -> None:
     statuses = TranscriptWidget().statuses
-    assert statuses == [{"name": s.name, "label": s.label, "color": s.color} for s in STATUSES]
-    assert statuses[0] == {"name": "in_window", "label": "in window", "color": "#2ca02c"}
+    assert statuses == [
+        {"name": s.name, "label": s.label, "color": s.color, "text": s.text_color} for s in STATUSES
+    ]
+    assert statuses[0] == {
+        "name": "in_window",
+        "label": "in window",
+        "color": "#2ca02c",
+        "text": "#000000",
+    }
     assert [s["name"] for s in statuses] == [
         "in_window",
         "trimmed_count",
@@ -59,6 +66,18 @@ def test_the_front_end_holds_no_status_colour() -> None:
     assert re.findall(r'\[data-status="(\w+)"\]', css) == ["later", "later"]
     assert css.count("var(--sk-status-color, transparent)") == 2
     assert 'model.get("statuses")' in script and '"--sk-status-color"' in script
+    assert css.count("var(--sk-status-text") == 1 and '"--sk-status-text"' in script
+
+
+def test_every_status_chip_reads_at_wcag_aa() -> None:
+    """Each transcript chip: the text colour its status table sends against the status
+    colour, a contrast ratio of at least 4.5:1; no rule fades the chip (opacity would lower it)."""
+    for status in TranscriptWidget().statuses:
+        ratio = contrast_ratio(status["text"], status["color"])
+        assert ratio >= 4.5, f"{status['name']}: {status} has contrast {ratio:.2f}"
+    css = (WIDGETS / "transcript.css").read_text()
+    faded = [rule for rule in css.split("}") if "opacity" in rule]
+    assert faded and all(":not(.sk-status)" in rule or "~ *" in rule for rule in faded), faded
 
 
 def test_the_widget_points_at_the_front_end_files() -> None:
