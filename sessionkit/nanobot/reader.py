@@ -388,13 +388,13 @@ def _parse_with_json(line: bytes) -> tuple[Any, str | None]:
         return None, f"not valid UTF-8 (byte {exc.start})"
     if not text:
         return _BLANK, None
-    brackets = line.translate(_SHAPE).count(b"[")
+    brackets = line.translate(_SHAPE).count(b"[")  # bounds the nesting
     if brackets >= _DEEP:
         with suppress(orjson.JSONDecodeError):
             value = orjson.loads(line)
-            depth = _nesting(value)
-            if depth > _json_depth():
-                return value, _BEYOND_JSON.format(what=_DEEPER.format(depth=depth))
+            brackets = _nesting(value)  # brackets in strings do not nest
+            if brackets > _json_depth():
+                return value, _BEYOND_JSON.format(what=_DEEPER.format(depth=brackets))
     try:
         return _json_loads(text, brackets), None
     except json.JSONDecodeError as exc:
