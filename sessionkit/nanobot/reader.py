@@ -513,6 +513,9 @@ def _lost_metadata(reason: str, key: str) -> str:
     )
 
 
+_STR = frozenset({str})
+
+
 def _unencodable(what: str, text: Any) -> str | None:
     """Why ``text`` cannot be shown as it stands: a lone surrogate (JSON ``\\ud800``, or a
     file name's undecodable byte) that no UTF-8 output can hold; None for other values.
@@ -544,8 +547,9 @@ def _text_problems(
         if (reason := _unencodable(what, text))
     ]
     roles = list(map(dict.get, messages, repeat("role")))
+    texts = roles if _STR.issuperset(map(type, roles)) else [r for r in roles if type(r) is str]
     try:
-        "".join(r for r in roles if type(r) is str).encode("utf-8")
+        "".join(texts).encode("utf-8")
     except UnicodeEncodeError:
         found += [
             Problem(where, line_numbers[i], reason)
