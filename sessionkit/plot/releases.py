@@ -1,7 +1,7 @@
 """The nanobot releases side by side: tokens each sends per turn, turns cut, summaries.
 
-The per-release colours and legend names (:data:`RELEASE_COLORS`, :data:`RELEASE_LABELS`)
-and every function that reads them are in this module only.
+Each release's colour and legend name come from its release object
+(``sk.get_policy(name).colour`` and ``.label``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator, PercentFormatter
 
-from sessionkit.nanobot.policies import POLICIES
+from sessionkit.nanobot.policies import POLICIES, get_policy
 from sessionkit.nanobot.session import Session
 from sessionkit.plot.style import compact, count_axis, legend_beside, new_figure, plotting
 from sessionkit.plot.sweeps import TRUNCATING_CUTS
@@ -28,8 +28,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_CONTEXT_WINDOW",
-    "RELEASE_COLORS",
-    "RELEASE_LABELS",
     "release_comparison",
     "release_summary",
 ]
@@ -37,18 +35,6 @@ __all__ = [
 
 DEFAULT_CONTEXT_WINDOW = 200_000
 """nanobot's default ``context_window_tokens`` (the same in 0.2.2, 0.3.0 and 0.3.5)."""
-RELEASE_COLORS: dict[str, str] = {
-    "nanobot-0.2": "#4c72b0",
-    "nanobot-0.3.0": "#dd8452",
-    "nanobot-0.3.5": "#55a868",
-}
-"""One colour per release (policy name), in every release plot."""
-RELEASE_LABELS: dict[str, str] = {
-    "nanobot-0.2": "nanobot 0.2.2",
-    "nanobot-0.3.0": "nanobot 0.3.0",
-    "nanobot-0.3.5": "nanobot 0.3.5",
-}
-"""The release each policy reproduces, as legends name it."""
 SUMMARY_COLOR = "#d62728"
 """Turns where 0.3.5's context governor would have summarised."""
 
@@ -81,8 +67,8 @@ def _drawn(frame: pd.DataFrame, policies: Sequence[str]) -> list[str]:
     return [name for name in policies if name in present]
 
 
-def _release_label(name: str) -> str:
-    return RELEASE_LABELS.get(name, name)
+def _label(name: str) -> str:
+    return get_policy(name).label
 
 
 def _loop_note(rows: pd.DataFrame) -> str:
@@ -120,9 +106,9 @@ def release_comparison(
         ax = new_figure(10.0, 3.8).add_subplot()
     for name in _drawn(frame, policies):
         rows = frame[frame["policy"] == name]
-        label = f"{_release_label(name)} ({_loop_note(rows)})"
+        label = f"{_label(name)} ({_loop_note(rows)})"
         (line,) = ax.plot(
-            rows["turn"], rows["tokens_kept"], lw=1.2, color=RELEASE_COLORS.get(name), label=label
+            rows["turn"], rows["tokens_kept"], lw=1.2, color=get_policy(name).colour, label=label
         )
         line.set_gid(f"policy:{name}")
         over = rows[rows["needs_summary"].fillna(False).to_numpy(dtype=bool)]
@@ -134,7 +120,7 @@ def release_comparison(
                 marker="v",
                 ms=5,
                 color=SUMMARY_COLOR,
-                label=f"{_release_label(name)} would summarise ({len(over):,} turns)",
+                label=f"{_label(name)} would summarise ({len(over):,} turns)",
             )
             marks.set_gid(f"needs_summary:{name}")
     if len(frame):
@@ -212,11 +198,11 @@ def release_summary(
             x = np.arange(len(contexts)) + (i - (len(names) - 1) / 2) * width
             values = rows[column].astype(float).to_numpy()
             shown = ~np.isnan(values)
-            bars = ax.bar(x[shown], values[shown], width, color=RELEASE_COLORS.get(name))
+            bars = ax.bar(x[shown], values[shown], width, color=get_policy(name).colour)
             for bar in bars:
                 bar.set_gid(name)
             if column == "median":
-                bars.set_label(_release_label(name))
+                bars.set_label(_label(name))
                 handles.append(bars)
                 (p90,) = ax.plot(
                     x, rows["p90"].to_numpy(dtype=float), "_", ms=12, mew=2, color="#222222"
@@ -242,7 +228,7 @@ def release_summary(
     count_axis(axes[2].yaxis)
     most = stats["summaries"].fillna(0).max() if len(stats) else 0
     axes[2].set_ylim(0, 1.4 * max(float(most), 1.0))
-    ungoverned = [_release_label(n) for n in names if stats.loc[n, "summaries"].isna().all()]
+    ungoverned = [_label(n) for n in names if stats.loc[n, "summaries"].isna().all()]
     if ungoverned:
         axes[2].text(
             0.02,
