@@ -18,6 +18,8 @@ from matplotlib.patches import Rectangle, StepPatch
 import sessionkit
 from sessionkit import plot
 from sessionkit.nanobot.settings import HistorySettings
+from sessionkit.plot import style
+from sessionkit.plot.style import KeptLayout, png
 from sessionkit.schema import STATUSES
 from sessionkit.simulate.filecap import file_cap
 from sessionkit.simulate.states import message_states
@@ -466,11 +468,56 @@ def _timeline_counts(ax: Axes) -> list:
 
 
 def _explorer_timeline(corpus) -> Axes:
-    """The explorer's way: its own Figure (no pyplot) through timeline_axes, then redrawn."""
+    """The explorer's way: its own Figure (no pyplot) through timeline_axes in a KeptLayout,
+    rendered with ``png``, then redrawn in the margins kept (laid out again when resized)."""
     ax = plot.timeline_axes()
+    ax.figure.set_layout_engine(KeptLayout())
     plot.token_timeline(corpus, KEY, **SETTINGS, ax=ax)
+    png(ax.figure)
     ax = plot.timeline_axes(ax.figure)
-    return plot.token_timeline(corpus, KEY, **SETTINGS, xlim=(2000, 2100), ax=ax)
+    plot.token_timeline(corpus, KEY, **SETTINGS, xlim=(2000, 2100), ax=ax)
+    png(ax.figure)
+    return ax
+
+
+def test_the_explorer_figure_reads_after_every_redraw(corpus) -> None:
+    """Laid out once, the explorer's figure keeps its margins while the texts fit them: every
+    redraw at its own size reads, and few of them lay it out again."""
+    ax = plot.timeline_axes()
+    fig = ax.figure
+    fig.set_layout_engine(engine := KeptLayout())
+    draws = [
+        {"key": KEY, **SETTINGS},
+        {"key": KEY, **SETTINGS, "xlim": (2000, 2100)},
+        {"key": KEY, "turn": 5},
+        {"key": KEY, "turn": 600, "max_tokens": 150_000, "max_messages": 2000},
+        {"key": "webui:f00d42", "max_tokens": 3000},
+        {"key": "webui:f00d42", "max_messages": 30, "xlim": (10, 40)},
+    ]
+    for draw in draws:
+        ax = plot.token_timeline(corpus, **draw, ax=plot.timeline_axes(fig))
+        assert png(fig)[:8] == b"\x89PNG\r\n\x1a\n"
+        assert figures.layout_problems(fig, counts=_timeline_counts(ax)) == [], draw
+    assert 1 <= engine.layouts < len(draws) / 2
+
+
+def test_kept_layout_is_redone_when_the_texts_outgrow_or_undergrow_it() -> None:
+    fig = Figure(figsize=(10, 4), dpi=100)
+    fig.set_layout_engine(engine := KeptLayout())
+    for label, layouts in [("short", 1), ("shorts", 1), ("a much longer label " * 3, 2)]:
+        fig.clear()
+        ax = fig.add_subplot()
+        ax.plot([0, 1], label=label)
+        style.legend_beside(ax, *ax.get_legend_handles_labels())
+        png(fig)
+        assert engine.layouts == layouts, label
+        assert figures.layout_problems(fig) == [], label
+    fig.clear()
+    ax = fig.add_subplot()
+    ax.plot([0, 1], label="short")
+    style.legend_beside(ax, *ax.get_legend_handles_labels())
+    png(fig)
+    assert engine.layouts == 3  # the plot takes back the room the long label needed
 
 
 # name: (draw from the fixtures, the axes that count)

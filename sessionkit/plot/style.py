@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ParamSpec, TypeVar
 
@@ -21,10 +22,13 @@ from matplotlib import font_manager
 from matplotlib._pylab_helpers import Gcf
 from matplotlib.artist import Artist
 from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.image import imsave
+from matplotlib.layout_engine import ConstrainedLayoutEngine
 from matplotlib.legend import Legend
 from matplotlib.ticker import MaxNLocator
-from matplotlib.transforms import ScaledTranslation
+from matplotlib.transforms import Bbox, ScaledTranslation
 
 from sessionkit.schema import STATUSES
 
@@ -32,12 +36,14 @@ __all__ = [
     "CJK_FAMILY",
     "OTHER_ROLE_COLOR",
     "ROLE_COLORS",
+    "KeptLayout",
     "compact",
     "count_axis",
     "font_family",
     "legend_beside",
     "new_figure",
     "plotting",
+    "png",
     "styled",
 ]
 
@@ -221,3 +227,114 @@ def legend_beside(
         bbox_transform=transform,
         **options,
     )
+
+
+class KeptLayout(ConstrainedLayoutEngine):
+    """Constrained layout for a figure redrawn from scratch at one size (the explorer's):
+    laid out on its first draw, at each new size and after :meth:`forget`; every other draw
+    puts its Axes where that layout put them (a layout costs as much as the draw itself).
+
+    Kept margins fit the next drawing only if its texts are no wider: each layout leaves
+    ``reserve`` inches more than the texts need left and right of the Axes (a wider tick
+    label or legend entry), and :func:`png` checks after drawing that the texts fit, laying
+    the figure out again (and redrawing) when they do not.
+    """
+
+    SLACK = 0.3
+    """Inches of margin beyond the reserve, left or right, that make :func:`png` lay the
+    figure out again (narrower texts after wider ones: the plot grows back)."""
+
+    def __init__(self, *, reserve: float = 0.16, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.reserve = reserve
+        self._kept: tuple[tuple[float, ...], list[Any]] | None = None
+        self.layouts = 0
+        """How many times the layout ran (the others kept it)."""
+
+    def forget(self) -> None:
+        """Lay the figure out again on its next draw."""
+        self._kept = None
+
+    def execute(self, fig: Any) -> Any:
+        size = (*fig.get_size_inches(), fig.dpi)
+        if self._kept is not None and self._kept[0] == size and len(self._kept[1]) == len(fig.axes):
+            for ax, box in zip(fig.axes, self._kept[1], strict=True):
+                ax._set_position(box)  # as constrained layout places them
+            return None
+        result = super().execute(fig)
+        self.layouts += 1
+        spare = self.reserve / size[0]
+        kept = []
+        for ax in fig.axes:
+            box = ax.get_position(original=True)
+            if box.width > 4 * spare:
+                box = Bbox.from_extents(box.x0 + spare, box.y0, box.x1 - spare, box.y1)
+                ax._set_position(box)
+            kept.append(box.frozen())
+        self._kept = (size, kept)
+        return result
+
+    def misfit(self, fig: Figure) -> bool:
+        """Whether the drawing just made needs another layout: a title, axis label (an
+        unlabelled axis: tick label) or legend past the canvas's left or right edge, or more
+        than :attr:`SLACK` to spare on a side."""
+        renderer = fig.canvas.get_renderer()
+        texts = []
+        for ax in fig.axes:
+            texts += [ax.title, ax._left_title, ax._right_title]
+            for axis in (ax.xaxis, ax.yaxis):
+                texts += [axis.label] if axis.label.get_text() else _tick_labels(axis)
+        boxes = [legend.get_window_extent(renderer) for legend in _legends_of(fig)]
+        boxes += [
+            text.get_window_extent(renderer)
+            for text in texts
+            if text.get_visible() and text.get_text()
+        ]
+        if not boxes:
+            return False
+        pad = self._params["w_pad"] * fig.dpi
+        left = min(box.x0 for box in boxes)
+        right = fig.bbox.x1 - max(box.x1 for box in boxes)
+        slack = (self.reserve + self.SLACK) * fig.dpi + pad
+        return not (-0.5 <= left <= slack and -0.5 <= right <= slack)
+
+
+def _tick_labels(axis: Any) -> list[Any]:
+    """The major tick labels ``axis`` drew (those of ticks in its view)."""
+    low, high = sorted(axis.get_view_interval())
+    locs = axis.get_majorticklocs()
+    ticks = axis.majorTicks[: len(locs)]
+    return [
+        label
+        for tick, loc in zip(ticks, locs, strict=False)
+        if low <= loc <= high
+        for label in (tick.label1, tick.label2)
+    ]
+
+
+def _legends_of(fig: Figure) -> list[Legend]:
+    legends = [ax.get_legend() for ax in fig.axes]
+    return [legend for legend in [*legends, *fig.legends] if legend is not None]
+
+
+def png(fig: Figure, **pil_kwargs: Any) -> bytes:
+    """``fig`` as PNG bytes, drawn once on a canvas kept with the figure (its renderer, and so
+    matplotlib's text measurements, are reused from one call to the next; ``savefig`` makes a
+    new canvas and, with a layout engine, draws twice).  Under :class:`KeptLayout`, drawn
+    again after a fresh layout when the kept one no longer fits (:meth:`KeptLayout.misfit`)."""
+    canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)
+    canvas.draw()
+    engine = fig.get_layout_engine()
+    if isinstance(engine, KeptLayout) and engine.misfit(fig):
+        engine.forget()
+        canvas.draw()
+    buffer = io.BytesIO()
+    imsave(
+        buffer,
+        canvas.buffer_rgba(),
+        format="png",
+        origin="upper",
+        dpi=fig.dpi,
+        pil_kwargs=pil_kwargs,
+    )
+    return buffer.getvalue()

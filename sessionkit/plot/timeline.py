@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.layout_engine import ConstrainedLayoutEngine
 from matplotlib.patches import Patch, StepPatch
 
 from sessionkit.nanobot.session import Session
@@ -43,7 +44,8 @@ TIMELINE_SIZE = (10.0, 4.0)
 
 def timeline_axes(fig: Figure | None = None) -> Axes:
     """Fresh Axes for :func:`token_timeline`, in constrained layout (room for the labels and
-    the legend right of the plot at any figure width).
+    the legend right of the plot at any figure width); a figure already in a kind of it (the
+    explorer's :class:`~sessionkit.plot.style.KeptLayout`) keeps its own.
 
     On ``fig`` after clearing it, or on a new 10 x 4 inch Figure made without pyplot: a
     canvas to render by hand (as the explorer does), which Jupyter does not show by itself;
@@ -53,7 +55,8 @@ def timeline_axes(fig: Figure | None = None) -> Axes:
     if fig is None:
         fig = Figure(figsize=TIMELINE_SIZE, dpi=DPI)
     fig.clear()
-    fig.set_layout_engine("constrained")
+    if not isinstance(fig.get_layout_engine(), ConstrainedLayoutEngine):
+        fig.set_layout_engine("constrained")
     return fig.add_subplot()
 
 

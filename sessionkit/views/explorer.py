@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import html
-import io
 import unicodedata
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Unpack
 
@@ -188,6 +188,7 @@ class Explorer(widgets.VBox):
         )
         self.zoom = _checkbox("zoom to the turn", True, "sk-zoom")
         from sessionkit import plot  # matplotlib loads with the first explorer, not the package
+        from sessionkit.plot.style import KeptLayout
 
         self.policy = widgets.Dropdown(
             options=[(release.label, name) for name, release in POLICIES.items()],
@@ -199,6 +200,8 @@ class Explorer(widgets.VBox):
         self._releases: dict[str, Session] = {}
 
         self._figure = plot.timeline_axes().figure
+        # Laid out once (and again only when its texts outgrow the margins): see _draw.
+        self._figure.set_layout_engine(KeptLayout())
         # At most its own pixel width, so a wide screen does not blow it up (and blur it).
         pixels = round(self._figure.get_figwidth() * self._figure.dpi)
         self.timeline = widgets.Image(
@@ -210,6 +213,7 @@ class Explorer(widgets.VBox):
         self.transcript = TranscriptWidget(layout=widgets.Layout(flex="3 1 0", min_width="0"))
 
         self.fork_info = widgets.HTML(layout=_auto())
+        self.fork_info.add_class("sk-fork-info")
         self.fork_text = widgets.Textarea(rows=6, layout=_auto())
         self.fork_text.add_class("sk-fork-text")
         self.fork_target = widgets.Text(description="target key", layout=_auto())
@@ -227,6 +231,7 @@ class Explorer(widgets.VBox):
         self.add_class("sk-explorer")
         self._show(self.session.key)
         self._wire()
+        self._warm_up()
 
     def __repr__(self) -> str:
         return (
@@ -403,6 +408,7 @@ class Explorer(widgets.VBox):
     def _draw(self) -> None:
         """The timeline; zoomed, it spans the count window (token cut included) to the turn."""
         from sessionkit import plot
+        from sessionkit.plot.style import png
 
         ax = plot.timeline_axes(self._figure)
         stop = self.states.stop
@@ -412,9 +418,52 @@ class Explorer(widgets.VBox):
             start = int(counted[0])
             xlim = (start - max(10, (stop - start) // 10) - 0.5, stop + 0.5)
         plot.token_timeline(self.states, ax=ax, xlim=xlim)
-        buffer = io.BytesIO()
-        self._figure.savefig(buffer, format="png", pil_kwargs={"compress_level": 1})
-        self.timeline.value = buffer.getvalue()
+        # One draw on a kept canvas, in margins laid out once: a third of savefig's time.
+        self.timeline.value = png(self._figure, compress_level=1)
+
+    WARM_DELAY = 0.2
+    """Seconds after the explorer is made (once the kernel is idle) before it warms up."""
+
+    def _warm_up(self) -> None:
+        """While the widget renders: on the kernel's idle ticks, one step at a time (so a
+        control moved meanwhile waits for one step at most), compute what the first move of
+        a control needs (:meth:`_warm_steps`).  Nothing without a running event loop (a
+        script, a test): there is no idle time to hide the work in."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        steps = self._warm_steps()
+
+        def step() -> None:
+            if next(steps, None) is not None:
+                loop.call_later(0.01, step)
+
+        loop.call_later(self.WARM_DELAY, step)
+
+    def _warm_steps(self) -> Iterator[str]:
+        """The replays for the settings one step of each control reaches (cached with the
+        session), then a timeline drawn and not shown (matplotlib's font and text caches):
+        yields after each."""
+        session, settings, turn = self.subject(), self.settings(), self.turn.value
+        reachable = [
+            (max(0, turn - 1), settings),
+            (turn, settings.replace(max_tokens=settings.max_tokens + self.max_tokens.step)),
+            (turn, settings.replace(max_messages=max(1, settings.max_messages - 1))),
+        ]
+        for at, reached in reachable:
+            message_states(session, turn=at, settings=reached)
+            yield "replay"
+        from sessionkit import plot
+
+        # With a token budget, so the budget line, its label and a token cut draw too.
+        budget = max(self.max_tokens.step, self.states.tokens_kept // 2)
+        if session is not self.subject():
+            return
+        states = message_states(session, turn=turn, settings=settings.replace(max_tokens=budget))
+        plot.token_timeline(states, ax=plot.timeline_axes(self._figure))
+        self._figure.canvas.draw()  # the figure is drawn afresh by the next _draw
+        yield "draw"
 
     def _summary_html(self, counts: dict[str, Any]) -> str:
         """The window in words, then one count per status, labelled as in the transcript."""

@@ -9,6 +9,7 @@ show the explorer at the two widths whose layout is checked).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -120,10 +121,24 @@ def lab(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """A JupyterLab server on a temporary root; yields (notebook URL, forks folder)."""
     if not Path(CHROMIUM).exists():
         pytest.fail(f"Debian's chromium is not installed at {CHROMIUM}: run `make chromium`")
-    root, forks, home = tmp_path / "root", tmp_path / "forks", tmp_path / "home"
-    for folder in (root, forks, home):
+    root, forks = tmp_path / "root", tmp_path / "forks"
+    for folder in (root, forks):
         folder.mkdir()
     name = _notebook(root, forks)
+    try:
+        with serve_lab(tmp_path) as (base, token):
+            yield f"{base}/lab/tree/{name}?token={token}&reset", forks
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
+
+
+@contextlib.contextmanager
+def serve_lab(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """``jupyter lab`` serving ``tmp_path / "root"`` on a free localhost port with a random
+    token, its settings and kernels' state under ``tmp_path / "home"``; yields (base URL,
+    token).  Also used by ``benchmarks/bench_explorer.py``."""
+    root, home = tmp_path / "root", tmp_path / "home"
+    home.mkdir()
     news = home / "settings" / "@jupyterlab" / "apputils-extension"
     news.mkdir(parents=True)
     (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
@@ -162,9 +177,12 @@ def lab(tmp_path: Path) -> Iterator[tuple[str, Path]]:
                     break
             except OSError:
                 if server.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"JupyterLab did not start:\n{(tmp_path / 'lab.log').read_text()}")
+                    log.flush()
+                    raise RuntimeError(
+                        f"JupyterLab did not start:\n{(tmp_path / 'lab.log').read_text()}"
+                    ) from None
                 time.sleep(0.3)
-        yield f"{base}/lab/tree/{name}?token={token}&reset", forks
+        yield base, token
     finally:
         server.terminate()
         try:

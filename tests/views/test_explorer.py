@@ -112,6 +112,43 @@ def test_in_a_kernel_code_changes_show_at_once_and_browser_changes_once(
     assert asyncio.run(drive()) == [3000, 3000, 0, 30]
 
 
+def test_in_a_kernel_the_explorer_warms_up_after_it_shows(
+    corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """explore() returns before the warm-up; on the idle ticks after it, the replays the
+    first control moves reach and a drawing nobody sees, the explorer's views untouched;
+    its layout, laid out once, stays for the next moves."""
+    ran: list[str] = []
+    steps = Explorer._warm_steps
+
+    def recorded(self: Explorer):
+        for step in steps(self):
+            ran.append(step)
+            yield step
+
+    monkeypatch.setattr(Explorer, "_warm_steps", recorded)
+    monkeypatch.setattr(Explorer, "WARM_DELAY", 0.0)
+
+    async def drive() -> Explorer:
+        app = explore(corpus, key=KEY, sessions_dir=tmp_path)
+        assert ran == [], "explore() returns before the warm-up"
+        shown = (app.summary.value, app.timeline.value, app.transcript.status)
+        for _ in range(400):
+            if "draw" in ran:
+                break
+            await asyncio.sleep(0.01)
+        assert (app.summary.value, app.timeline.value, app.transcript.status) == shown
+        for step in range(3):
+            app.turn.value -= 1
+            app.max_tokens.value = 3000 + 100 * step
+        return app
+
+    app = asyncio.run(drive())
+    assert ran == ["replay", "replay", "replay", "draw"]
+    assert _shown(app) == _expected(corpus[KEY], turn=corpus[KEY].n_user_turns - 3, max_tokens=3200)
+    assert app._figure.get_layout_engine().layouts == 1
+
+
 def test_the_transcript_follows_every_window_change(app: Explorer) -> None:
     """Moving any limit scrolls the transcript to the window's first message (issue 14, item 7)."""
     seen = []
