@@ -461,7 +461,9 @@ class Explorer(widgets.VBox):
         if session is not self.subject():
             return
         states = message_states(session, turn=turn, settings=settings.replace(max_tokens=budget))
+        yield "replay"
         plot.token_timeline(states, ax=plot.timeline_axes(self._figure))
+        yield "plot"
         self._figure.canvas.draw()  # the figure is drawn afresh by the next _draw
         yield "draw"
 

@@ -144,7 +144,7 @@ def test_in_a_kernel_the_explorer_warms_up_after_it_shows(
         return app
 
     app = asyncio.run(drive())
-    assert ran == ["replay", "replay", "replay", "draw"]
+    assert ran == ["replay", "replay", "replay", "replay", "plot", "draw"]
     assert _shown(app) == _expected(corpus[KEY], turn=corpus[KEY].n_user_turns - 3, max_tokens=3200)
     assert app._figure.get_layout_engine().layouts == 1
 
