@@ -240,7 +240,7 @@ class KeptLayout(ConstrainedLayoutEngine):
     the figure out again (and redrawing) when they do not.
     """
 
-    SLACK = 0.3
+    SLACK = 0.6
     """Inches of margin beyond the reserve, left or right, that make :func:`png` lay the
     figure out again (narrower texts after wider ones: the plot grows back)."""
 
