@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from releases import Release, release
+from sampling import examples
 from strategies import message_lists, messages, texts
 
 from sessionkit.nanobot import tokens
@@ -440,7 +441,8 @@ def test_edge_cases_equal_0_3_5_without_tiktoken(nb035: Release) -> None:
 
 
 @pytest.mark.conformance
-@settings(max_examples=5)
+@pytest.mark.sampled
+@settings(max_examples=examples(5, 2))
 @given(batch=st.lists(sessions_035(), min_size=30, max_size=30))
 def test_generated_sessions_equal_0_3_5(nb035: Release, batch: list[Any]) -> None:
     assert _compare_history(nb035, batch) == 30 * 80

@@ -6,8 +6,9 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from sampling import examples
 from strategies import sessions
 
 from sessionkit import Session, load
@@ -118,6 +119,8 @@ def test_assert_form_summarises_the_violations() -> None:
         assert_window_invariants(frame, corpus=[session])
 
 
+@pytest.mark.sampled
+@settings(max_examples=examples(100, 40), deadline=None)
 @given(
     sessions(),
     st.integers(-1, 12),
