@@ -436,7 +436,11 @@ class Explorer(widgets.VBox):
         steps = self._warm_steps()
 
         def step() -> None:
-            if next(steps, None) is not None:
+            try:
+                done = next(steps, None) is None
+            except Exception:  # only a head start: the move itself computes and reports it
+                done = True
+            if not done:
                 loop.call_later(0.01, step)
 
         loop.call_later(self.WARM_DELAY, step)
