@@ -27,9 +27,17 @@ def _dry_run(target: str, tmp_path: Path, uid: int = 1000) -> list[str]:
     fake = tmp_path / "id"
     fake.write_text(f"#!/bin/sh\necho {uid}\n", encoding="utf-8")
     fake.chmod(0o755)
-    env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}
+    # Run as a top-level make even under `make test`: a sub-make prints "make[1]: ..." lines.
+    inherited = {"MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES"}
+    env = {k: v for k, v in os.environ.items() if k not in inherited}
+    env["PATH"] = f"{tmp_path}{os.pathsep}{os.environ['PATH']}"
     dry_run = subprocess.run(
-        ["make", "-n", target], cwd=ROOT, env=env, capture_output=True, text=True, check=True
+        ["make", "--no-print-directory", "-n", target],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return dry_run.stdout.replace("\\\n", " ").splitlines()
 
