@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Unpack
 
 import numpy as np
 import pandas as pd
@@ -12,7 +12,7 @@ from matplotlib.layout_engine import ConstrainedLayoutEngine
 from matplotlib.patches import Patch, StepPatch
 
 from sessionkit.nanobot.session import Session
-from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings
+from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings, SettingsOverrides
 from sessionkit.plot.style import (
     DPI,
     OTHER_ROLE_COLOR,
@@ -91,13 +91,9 @@ def token_timeline(
     *,
     turn: int | None = None,
     settings: HistorySettings = DEFAULT_SETTINGS,
-    max_messages: int | None = None,
-    max_tokens: int | None = None,
-    include_timestamps: bool | None = None,
-    extend_to_user: bool | None = None,
-    file_cap: int | None = None,
     xlim: tuple[float, float] | None = None,
     ax: Axes | None = None,
+    **overrides: Unpack[SettingsOverrides],
 ) -> Axes:
     """One session's messages as token bars by role, with the window kept at ``turn``.
 
@@ -119,11 +115,7 @@ def token_timeline(
             key,
             turn=turn,
             settings=settings,
-            max_messages=max_messages,
-            max_tokens=max_tokens,
-            include_timestamps=include_timestamps,
-            extend_to_user=extend_to_user,
-            file_cap=file_cap,
+            **overrides,
         )
     )
     states = result.frame

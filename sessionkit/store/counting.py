@@ -46,7 +46,7 @@ from sessionkit.store.cachedir import (
 )
 from sessionkit.store.fields import STR_OR_NONE, message_field
 from sessionkit.store.forked import SHARED, can_fork, forked_pool
-from sessionkit.store.integrity import IntegrityError, discard, read_sealed
+from sessionkit.store.integrity import IntegrityError, discard, read_sealed_or_none
 
 __all__ = [
     "DEFAULT_CACHE",
@@ -208,15 +208,10 @@ def _read_counts(segment: Path) -> tuple[np.ndarray, np.ndarray] | None:
     """A counts file's (sorted keys, counts), memory-mapped once its seal checks out; None
     when it is gone or damaged (removed, with a warning: its counts are made again).  Keys
     must be strictly increasing (binary search relies on it) and counts non-negative."""
-    try:
-        table, inode = read_sealed(segment)
-    except FileNotFoundError:
+    sealed = read_sealed_or_none(segment)
+    if sealed is None:
         return None
-    except IntegrityError as exc:
-        discard(segment, exc)
-        return None
-    except OSError:
-        return None
+    table, inode = sealed
     try:
         if table.schema.remove_metadata() != _COUNTS:
             raise IntegrityError("another schema")

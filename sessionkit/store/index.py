@@ -42,7 +42,7 @@ from sessionkit.store.cachedir import (
     write_ipc,
 )
 from sessionkit.store.frames import MESSAGE_TABLE, Entry
-from sessionkit.store.integrity import IntegrityError, discard, read_sealed
+from sessionkit.store.integrity import IntegrityError, discard, read_sealed_or_none
 
 __all__ = [
     "FORMAT",
@@ -135,15 +135,10 @@ def _read_pack(path: Path, schema: pa.Schema) -> tuple[pa.Table, dict[str, Item]
     missing or of another format.  A pack that fails its seal or whose description does
     not match its table (:func:`_items`) is removed with a warning (:func:`discard`)."""
     nothing = (schema.empty_table(), {})
-    try:
-        table, inode = read_sealed(path)
-    except FileNotFoundError:
+    sealed = read_sealed_or_none(path)
+    if sealed is None:
         return nothing
-    except IntegrityError as exc:
-        discard(path, exc)
-        return nothing
-    except OSError:
-        return nothing
+    table, inode = sealed
     try:
         found = json.loads(table.schema.metadata[_KEY])
         if found["format"] != FORMAT:
@@ -297,15 +292,10 @@ class Index:
         from), memory-mapped and read-only; None when there are none for that stamp.  A
         damaged file is removed with a warning (:func:`discard`)."""
         path = self._derived_path(name)
-        try:
-            table, inode = read_sealed(path)
-        except FileNotFoundError:
+        sealed = read_sealed_or_none(path)
+        if sealed is None:
             return None
-        except IntegrityError as exc:
-            discard(path, exc)
-            return None
-        except OSError:
-            return None
+        table, inode = sealed
         try:
             found = json.loads(table.schema.metadata[_KEY])
             if found["format"] != FORMAT or [found["name"], found["stamp"]] != [name, stamp]:

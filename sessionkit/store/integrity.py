@@ -20,7 +20,15 @@ from pathlib import Path
 
 import pyarrow as pa
 
-__all__ = ["SEAL", "IntegrityError", "discard", "open_sealed", "read_sealed", "seal"]
+__all__ = [
+    "SEAL",
+    "IntegrityError",
+    "discard",
+    "open_sealed",
+    "read_sealed",
+    "read_sealed_or_none",
+    "seal",
+]
 
 _SEAL = struct.Struct("<4sIQ")
 SEAL = _SEAL.size
@@ -100,6 +108,20 @@ def read_sealed(path: Path) -> tuple[pa.Table, int]:
         return pa.ipc.open_file(body).read_all(), inode
     except (pa.ArrowException, ValueError, OSError) as exc:
         raise IntegrityError(f"unreadable Arrow file ({type(exc).__name__})") from exc
+
+
+def read_sealed_or_none(path: Path) -> tuple[pa.Table, int] | None:
+    """:func:`read_sealed`, or None when the file is missing, unreadable or damaged (a
+    damaged one is removed with a warning, :func:`discard`, so it is rebuilt)."""
+    try:
+        return read_sealed(path)
+    except FileNotFoundError:
+        return None
+    except IntegrityError as exc:
+        discard(path, exc)
+        return None
+    except OSError:
+        return None
 
 
 def discard(path: Path, reason: object, inode: int | None = None) -> None:
