@@ -158,7 +158,7 @@ def _report(args: argparse.Namespace) -> int:
 
 def _doctor_text(table: pd.DataFrame, fixed: bool) -> None:
     """One block per file: what the release that wrote it loses, what sessionkit keeps, the fix."""
-    from sessionkit.writers.checkup import LOSS_RULE_POLICY, LOSS_RULE_RELEASE
+    from sessionkit.writers.checkup import loser
 
     if table.empty:
         print("nothing to fix")
@@ -167,8 +167,7 @@ def _doctor_text(table: pd.DataFrame, fixed: bool) -> None:
         print(f"{row.file}  ({row.kind})")
         if row.nanobot_loses:
             overwrite = "; its next save overwrites the file" if row.next_save_overwrites else ""
-            release = LOSS_RULE_RELEASE if row.policy == LOSS_RULE_POLICY else row.policy
-            print(f"  {release} loses: {row.nanobot_loses}{overwrite}")
+            print(f"  {loser(row.policy)} loses: {row.nanobot_loses}{overwrite}")
         if not pd.isna(row.sessionkit_keeps):
             print(f"  sessionkit keeps:    {row.sessionkit_keeps} messages")
         if row.problems:

@@ -31,11 +31,10 @@ def _names_a_release(node: ast.AST) -> bool:
     """A release name written out (``"nanobot-0.3.5"``) or a release-name constant."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value.startswith("nanobot-")
-    if isinstance(node, ast.Name):
-        return node.id in RELEASE_CONSTANTS
-    if isinstance(node, ast.Attribute):
-        return node.attr in RELEASE_CONSTANTS
-    return False
+    name = node.id if isinstance(node, ast.Name) else getattr(node, "attr", None)
+    return name is not None and (
+        name in RELEASE_CONSTANTS or (name.isupper() and name.endswith("_POLICY"))
+    )
 
 
 def _mentions_a_policy(node: ast.AST) -> bool:
@@ -80,6 +79,7 @@ def test_the_leak_check_finds_each_kind_of_leak(tmp_path: Path) -> None:
         "from sessionkit.nanobot.policy_035 import NAME\n"
         "a = policy.name == 'nanobot-0.3.5'\n"
         "b = name != NAME\n"
+        "b2 = row.policy == checkup.LOSS_RULE_POLICY\n"
         "c = {'nanobot-0.2': 'blue'}\n"
         "d = hasattr(policy, 'file_cap')\n"
         "e = getattr(get_policy(x), 'file_cap', None)\n"
@@ -89,6 +89,7 @@ def test_the_leak_check_finds_each_kind_of_leak(tmp_path: Path) -> None:
     try:
         assert [leak.split(" ", 1)[1] for leak in _leaks("sessionkit._probe")] == [
             "imports a release module (sessionkit.nanobot.policy_035)",
+            "compares a release name",
             "compares a release name",
             "compares a release name",
             "keys a table by release name",

@@ -46,6 +46,7 @@ class Policy(CappedPolicy):
         last_consolidated="recorded",
     )
     ignored: frozenset[str] = frozenset({"include_runtime_context"})
+    loss_rule: bool = True
 
     def message_payload(self, message: Message) -> str:
         """0.2.2's payload: every text, name, call id, tool call and reasoning, joined."""

@@ -108,6 +108,9 @@ class ReplayPolicy:
     """Whether summaries leave hidden checkpoint messages the replay offset points to."""
     governed: bool = False
     """Whether a context governor budgets the whole request (``LoopCall.governor_budget``)."""
+    loss_rule: bool = False
+    """Whether :mod:`sessionkit.nanobot.loss` reproduces this release's loader (what it loses
+    of a damaged file; only nanobot 0.2.2's so far)."""
     file_cap: ClassVar[Callable[..., Trim] | None] = None
     """``enforce_file_cap``'s rule, ``None`` for a release without a file cap."""
 

@@ -36,7 +36,7 @@ import pandas as pd
 
 from sessionkit.nanobot.loss import LongLine, NanobotLoad, nanobot_load, read_line, split_lines
 from sessionkit.nanobot.naming import key_from_filename, sessions_folder
-from sessionkit.nanobot.policies import DEFAULT_POLICY, is_temp_file
+from sessionkit.nanobot.policies import POLICIES, get_policy, is_temp_file
 from sessionkit.nanobot.reader import (
     CHECKPOINT_SUFFIX,
     SESSION_SUFFIXES,
@@ -48,12 +48,29 @@ from sessionkit.nanobot.workspace import config_dir_hint
 from sessionkit.nanobot.writer import LOCK_FILENAME, temp_name, write_file
 from sessionkit.store.corpus import check_source
 
-__all__ = ["COLUMNS", "LOSS_RULE_POLICY", "LOSS_RULE_RELEASE", "doctor", "fix", "has_problems"]
+__all__ = [
+    "COLUMNS",
+    "LOSS_RULE_POLICY",
+    "LOSS_RULE_RELEASE",
+    "doctor",
+    "fix",
+    "has_problems",
+    "loser",
+]
 
-LOSS_RULE_POLICY = DEFAULT_POLICY
-"""The one policy whose release's loader :mod:`sessionkit.nanobot.loss` reproduces."""
-LOSS_RULE_RELEASE = "nanobot 0.2.2"
+LOSS_RULE_POLICY = next(name for name, release in POLICIES.items() if release.loss_rule)
+"""The policy whose release's loader :mod:`sessionkit.nanobot.loss` reproduces (an unreadable
+file is described in its terms)."""
+LOSS_RULE_RELEASE = get_policy(LOSS_RULE_POLICY).label
 """That release, as :mod:`sessionkit.nanobot.loss` names it."""
+
+
+def loser(policy: str) -> str:
+    """Who ``doctor`` says loses a file of ``policy``: the release's label where its loss rule
+    is known, else the policy's name (``""`` for a file no release wrote)."""
+    release = POLICIES.get(policy)
+    return release.label if release is not None and release.loss_rule else policy
+
 
 COLUMNS = [
     "file",
@@ -130,7 +147,7 @@ def _session_row(path: Path) -> _Row:
         )
     text = "; ".join(reasons)
     policy = session.policy if session is not None else LOSS_RULE_POLICY
-    if policy != LOSS_RULE_POLICY:
+    if not get_policy(policy).loss_rule:
         return _Row(
             path,
             "session",

@@ -26,6 +26,7 @@ def test_registry_holds_one_object_per_release_oldest_first() -> None:
     assert [r.file_cap is None for r in POLICIES.values()] == [False, False, True]
     assert [r.checkpoints for r in POLICIES.values()] == [False, False, True]
     assert [r.governed for r in POLICIES.values()] == [False, False, True]
+    assert [r.loss_rule for r in POLICIES.values()] == [True, False, False]
     assert all(get_policy(name) is release for name, release in POLICIES.items())
 
 
