@@ -59,18 +59,11 @@ from matplotlib.backend_bases import FigureCanvasBase
 from sessionkit.views import explorer as _explorer
 
 def _draw_before(self):
-    import numpy as np
     from sessionkit import plot
     self._figure.set_layout_engine("constrained")
     FigureCanvasBase(self._figure)
     ax = plot.timeline_axes(self._figure)
-    stop = self.states.stop
-    counted = np.flatnonzero(self.states.frame["status"].isin(["trimmed_tokens", "in_window"]))
-    xlim = None
-    if self.zoom.value and len(counted):
-        start = int(counted[0])
-        xlim = (start - max(10, (stop - start) // 10) - 0.5, stop + 0.5)
-    plot.token_timeline(self.states, ax=ax, xlim=xlim)
+    plot.token_timeline(self.states, ax=ax, xlim=self._xlim())
     buffer = io.BytesIO()
     self._figure.savefig(buffer, format="png", pil_kwargs={"compress_level": 1})
     self.timeline.value = buffer.getvalue()

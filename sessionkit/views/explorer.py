@@ -405,19 +405,22 @@ class Explorer(widgets.VBox):
         # Last, so a summary showing the new numbers means every other view has them too.
         self.summary.value = self._summary_html(counts)
 
+    def _xlim(self) -> tuple[float, float] | None:
+        """The timeline's x range: zoomed, the count window (token cut included) to the turn."""
+        stop = self.states.stop
+        counted = np.flatnonzero(self.states.frame["status"].isin(["trimmed_tokens", "in_window"]))
+        if not (self.zoom.value and len(counted)):
+            return None
+        start = int(counted[0])
+        return (start - max(10, (stop - start) // 10) - 0.5, stop + 0.5)
+
     def _draw(self) -> None:
         """The timeline; zoomed, it spans the count window (token cut included) to the turn."""
         from sessionkit import plot
         from sessionkit.plot.style import png
 
         ax = plot.timeline_axes(self._figure)
-        stop = self.states.stop
-        counted = np.flatnonzero(self.states.frame["status"].isin(["trimmed_tokens", "in_window"]))
-        xlim = None
-        if self.zoom.value and len(counted):
-            start = int(counted[0])
-            xlim = (start - max(10, (stop - start) // 10) - 0.5, stop + 0.5)
-        plot.token_timeline(self.states, ax=ax, xlim=xlim)
+        plot.token_timeline(self.states, ax=ax, xlim=self._xlim())
         # One draw on a kept canvas, in margins laid out once: a third of savefig's time.
         self.timeline.value = png(self._figure, compress_level=1)
 
