@@ -242,6 +242,76 @@ def _cache(args: argparse.Namespace) -> int:
     return OK
 
 
+def _releases(args: argparse.Namespace) -> int:
+    """``releases install VERSION...``: install nanobot releases into the user's cache (from
+    the package index); ``releases list``: the releases sessionkit finds, and where."""
+    from sessionkit.nanobot.policies import POLICIES
+    from sessionkit.requests.installs import ReleaseNotInstalled, find_release, install
+
+    known = [p.version for p in POLICIES.values()]
+    if args.action == "install":
+        wanted = args.version or known
+        unknown = [v for v in wanted if v not in known]
+        if unknown:
+            print(
+                f"sessionkit: error: unknown release {', '.join(unknown)} (known: "
+                f"{', '.join(known)})",
+                file=sys.stderr,
+            )
+            return USAGE
+        for version in wanted:
+            try:
+                print(f"nanobot-ai {version}: {install(version)}")
+            except (RuntimeError, OSError) as exc:
+                print(f"sessionkit: error: {exc}", file=sys.stderr)
+                return PROBLEMS
+        return OK
+    for version in known:
+        try:
+            print(f"nanobot-ai {version}: {find_release(version)}")
+        except ReleaseNotInstalled:
+            print(f"nanobot-ai {version}: not installed (sessionkit releases install {version})")
+    return OK
+
+
+def _request(args: argparse.Namespace) -> int:
+    """``request PATH KEY TURN``: the exact request a release sent for one call."""
+    from sessionkit.requests.assembly import request
+    from sessionkit.requests.installs import ReleaseNotInstalled
+    from sessionkit.requests.kits import KitError
+
+    corpus = load(args.path, config_dir=args.config_dir)
+    if args.key not in corpus:
+        print(f"sessionkit: error: no session {shown(args.key)} in {args.path}", file=sys.stderr)
+        return USAGE
+    try:
+        built = request(
+            corpus[args.key],
+            args.turn,
+            step=args.step,
+            workspace=args.workspace,
+            config=args.config,
+            nanobot=args.nanobot,
+        )
+    except (IndexError, ValueError, ReleaseNotInstalled) as exc:
+        print(f"sessionkit: error: {exc}", file=sys.stderr)
+        return USAGE
+    except KitError as exc:
+        print(f"sessionkit: error: {exc}", file=sys.stderr)
+        return PROBLEMS
+    if args.format == "json":
+        print(built.to_json())
+        return OK
+    for note in built.notes:
+        print(f"note: {note}")
+    print(
+        f"{built.release}, session {shown(built.session_key)}, turn {built.turn}, step {built.step}"
+    )
+    print(f"{len(built.messages)} messages, {len(built.tools)} tools, {built.tokens:,} tokens")
+    print(built.parts.to_string(index=False))
+    return OK
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sessionkit",
@@ -294,6 +364,21 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--timeout", type=int, default=600, help="seconds any one cell may run")
     report.add_argument("--config-dir", help=_CONFIG_DIR_HELP)
     report.set_defaults(run=_report)
+    releases = add("releases", help="install nanobot releases sessionkit asks for prompts")
+    releases.add_argument("action", choices=["install", "list"])
+    releases.add_argument("version", nargs="*", help="e.g. 0.3.5 (default: every release)")
+    releases.set_defaults(run=_releases)
+    req = add("request", help="the exact request one LLM call carried (needs the release)")
+    req.add_argument("path", help="workspace, sessions folder or file")
+    req.add_argument("key", help="session key")
+    req.add_argument("turn", type=int, help="zero-based user turn")
+    req.add_argument("--step", type=int, default=0, help="zero-based call within the turn")
+    req.add_argument("--format", choices=["table", "json"], default="table")
+    req.add_argument("--workspace", help="workspace whose files the prompt reads")
+    req.add_argument("--config", help="the config.json nanobot ran with")
+    req.add_argument("--nanobot", help="python or venv of the installed release")
+    req.add_argument("--config-dir", help=_CONFIG_DIR_HELP)
+    req.set_defaults(run=_request)
     cache = add("cache", help="the cache folder: `cache info` (size, files) or `cache clear`")
     cache.add_argument("action", choices=["info", "clear"])
     cache.add_argument(

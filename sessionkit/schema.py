@@ -20,6 +20,8 @@ __all__ = [
     "INVARIANTS",
     "MESSAGES",
     "PROBLEMS",
+    "REQUESTS",
+    "REQUEST_PARTS",
     "SESSIONS",
     "STATES",
     "STATUSES",
@@ -188,6 +190,60 @@ FILE_CAP: tuple[Column, ...] = (
     Column("kept", "int64", "messages left"),
     Column("last_consolidated_before", "int64", "offset before the cap"),
     Column("last_consolidated", "int64", "offset after the cap"),
+)
+
+
+REQUEST_PARTS: tuple[Column, ...] = (
+    Column(
+        "part",
+        "string",
+        "'system: <part>' (identity, bootstrap:<file>, tool contract, memory, active skills, "
+        "skills summary, archived summary, ...), 'tools', 'history', 'current' or 'steps'",
+    ),
+    Column("messages", "int64", "messages of the request in this part (0 for system and tools)"),
+    Column(
+        "tokens",
+        "int64",
+        "the part's own estimate (system parts: cl100k tokens of their text; messages: the "
+        "release's request estimate of those messages alone); parts do not add up exactly to "
+        "the request's tokens, as BPE counts are not additive across joins",
+    ),
+    Column("inferred", "bool", "the value depends on this process or a stand-in, not on disk"),
+)
+
+
+REQUESTS: tuple[Column, ...] = (
+    Column("session_key", "category", "key of the session"),
+    Column("policy", "category", "release whose request this is"),
+    Column("turn", "int64", "zero-based user message being answered (as in windows)"),
+    Column("step", "int64", "zero-based agent call within the turn"),
+    Column("max_messages", "int64", "setting: get_history max_messages (as in windows)"),
+    Column("max_tokens", "int64", "setting: get_history max_tokens"),
+    Column("include_timestamps", "bool", "setting (0.2.2)"),
+    Column("include_runtime_context", "bool", "setting (0.3.x)"),
+    Column("extend_to_user", "bool", "setting"),
+    Column("last_consolidated", "category", "setting: offset replayed from"),
+    Column("context_window", "Int64", "setting: the model's context window (<NA>: none)"),
+    Column("max_output", "Int64", "setting: output tokens reserved (<NA>: none)"),
+    Column(
+        "system_tokens", "int64", "tokens of the system prompt (0 without an installed release)"
+    ),
+    Column(
+        "tools_tokens", "int64", "tokens of the tool definitions (0 without an installed release)"
+    ),
+    Column("history_tokens", "int64", "tokens of the replayed history (windows' tokens_kept)"),
+    Column("history_messages", "int64", "messages of the replayed history"),
+    Column("current_tokens", "int64", "tokens of the current message as sent"),
+    Column("steps_tokens", "int64", "tokens of the turn's earlier tool rounds in this call"),
+    Column("total_tokens", "int64", "sum of the parts (per-message estimates, as windows count)"),
+    Column(
+        "prefix_tokens",
+        "int64",
+        "tokens of the leading part shared exactly with the session's previous request "
+        "(tools and system prompt when unchanged, then whole identical messages)",
+    ),
+    Column("cache_ratio", "float64", "prefix_tokens / total_tokens"),
+    Column("inferred", "bool", "some system part depends on this process, not on disk"),
 )
 
 

@@ -4,6 +4,7 @@ pandas-free core.  Checked on the syntax trees, so a new module is covered witho
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -30,7 +31,7 @@ def _tree(module: str) -> ast.Module:
 def _names_a_release(node: ast.AST) -> bool:
     """A release name written out (``"nanobot-0.3.5"``) or a release-name constant."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value.startswith("nanobot-")
+        return re.match(r"nanobot-\d", node.value) is not None  # not "nanobot-ai", the package
     name = node.id if isinstance(node, ast.Name) else getattr(node, "attr", None)
     return name is not None and (
         name in RELEASE_CONSTANTS or (name.isupper() and name.endswith("_POLICY"))

@@ -34,6 +34,8 @@ class Policy(CappedPolicy):
     """
 
     name: str = NAME
+    version: str = "0.2.2"
+    probe: str = "probe_022.py"
     label: str = "nanobot 0.2.2"
     colour: str = "#4c72b0"
     defaults: HistorySettings = HistorySettings(

@@ -91,6 +91,8 @@ class Policy030(CappedPolicy):
     """
 
     name: str = NAME
+    version: str = "0.3.0"
+    probe: str = "probe_030.py"
     label: str = "nanobot 0.3.0"
     colour: str = "#dd8452"
     default_max_messages: int = FILE_MAX_MESSAGES

@@ -84,6 +84,8 @@ class Policy035(ReplayPolicy):
     """
 
     name: str = NAME
+    version: str = "0.3.5"
+    probe: str = "probe_035.py"
     label: str = "nanobot 0.3.5"
     colour: str = "#55a868"
     default_max_messages: int = 0

@@ -34,6 +34,7 @@ from sessionkit.nanobot.history import (
     recent_message_start_index,
     unchanged,
 )
+from sessionkit.nanobot.kit import Kit
 from sessionkit.nanobot.settings import HistorySettings
 
 __all__ = ["DEFAULT_MAX_OUTPUT", "SAFETY_BUFFER", "CappedPolicy", "LoopCall", "ReplayPolicy"]
@@ -112,6 +113,11 @@ class ReplayPolicy:
     """Whether :mod:`sessionkit.nanobot.loss` reproduces this release's loader (what it loses
     of a damaged file; only nanobot 0.2.2's so far)."""
     file_cap: ClassVar[Callable[..., Trim] | None] = None
+    version: str = ""
+    """The ``nanobot-ai`` version on PyPI whose rules these are (what is installed to ask it
+    for its prompt and tools)."""
+    probe: str = ""
+    """The script of :mod:`sessionkit.nanobot.probes` run inside that release for its kit."""
     """``enforce_file_cap``'s rule, ``None`` for a release without a file cap."""
 
     def resolve(self, settings: HistorySettings) -> HistorySettings:
@@ -162,6 +168,40 @@ class ReplayPolicy:
             "metadata": metadata,
             "last_consolidated": offset,
         }
+
+    def channel(self, key: str) -> str | None:
+        """The channel a session key names (what the release's prompt adapts to)."""
+        return key.split(":", 1)[0] if ":" in key else None
+
+    def system_prompt(self, kit: Kit, session: Any) -> str:
+        """The system prompt of a request answering the next turn of ``session`` (as stored
+        before that turn)."""
+        return kit.system_text
+
+    def current_message(self, kit: Kit, user: Message) -> Message:
+        """The stored user message as the loop sent it: the kit's wrapper filled."""
+        raise NotImplementedError(f"{self.label} has no request rules")
+
+    def turn_steps(self, turn: list[Message]) -> list[list[Message]]:
+        """The stored messages of one turn after its user message -> what the loop had
+        appended before each of its calls (``[0]`` is empty)."""
+        raise NotImplementedError(f"{self.label} has no request rules")
+
+    def loop_messages(
+        self, system: str, history: list[Message], current: Message, steps: list[Message]
+    ) -> list[Message]:
+        """The list the agent loop handed its provider for one call."""
+        raise NotImplementedError(f"{self.label} has no request rules")
+
+    def wire_messages(self, loop: list[Message]) -> list[Message]:
+        """The ``messages`` of the OpenAI-compatible HTTP body (the provider's clean-up)."""
+        raise NotImplementedError(f"{self.label} has no request rules")
+
+    def estimate_request(
+        self, messages: list[Message], tools: list[Message], count: Callable[[str], int]
+    ) -> int:
+        """The release's own estimate of a whole request (``count``: cl100k tokens)."""
+        raise NotImplementedError(f"{self.label} has no request rules")
 
     def message_payload(self, message: Message) -> str:
         """The text this release tokenizes for one message (before 4 framing tokens)."""

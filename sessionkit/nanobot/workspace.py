@@ -18,6 +18,7 @@ __all__ = [
     "config_dir_hint",
     "config_folder",
     "default_config_dir",
+    "recorded_workspace",
     "sessions_dir_035",
     "sessions_root_035",
     "workspace_id_035",
@@ -92,7 +93,7 @@ def config_dir_hint(path: str | Path) -> str | None:
             f"{path} is a nanobot config file, not a session file; pass the workspace with "
             f"config_dir={str(path)!r} (command line: --config-dir)"
         )
-    named = [str(_recorded_workspace(n) or f"? (namespace {n.name})") for n in found]
+    named = [str(recorded_workspace(n) or f"? (namespace {n.name})") for n in found]
     shown = ", ".join(named[:3]) + (f", ... ({len(named)} in all)" if len(named) > 3 else "")
     return (
         f"{path} is a nanobot 0.3.5 {kind}: it keeps each workspace's sessions apart, in "
@@ -111,7 +112,7 @@ def _read_id(marker: Path) -> str:
     return value
 
 
-def _recorded_workspace(namespace: Path) -> Path | None:
+def recorded_workspace(namespace: Path) -> Path | None:
     """The workspace a namespace's ``.workspace`` file names, or None when unreadable."""
     marker = namespace / _NAMESPACE_MARKER
     if marker.is_symlink() or not marker.is_file():
@@ -138,7 +139,7 @@ def _recovered_id(workspace: Path, root: Path) -> str | None:
         if _WORKSPACE_ID.fullmatch(namespace.name)
         and not namespace.is_symlink()
         and namespace.is_dir()
-        and (recorded := _recorded_workspace(namespace)) is not None
+        and (recorded := recorded_workspace(namespace)) is not None
         and _same(recorded, workspace)
     ]
     if len(matches) > 1:

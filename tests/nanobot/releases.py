@@ -1,8 +1,7 @@
 """Each nanobot release in its own environment, built by the test suite, called over JSON.
 
-Releases cannot share the project venv (it holds nanobot-ai 0.2.2), so each one gets a small
-venv under ``<repo>/.cache/nanobot-releases/<version>/``: the wheel with ``--no-deps`` plus
-only the packages its session and token code import.  Building is idempotent (a marker file
+Each release gets its own venv under ``<repo>/.cache/nanobot-releases/<version>/``: the
+release installed whole, with its own dependencies, as a user installs it.  Building is idempotent (a marker file
 written last), safe when several pytest processes race (a file lock), and instant on reuse.
 
 Use from a test module::
@@ -45,7 +44,7 @@ from typing import Any
 
 import pytest
 
-__all__ = ["REQUIREMENTS", "Release", "ReleaseUnavailable", "build_release", "release"]
+__all__ = ["VERSIONS", "Release", "ReleaseUnavailable", "build_release", "release"]
 
 REPO = Path(__file__).resolve().parents[2]
 ROOT = REPO / ".cache" / "nanobot-releases"
@@ -53,18 +52,9 @@ HARNESS = Path(__file__).with_name("release_harness.py")
 # tiktoken's cache entry for cl100k_base: the sha1 of its download URL.
 _BPE_CACHE_NAME = "9b5ad71b2ce5302211f9c61530b329a4922fc6a4"
 
-# What each release's nanobot.session and token helpers import, found by trying
-# (bounds from the wheel's own Requires-Dist).
-_COMMON = (
-    "loguru>=0.7.3,<1.0.0",
-    "pydantic>=2.12.0,<3.0.0",
-    "pydantic-settings>=2.12.0,<3.0.0",
-    "tiktoken>=0.12.0,<1.0.0",
-)
-REQUIREMENTS: dict[str, tuple[str, ...]] = {
-    "0.3.0": _COMMON,
-    "0.3.5": (*_COMMON, "filelock", "json-repair", "tzlocal"),
-}
+# Every release is installed whole (``nanobot-ai==<version>`` with its own dependencies): the
+# request tests run its context builder, tool registry and agent loop, not only its session code.
+VERSIONS = ("0.2.2", "0.3.0", "0.3.5")
 
 
 class ReleaseUnavailable(RuntimeError):
@@ -152,7 +142,7 @@ def _pip(venv_python: Path, *args: str) -> None:
 
 
 def _spec(version: str) -> dict[str, Any]:
-    return {"nanobot-ai": version, "requirements": list(REQUIREMENTS[version])}
+    return {"nanobot-ai": version, "install": "with-dependencies"}
 
 
 def build_release(version: str) -> Release:
@@ -174,8 +164,7 @@ def build_release(version: str) -> Release:
             shutil.rmtree(folder, ignore_errors=True)
             base = getattr(sys, "_base_executable", sys.executable)
             subprocess.run([base, "-m", "venv", "--without-pip", str(folder)], check=True)
-            _pip(python, "--no-deps", f"nanobot-ai=={version}")
-            _pip(python, *REQUIREMENTS[version])
+            _pip(python, f"nanobot-ai=={version}")
             partial = folder / ".complete.json.partial"
             partial.write_text(json.dumps(spec))
             partial.replace(marker)

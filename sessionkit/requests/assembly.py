@@ -1,0 +1,283 @@
+"""One LLM call rebuilt whole: the release's system prompt and tools (its kit), the history it
+replayed, the current message and the turn's earlier tool steps, cleaned up as the release's
+agent loop and its OpenAI-compatible provider clean them up."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from sessionkit.nanobot.kit import Kit
+from sessionkit.nanobot.policies import get_policy
+from sessionkit.nanobot.release import ReplayPolicy
+from sessionkit.nanobot.session import Session, turn_number
+from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings
+from sessionkit.nanobot.tokens import encoding
+from sessionkit.nanobot.workspace import recorded_workspace
+from sessionkit.requests.installs import find_release
+from sessionkit.requests.kits import kit_for
+from sessionkit.schema import REQUEST_PARTS, frame
+from sessionkit.store.corpus import Corpus, resolve_session
+
+__all__ = ["Request", "TurnCalls", "count_text", "kit_of", "request", "turn_calls", "workspace_of"]
+
+
+def count_text(text: str) -> int:
+    """cl100k_base tokens of ``text`` (raises on special-token text, as tiktoken's ``encode``)."""
+    return len(encoding().encode(text))
+
+
+@dataclass(frozen=True)
+class Request:
+    """The request one LLM call carried, and where its tokens go."""
+
+    session_key: str
+    release: str
+    turn: int
+    step: int
+    messages: list[dict[str, Any]]
+    """The ``messages`` of the HTTP body, after the provider's clean-up."""
+    loop_messages: list[dict[str, Any]]
+    """The list the agent loop handed its provider."""
+    tools: list[dict[str, Any]]
+    parts: pd.DataFrame
+    tokens: int
+    """The release's own whole-request estimate."""
+    as_of_now: bool = False
+    """True when the workspace files the prompt reads changed after the turn was stored: the
+    system prompt is today's, not the one sent then."""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def body(self) -> dict[str, Any]:
+        """The request as JSON-ready data: messages and tools."""
+        return {"messages": self.messages, "tools": self.tools}
+
+    def to_json(self, indent: int | None = 2) -> str:
+        """The request as the JSON text ``sessionkit request --format json`` prints."""
+        return json.dumps(self.body(), ensure_ascii=False, indent=indent)
+
+
+@dataclass(frozen=True)
+class TurnCalls:
+    """A user turn as the agent loop ran it: where its user message is, the history and
+    current message of its first call, and what each later call added."""
+
+    user_index: int
+    history: list[dict[str, Any]]
+    current: dict[str, Any]
+    steps: list[list[dict[str, Any]]]
+    """``steps[k]``: every message the loop appended before call ``k`` (all earlier rounds)."""
+
+
+def workspace_of(session: Session) -> Path | None:
+    """The workspace a session file belongs to, read from where nanobot keeps it: the folder
+    holding ``sessions/`` (0.2.2, 0.3.0), or the workspace a 0.3.5 namespace records."""
+    if not session.path:
+        return None
+    folder = Path(session.path).parent
+    recorded = recorded_workspace(folder)
+    if recorded is not None:
+        return recorded
+    return folder.parent if folder.name == "sessions" else None
+
+
+def config_of(workspace: Path, session: Session) -> Path | None:
+    """The config file next to the sessions' config dir (0.3.5: ``<config dir>/sessions/<id>/``)
+    or next to the workspace (``~/.nanobot/workspace`` beside ``~/.nanobot/config.json``)."""
+    candidates = []
+    if session.path:
+        folder = Path(session.path).parent
+        if folder.parent.name == "sessions":
+            candidates.append(folder.parent.parent / "config.json")
+    candidates.append(workspace.parent / "config.json")
+    return next((c for c in candidates if c.is_file()), None)
+
+
+def kit_of(
+    policy: ReplayPolicy,
+    session: Session,
+    workspace: Path | None,
+    config: str | os.PathLike[str] | None,
+    nanobot: str | os.PathLike[str] | None,
+    runtime: Mapping[str, Any] | None,
+    cache_dir: Path | None | bool = None,
+) -> tuple[Kit, Path]:
+    """The release's kit for the session's workspace (found from its path unless given), and
+    that workspace."""
+    root = Path(workspace) if workspace is not None else workspace_of(session)
+    if root is None:
+        raise ValueError(
+            f"session {session.key!r} has no workspace sessionkit can find (it was not loaded "
+            "from a nanobot workspace): pass workspace=<the workspace folder>"
+        )
+    chosen = Path(config) if config is not None else config_of(root, session)
+    python = find_release(policy.version, nanobot)
+    kit = kit_for(
+        policy.version,
+        policy.probe,
+        python,
+        root,
+        config=chosen,
+        channel=policy.channel(session.key),
+        runtime=runtime,
+        cache_dir=cache_dir,
+    )
+    return kit, root
+
+
+def turn_calls(
+    session: Session,
+    turn: int,
+    kit: Kit,
+    *,
+    policy: ReplayPolicy | None = None,
+    settings: HistorySettings = DEFAULT_SETTINGS,
+) -> TurnCalls:
+    """The history, current message and per-call steps of user turn ``turn`` (zero-based, as
+    in :func:`sessionkit.windows`)."""
+    policy = policy or get_policy(session.policy)
+    turn = turn_number(turn, "turn")
+    n_turns = session.n_user_turns
+    if not 0 <= turn < n_turns:
+        raise IndexError(
+            f"turn {turn} is out of range: session {session.key!r} has {n_turns} user turns"
+        )
+    before = session.before_user(turn)
+    at = len(before.messages)
+    after = session.before_user(turn + 1) if turn + 1 < n_turns else session
+    stop = len(after.messages) if turn + 1 < n_turns else len(session.messages)
+    resolved = policy.resolve(settings)
+    history = policy.get_history(
+        before.messages,
+        before.replay_offset(resolved.last_consolidated),
+        **policy.history_kwargs(resolved),
+    )
+    current = policy.current_message(kit, session.messages[at])
+    steps = policy.turn_steps(session.messages[at + 1 : stop])
+    return TurnCalls(at, history, current, steps)
+
+
+def _parts(
+    policy: ReplayPolicy,
+    kit: Kit,
+    system: str,
+    calls: TurnCalls,
+    step: int,
+    tools: list[dict[str, Any]],
+) -> pd.DataFrame:
+    """One row per part: the system prompt's parts, tools, history, current, steps."""
+
+    def estimate(messages: list[dict[str, Any]], with_tools: list[dict[str, Any]]) -> int:
+        return policy.estimate_request(messages, with_tools, count_text)
+
+    rows = []
+    for name, text, inferred in kit.system:
+        rows.append((f"system: {name}", 0, count_text(text), inferred))
+    extra = system[len(kit.system_text) :] if system.startswith(kit.system_text) else ""
+    if extra:
+        rows.append(("system: archived summary", 0, count_text(extra), False))
+    rows.append(("tools", 0, estimate([], tools) if tools else 0, False))
+    rows.append(("history", len(calls.history), estimate(calls.history, []), False))
+    rows.append(("current", 1, estimate([calls.current], []), "time" in kit.sentinels))
+    stepped = calls.steps[step]
+    rows.append(("steps", len(stepped), estimate(stepped, []) if stepped else 0, False))
+    columns = list(zip(*rows, strict=True))
+    return frame(
+        REQUEST_PARTS,
+        {
+            "part": list(columns[0]),
+            "messages": list(columns[1]),
+            "tokens": list(columns[2]),
+            "inferred": list(columns[3]),
+        },
+    )
+
+
+def request(
+    source: Session | Corpus,
+    turn: int,
+    *,
+    key: str | None = None,
+    step: int = 0,
+    workspace: str | os.PathLike[str] | None = None,
+    config: str | os.PathLike[str] | None = None,
+    policy: str | None = None,
+    settings: HistorySettings = DEFAULT_SETTINGS,
+    nanobot: str | os.PathLike[str] | None = None,
+    runtime: Mapping[str, Any] | None = None,
+) -> Request:
+    """The exact request the release sent for call ``step`` of user turn ``turn``.
+
+    Parameters
+    ----------
+    source, key
+        A session, or a Corpus and the key of one of its sessions.
+    turn
+        Zero-based user message being answered (as in :func:`sessionkit.windows`).
+    step
+        Zero-based agent call within the turn (0: the first, before any tool ran).
+    workspace, config
+        The workspace whose files the prompt reads and its ``config.json`` (default: found
+        where nanobot keeps them, from the session's path).
+    policy, settings
+        The release (default: the session's own) and history settings (default: its own).
+    nanobot
+        The interpreter or venv of the installed release (default: found, see
+        :func:`sessionkit.requests.installs.find_release`).
+    runtime
+        Overrides of the process facts the release writes into the prompt (``system``,
+        ``machine``, ``python_version``, ...), else this machine's.
+    """
+    session = resolve_session(source, key)
+    chosen = get_policy(policy or session.policy)
+    kit, root = kit_of(chosen, session, workspace, config, nanobot, runtime)
+    calls = turn_calls(session, turn, kit, policy=chosen, settings=settings)
+    step = turn_number(step, "step")
+    if not 0 <= step < len(calls.steps):
+        raise IndexError(
+            f"step {step} is out of range: turn {turn} of session {session.key!r} made "
+            f"{len(calls.steps)} calls"
+        )
+    system = chosen.system_prompt(kit, session.before_user(turn))
+    stepped = copy.deepcopy(calls.steps[step])
+    loop = chosen.loop_messages(system, calls.history, calls.current, stepped)
+    wire = chosen.wire_messages(loop)
+    tools = [dict(t) for t in kit.tools]
+    stored_at = _stored_time(session.messages[calls.user_index])
+    as_of_now = stored_at is not None and kit.inputs_changed_at > stored_at
+    notes = ()
+    if as_of_now:
+        notes = (
+            f"the workspace files the prompt reads changed after the turn; rebuilt from {root} as it is now",
+        )
+    return Request(
+        session_key=session.key,
+        release=chosen.name,
+        turn=turn,
+        step=step,
+        messages=wire,
+        loop_messages=loop,
+        tools=tools,
+        parts=_parts(chosen, kit, system, calls, step, tools),
+        tokens=chosen.estimate_request(wire, tools, count_text),
+        as_of_now=as_of_now,
+        notes=notes,
+    )
+
+
+def _stored_time(message: Mapping[str, Any]) -> float | None:
+    """The POSIX time of a message's ``timestamp`` (naive: local time), else None."""
+    stamp = message.get("timestamp")
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return pd.Timestamp(stamp).to_pydatetime().timestamp()
+    except (ValueError, OverflowError):
+        return None
