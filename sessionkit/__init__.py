@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from sessionkit.nanobot.settings import HistorySettings
     from sessionkit.nanobot.tokens import estimate_message_tokens
     from sessionkit.nanobot.writer import save_session
+    from sessionkit.calls.assembly import Request, request
+    from sessionkit.calls.frame import requests
     from sessionkit.simulate.filecap import file_cap
     from sessionkit.simulate.states import message_states
     from sessionkit.simulate.windowing import windows
@@ -32,6 +34,7 @@ _HOMES = {
     "POLICIES": "sessionkit.nanobot.policies",
     "Corpus": "sessionkit.store.corpus",
     "HistorySettings": "sessionkit.nanobot.settings",
+    "Request": "sessionkit.calls.assembly",
     "Session": "sessionkit.nanobot.session",
     "count_tokens": "sessionkit.store.counting",
     "doctor": "sessionkit.writers.checkup",
@@ -43,6 +46,8 @@ _HOMES = {
     "get_policy": "sessionkit.nanobot.policies",
     "load": "sessionkit.store.corpus",
     "message_states": "sessionkit.simulate.states",
+    "request": "sessionkit.calls.assembly",
+    "requests": "sessionkit.calls.frame",
     "save_session": "sessionkit.nanobot.writer",
     "windows": "sessionkit.simulate.windowing",
 }
@@ -52,6 +57,7 @@ __all__ = [
     "POLICIES",
     "Corpus",
     "HistorySettings",
+    "Request",
     "Session",
     "count_tokens",
     "doctor",
@@ -63,6 +69,8 @@ __all__ = [
     "get_policy",
     "load",
     "message_states",
+    "request",
+    "requests",
     "save_session",
     "windows",
 ]

@@ -246,7 +246,7 @@ def _releases(args: argparse.Namespace) -> int:
     """``releases install VERSION...``: install nanobot releases into the user's cache (from
     the package index); ``releases list``: the releases sessionkit finds, and where."""
     from sessionkit.nanobot.policies import POLICIES
-    from sessionkit.requests.installs import ReleaseNotInstalled, find_release, install
+    from sessionkit.calls.installs import ReleaseNotInstalled, find_release, install
 
     known = [p.version for p in POLICIES.values()]
     if args.action == "install":
@@ -276,9 +276,9 @@ def _releases(args: argparse.Namespace) -> int:
 
 def _request(args: argparse.Namespace) -> int:
     """``request PATH KEY TURN``: the exact request a release sent for one call."""
-    from sessionkit.requests.assembly import request
-    from sessionkit.requests.installs import ReleaseNotInstalled
-    from sessionkit.requests.kits import KitError
+    from sessionkit.calls.assembly import request
+    from sessionkit.calls.installs import ReleaseNotInstalled
+    from sessionkit.calls.kits import KitError
 
     corpus = load(args.path, config_dir=args.config_dir)
     if args.key not in corpus:

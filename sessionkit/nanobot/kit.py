@@ -1,7 +1,7 @@
 """What a release sends besides the history (its kit): system prompt parts, the current
 message's wrapper and the tool definitions, as the installed release rendered them.
 
-The text is nanobot's, asked from the release at run time (:mod:`sessionkit.requests.kits`);
+The text is nanobot's, asked from the release at run time (:mod:`sessionkit.calls.kits`);
 sessionkit only fills the per-request values the release left as sentinels.
 """
 

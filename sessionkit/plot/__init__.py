@@ -9,7 +9,8 @@ artists: bars are ``ax.patches`` (``StepPatch`` or bar ``Rectangle``), spans are
 Text in any script draws: a CJK font ships with sessionkit and is a fallback after the user's
 fonts while sessionkit draws (:mod:`sessionkit.plot.style`).  The modules: ``timeline``
 (one session's messages), ``sessions`` (session lengths), ``sweeps`` (settings grids and the
-file cap), ``releases`` (nanobot releases compared) and ``style`` (fonts, colours, layout).
+file cap), ``releases`` (nanobot releases compared), ``requests`` (whole requests: parts
+and prefix cache) and ``style`` (fonts, colours, layout).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from sessionkit.plot.releases import (
     release_comparison,
     release_summary,
 )
+from sessionkit.plot.requests import PART_COLORS, cache_ratio, request_composition
 from sessionkit.plot.sessions import session_lengths
 from sessionkit.plot.style import ROLE_COLORS
 from sessionkit.plot.sweeps import (
@@ -32,12 +34,15 @@ from sessionkit.plot.timeline import timeline_axes, token_timeline
 
 __all__ = [
     "DEFAULT_CONTEXT_WINDOW",
+    "PART_COLORS",
     "ROLE_COLORS",
     "SWEEP_VALUES",
     "TRUNCATING_CUTS",
+    "cache_ratio",
     "file_cap_curve",
     "release_comparison",
     "release_summary",
+    "request_composition",
     "session_lengths",
     "timeline_axes",
     "token_timeline",

@@ -21,8 +21,8 @@ from sessionkit.nanobot.session import Session, turn_number
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings
 from sessionkit.nanobot.tokens import encoding
 from sessionkit.nanobot.workspace import recorded_workspace
-from sessionkit.requests.installs import find_release
-from sessionkit.requests.kits import kit_for
+from sessionkit.calls.installs import find_release
+from sessionkit.calls.kits import kit_for
 from sessionkit.schema import REQUEST_PARTS, frame
 from sessionkit.store.corpus import Corpus, resolve_session
 
@@ -230,7 +230,7 @@ def request(
         The release (default: the session's own) and history settings (default: its own).
     nanobot
         The interpreter or venv of the installed release (default: found, see
-        :func:`sessionkit.requests.installs.find_release`).
+        :func:`sessionkit.calls.installs.find_release`).
     runtime
         Overrides of the process facts the release writes into the prompt (``system``,
         ``machine``, ``python_version``, ...), else this machine's.

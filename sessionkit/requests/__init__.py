@@ -1,2 +1,0 @@
-"""The whole request of every LLM call: the installed release's prompt and tools (asked once,
-cached), assembled with the replayed history, the current message and the turn's steps."""
