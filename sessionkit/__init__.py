@@ -14,13 +14,13 @@ import importlib.util
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from sessionkit.calls.assembly import Request, request
+    from sessionkit.calls.frame import requests
     from sessionkit.nanobot.policies import POLICIES, get_policy
     from sessionkit.nanobot.session import Session
     from sessionkit.nanobot.settings import HistorySettings
     from sessionkit.nanobot.tokens import estimate_message_tokens
     from sessionkit.nanobot.writer import save_session
-    from sessionkit.calls.assembly import Request, request
-    from sessionkit.calls.frame import requests
     from sessionkit.simulate.filecap import file_cap
     from sessionkit.simulate.states import message_states
     from sessionkit.simulate.windowing import windows

@@ -245,8 +245,8 @@ def _cache(args: argparse.Namespace) -> int:
 def _releases(args: argparse.Namespace) -> int:
     """``releases install VERSION...``: install nanobot releases into the user's cache (from
     the package index); ``releases list``: the releases sessionkit finds, and where."""
-    from sessionkit.nanobot.policies import POLICIES
     from sessionkit.calls.installs import ReleaseNotInstalled, find_release, install
+    from sessionkit.nanobot.policies import POLICIES
 
     known = [p.version for p in POLICIES.values()]
     if args.action == "install":

@@ -14,6 +14,8 @@ from typing import Any
 
 import pandas as pd
 
+from sessionkit.calls.installs import find_release
+from sessionkit.calls.kits import kit_for
 from sessionkit.nanobot.kit import Kit
 from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.release import ReplayPolicy
@@ -21,8 +23,6 @@ from sessionkit.nanobot.session import Session, turn_number
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings
 from sessionkit.nanobot.tokens import encoding
 from sessionkit.nanobot.workspace import recorded_workspace
-from sessionkit.calls.installs import find_release
-from sessionkit.calls.kits import kit_for
 from sessionkit.schema import REQUEST_PARTS, frame
 from sessionkit.store.corpus import Corpus, resolve_session
 

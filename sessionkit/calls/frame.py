@@ -17,14 +17,14 @@ from typing import Any, Unpack
 import numpy as np
 import pandas as pd
 
+from sessionkit.calls.assembly import count_text
+from sessionkit.calls.assembly import kit_of as _kit_of
+from sessionkit.calls.installs import ReleaseNotInstalled
 from sessionkit.nanobot.kit import Kit
 from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.release import ReplayPolicy
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings, SettingsOverrides
-from sessionkit.calls.assembly import count_text
-from sessionkit.calls.assembly import kit_of as _kit_of
-from sessionkit.calls.installs import ReleaseNotInstalled
 from sessionkit.schema import REQUESTS, frame
 from sessionkit.simulate.windowing import windows
 from sessionkit.store.corpus import Corpus
