@@ -98,7 +98,7 @@ def _key(
         "process": _process_facts(),
         "runtime": dict(runtime),
     }
-    return key, newest
+    return json.loads(json.dumps(key)), newest  # as it reads back: lists, not tuples
 
 
 def _checksum(kit: Mapping[str, Any]) -> str:

@@ -1,0 +1,94 @@
+"""Kits: asked once from the installed release, cached privately, trusted only when whole."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from sessionkit.calls.kits import KitError, kit_for
+
+PYTHON = Path(sys.executable)  # the test environment holds nanobot-ai 0.2.2
+
+
+def _kit(workspace: Path, cache: Path | bool):
+    return kit_for("0.2.2", "probe_022.py", PYTHON, workspace, channel="cli", cache_dir=cache)
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    folder = tmp_path / "workspace"
+    (folder / "memory").mkdir(parents=True)
+    (folder / "memory" / "MEMORY.md").write_text("The user prefers metric units.\n")
+    (folder / "SOUL.md").write_text("Be brief.\n")
+    return folder
+
+
+def _listing(folder: Path) -> list[tuple[str, int, int]]:
+    return sorted(
+        (str(p.relative_to(folder)), p.stat().st_size, p.stat().st_mtime_ns)
+        for p in folder.rglob("*")
+    )
+
+
+def test_probing_never_writes_into_the_workspace(workspace: Path, tmp_path: Path) -> None:
+    before = _listing(workspace)
+    kit = _kit(workspace, tmp_path / "cache")
+    assert _listing(workspace) == before
+    assert "The user prefers metric units." in kit.system_text
+    assert kit.joiner.join(text for _, text, _ in kit.system) == kit.system_text
+
+
+def test_a_kit_is_read_back_from_the_cache(workspace: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    first = _kit(workspace, cache)
+    (path,) = (cache / "kits-1").iterdir()
+    assert stat.S_IMODE(os.stat(cache / "kits-1").st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    # A cached kit edited and re-sealed is what comes back: proof the probe did not run again.
+    stored = json.loads(path.read_text())
+    stored["kit"]["system_text"] = "edited"
+    from sessionkit.calls import kits
+
+    stored["check"] = kits._checksum(stored["kit"])
+    path.write_text(json.dumps(stored))
+    assert _kit(workspace, cache).system_text == "edited"
+    assert first.system_text != "edited"
+
+
+def test_a_damaged_kit_is_discarded_and_asked_again(workspace: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    first = _kit(workspace, cache)
+    (path,) = (cache / "kits-1").iterdir()
+    stored = json.loads(path.read_text())
+    stored["kit"]["system_text"] = "tampered"
+    path.write_text(json.dumps(stored))
+    with pytest.warns(UserWarning, match=r"damaged kit cache file .* \(checksum mismatch\)"):
+        again = _kit(workspace, cache)
+    assert again == first
+    path.write_bytes(b"\x00garbage")
+    with pytest.warns(UserWarning, match=r"unreadable: JSONDecodeError"):
+        assert _kit(workspace, cache) == first
+
+
+def test_a_changed_workspace_file_makes_a_new_kit(workspace: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    first = _kit(workspace, cache)
+    (workspace / "memory" / "MEMORY.md").write_text("The user prefers imperial units.\n")
+    second = _kit(workspace, cache)
+    assert "imperial" in second.system_text and "imperial" not in first.system_text
+    assert len(list((cache / "kits-1").iterdir())) == 2
+
+
+def test_no_cache_keeps_nothing(workspace: Path, tmp_path: Path) -> None:
+    _kit(workspace, False)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_failing_probe_says_why(tmp_path: Path) -> None:
+    with pytest.raises(KitError, match=r"the nanobot probe \(probe_022\.py, .*\) failed"):
+        kit_for("0.2.2", "probe_022.py", Path("/bin/false"), tmp_path, cache_dir=False)
