@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, BinaryIO
 
+from sessionkit.nanobot.jsontext import loads_as_nanobot
 from sessionkit.nanobot.reader import MAX_LINE_BYTES, split_batches
 
 __all__ = [
@@ -95,7 +96,12 @@ def _json_type(value: Any) -> str:
 
 
 def read_line(raw: bytes) -> LineVerdict:
-    """How nanobot's loader treats one line: blank, a record, skipped by repair, or fatal."""
+    """How nanobot's loader treats one line: blank, a record, skipped by repair, or fatal.
+
+    The same from any caller's stack: a line nested past what nanobot's ``json`` reads is
+    fatal however much room the caller has left
+    (:func:`~sessionkit.nanobot.jsontext.loads_as_nanobot`).
+    """
     if isinstance(raw, LongLine):
         return LineVerdict("fatal", reason=f"a line of {raw.size:,} bytes, too long to read")
     try:
@@ -105,7 +111,7 @@ def read_line(raw: bytes) -> LineVerdict:
     if not text:
         return LineVerdict("blank")
     try:
-        value = json.loads(text)
+        value = loads_as_nanobot(raw, text)
     except json.JSONDecodeError as exc:
         return LineVerdict("skipped", reason=f"not JSON: {exc.msg} (column {exc.colno})")
     except RecursionError:

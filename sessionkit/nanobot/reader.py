@@ -14,12 +14,10 @@ import re
 import reprlib
 import stat
 import sys
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
-from decimal import Decimal
 from functools import partial
 from itertools import compress, repeat
 from operator import contains, methodcaller, not_
@@ -28,6 +26,15 @@ from typing import Any
 
 import orjson
 
+from sessionkit.nanobot.jsontext import (
+    DEEP,
+    LONG_NUMBER,
+    SHAPE,
+    TooDeep,
+    exact_int,
+    json_depth,
+    loads_as_nanobot,
+)
 from sessionkit.nanobot.naming import (
     SessionPathError,
     key_from_filename,
@@ -271,14 +278,6 @@ def _read_batches(fd: int) -> Iterator[list[bytes | int]]:
 
 
 _BLANK = object()
-_NANOBOT_LOSES = "; nanobot 0.2.2's repair fails on it too and loses the whole session"
-_SHAPE = bytes(0x30 if 0x30 <= b <= 0x39 else 0x5B if b in b"[{" else 0x2E for b in range(256))
-"""Digits to ``0``, opening brackets to ``[``, anything else to ``.``: a line's shape."""
-_LONG_NUMBER = b"0" * 19
-"""The shortest integer orjson may turn into a float (it keeps -2**63 .. 2**64-1)."""
-_DEEP = 800
-"""Brackets from which Python's ``json`` (and so nanobot) may refuse a line that orjson
-(1024 levels) still reads."""
 _SCALARS = frozenset({str, int, bool, type(None)})
 
 
@@ -291,8 +290,8 @@ def _as_json_reads(record: dict[str, Any], line: bytes) -> bool:
     """
     if _SCALARS.issuperset(map(type, record.values())):
         return True
-    shape = line.translate(_SHAPE)
-    return shape.find(_LONG_NUMBER) < 0 and shape.count(b"[") < _DEEP
+    shape = line.translate(SHAPE)
+    return shape.find(LONG_NUMBER) < 0 and shape.count(b"[") < DEEP
 
 
 def _parse_line(line: bytes) -> tuple[Any, str | None]:
@@ -306,81 +305,26 @@ def _parse_line(line: bytes) -> tuple[Any, str | None]:
     return (value, None) if _as_json_reads({"": value}, line) else _parse_with_json(line)
 
 
+_PAST_LIMITS = "valid JSON, but "
+"""How the reason of every line past ``json``'s limits starts."""
 _BEYOND_JSON = (
-    "valid JSON, but {what}: nanobot 0.2.2 cannot parse this line, and its repair fails on it "
+    _PAST_LIMITS + "{what}: nanobot 0.2.2 cannot parse this line, and its repair fails on it "
     "too and loses the whole session"
 )
-
-
 _DEEPER = "nested {depth} levels deep, deeper than Python's json reads on nanobot's stack"
-
-
-def _json_depth() -> int:
-    """The deepest nesting taken as readable by nanobot's ``json``: the recursion limit less
-    room for nanobot's own frames.  Fixed, so a file reads the same from any stack."""
-    return sys.getrecursionlimit() - 100
-
-
-def _nesting(value: Any) -> int:
-    """How deeply ``value``'s lists and dicts nest (0 for a scalar), without recursion."""
-    deepest, pending = 0, [(value, 1)]
-    while pending:
-        item, depth = pending.pop()
-        children = item.values() if type(item) is dict else item
-        deepest = max(deepest, depth)
-        pending.extend((c, depth + 1) for c in children if type(c) is dict or type(c) is list)
-    return deepest if type(value) is dict or type(value) is list else 0
-
-
-def _stack_depth() -> int:
-    frame, depth = sys._getframe(), 0
-    while frame is not None:
-        frame, depth = frame.f_back, depth + 1
-    return depth
-
-
-def _on_fresh_stack(parse: Callable[[str], Any], text: str) -> Any:
-    """``parse(text)`` in a new thread, whose stack is always as deep: a deeply nested line
-    reads the same (or fails the same) whatever the caller's own stack depth."""
-    outcome: list[Any] = []
-
-    def run() -> None:
-        try:
-            outcome.append((parse(text), None))
-        except BaseException as exc:  # noqa: BLE001 - raised again in the caller
-            outcome.append((None, exc))
-
-    worker = threading.Thread(target=run, name="sessionkit-json")
-    worker.start()
-    worker.join()
-    value, error = outcome[0]
-    if error is not None:
-        raise error
-    return value
-
-
-def _exact_int(digits: str) -> int:
-    """An integer of any length, exactly (Python's int-string limit lifted for this one)."""
-    return int(digits) if len(digits) <= 4000 else int(Decimal(digits))
-
-
-def _json_loads(text: str, brackets: int, **lifted: Any) -> Any:
-    """``json.loads(text)``: inline when ``brackets`` (an upper bound on its nesting) leaves
-    room on this stack, else on a fresh stack (:func:`_on_fresh_stack`)."""
-    parse = partial(json.loads, **lifted) if lifted else json.loads
-    if brackets < sys.getrecursionlimit() - _stack_depth() - 100:
-        return parse(text)
-    return _on_fresh_stack(parse, text)
+_HELD = (
+    "; sessionkit holds the line as it is: replays leave it out, and forks write it back unchanged"
+)
 
 
 def _parse_with_json(line: bytes) -> tuple[Any, str | None]:
     """:func:`_parse_line` through Python's ``json``, exactly as nanobot reads a line.
 
     A line that is valid JSON but past ``json``'s limits (an integer longer than Python's
-    int-string limit, nesting deeper than its recursion limit) gives its reason *and* its
-    value read with the integer limit lifted (None when nesting is what stops it), so the
-    caller can keep what nanobot cannot parse.  Nesting is read on a fresh stack when deep,
-    so the answer never depends on the caller's stack depth.
+    int-string limit, nesting deeper than nanobot's ``json`` reads) gives its reason *and*
+    its value read with the limits lifted (None where sessionkit cannot read it either), so
+    the caller can keep what nanobot cannot parse.  The answer never depends on the
+    caller's stack depth (:func:`~sessionkit.nanobot.jsontext.loads_as_nanobot`).
     """
     try:
         text = line.decode("utf-8").strip()
@@ -388,26 +332,22 @@ def _parse_with_json(line: bytes) -> tuple[Any, str | None]:
         return None, f"not valid UTF-8 (byte {exc.start})"
     if not text:
         return _BLANK, None
-    brackets = line.translate(_SHAPE).count(b"[")  # bounds the nesting
-    if brackets >= _DEEP:
-        with suppress(orjson.JSONDecodeError):
-            value = orjson.loads(line)
-            brackets = _nesting(value)  # brackets in strings do not nest
-            if brackets > _json_depth():
-                return value, _BEYOND_JSON.format(what=_DEEPER.format(depth=brackets))
     try:
-        return _json_loads(text, brackets), None
+        return loads_as_nanobot(line, text), None
     except json.JSONDecodeError as exc:
         return None, f"not JSON: {exc.msg} (column {exc.colno})"
-    except RecursionError:
-        return None, _BEYOND_JSON.format(what=_DEEPER.format(depth=f"over {_json_depth():,}"))
+    except TooDeep as exc:
+        depth = f"over {json_depth():,}" if exc.depth is None else exc.depth
+        return exc.value, _BEYOND_JSON.format(what=_DEEPER.format(depth=depth))
     except ValueError:  # an integer past Python's int-string limit, as nanobot meets it
         limit = sys.get_int_max_str_digits()
         reason = _BEYOND_JSON.format(
             what=f"an integer of more than {limit:,} digits, past Python's int-string limit"
         )
     try:
-        return _json_loads(text, brackets, parse_int=_exact_int), reason
+        return loads_as_nanobot(line, text, parse_int=exact_int), reason
+    except TooDeep as exc:
+        return exc.value, reason
     except (ValueError, RecursionError):
         return None, reason
 

@@ -99,6 +99,25 @@ def test_read_line(raw, status, reason):
     assert (verdict.status, verdict.reason) == (status, reason)
 
 
+def _at_depth(depth: int, call):
+    return call() if depth <= 0 else _at_depth(depth - 1, call)
+
+
+def _nested(levels: int) -> bytes:
+    return b'{"role": "user", "content": ' + b"[" * levels + b"]" * levels + b"}"
+
+
+def test_a_deep_line_is_judged_the_same_whatever_the_callers_stack_depth():
+    lines = [META, _nested(850), _nested(950), USER]
+    loads = [_at_depth(d, lambda: nanobot_load(lines)) for d in (0, 400, 880)]
+    assert all(load == loads[0] for load in loads)
+    assert loads[0].fatal == ((3, "JSON nested too deeply for Python's json"),)
+    assert (loads[0].lost, loads[0].message_lines) == (True, ())
+    verdicts = [_at_depth(d, lambda: read_line(_nested(850))) for d in (0, 400, 880)]
+    assert [v.status for v in verdicts] == ["record"] * 3
+    assert all(v.value == verdicts[0].value for v in verdicts)
+
+
 def test_a_clean_file_keeps_everything():
     load = nanobot_load([META, USER, REPLY])
     assert (load.lost, load.repaired) == (False, False)
