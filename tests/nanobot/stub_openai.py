@@ -1,0 +1,285 @@
+"""An OpenAI-compatible chat-completions stub on 127.0.0.1 that records every request (stdlib only).
+
+``StubServer(turns, default=...)`` listens on a free port of 127.0.0.1 in a daemon thread;
+``url`` is the base URL to configure (``http://127.0.0.1:<port>/v1``).  ``turns`` are the
+user turns in the order they will run, each its user text and the replies its agent calls
+take.  ``POST /v1/chat/completions`` records the JSON body (``calls``, in arrival order) and
+answers, with the current turn being the one whose reply comes next:
+
+- a request whose last message is a tool result is an agent call: it takes the next reply;
+- so is a request whose last message is a user message holding the current turn's text,
+  while no reply of that turn has been taken yet (the turn's first call, possibly after a
+  summary);
+- any other request gets ``default``.  These are nanobot 0.3.5's governor summary calls:
+  they end with nanobot's archive instruction as a user message — merged into the current
+  user message when the summary comes after the turn's first call, and holding no text of
+  the current turn when it comes before it.  No text of nanobot's is needed to tell them.
+
+A reply is text and/or tool calls (name + JSON arguments) with known usage numbers.  With
+``"stream": true`` the answer is server-sent events as the OpenAI API sends them (a role
+chunk, content, tool calls, the finish reason, then — when ``stream_options.include_usage``
+is set — a chunk with empty ``choices`` and the usage, then ``[DONE]``); otherwise one
+``chat.completion`` object.  ``GET /v1/models`` lists ``model``.  A request past the script
+is answered 500 and recorded with ``kind="unscripted"``, so a test sees it instead of hanging.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = ["Call", "Reply", "ScriptedTurn", "StubServer", "ToolCall", "Usage"]
+
+
+@dataclass(frozen=True)
+class Usage:
+    """The usage numbers the stub reports for one call."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0
+
+    def wire(self) -> dict[str, Any]:
+        """The OpenAI ``usage`` object."""
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+        }
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call of a scripted reply."""
+
+    name: str
+    arguments: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scripted answer: text and/or tool calls, with its usage."""
+
+    usage: Usage
+    text: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Reply:
+        """A reply from ``{"text"?, "tool_calls"?: [{"name", "arguments"}], "usage": {...}}``."""
+        calls = tuple(ToolCall(c["name"], dict(c["arguments"])) for c in data.get("tool_calls", ()))
+        return cls(Usage(**data["usage"]), data.get("text"), calls)
+
+    @property
+    def finish_reason(self) -> str:
+        return "tool_calls" if self.tool_calls else "stop"
+
+
+@dataclass(frozen=True)
+class ScriptedTurn:
+    """One user turn: its text and the replies of its agent calls, in order."""
+
+    text: str
+    replies: tuple[Reply, ...]
+
+
+@dataclass(frozen=True)
+class Call:
+    """One recorded request: its body, which rule answered it and the reply sent."""
+
+    index: int
+    received_ns: int
+    body: dict[str, Any]
+    kind: str  # "scripted", "default" or "unscripted"
+    reply: Reply | None
+    tool_call_ids: tuple[str, ...] = field(default=())
+
+
+def _last_text(message: Mapping[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
+    return ""
+
+
+class StubServer:
+    """The stub: ``with StubServer(...) as stub: ... stub.calls``."""
+
+    def __init__(
+        self,
+        turns: Sequence[ScriptedTurn],
+        *,
+        default: Reply,
+        model: str = "stub-model",
+    ) -> None:
+        self._script = [(i, reply) for i, turn in enumerate(turns) for reply in turn.replies]
+        self._texts = [turn.text.strip() for turn in turns]
+        self._default = default
+        self.model = model
+        self.calls: list[Call] = []
+        self._lock = threading.Lock()
+        self._next = 0
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    @property
+    def unused(self) -> int:
+        """Scripted replies no request took."""
+        return len(self._script) - self._next
+
+    def __enter__(self) -> StubServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+
+    def _is_agent_call(self, body: Mapping[str, Any]) -> bool:
+        """Whether a request takes the next scripted reply (see the module docstring)."""
+        last = (body.get("messages") or [{}])[-1]
+        if last.get("role") == "tool":
+            return True
+        if last.get("role") != "user" or self._next >= len(self._script):
+            return False
+        turn = self._script[self._next][0]
+        first = self._next == 0 or self._script[self._next - 1][0] != turn
+        return first and self._texts[turn] in _last_text(last)
+
+    def _answer(self, body: dict[str, Any]) -> Call:
+        with self._lock:
+            index = len(self.calls)
+            if not self._is_agent_call(body):
+                kind, reply = "default", self._default
+            elif self._next < len(self._script):
+                kind, reply = "scripted", self._script[self._next][1]
+                self._next += 1
+            else:
+                kind, reply = "unscripted", None
+            ids = tuple(f"call_{index}_{i}" for i in range(len(reply.tool_calls) if reply else 0))
+            call = Call(index, time.time_ns(), body, kind, reply, ids)
+            self.calls.append(call)
+            return call
+
+    def _completion(self, call: Call) -> dict[str, Any]:
+        reply = call.reply
+        assert reply is not None
+        message: dict[str, Any] = {"role": "assistant", "content": reply.text}
+        if reply.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": cid,
+                    "type": "function",
+                    "function": {"name": tc.name, "arguments": json.dumps(dict(tc.arguments))},
+                }
+                for cid, tc in zip(call.tool_call_ids, reply.tool_calls, strict=True)
+            ]
+        return {
+            "id": f"chatcmpl-{call.index}",
+            "object": "chat.completion",
+            "created": call.received_ns // 1_000_000_000,
+            "model": self.model,
+            "choices": [{"index": 0, "message": message, "finish_reason": reply.finish_reason}],
+            "usage": reply.usage.wire(),
+        }
+
+    def _chunks(self, call: Call, include_usage: bool) -> Iterator[dict[str, Any]]:
+        reply = call.reply
+        assert reply is not None
+        head = {
+            "id": f"chatcmpl-{call.index}",
+            "object": "chat.completion.chunk",
+            "created": call.received_ns // 1_000_000_000,
+            "model": self.model,
+        }
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+            return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+        yield chunk({"role": "assistant", "content": ""})
+        if reply.text:
+            middle = len(reply.text) // 2
+            for part in (reply.text[:middle], reply.text[middle:]):
+                if part:
+                    yield chunk({"content": part})
+        for i, (cid, tc) in enumerate(zip(call.tool_call_ids, reply.tool_calls, strict=True)):
+            arguments = json.dumps(dict(tc.arguments))
+            yield chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": i,
+                            "id": cid,
+                            "type": "function",
+                            "function": {"name": tc.name, "arguments": ""},
+                        }
+                    ]
+                }
+            )
+            yield chunk({"tool_calls": [{"index": i, "function": {"arguments": arguments}}]})
+        yield chunk({}, reply.finish_reason)
+        if include_usage:
+            yield {**head, "choices": [], "usage": reply.usage.wire()}
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *_args: object) -> None:
+                return
+
+            def _send(self, status: int, content_type: str, payload: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def do_GET(self) -> None:
+                if self.path.rstrip("/").endswith("/models"):
+                    listing = {
+                        "object": "list",
+                        "data": [{"id": stub.model, "object": "model", "owned_by": "stub"}],
+                    }
+                    self._send(200, "application/json", json.dumps(listing).encode())
+                else:
+                    self._send(404, "text/plain", b"not found")
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                raw = self.rfile.read(length)
+                if not self.path.rstrip("/").endswith("/chat/completions"):
+                    self._send(404, "text/plain", b"not found")
+                    return
+                body = json.loads(raw)
+                call = stub._answer(body)
+                if call.reply is None:
+                    error = {"error": {"message": "stub script exhausted", "type": "stub"}}
+                    self._send(500, "application/json", json.dumps(error).encode())
+                    return
+                if not body.get("stream"):
+                    self._send(200, "application/json", json.dumps(stub._completion(call)).encode())
+                    return
+                include = bool((body.get("stream_options") or {}).get("include_usage"))
+                events = [f"data: {json.dumps(c)}\n\n" for c in stub._chunks(call, include)]
+                events.append("data: [DONE]\n\n")
+                self._send(200, "text/event-stream", "".join(events).encode())
+
+        return Handler
