@@ -11,9 +11,10 @@ answers, with the current turn being the one whose reply comes next:
   while no reply of that turn has been taken yet (the turn's first call, possibly after a
   summary);
 - any other request gets ``default``.  These are nanobot 0.3.5's governor summary calls:
-  they end with nanobot's archive instruction as a user message — merged into the current
-  user message when the summary comes after the turn's first call, and holding no text of
-  the current turn when it comes before it.  No text of nanobot's is needed to tell them.
+  they end with nanobot's archive instruction as a user message.  Before a turn's first
+  call it holds no text of the turn; later in the turn one of the turn's replies is already
+  taken (before step 1 the instruction is merged into the current user message on the
+  wire).  No text of nanobot's is needed to tell them.
 
 A reply is text and/or tool calls (name + JSON arguments) with known usage numbers.  With
 ``"stream": true`` the answer is server-sent events as the OpenAI API sends them (a role
@@ -135,11 +136,6 @@ class StubServer:
     def url(self) -> str:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}/v1"
-
-    @property
-    def unused(self) -> int:
-        """Scripted replies no request took."""
-        return len(self._script) - self._next
 
     def __enter__(self) -> StubServer:
         self._thread.start()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 
 import pytest
 from e2e import SCENARIO_BASIC, SCENARIO_GOVERNOR, GatewayRun, run_gateway
+from stub_openai import Reply, ScriptedTurn, StubServer
 
 pytestmark = pytest.mark.conformance
 
@@ -234,3 +236,58 @@ def test_governor_continues_after_each_summary_from_the_checkpoint(governor: Gat
         assert system["role"] == "system" and system["content"].endswith(summary)
         assert first["role"] == "user" and first["content"].startswith(checkpoint)
     assert all(summary not in b["messages"][0]["content"] for b in governor.requests[:3])
+
+
+def test_stub_answers_unstreamed_requests_and_lists_its_model() -> None:
+    reply = Reply.from_json(
+        {
+            "text": "Done.",
+            "tool_calls": [{"name": "list_dir", "arguments": {"path": "a"}}],
+            "usage": {"prompt_tokens": 30, "completion_tokens": 4, "cached_tokens": 16},
+        }
+    )
+    default = Reply.from_json(
+        {"text": "Summary.", "usage": {"prompt_tokens": 9, "completion_tokens": 2}}
+    )
+    local = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never a proxy
+    with StubServer([ScriptedTurn("hi (t)", (reply,))], default=default) as stub:
+        with local.open(f"{stub.url}/models") as response:
+            models = json.load(response)
+        bodies = [
+            {"model": "m", "messages": [{"role": "user", "content": "summarise"}]},
+            {"model": "m", "messages": [{"role": "user", "content": "hi (t)"}]},
+        ]
+        answers = []
+        for body in bodies:
+            request = urllib.request.Request(
+                f"{stub.url}/chat/completions",
+                data=json.dumps(body).encode(),
+                headers={"Content-Type": "application/json"},
+            )
+            with local.open(request) as response:
+                answers.append(json.load(response))
+    assert [m["id"] for m in models["data"]] == ["stub-model"]
+    assert [c.kind for c in stub.calls] == ["default", "scripted"]
+    assert [c.body for c in stub.calls] == bodies
+    assert [a["choices"][0]["message"]["content"] for a in answers] == ["Summary.", "Done."]
+    assert answers[1]["choices"][0]["message"]["tool_calls"] == [
+        {
+            "id": "call_1_0",
+            "type": "function",
+            "function": {"name": "list_dir", "arguments": '{"path": "a"}'},
+        }
+    ]
+    assert [a["usage"] for a in answers] == [
+        {
+            "prompt_tokens": 9,
+            "completion_tokens": 2,
+            "total_tokens": 11,
+            "prompt_tokens_details": {"cached_tokens": 0},
+        },
+        {
+            "prompt_tokens": 30,
+            "completion_tokens": 4,
+            "total_tokens": 34,
+            "prompt_tokens_details": {"cached_tokens": 16},
+        },
+    ]
