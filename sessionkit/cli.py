@@ -312,6 +312,29 @@ def _request(args: argparse.Namespace) -> int:
     return OK
 
 
+def _usage(args: argparse.Namespace) -> int:
+    """``usage PATH``: LLM calls nanobot recorded, totals by session, day or model."""
+    from zoneinfo import ZoneInfo
+
+    from sessionkit.accounting.ledger import usage
+    from sessionkit.accounting.report import usage_table, with_total
+
+    zone = ZoneInfo(args.tz) if args.tz else None
+    calls = usage(args.path, config_dir=args.config_dir, tz=zone, model=args.model, estimate=False)
+    table = usage_table(calls, args.by, zone)
+    _write(with_total(table) if args.format == "table" else table, args.format)
+    summary, problems = calls.attrs["summary"], calls.attrs["problems"]
+    print(
+        f"{summary['calls']} logged call(s): {summary['exact']} tied exactly, {summary['time']} "
+        f"by time, {summary['unattributed']} unattributed ({summary['ambiguous']} ambiguous); "
+        f"{summary['daily_rows']} daily total(s); session times read as {summary['tz']}",
+        file=sys.stderr,
+    )
+    for row in problems.itertuples(index=False):
+        print(f"problem: {row.path}: {row.reason}", file=sys.stderr)
+    return PROBLEMS if len(problems) else OK
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sessionkit",
@@ -379,6 +402,14 @@ def _parser() -> argparse.ArgumentParser:
     req.add_argument("--nanobot", help="python or venv of the installed release")
     req.add_argument("--config-dir", help=_CONFIG_DIR_HELP)
     req.set_defaults(run=_request)
+    use = add("usage", help="LLM calls nanobot recorded: tokens, cache share, cost, unattributed")
+    use.add_argument("path", help="nanobot data dir (holding llm_usage.sqlite3) or workspace")
+    use.add_argument("--by", choices=["session", "day", "model"], default="session")
+    use.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    use.add_argument("--tz", help="IANA zone nanobot ran in (default: this machine's)")
+    use.add_argument("--model", help="model to price 0.2.2/0.3.0 daily totals with")
+    use.add_argument("--config-dir", help="data dir of a workspace PATH (default ~/.nanobot)")
+    use.set_defaults(run=_usage)
     cache = add("cache", help="the cache folder: `cache info` (size, files) or `cache clear`")
     cache.add_argument("action", choices=["info", "clear"])
     cache.add_argument(

@@ -15,17 +15,20 @@ import pandas as pd
 import pyarrow as pa
 
 __all__ = [
+    "CALIBRATION",
     "FIGURE_DATA",
     "FILE_CAP",
     "INVARIANTS",
     "MESSAGES",
     "PROBLEMS",
     "REQUESTS",
+    "REQUEST_COSTS",
     "REQUEST_PARTS",
     "SESSIONS",
     "STATES",
     "STATUSES",
     "STATUS_NAMES",
+    "USAGE",
     "VIOLATIONS",
     "WINDOWS",
     "Column",
@@ -425,3 +428,83 @@ def empty_frame(columns: tuple[Column, ...]) -> pd.DataFrame:
 def describe(rows: tuple[Column, ...] | tuple[Status, ...]) -> pd.DataFrame:
     """A declaration as a frame (one row per column or status, one column per field)."""
     return pd.DataFrame([asdict(row) for row in rows])
+
+
+USAGE: tuple[Column, ...] = (
+    Column(
+        "time",
+        "datetime64[ns, UTC]",
+        "when the call started (daily totals: the day's local midnight)",
+    ),
+    Column("session_key", "string", "session the call served (<NA>: not tied to one)"),
+    Column(
+        "turn",
+        "Int64",
+        "zero-based user message it answered, as in windows (<NA>: no user turn, e.g. a cron run)",
+    ),
+    Column(
+        "step",
+        "Int64",
+        "zero-based agent call within the turn (a summary: the step it preceded; a retry "
+        "repeats its step)",
+    ),
+    Column("source", "category", "as nanobot recorded it: user, api, cron, dream or system"),
+    Column(
+        "kind",
+        "category",
+        "agent; summary (a governor summary, tied to its turn); other (Dream, idle "
+        "compaction, heartbeat, unbound cron); <NA> for daily totals",
+    ),
+    Column("model", "string", "model as recorded (<NA> for daily totals)"),
+    Column("provider", "string", "provider as recorded (<NA> for daily totals)"),
+    Column("prompt_tokens", "Int64", "input tokens, cache reads and writes included"),
+    Column("completion_tokens", "Int64", "output tokens"),
+    Column("cached_tokens", "Int64", "input tokens read from the provider's prefix cache"),
+    Column("cache_write_tokens", "Int64", "input tokens written to the provider's cache"),
+    Column(
+        "cost_usd",
+        "float64",
+        "genai-prices' price at the call's date, cache reads priced as cache reads "
+        "(NaN: no price known)",
+    ),
+    Column(
+        "estimated_prompt_tokens",
+        "Int64",
+        "sessionkit's count of the rebuilt request (requests' total_tokens; <NA>: not rebuilt)",
+    ),
+    Column(
+        "attribution",
+        "category",
+        "how the call was tied to its turn: exact (its recorded usage confirms it), time "
+        "(turn windows and counts), <NA> (not tied)",
+    ),
+    Column(
+        "reported",
+        "boolean",
+        "the provider reported the usage (False: nanobot estimated it; <NA>: unknown)",
+    ),
+    Column("calls", "Int64", "LLM calls the row stands for (1; daily totals: the day's)"),
+    Column("call_id", "Int64", "the call's id in the usage log (<NA> for daily totals)"),
+)
+"""Columns of :func:`sessionkit.usage`: one row per recorded LLM call."""
+
+REQUEST_COSTS: tuple[Column, ...] = (
+    Column("prompt_tokens", "int64", "the request's tokens (calibrated when asked)"),
+    Column("cached_tokens", "int64", "of those, the prefix a provider's cache could serve"),
+    Column("completion_tokens", "int64", "output tokens priced with the request"),
+    Column("cost_usd", "float64", "genai-prices' price (NaN: no price known)"),
+)
+"""Columns :func:`sessionkit.cost` adds to a :func:`sessionkit.requests` frame."""
+
+CALIBRATION: tuple[Column, ...] = (
+    Column("model", "string", "model as recorded"),
+    Column("slope", "float64", "reported prompt tokens per estimated token"),
+    Column("intercept", "float64", "reported prompt tokens at an estimate of 0"),
+    Column("calls", "int64", "agent calls the line was fitted on"),
+    Column("held_back", "int64", "calls held back to measure the errors (every fifth)"),
+    Column("raw_median", "float64", "median |estimate - reported| / reported, held-back calls"),
+    Column("raw_p90", "float64", "its 90th percentile"),
+    Column("calibrated_median", "float64", "the same for the calibrated estimate"),
+    Column("calibrated_p90", "float64", "its 90th percentile"),
+)
+"""Columns of :attr:`sessionkit.Calibration.report`: one row per model."""

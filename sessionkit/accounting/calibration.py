@@ -1,0 +1,101 @@
+"""How the prompt tokens a provider reports relate to sessionkit's estimate of the request.
+
+nanobot's estimate (cl100k tokens plus a fixed overhead per message) undercounts on models
+with another tokenizer or framing by 30-50% (users report it).  ``calibrate`` fits, per
+model, ``reported = slope * estimate + intercept`` on the recorded agent calls whose usage
+the provider reported, holding back every fifth call (in time order) to say how well the raw
+and the calibrated estimates do on calls the fit has not seen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from sessionkit.schema import CALIBRATION, frame
+
+__all__ = ["Calibration", "calibrate"]
+
+_HOLD_EVERY = 5
+
+
+@dataclass(frozen=True)
+class Fit:
+    """One model's line and its errors on the held-back calls (NaN when none were)."""
+
+    slope: float
+    intercept: float
+    calls: int
+    held_back: int
+    raw_median: float
+    raw_p90: float
+    calibrated_median: float
+    calibrated_p90: float
+
+
+def _errors(predicted: np.ndarray, reported: np.ndarray) -> tuple[float, float]:
+    """Median and 90th percentile of the relative error |predicted - reported| / reported."""
+    if not len(reported):
+        return float("nan"), float("nan")
+    error = np.abs(predicted - reported) / reported
+    return float(np.median(error)), float(np.quantile(error, 0.9))
+
+
+def _fit(estimated: np.ndarray, reported: np.ndarray) -> Fit:
+    held = np.arange(len(reported)) % _HOLD_EVERY == _HOLD_EVERY - 1
+    if held.all() or len(reported) < 2:
+        held = np.zeros(len(reported), dtype=bool)
+    x, y = estimated[~held], reported[~held]
+    if len(np.unique(x)) > 1:
+        slope, intercept = np.polyfit(x, y, 1)
+    else:
+        slope, intercept = float(y.sum() / x.sum()), 0.0
+    raw = _errors(estimated[held], reported[held])
+    calibrated = _errors(slope * estimated[held] + intercept, reported[held])
+    return Fit(float(slope), float(intercept), len(x), int(held.sum()), *raw, *calibrated)
+
+
+class Calibration:
+    """Per model, a line from sessionkit's request estimate to the reported prompt tokens."""
+
+    def __init__(self, fits: dict[str, Fit]) -> None:
+        self.fits = fits
+
+    def predict(self, tokens: int | np.ndarray | pd.Series, model: str) -> np.ndarray | float:
+        """The prompt tokens ``model`` would report for requests estimated at ``tokens``."""
+        if model not in self.fits:
+            raise KeyError(f"no calibration for model {model!r}; calibrated: {sorted(self.fits)}")
+        fit = self.fits[model]
+        values = np.asarray(tokens, dtype=np.float64) * fit.slope + fit.intercept
+        return float(values) if values.ndim == 0 else values
+
+    @property
+    def report(self) -> pd.DataFrame:
+        """One row per model (columns: :data:`sessionkit.schema.CALIBRATION`)."""
+        names = sorted(self.fits)
+        rows = [self.fits[n] for n in names]
+        values = {c.name: [getattr(f, c.name) for f in rows] for c in CALIBRATION[1:]}
+        return frame(CALIBRATION, {"model": names, **values})
+
+    def __repr__(self) -> str:
+        return f"<Calibration: {', '.join(sorted(self.fits)) or 'no model'}>"
+
+
+def calibrate(usage: pd.DataFrame) -> Calibration:
+    """Fit each model's reported prompt tokens against ``estimated_prompt_tokens`` over the
+    agent calls of a :func:`sessionkit.usage` frame whose usage the provider reported."""
+    rows = usage[
+        (usage["kind"] == "agent")
+        & usage["reported"].fillna(False).astype(bool)
+        & usage["estimated_prompt_tokens"].notna()
+        & (usage["prompt_tokens"].fillna(0) > 0)
+        & usage["model"].notna()
+    ].sort_values("time", kind="stable")
+    fits = {}
+    for model, group in rows.groupby(rows["model"].astype(str), sort=True):
+        estimated = group["estimated_prompt_tokens"].to_numpy(dtype=np.float64)
+        reported = group["prompt_tokens"].to_numpy(dtype=np.float64)
+        fits[str(model)] = _fit(estimated, reported)
+    return Calibration(fits)

@@ -1,0 +1,251 @@
+"""Dated, provider-aware prices from the ``genai-prices`` package, applied to whole columns.
+
+``genai-prices`` ships its price data (nothing is downloaded; its update functions are never
+called).  Asking it once per call is too slow for a log of 100,000 calls, so for each model,
+provider and price in force (a dated or time-of-day price, a token tier) this module asks it
+for the price of a few small usages and reads off the exact price per input, cache-read,
+cache-write and output token; every call is then priced with integer arithmetic and rounded
+once, which gives the same float as ``float(calc_price(...).total_price)``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from sessionkit.schema import PROBLEMS, REQUEST_COSTS, frame
+
+if TYPE_CHECKING:
+    from sessionkit.accounting.calibration import Calibration
+
+__all__ = ["Priced", "cost", "price_calls"]
+
+_EXACT = 2**53
+"""Integers up to here convert to float64 exactly."""
+
+
+@dataclass(frozen=True)
+class Priced:
+    """Costs in USD (NaN where no price applies) and the problems met."""
+
+    cost: np.ndarray
+    problems: list[str]
+
+
+def _calc(model: str, provider: str | None, when: datetime, **usage: int) -> Any:
+    from genai_prices import Usage, calc_price
+
+    return calc_price(Usage(**usage), model, provider_id=provider, genai_request_timestamp=when)
+
+
+def _tier_starts(model_price: Any) -> list[int]:
+    from genai_prices.types import TieredPrices
+
+    starts = {
+        tier.start
+        for value in vars(model_price).values()
+        if isinstance(value, TieredPrices)
+        for tier in value.tiers
+    }
+    return sorted(starts)
+
+
+def _rates(model: str, provider: str | None, when: datetime, t: int) -> tuple[Decimal, ...]:
+    """Exact USD per input, cache-read, cache-write and output token (input ``t + 1`` lies
+    in the same tier as ``t``), checked on one mixed usage."""
+
+    def price(**usage: int) -> Decimal:
+        return _calc(model, provider, when, **usage).total_price
+
+    base = price(input_tokens=t)
+    above = price(input_tokens=t + 1)
+    rates = (
+        above - base,
+        price(input_tokens=t + 1, cache_read_tokens=1) - above,
+        price(input_tokens=t + 1, cache_write_tokens=1) - above,
+        price(input_tokens=t, output_tokens=1) - base,
+    )
+    mixed = price(input_tokens=t + 1, cache_read_tokens=1, cache_write_tokens=0, output_tokens=2)
+    expected = rates[0] * (t + 1) + rates[1] + 2 * rates[3]
+    if mixed != expected:
+        raise ArithmeticError(f"genai-prices does not price {model!r} linearly")
+    return rates
+
+
+def _apply(rates: tuple[Decimal, ...], counts: np.ndarray) -> np.ndarray:
+    """``counts`` (rows of input, cache read, cache write, output) priced at ``rates``."""
+    scale = max(0, *(-r.as_tuple().exponent for r in rates))  # type: ignore[operator]
+    factor = 10**scale
+    ints = [int(r * factor) for r in rates]
+    largest = max(abs(i) for i in ints) * int(counts.max(initial=0)) * len(ints)
+    if factor <= 10**22 and largest < 2**62:
+        totals = counts.astype(np.int64) @ np.array(ints, dtype=np.int64)
+        if int(np.abs(totals).max(initial=0)) < _EXACT:
+            return totals.astype(np.float64) / float(factor)
+    return np.array(
+        [float(sum(int(c) * r for c, r in zip(row, rates, strict=True))) for row in counts]
+    )
+
+
+def _known(provider: str) -> bool:
+    from genai_prices.data_snapshot import get_snapshot
+
+    try:
+        get_snapshot().find_provider(None, provider, None)
+    except LookupError:
+        return False
+    return True
+
+
+def _provider(model: str, provider: str | None, when: datetime) -> tuple[Any, str | None]:
+    """The price calculation of a one-token call, and a note when the recorded provider is
+    unknown to genai-prices (the model is then priced at the provider it finds for it)."""
+    if provider and _known(provider):
+        return _calc(model, provider, when, input_tokens=1), None
+    found = _calc(model, None, when, input_tokens=1)
+    note = None
+    if provider:
+        note = (
+            f"provider {provider!r} is unknown to genai-prices: {model!r} priced at "
+            f"{found.provider.id}'s prices"
+        )
+    return found, note
+
+
+def _moments(model_info: Any, ms: np.ndarray) -> tuple[np.ndarray, list[int]]:
+    """Rows grouped by the price in force at their time: group per row, a time per group."""
+    if not isinstance(model_info.prices, list):
+        return np.zeros(len(ms), dtype=np.int64), [int(ms[0])]
+    seconds, where = np.unique(ms // 1000, return_inverse=True)
+    by_price: dict[int, int] = {}
+    groups = np.empty(len(seconds), dtype=np.int64)
+    times: list[int] = []
+    for i, second in enumerate(seconds):
+        chosen = model_info.get_prices(datetime.fromtimestamp(int(second), UTC))
+        groups[i] = by_price.setdefault(id(chosen), len(by_price))
+        if groups[i] == len(times):
+            times.append(int(second) * 1000)
+    return groups[where], times
+
+
+def _price_group(
+    model: str, provider: str | None, ms: np.ndarray, counts: np.ndarray
+) -> tuple[np.ndarray, list[str]]:
+    """One model and provider's rows: their costs, and notes on how they were priced."""
+    first = datetime.fromtimestamp(int(ms[0]) / 1000, UTC)
+    found, note = _provider(model, provider, first)
+    provider_id = found.provider.id
+    groups, times = _moments(found.model, ms)
+    out = np.empty(len(ms), dtype=np.float64)
+    for g, at in enumerate(times):
+        when = datetime.fromtimestamp(at / 1000, UTC)
+        rows = np.flatnonzero(groups == g)
+        starts = _tier_starts(found.model.get_prices(when))
+        segment = np.searchsorted(np.array(starts, dtype=np.int64), counts[rows, 0], side="left")
+        for s in np.unique(segment):
+            t = 1 if s == 0 else starts[s - 1] + 1
+            part = rows[segment == s]
+            out[part] = _apply(_rates(model, provider_id, when, t), counts[part])
+    return out, [note] if note else []
+
+
+def price_calls(
+    model: Iterable[str | None],
+    provider: Iterable[str | None],
+    ms: np.ndarray,
+    counts: np.ndarray,
+) -> Priced:
+    """Price calls: ``ms`` UTC epoch milliseconds, ``counts`` rows of (input incl. cache
+    reads and writes, cache read, cache write, output) tokens, -1 where unknown (an unknown
+    input or output count leaves the cost NaN; unknown cache counts are taken as 0)."""
+    models, model_names = pd.factorize(pd.Series(list(model), dtype=object))
+    providers, provider_names = pd.factorize(pd.Series(list(provider), dtype=object))
+    cost = np.full(len(ms), np.nan)
+    problems: list[str] = []
+    known = (counts[:, 0] >= 0) & (counts[:, 3] >= 0) & (models >= 0)
+    counts = np.where(counts < 0, 0, counts)
+    pair = models.astype(np.int64) * (len(provider_names) + 1) + providers + 1
+    pairs, where = np.unique(pair[known], return_inverse=True)
+    rows_known = np.flatnonzero(known)
+    named = []
+    for i, code in enumerate(pairs):
+        recorded = int(code % (len(provider_names) + 1)) - 1
+        name = str(model_names[int(code // (len(provider_names) + 1))])
+        named.append((name, None if recorded < 0 else str(provider_names[recorded]), i))
+    for name, recorded, i in sorted(named, key=lambda p: (p[0], str(p[1]))):
+        index = rows_known[where == i]
+        try:
+            cost[index], notes = _price_group(name, recorded, ms[index], counts[index])
+        except (LookupError, ArithmeticError, ValueError) as exc:
+            problems.append(
+                f"no price for model {name!r} (provider {recorded!r}) in genai-prices: "
+                f"cost_usd NaN for {len(index)} call(s) ({exc})"
+            )
+            continue
+        problems.extend(notes)
+    return Priced(cost, problems)
+
+
+def _when(date: datetime | dt.date | str | None) -> datetime:
+    """A price date as a UTC moment (None: now; a date: its UTC midnight)."""
+    if date is None:
+        return datetime.now(UTC)
+    if isinstance(date, str):
+        date = datetime.fromisoformat(date)
+    if not isinstance(date, datetime):
+        date = datetime.combine(date, dt.time())
+    return date if date.tzinfo is not None else date.replace(tzinfo=UTC)
+
+
+def cost(
+    requests_frame: pd.DataFrame,
+    *,
+    model: str,
+    provider: str | None = None,
+    calibration: Calibration | None = None,
+    date: datetime | dt.date | str | None = None,
+    completion_tokens: int = 0,
+) -> pd.DataFrame:
+    """What each request of a :func:`sessionkit.requests` frame (any settings grid) would
+    cost with ``model``: its ``total_tokens`` as input (through ``calibration`` when given),
+    its ``prefix_tokens`` (scaled alike) priced as cache reads, ``completion_tokens`` output
+    per request, at the prices of ``date`` (default now).  Adds the columns of
+    :data:`sessionkit.schema.REQUEST_COSTS`; an unknown model gives NaN costs and a row in
+    ``attrs["problems"]``."""
+    total = requests_frame["total_tokens"].to_numpy(dtype=np.int64)
+    prefix = requests_frame["prefix_tokens"].to_numpy(dtype=np.int64)
+    prompt = total
+    if calibration is not None:
+        prompt = np.rint(calibration.predict(total, model)).astype(np.int64)
+    cached = prefix if calibration is None else (prefix * prompt) // np.maximum(total, 1)
+    completion = np.full(len(total), completion_tokens, dtype=np.int64)
+    counts = np.stack([prompt, cached, np.zeros_like(prompt), completion], axis=1)
+    at = int(_when(date).timestamp() * 1000)
+    n = len(total)
+    priced = price_calls([model] * n, [provider] * n, np.full(n, at, dtype=np.int64), counts)
+    added = frame(
+        REQUEST_COSTS,
+        {
+            "prompt_tokens": prompt,
+            "cached_tokens": cached,
+            "completion_tokens": completion,
+            "cost_usd": priced.cost,
+        },
+    )
+    out = pd.concat([requests_frame.reset_index(drop=True), added], axis=1)
+    out.attrs["problems"] = frame(
+        PROBLEMS,
+        {
+            "path": ["genai-prices"] * len(priced.problems),
+            "line_no": [None] * len(priced.problems),
+            "reason": priced.problems,
+        },
+    )
+    return out
