@@ -1,0 +1,640 @@
+"""nanobot-ai 0.2.2's whole request, rebuilt from what it saved: the current message, the
+steps of a turn, the agent loop's per-call clean-up, the OpenAI-compatible provider's
+clean-up and the loop's whole-request token estimate.
+
+Every text the release inserts (runtime context, clean-up markers) comes from the release's
+kit (:mod:`sessionkit.nanobot.probes.probe_022`); these functions only apply its rules.
+Pure Python: the standard library and :mod:`sessionkit.nanobot` only.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import json
+import mimetypes
+import re
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from sessionkit.nanobot import tokens
+from sessionkit.nanobot.history import find_legal_message_start, tool_call_ids, tool_result_id
+
+__all__ = [
+    "changed_at_save",
+    "current_message",
+    "estimate_request",
+    "loop_messages",
+    "release_clock",
+    "system_prompt",
+    "turn_steps",
+    "wire_messages",
+]
+
+Message = dict[str, Any]
+Kit = Mapping[str, Any]
+Count = Callable[[str], int]
+
+_SENTINEL = re.compile("\u0000SK:(\\w+)\u0000")
+_SAVE_ONLY_KEYS = ("timestamp", "latency_ms")
+# The loop's microcompact: older results of these tools, past the 10 newest, shrink to a
+# one-line marker when they hold at least 500 characters.
+_COMPACTABLE_TOOLS = frozenset(
+    {
+        "read_file",
+        "exec",
+        "grep",
+        "find_files",
+        "web_search",
+        "web_fetch",
+        "list_dir",
+        "list_exec_sessions",
+    }
+)
+_COMPACT_KEEP = 10
+_COMPACT_MIN_CHARS = 500
+_OFFLOAD_EXEMPT_TOOLS = frozenset({"read_file"})
+_PREVIEW_CHARS = 1200
+_RESULTS_DIR = Path(".nanobot") / "tool-results"
+_UNSAFE_NAME = re.compile(r'[<>:"/\\|?*]')
+_SNIP_SAFETY = 1024
+_FALLBACK_MAX_OUTPUT = 4096
+_WIRE_KEYS = frozenset(
+    {"role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content", "extra_content"}
+)
+_EMPTY_TEXT_TYPES = ("text", "input_text", "output_text")
+_MIME_MAGIC = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+)
+
+
+def _fill(value: Any, values: Mapping[str, str]) -> Any:
+    """A copy of ``value`` with every sentinel in its strings replaced, in one pass."""
+    if isinstance(value, str):
+        return _SENTINEL.sub(lambda m: values.get(m.group(1), m.group(0)), value)
+    if isinstance(value, list):
+        return [_fill(item, values) for item in value]
+    if isinstance(value, dict):
+        return {key: _fill(item, values) for key, item in value.items()}
+    return value
+
+
+def release_clock(stamp: str, zone: str | None, local_zone: str | None) -> str:
+    """The clock line 0.2.2 writes (``current_time_str``) at the moment ``stamp`` names.
+
+    ``stamp`` is a stored time stamp (naive local time of the nanobot process, whose zone is
+    ``local_zone``; UTC when unknown); ``zone`` is the configured ``agents.defaults.timezone``
+    (an unknown name shows local time under that name, as the release does).
+    """
+    local = ZoneInfo(local_zone) if local_zone else UTC
+    moment = datetime.fromisoformat(stamp)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=local)
+    try:
+        target = ZoneInfo(zone) if zone else None
+    except Exception:
+        target = None
+    shown = moment.astimezone(target or local)
+    offset = shown.strftime("%z")
+    offset = f"{offset[:3]}:{offset[3:]}" if len(offset) == 5 else offset
+    name = zone or shown.tzname() or "UTC"
+    return f"{shown.strftime('%Y-%m-%d %H:%M (%A)')} ({name}, UTC{offset})"
+
+
+def system_prompt(kit: Kit, last_summary: Mapping[str, Any] | None = None) -> str:
+    """The system prompt, with the archived-summary part when the session's metadata holds a
+    ``_last_summary`` (``{"text", "last_active"}``; 0.2.2 adds it to every later turn's prompt,
+    ``last_active`` re-read as a datetime and written back in ISO form)."""
+    if not isinstance(last_summary, Mapping):
+        return kit["system_text"]
+    active = datetime.fromisoformat(last_summary["last_active"]).isoformat()
+    part = _fill(kit["summary"], {"text": str(last_summary["text"]), "last_active": active})
+    return kit["system_text"] + kit["joiner"] + part
+
+
+def _image_mime(raw: bytes, path: str) -> str | None:
+    for magic, mime in _MIME_MAGIC:
+        if raw.startswith(magic):
+            return mime
+    if raw[:4] == b"RIFF" and raw[8:12] == b"WEBP":
+        return "image/webp"
+    return mimetypes.guess_type(path)[0]
+
+
+def _image_urls(media: Any) -> list[tuple[str, str]]:
+    """(data URL, path) of each stored media path that is an image file on disk now."""
+    found: list[tuple[str, str]] = []
+    for path in media if isinstance(media, list) else []:
+        file = Path(path)
+        if not file.is_file():
+            continue
+        raw = file.read_bytes()
+        mime = _image_mime(raw, path)
+        if mime and mime.startswith("image/"):
+            found.append((f"data:{mime};base64,{base64.b64encode(raw).decode()}", str(file)))
+    return found
+
+
+def current_message(kit: Kit, user: Mapping[str, Any]) -> Message:
+    """The stored user message of a turn -> the current message the loop built for it.
+
+    0.2.2 stores the user's text alone (the runtime context is never saved) and builds the
+    current message as the text, a blank line and the runtime context: the clock (inferred:
+    read a moment before the stored time stamp was taken, formatted by :func:`release_clock`),
+    the channel, chat and sender (``kit["runtime"]``; the sender is not stored).  Stored
+    media paths that are image files on disk *now* become leading image blocks (with the
+    release's ``_meta`` path key) and the text moves into text blocks.
+    """
+    text = user.get("content")
+    if not isinstance(text, str):
+        raise ValueError("0.2.2 stores the current user message's content as text")
+    stamp = user.get("timestamp")
+    if not isinstance(stamp, str):
+        raise ValueError("the stored user message has no time stamp to read the clock from")
+    runtime = kit["runtime"]
+    values = {
+        "text": text,
+        "time": release_clock(stamp, kit["settings"]["timezone"], runtime["timezone"]),
+        "chat_id": str(runtime["chat_id"]),
+        "sender_id": str(runtime["sender_id"]),
+    }
+    images = _image_urls(user.get("media"))
+    if not images:
+        return _fill(kit["current"], values)
+    template = kit["current_media"]
+    image, *rest = template["content"]
+    blocks = [_fill(image, {"image_url": url, "image_path": path}) for url, path in images]
+    return {**_fill(template, values), "content": blocks + _fill(rest, values)}
+
+
+def turn_steps(turn: Sequence[Mapping[str, Any]]) -> list[list[Message]]:
+    """The stored messages after a turn's user message -> what the loop had appended before
+    each of its calls: step 0 nothing, step k the assistant tool calls and tool results of
+    rounds 0..k-1.
+
+    Saving added ``timestamp`` (and ``latency_ms`` on the turn's last assistant message);
+    both are removed here.  What saving cut cannot come back: a tool result the loop kept
+    whole in memory (``read_file``'s, which is never offloaded, and block lists holding
+    images) was saved with each text cut to ``max_tool_result_chars`` (:func:`changed_at_save`
+    tells them), and its image blocks as text placeholders.  Messages
+    the loop appended mid-turn as user messages (follow-ups injected while it ran, length
+    recovery prompts) are stored like user turns and end the turn here.
+    """
+    steps: list[list[Message]] = [[]]
+    appended: list[Message] = []
+    for message in turn:
+        role = message.get("role")
+        if role == "assistant" and message.get("tool_calls"):
+            if appended:
+                steps.append(list(appended))
+        elif role != "tool" or not appended:
+            break
+        appended.append({k: v for k, v in message.items() if k not in _SAVE_ONLY_KEYS})
+    if appended:
+        steps.append(list(appended))
+    return steps
+
+
+def changed_at_save(message: Mapping[str, Any], kit: Kit) -> bool:
+    """Whether saving cut a text of this stored tool result (only results the loop kept whole
+    in memory can be cut: ``read_file``'s and block lists; others were bounded before)."""
+    if message.get("role") != "tool":
+        return False
+    limit = kit["settings"]["max_tool_result_chars"]
+    suffix = kit["markers"]["truncated_suffix"]
+    content = message.get("content")
+    if isinstance(content, str) and message.get("name") in _OFFLOAD_EXEMPT_TOOLS:
+        texts = [content]
+    elif isinstance(content, list):
+        texts = [b.get("text") for b in content if isinstance(b, dict) and b.get("type") == "text"]
+    else:
+        return False
+    cut = limit + len(suffix)
+    return limit > 0 and any(
+        isinstance(t, str) and len(t) == cut and t.endswith(suffix) for t in texts
+    )
+
+
+def _merge_content(left: Any, right: Any) -> Any:
+    """Two same-role contents in one message, as the context builder merges them."""
+    if isinstance(left, str) and isinstance(right, str):
+        return f"{left}\n\n{right}" if left else right
+
+    def blocks(value: Any) -> list[Any]:
+        if isinstance(value, list):
+            return [b if isinstance(b, dict) else {"type": "text", "text": str(b)} for b in value]
+        return [] if value is None else [{"type": "text", "text": str(value)}]
+
+    return blocks(left) + blocks(right)
+
+
+def _drop_orphan_results(messages: list[Message]) -> list[Message]:
+    declared: set[str] = set()
+    kept: list[Message] = []
+    for message in messages:
+        if message.get("role") == "assistant":
+            declared.update(tool_call_ids(message))
+        answered = tool_result_id(message) if message.get("role") == "tool" else None
+        if answered is None or answered in declared:
+            kept.append(message)
+    return kept
+
+
+def _backfill_results(messages: list[Message], kit: Kit) -> list[Message]:
+    declared: list[tuple[int, str, str]] = []
+    answered: set[str] = set()
+    for index, message in enumerate(messages):
+        if message.get("role") == "assistant":
+            for call in message.get("tool_calls") or []:
+                if isinstance(call, dict) and call.get("id"):
+                    function = call.get("function")
+                    name = function.get("name", "") if isinstance(function, dict) else ""
+                    declared.append((index, str(call["id"]), name))
+        elif message.get("role") == "tool" and message.get("tool_call_id"):
+            answered.add(str(message["tool_call_id"]))
+    out = list(messages)
+    added = 0
+    for index, call_id, name in declared:
+        if call_id in answered:
+            continue
+        at = index + 1 + added
+        while at < len(out) and out[at].get("role") == "tool":
+            at += 1
+        filler = kit["markers"]["backfilled_result"]
+        out.insert(at, {"role": "tool", "tool_call_id": call_id, "name": name, "content": filler})
+        added += 1
+    return out
+
+
+def _microcompact(messages: list[Message], kit: Kit) -> list[Message]:
+    indices = [
+        i
+        for i, m in enumerate(messages)
+        if m.get("role") == "tool" and m.get("name") in _COMPACTABLE_TOOLS
+    ]
+    out = list(messages)
+    for index in indices[: max(0, len(indices) - _COMPACT_KEEP)]:
+        content = out[index].get("content")
+        if isinstance(content, str) and len(content) >= _COMPACT_MIN_CHARS:
+            name = out[index].get("name", "tool")
+            marker = _fill(kit["markers"]["compacted_result"], {"name": name})
+            out[index] = {**out[index], "content": marker}
+    return out
+
+
+def _text_blocks(content: list[Any]) -> str | None:
+    texts: list[str] = []
+    for block in content:
+        if not isinstance(block, dict) or block.get("type") != "text":
+            return None
+        if not isinstance(block.get("text"), str):
+            return None
+        texts.append(block["text"])
+    return "\n".join(texts)
+
+
+def _safe_name(name: str) -> str:
+    return _UNSAFE_NAME.sub("_", name).strip()
+
+
+def _truncate(text: str, limit: int, kit: Kit) -> str:
+    if limit <= 0 or len(text) <= limit:
+        return text
+    return text[:limit] + kit["markers"]["truncated_suffix"]
+
+
+def _tool_result(content: Any, call_id: str, name: str, where: Mapping[str, Any]) -> Any:
+    """A tool result as the loop bounds it before each call (empty-result marker, offload
+    of long results to a file under the workspace named by reference, truncation)."""
+    kit = where["kit"]
+    text = _text_blocks(content) if isinstance(content, list) else None
+    if content is None or (isinstance(content, str) and not content.strip()) or content == []:
+        return _fill(kit["markers"]["empty_tool_result"], {"name": name})
+    if text is not None and not text.strip():
+        return _fill(kit["markers"]["empty_tool_result"], {"name": name})
+    if name in _OFFLOAD_EXEMPT_TOOLS:
+        return content
+    limit = kit["settings"]["max_tool_result_chars"]
+    payload = content if isinstance(content, str) else text
+    if limit > 0 and payload is not None and len(payload) > limit:
+        bucket = _safe_name(where["session_key"] or "default")
+        suffix = "txt" if isinstance(content, str) else "json"
+        path = Path(kit["settings"]["workspace"]) / _RESULTS_DIR / bucket
+        path = path / f"{_safe_name(call_id)}.{suffix}"
+        more = len(payload) > _PREVIEW_CHARS
+        template = kit["markers"]["tool_reference_more" if more else "tool_reference"]
+        values = {"path": str(path), "size": str(len(payload))}
+        content = _fill(template, {**values, "preview": payload[:_PREVIEW_CHARS]})
+    if isinstance(content, str) and len(content) > limit:
+        return _truncate(content, limit, kit)
+    return content
+
+
+def _bound_results(messages: list[Message], where: Mapping[str, Any]) -> list[Message]:
+    out = list(messages)
+    for index, message in enumerate(messages):
+        if message.get("role") != "tool":
+            continue
+        call_id = str(message.get("tool_call_id") or f"tool_{index}")
+        name = str(message.get("name") or "tool")
+        bounded = _tool_result(message.get("content"), call_id, name, where)
+        if bounded != message.get("content"):
+            out[index] = {**message, "content": bounded}
+    return out
+
+
+def _message_tokens(message: Mapping[str, Any], count: Count) -> int:
+    """0.2.2's per-message estimate (``estimate_message_tokens``) with ``count``."""
+    payload = tokens.message_payload(dict(message))
+    if not payload:
+        return tokens.FRAMING_TOKENS
+    if tokens.has_special_tokens(payload):
+        return tokens.fallback_payload_tokens(payload)
+    return max(tokens.FRAMING_TOKENS, count(payload) + tokens.FRAMING_TOKENS)
+
+
+def _snip(messages: list[Message], where: Mapping[str, Any]) -> list[Message]:
+    """Keep the newest messages that fit the loop's budget (system prompt and tools first)."""
+    settings = where["kit"]["settings"]
+    window = settings["context_window_tokens"]
+    if not messages or not window:
+        return messages
+    output = settings["max_tokens"]
+    output = output if isinstance(output, int) else _FALLBACK_MAX_OUTPUT
+    budget = settings["context_block_limit"] or (window - output - _SNIP_SAFETY)
+    tools, count = where["tools"], where["count"]
+    if budget <= 0 or estimate_request(messages, tools, count) <= budget:
+        return messages
+    system = [m for m in messages if m.get("role") == "system"]
+    rest = [m for m in messages if m.get("role") != "system"]
+    if not rest:
+        return messages
+    fixed = max(
+        sum(_message_tokens(m, count) for m in system), estimate_request(system, tools, count)
+    )
+    room = max(0, budget - fixed)
+    kept: list[Message] = []
+    used = 0
+    for message in reversed(rest):
+        cost = _message_tokens(message, count)
+        if kept and used + cost > room:
+            break
+        kept.append(message)
+        used += cost
+    kept.reverse()
+    first_user = next((i for i, m in enumerate(kept) if m.get("role") == "user"), None)
+    if first_user is not None:
+        kept = kept[first_user:]
+    else:
+        last_user = next(
+            (i for i in range(len(rest) - 1, -1, -1) if rest[i].get("role") == "user"), None
+        )
+        kept = rest[last_user:] if last_user is not None else kept
+    kept = kept[find_legal_message_start(kept) :]
+    if not kept:
+        kept = rest[-min(len(rest), 4) :]
+        kept = kept[find_legal_message_start(kept) :]
+    return system + kept
+
+
+def loop_messages(
+    system: str,
+    history: Sequence[Mapping[str, Any]],
+    current: Mapping[str, Any],
+    steps: Sequence[Mapping[str, Any]],
+    *,
+    kit: Kit,
+    session_key: str | None = None,
+    count: Count | None = None,
+) -> list[Message]:
+    """What the agent loop handed its provider for one call.
+
+    ``[system, *history, current, *steps]``, the current message merged into a last history
+    message of the same role, then the loop's clean-up before every call: orphan tool
+    results dropped, missing ones backfilled, old long results of file/shell/web tools
+    compacted, every tool result bounded (offloaded results are named by the file path under
+    ``kit["settings"]["workspace"]`` and the bucket of ``session_key``), and, when the whole
+    request's estimate exceeds the context budget, only the newest messages that fit kept
+    (``count`` is a cl100k_base count; sessionkit's own by default); then orphans and
+    backfills once more.
+    """
+    messages: list[Message] = [{"role": "system", "content": system}, *map(dict, history)]
+    if messages[-1].get("role") == current.get("role"):
+        messages[-1] = {
+            **messages[-1],
+            "content": _merge_content(messages[-1].get("content"), current.get("content")),
+        }
+    else:
+        messages.append(copy.deepcopy(dict(current)))
+    messages += [copy.deepcopy(dict(m)) for m in steps]
+    where = {
+        "kit": kit,
+        "session_key": session_key,
+        "tools": list(kit["tools"]),
+        "count": count or _cl100k_count,
+    }
+    messages = _backfill_results(_drop_orphan_results(messages), kit)
+    messages = _snip(_bound_results(_microcompact(messages, kit), where), where)
+    return _backfill_results(_drop_orphan_results(messages), kit)
+
+
+def _cl100k_count(text: str) -> int:
+    return len(tokens.encoding().encode_ordinary(text))
+
+
+def _without_empty_content(messages: Sequence[Mapping[str, Any]], kit: Kit) -> list[Message]:
+    """The provider's first pass: empty texts filled or nulled, ``_meta`` keys dropped."""
+    out: list[Message] = []
+    for message in messages:
+        content = message.get("content")
+        calls = message.get("role") == "assistant" and message.get("tool_calls")
+        empty = None if calls else kit["markers"]["empty_content"]
+        if isinstance(content, str) and not content:
+            out.append({**message, "content": empty})
+        elif isinstance(content, list):
+            items = [
+                {k: v for k, v in item.items() if k != "_meta"} if isinstance(item, dict) else item
+                for item in content
+                if not (
+                    isinstance(item, dict)
+                    and item.get("type") in _EMPTY_TEXT_TYPES
+                    and not item.get("text")
+                )
+            ]
+            changed = len(items) != len(content) or any(
+                isinstance(item, dict) and "_meta" in item for item in content
+            )
+            out.append({**message, "content": (items or empty)} if changed else dict(message))
+        elif isinstance(content, dict):
+            out.append({**message, "content": [content]})
+        else:
+            out.append(dict(message))
+    return out
+
+
+def _replay_arguments(arguments: Any) -> str:
+    """Tool-call arguments as the provider replays them: a JSON object, ``{}`` otherwise."""
+    parsed: Any = {}
+    if isinstance(arguments, dict):
+        parsed = arguments
+    elif isinstance(arguments, str) and arguments.strip():
+        try:
+            parsed = json.loads(arguments.strip())
+        except ValueError:
+            raise ValueError(
+                "tool-call arguments that are not JSON: 0.2.2 repairs them with json_repair"
+            ) from None
+    return json.dumps(parsed if isinstance(parsed, dict) else {}, ensure_ascii=False)
+
+
+def _call_id(raw: Any, used: set[str], index: int) -> str:
+    if not (isinstance(raw, str) and raw):
+        raise ValueError("a tool call without an id: 0.2.2 sends a random one")
+    if raw not in used:
+        return raw
+    salt = 1
+    while True:
+        seed = f"{raw}:{index}:{salt}"
+        candidate = seed if len(seed) == 9 and seed.isalnum() else _short_hash(seed)
+        if candidate not in used:
+            return candidate
+        salt += 1
+
+
+def _short_hash(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()[:9]
+
+
+def _wire_keys(messages: list[Message]) -> list[Message]:
+    """Allowed keys only, tool calls replayed with object arguments and unique ids, assistant
+    text next to tool calls sent as null."""
+    pending: dict[str, deque[str]] = {}
+    out: list[Message] = []
+    for message in messages:
+        clean = {k: v for k, v in message.items() if k in _WIRE_KEYS}
+        if clean.get("role") == "assistant" and "content" not in clean:
+            clean["content"] = None
+        if isinstance(clean.get("tool_calls"), list):
+            used: set[str] = set()
+            calls: list[Any] = []
+            for index, call in enumerate(clean["tool_calls"]):
+                if not isinstance(call, dict):
+                    calls.append(call)
+                    continue
+                call = dict(call)
+                raw = call.get("id")
+                call["id"] = _call_id(raw, used, index)
+                used.add(call["id"])
+                pending.setdefault(raw, deque()).append(call["id"])
+                if isinstance(call.get("function"), dict):
+                    function = dict(call["function"])
+                    function["arguments"] = _replay_arguments(function.get("arguments"))
+                    call["function"] = function
+                calls.append(call)
+            clean["tool_calls"] = calls
+            if clean.get("role") == "assistant":
+                clean["content"] = None
+        answered = clean.get("tool_call_id")
+        if answered and isinstance(answered, str) and pending.get(answered):
+            clean["tool_call_id"] = pending[answered].popleft()
+        out.append(clean)
+    return out
+
+
+def _alternate(messages: list[Message], kit: Kit) -> list[Message]:
+    """Consecutive user (or assistant) messages merged, trailing assistants dropped, and a
+    user turn before a leading plain assistant message."""
+    merged: list[Message] = []
+    for message in messages:
+        role = message.get("role")
+        if merged and role in ("user", "assistant") and merged[-1].get("role") == role:
+            if role == "assistant" and message.get("tool_calls"):
+                merged[-1] = dict(message)
+                continue
+            if role == "assistant" and merged[-1].get("tool_calls"):
+                continue
+            before, after = merged[-1].get("content") or "", message.get("content") or ""
+            if isinstance(before, str) and isinstance(after, str):
+                merged[-1]["content"] = (before + "\n\n" + after).strip()
+            else:
+                merged[-1] = dict(message)
+            continue
+        merged.append(dict(message))
+    dropped = None
+    while merged and merged[-1].get("role") == "assistant":
+        dropped = merged.pop()
+    if (
+        merged
+        and dropped is not None
+        and not any(m.get("role") in ("user", "tool") for m in merged)
+    ):
+        merged.append({**dropped, "role": "user"})
+    for index, message in enumerate(merged):
+        if message.get("role") != "system":
+            if message.get("role") == "assistant" and not message.get("tool_calls"):
+                filler = {"role": "user", "content": kit["markers"]["synthetic_user"]}
+                merged.insert(index, filler)
+            break
+    return merged
+
+
+def wire_messages(loop: Sequence[Mapping[str, Any]], *, kit: Kit) -> list[Message]:
+    """The ``messages`` of the HTTP body an OpenAI-compatible provider sends for ``loop``.
+
+    The generic provider (no provider-specific spec): empty texts become the release's
+    empty marker (``None`` for assistant text beside tool calls), ``_meta`` keys and keys
+    outside the chat-completions message go, tool-call arguments are replayed as JSON
+    objects, duplicate call ids within one message are renamed, assistant text beside tool
+    calls is sent as null, then same-role neighbours are merged.  Raises ``ValueError``
+    where the release would send what cannot be known (a random id for a call without one,
+    arguments repaired by ``json_repair``).
+    """
+    return _alternate(_wire_keys(_without_empty_content(loop, kit)), kit)
+
+
+def estimate_request(
+    messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None, count: Count
+) -> int:
+    """0.2.2's whole-request estimate (``estimate_prompt_tokens``; no provider counts itself):
+    the texts, tool calls, reasoning, names and call ids of every message joined by newlines,
+    the tool definitions as JSON after one more newline, and 4 per message.  0 where the
+    release's encoder refuses (special-token text) or a text block's text is not a string,
+    as the release returns 0 then (and so never trims the request)."""
+    parts: list[Any] = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            parts += [
+                b.get("text", "")
+                for b in content
+                if isinstance(b, dict) and b.get("type") == "text" and b.get("text", "")
+            ]
+        if message.get("tool_calls"):
+            parts.append(json.dumps(message["tool_calls"], ensure_ascii=False))
+        reasoning = message.get("reasoning_content")
+        if isinstance(reasoning, str) and reasoning:
+            parts.append(reasoning)
+        parts += [
+            message[k]
+            for k in ("name", "tool_call_id")
+            if isinstance(message.get(k), str) and message[k]
+        ]
+    if not all(isinstance(part, str) for part in parts):
+        return 0
+    text = "\n".join(parts)
+    rendered = (
+        ("\n" if parts else "") + json.dumps(list(tools), ensure_ascii=False) if tools else ""
+    )
+    if tokens.has_special_tokens(text) or tokens.has_special_tokens(rendered):
+        return 0
+    return (count(text) if parts else 0) + (count(rendered) if tools else 0) + 4 * len(messages)
