@@ -247,8 +247,8 @@ def request(
         )
     system = chosen.system_prompt(kit, session.before_user(turn))
     stepped = copy.deepcopy(calls.steps[step])
-    loop = chosen.loop_messages(system, calls.history, calls.current, stepped)
-    wire = chosen.wire_messages(loop)
+    loop = chosen.loop_messages(kit, session.key, system, calls.history, calls.current, stepped)
+    wire = chosen.wire_messages(kit, loop)
     tools = [dict(t) for t in kit.tools]
     stored_at = _stored_time(session.messages[calls.user_index])
     as_of_now = stored_at is not None and kit.inputs_changed_at > stored_at

@@ -50,6 +50,9 @@ class _Turn:
 
     current: int
     steps: tuple[int, ...]
+    inferred: bool
+    """The current message could not be rebuilt (no kit, or a stored form the release would
+    not have sent): the stored message stands in for it."""
     tail: tuple[tuple[int, dict[str, Any]], ...]
     """The current message and the last call's steps as sent, each with the position of its
     stored line (what the next turn's history replays in its place)."""
@@ -62,7 +65,12 @@ def _turns(policy: ReplayPolicy, session: Session, kit: Kit | None) -> list[_Tur
     ends = [*positions[1:], len(session.messages)]
     for at, stop in zip(positions, ends, strict=True):
         message = session.messages[at]
-        current = dict(message) if kit is None else policy.current_message(kit, message)
+        try:
+            current = None if kit is None else policy.current_message(kit, message)
+        except ValueError:
+            current = None
+        inferred = current is None
+        current = dict(message) if current is None else current
         steps = policy.turn_steps(session.messages[at + 1 : stop])
         counts = tuple(
             sum(policy.estimate_message_tokens(m) for m in step) if step else 0 for step in steps
@@ -72,6 +80,7 @@ def _turns(policy: ReplayPolicy, session: Session, kit: Kit | None) -> list[_Tur
             _Turn(
                 policy.estimate_message_tokens(current),
                 counts,
+                inferred,
                 tuple(zip(range(at, at + len(sent)), sent, strict=True)),
             )
         )
@@ -200,7 +209,7 @@ def requests(
                     step_tokens,
                     total,
                     prefix,
-                    inferred,
+                    inferred or turn.inferred,
                 )
                 previous_total = total
             previous_history = (int(row.start), history)

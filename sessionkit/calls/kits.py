@@ -37,16 +37,17 @@ class KitError(RuntimeError):
     """The release's probe failed (its message carries the probe's own error)."""
 
 
-def workspace_inputs(workspace: Path) -> tuple[list[tuple[str, str]], float]:
-    """(relative path, content digest) of every file the prompt may read, and their newest
-    modification time: top-level files plus everything under ``memory/`` and ``skills/``."""
+def workspace_inputs(workspace: Path) -> tuple[list[tuple[str, str]], dict[str, float]]:
+    """(relative path, content digest) of every file the prompt may read (top-level files
+    plus everything under ``memory/`` and ``skills/``: the kit's cache key), and each one's
+    modification time."""
     found: list[tuple[str, str]] = []
-    newest = 0.0
+    newest: dict[str, float] = {}
     paths: list[Path] = []
     try:
         paths += [p for p in workspace.iterdir() if p.is_file()]
     except OSError:
-        return [], 0.0
+        return [], {}
     for name in _INPUT_FOLDERS:
         folder = workspace / name
         if folder.is_dir():
@@ -61,8 +62,9 @@ def workspace_inputs(workspace: Path) -> tuple[list[tuple[str, str]], float]:
                 digest.update(f"{stat.st_size}:{stat.st_mtime_ns}".encode())
         except OSError:
             continue
-        newest = max(newest, stat.st_mtime)
-        found.append((path.relative_to(workspace).as_posix(), digest.hexdigest()))
+        name = path.relative_to(workspace).as_posix()
+        newest[name] = stat.st_mtime
+        found.append((name, digest.hexdigest()))
     return found, newest
 
 
@@ -82,7 +84,7 @@ def _key(
     config: Path | None,
     channel: str | None,
     runtime: Mapping[str, Any],
-) -> tuple[dict[str, Any], float]:
+) -> tuple[dict[str, Any], dict[str, float]]:
     inputs, newest = workspace_inputs(workspace)
     config_digest = None
     if config is not None:
@@ -172,7 +174,21 @@ def _probe(probe: str, python: Path, request: Mapping[str, Any]) -> dict[str, An
         raise KitError(f"the nanobot probe ({probe}) answered no JSON: {exc}") from None
 
 
-def _as_kit(raw: Mapping[str, Any], newest: float) -> Kit:
+def _changed_at(raw: Mapping[str, Any], times: Mapping[str, float]) -> float:
+    """Newest modification time of the files the kit's prompt holds: the bootstrap files its
+    parts name, and what ``memory/`` and ``skills/`` hold."""
+    read = {p["part"].split(":", 1)[1] for p in raw["system"] if p["part"].startswith("bootstrap:")}
+    return max(
+        (
+            t
+            for name, t in times.items()
+            if name in read or name.startswith(tuple(f"{f}/" for f in _INPUT_FOLDERS))
+        ),
+        default=0.0,
+    )
+
+
+def _as_kit(raw: Mapping[str, Any], times: Mapping[str, float]) -> Kit:
     return Kit(
         release=str(raw["nanobot"]),
         system=tuple((p["part"], p["text"], bool(p["inferred"])) for p in raw["system"]),
@@ -183,7 +199,8 @@ def _as_kit(raw: Mapping[str, Any], newest: float) -> Kit:
         sentinels=tuple(raw.get("sentinels", ())),
         tools=tuple(raw["tools"]),
         runtime=raw.get("runtime", {}),
-        inputs_changed_at=newest,
+        raw=raw,
+        inputs_changed_at=_changed_at(raw, times),
     )
 
 

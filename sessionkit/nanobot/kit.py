@@ -33,6 +33,8 @@ class Kit:
     sentinels: tuple[str, ...]
     tools: tuple[Mapping[str, Any], ...]
     runtime: Mapping[str, Any] = field(default_factory=dict)
+    raw: Mapping[str, Any] = field(default_factory=dict)
+    """The probe's whole answer (release-specific texts and settings the rules read)."""
     inputs_changed_at: float = 0.0
     """Newest modification time of the workspace files the prompt reads (to tell a request
     rebuilt "as of now" from one rebuilt as it was)."""

@@ -8,15 +8,18 @@ media, CLI-app and MCP-preset attachments are spelled out; the no-tiktoken estim
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from sessionkit.nanobot import tokens
+from sessionkit.nanobot import request_022, tokens
 from sessionkit.nanobot.history import (
     Message,
     replayed_entry,
     sanitize_assistant_text,
     user_breadcrumbs,
 )
+from sessionkit.nanobot.kit import Kit
 from sessionkit.nanobot.release import CappedPolicy
 from sessionkit.nanobot.settings import HistorySettings
 
@@ -57,6 +60,43 @@ class Policy(CappedPolicy):
     def fallback_tokens(self, payload: str) -> int:
         """0.2.2's count where it cannot encode: characters // 4 + 4."""
         return tokens.fallback_payload_tokens(payload)
+
+    def system_prompt(self, kit: Kit, session: Any) -> str:
+        """The kit's prompt, plus the archived summary of ``_last_summary`` when stored."""
+        metadata = session.metadata if isinstance(session.metadata, dict) else {}
+        return request_022.system_prompt(kit.raw, metadata.get("_last_summary"))
+
+    def current_message(self, kit: Kit, user: Message) -> Message:
+        """The stored user message with 0.2.2's runtime context (its clock from the stamp)."""
+        return request_022.current_message(kit.raw, user)
+
+    def turn_steps(self, turn: list[Message]) -> list[list[Message]]:
+        """What 0.2.2's loop appended before each call of a turn."""
+        return request_022.turn_steps(turn)
+
+    def loop_messages(
+        self,
+        kit: Kit,
+        session_key: str,
+        system: str,
+        history: list[Message],
+        current: Message,
+        steps: list[Message],
+    ) -> list[Message]:
+        """0.2.2's per-call clean-up of [system, history, current, steps]."""
+        return request_022.loop_messages(
+            system, history, current, steps, kit=kit.raw, session_key=session_key
+        )
+
+    def wire_messages(self, kit: Kit, loop: list[Message]) -> list[Message]:
+        """0.2.2's OpenAI-compatible provider clean-up."""
+        return request_022.wire_messages(loop, kit=kit.raw)
+
+    def estimate_request(
+        self, messages: list[Message], tools: list[Message], count: Callable[[str], int]
+    ) -> int:
+        """0.2.2's whole-request estimate."""
+        return request_022.estimate_request(messages, tools, count)
 
     def estimate_message_tokens(self, message: Message) -> int:
         """0.2.2's estimate: cl100k_base tokens + 4, characters // 4 + 4 on special tokens."""

@@ -188,12 +188,18 @@ class ReplayPolicy:
         raise NotImplementedError(f"{self.label} has no request rules")
 
     def loop_messages(
-        self, system: str, history: list[Message], current: Message, steps: list[Message]
+        self,
+        kit: Kit,
+        session_key: str,
+        system: str,
+        history: list[Message],
+        current: Message,
+        steps: list[Message],
     ) -> list[Message]:
         """The list the agent loop handed its provider for one call."""
         raise NotImplementedError(f"{self.label} has no request rules")
 
-    def wire_messages(self, loop: list[Message]) -> list[Message]:
+    def wire_messages(self, kit: Kit, loop: list[Message]) -> list[Message]:
         """The ``messages`` of the OpenAI-compatible HTTP body (the provider's clean-up)."""
         raise NotImplementedError(f"{self.label} has no request rules")
 
