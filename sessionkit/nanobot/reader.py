@@ -14,6 +14,7 @@ import re
 import reprlib
 import stat
 import sys
+from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
@@ -82,7 +83,8 @@ def _brief(value: Any) -> str:
 class Problem:
     """Something in a file that could not be loaded as it stands; ``line_no`` is 1-based.
 
-    ``skipped`` marks a line dropped whole (not JSON, not an object, not UTF-8), as opposed
+    ``skipped`` marks a line left out whole (not JSON, not an object, not UTF-8, or past
+    ``json``'s limits: such a line is held as it is, see ``Session.held_lines``), as opposed
     to a value that was replaced (a bad offset or timestamp).
     """
 
@@ -341,15 +343,17 @@ def _parse_with_json(line: bytes) -> tuple[Any, str | None]:
         return exc.value, _BEYOND_JSON.format(what=_DEEPER.format(depth=depth))
     except ValueError:  # an integer past Python's int-string limit, as nanobot meets it
         limit = sys.get_int_max_str_digits()
-        reason = _BEYOND_JSON.format(
-            what=f"an integer of more than {limit:,} digits, past Python's int-string limit"
-        )
+        what = f"an integer of more than {limit:,} digits, past Python's int-string limit"
+        reason = _BEYOND_JSON.format(what=what)
     try:
         return loads_as_nanobot(line, text, parse_int=exact_int), reason
     except TooDeep as exc:
         return exc.value, reason
-    except (ValueError, RecursionError):
-        return None, reason
+    except json.JSONDecodeError as exc:
+        return None, (
+            f"not JSON: {exc.msg} (column {exc.colno}), and before that {what}: nanobot 0.2.2 "
+            "fails on the integer, which its repair does not skip, and loses the whole session"
+        )
 
 
 _VALUE_TYPES = partial(map, type)
@@ -368,12 +372,23 @@ def _exact_batch(values: list[Any], lines: list[bytes]) -> bool:
     )
 
 
-def _parse_lines(
-    fd: int,
-) -> tuple[list[dict[str, Any]], Sequence[int], list[tuple[int, str]], list[tuple[int, str]]]:
-    """The object records, their 1-based line numbers (a range when there is no gap), the
-    failed lines with a reason, and the metadata lines kept although nanobot cannot parse
-    them (valid JSON past ``json``'s limits), with the reason.
+@dataclass
+class _Lines:
+    """A session file's lines as read: the object ``records`` and their 1-based line
+    ``numbers`` (a range when there is no gap); the ``bad`` lines left out, with a reason;
+    the metadata lines ``kept`` although nanobot cannot parse them (valid JSON past
+    ``json``'s limits), with the reason; and the other lines past those limits, ``held`` as
+    ``(line_no, text)`` to be written back unchanged (each also among the bad ones)."""
+
+    records: list[dict[str, Any]]
+    numbers: Sequence[int]
+    bad: list[tuple[int, str]]
+    kept: list[tuple[int, str]]
+    held: list[tuple[int, str]]
+
+
+def _parse_lines(fd: int) -> _Lines:
+    """Every line of a session file (:class:`_Lines`).
 
     A batch of lines is parsed by orjson at once; only a batch holding a line that is not
     an object orjson reads as ``json`` does is taken line by line.
@@ -382,6 +397,7 @@ def _parse_lines(
     numbers: list[int] = []
     bad: list[tuple[int, str]] = []
     kept: list[tuple[int, str]] = []
+    held: list[tuple[int, str]] = []
     loads = orjson.loads
     line_no = 0
     for lines in _read_batches(fd):
@@ -401,9 +417,13 @@ def _parse_lines(
                 bad.append((line_no, reason))
                 continue
             value, reason = _parse_line(line)
-            if type(value) is dict and reason is not None and value.get("_type") == "metadata":
-                kept.append((line_no, f"{reason}; sessionkit keeps its metadata"))
-                reason = None
+            if reason is not None and reason.startswith(_PAST_LIMITS):
+                if type(value) is dict and value.get("_type") == "metadata":
+                    kept.append((line_no, f"{reason}; sessionkit keeps its metadata"))
+                    reason = None
+                else:
+                    held.append((line_no, line.decode("utf-8")))
+                    reason += _HELD
             if type(value) is dict and reason is None:
                 records.append(value)
                 numbers.append(line_no)
@@ -411,9 +431,8 @@ def _parse_lines(
                 bad.append((line_no, reason))
             elif value is not _BLANK:
                 bad.append((line_no, f"JSON {_json_type(value)}, not an object"))
-    if len(numbers) == line_no:
-        return records, range(1, line_no + 1), bad, kept
-    return records, numbers, bad, kept
+    whole = len(numbers) == line_no
+    return _Lines(records, range(1, line_no + 1) if whole else numbers, bad, kept, held)
 
 
 def _json_type(value: Any) -> str:
@@ -556,7 +575,8 @@ def runtime_checkpoint(path: Path | None) -> dict[str, Any] | None:
 
 
 def _jsonl_session(path: Path, fd: int) -> tuple[Session, list[Problem]]:
-    records, numbers, bad, kept = _parse_lines(fd)
+    found = _parse_lines(fd)
+    records, numbers, bad, kept = found.records, found.numbers, found.bad, found.kept
     typed = list(compress(range(len(records)), map(contains, records, repeat("_type"))))
     metas = [(numbers[i], records[i]) for i in typed if records[i]["_type"] == "metadata"]
     extra = [records[i] for i in typed if records[i]["_type"] == "provider_state"]
@@ -637,6 +657,7 @@ def _jsonl_session(path: Path, fd: int) -> tuple[Session, list[Problem]]:
         records=extra,
         line_numbers=line_numbers,
         policy=policy,
+        held_lines=tuple((bisect_left(line_numbers, n), text) for n, text in found.held),
     )
     return session, problems
 

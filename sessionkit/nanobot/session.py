@@ -50,6 +50,11 @@ class Session:
     ``messages`` are the raw dicts exactly as stored.  An out-of-range or non-integer
     ``last_consolidated`` becomes 0, as nanobot does.  ``created_at``/``updated_at`` are
     ``None`` when the file did not record them (nanobot would substitute "now").
+    ``held_lines`` are the file's lines that are valid JSON past Python's ``json`` limits,
+    which no nanobot release can parse: ``(position, text)``, the line as it is, sitting
+    before message ``position``.  They are no messages (replays leave them out); saving the
+    session writes them back unchanged.  Appending a message keeps them; any other rewrite
+    of the messages drops them, since their place among the messages is gone.
     """
 
     key: str
@@ -63,6 +68,7 @@ class Session:
     records: list[dict[str, Any]] = field(default_factory=list, repr=False)
     line_numbers: Sequence[int] | None = field(default=None, repr=False)
     policy: str = "nanobot-0.2"
+    held_lines: tuple[tuple[int, str], ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         if not _valid_offset(self.last_consolidated, len(self.messages)):
@@ -107,6 +113,7 @@ class Session:
         self.last_consolidated = 0
         self.updated_at = datetime.now()
         self.line_numbers = None
+        self.held_lines = ()
         if isinstance(self.metadata, dict):
             self.metadata.pop("_last_summary", None)
 
@@ -116,7 +123,8 @@ class Session:
         Its messages are those before that user turn (``index == n_user_turns`` keeps them
         all; under 0.3.5 hidden messages are not turns); ``last_consolidated`` is kept when it lies within them, else 0 (nanobot resets an
         offset past the end).  Everything else is the source's: key, timestamps, metadata,
-        records, policy, path and format, with ``line_numbers`` cut to the messages.  This is
+        records, policy, path and format, with ``line_numbers`` cut to the messages and
+        ``held_lines`` to those before the cut.  This is
         the history nanobot had when it answered user message ``index``, and what
         :func:`sessionkit.writers.forking.fork` copies.
 
@@ -159,6 +167,7 @@ class Session:
             records=clone(self.records),
             line_numbers=None if self.line_numbers is None else self.line_numbers[:stop],
             policy=self.policy,
+            held_lines=tuple(h for h in self.held_lines if h[0] <= stop),
         )
 
     def replay_offset(self, setting: Offset | None) -> int:
@@ -274,6 +283,7 @@ class Session:
         self.metadata["_last_summary"] = state.metadata["_last_summary"]
         self.last_consolidated = state.last_archived
         self.line_numbers = None
+        self.held_lines = ()
 
     def _apply(self, trim: Trim) -> None:
         """Take a policy's trim: new messages and offset (and a cleared summary)."""
@@ -283,6 +293,7 @@ class Session:
         self.last_consolidated = trim.last_consolidated
         self.updated_at = datetime.now()
         self.line_numbers = None
+        self.held_lines = ()
         if trim.cleared and isinstance(self.metadata, dict):
             self.metadata.pop("_last_summary", None)
 

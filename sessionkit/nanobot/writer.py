@@ -86,7 +86,9 @@ def session_lines(session: Session, *, now: datetime | None = None) -> bytes:
     """The bytes of ``session`` as a nanobot session file, laid out as its release writes it.
 
     A missing ``created_at``/``updated_at`` (``None``) becomes ``now`` (default: the current
-    time), which is what nanobot writes for a session it loaded without them.
+    time), which is what nanobot writes for a session it loaded without them.  Lines held
+    as they were read (``Session.held_lines``) go back unchanged, each before the message it
+    preceded.
     """
     now = now or datetime.now()
     header = get_policy(session.policy).metadata_record(
@@ -98,8 +100,10 @@ def session_lines(session: Session, *, now: datetime | None = None) -> bytes:
     )
     parts = [_line(header, "the metadata line", session.key)]
     parts += [_line(r, f"record {i}", session.key) for i, r in enumerate(session.records)]
-    parts += [_line(m, f"message {i}", session.key) for i, m in enumerate(session.messages)]
-    return b"".join(parts)
+    messages = [_line(m, f"message {i}", session.key) for i, m in enumerate(session.messages)]
+    for position, text in reversed(session.held_lines):
+        messages.insert(min(position, len(session.messages)), text.encode("utf-8") + b"\n")
+    return b"".join(parts + messages)
 
 
 def temp_name(stem: str) -> str:

@@ -366,8 +366,8 @@ def _entry(item: Item, file: Path, identity: Identity, index: Index, store: str)
 
 
 class IndexedSession(Session):
-    """A :class:`Session` read back from the index: its messages (and line numbers) are parsed
-    from its file on first use, exactly as a fresh load would read them.
+    """A :class:`Session` read back from the index: its messages (and line numbers and held
+    lines) are parsed from its file on first use, exactly as a fresh load would read them.
 
     Raises :class:`SessionChangedError` on that first use when the file is no longer the one
     indexed (load the store again).
@@ -375,6 +375,7 @@ class IndexedSession(Session):
 
     _messages: list[dict[str, Any]] | None = None
     _lines: Any = None
+    _held: tuple[tuple[int, str], ...] = ()
     _parsed: list[dict[str, Any]] | None = None
     _size = 0
     _turns: dict[str, int] = {}  # noqa: RUF012 (read-only default)
@@ -412,11 +413,13 @@ class IndexedSession(Session):
     ) -> IndexedSession:
         """A session just read and indexed, its messages already in memory."""
         adopted = cls.__new__(cls)
-        fields = {k: v for k, v in vars(session).items() if k not in ("messages", "line_numbers")}
+        lazy = ("messages", "line_numbers", "held_lines")
+        fields = {k: v for k, v in vars(session).items() if k not in lazy}
         adopted.__dict__.update(
             fields,
             _messages=session.messages,
             _lines=session.line_numbers,
+            _held=session.held_lines,
             _parsed=session.messages,
             _size=len(session.messages),
             _turns=turns,
@@ -442,6 +445,7 @@ class IndexedSession(Session):
             session.line_numbers,
             session.messages,
         )
+        self._held = session.held_lines
 
     def _unread(self) -> bool:
         return self._messages is None and self._identity is not None
@@ -469,6 +473,19 @@ class IndexedSession(Session):
         if self._unread():
             self._parse()
         self._lines = value
+
+    @property  # type: ignore[override]
+    def held_lines(self) -> tuple[tuple[int, str], ...]:
+        """The lines held as they are (past ``json``'s limits), read with the messages."""
+        if self._unread():
+            self._parse()
+        return self._held
+
+    @held_lines.setter
+    def held_lines(self, value: tuple[tuple[int, str], ...]) -> None:
+        if self._unread():
+            self._parse()
+        self._held = value
 
     @property
     def pristine(self) -> bool:

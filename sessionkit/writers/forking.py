@@ -171,6 +171,7 @@ def _make(job: _Job, now: datetime, lineage: dict[str, Any] | None) -> Session:
         metadata=metadata,
         last_consolidated=cut.last_consolidated,
         policy=source.policy,
+        held_lines=cut.held_lines,
     )
 
 
@@ -221,7 +222,10 @@ def fork(
     ``fork_session_before_user_index(source_key, target_key, before_user_index)``: the
     messages before that user message, deep-copied; metadata deep-copied minus
     :attr:`~sessionkit.nanobot.policies.ReplayPolicy.fork_volatile_keys` of the source's release; ``last_consolidated`` kept when it lies within the copy,
-    else 0 with ``_last_summary`` dropped; fresh ``created_at``/``updated_at``.
+    else 0 with ``_last_summary`` dropped; fresh ``created_at``/``updated_at``.  Lines of the
+    source that no nanobot can parse (``Session.held_lines``: valid JSON past ``json``'s
+    limits) before the cut are written back byte for byte, in their places; nanobot itself
+    cannot load such a source at all.
 
     Parameters
     ----------

@@ -8,6 +8,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 from sessionkit.nanobot import reader
@@ -232,17 +233,67 @@ LOSES = (
 BIG = "valid JSON, but an integer of more than 4,300 digits, past Python's int-string limit"
 
 
-def test_a_line_nanobots_json_refuses_is_reported_not_raised(tmp_path: Path) -> None:
-    huge = b'{"role": "user", "n": 1' + b"0" * 4300 + b"}"
+HELD = (
+    "; sessionkit holds the line as it is: replays leave it out, and forks write it back unchanged"
+)
+
+
+def test_a_line_nanobots_json_refuses_is_reported_and_held_as_it_is(tmp_path: Path) -> None:
+    huge = b' {"role": "user", "n": 1' + b"0" * 4300 + b"}\t"
     deep = b'{"content": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
-    path = write(tmp_path / "t.jsonl", jsonl(META) + huge + b"\n" + deep + b"\n" + jsonl(USER))
-    session, problems = read_session_file(path)
+    data = jsonl(META) + huge + b"\n" + deep + b"\r\n" + jsonl(USER) + huge + b"\n"
+    session, problems = read_session_file(write(tmp_path / "t.jsonl", data))
     assert session.messages == [USER]
+    assert list(session.line_numbers) == [4]
+    assert session.held_lines == ((0, huge.decode()), (0, deep.decode()), (1, huge.decode()))
     deeper = "valid JSON, but nested over 900 levels deep, deeper than Python's json reads"
     assert [(p.line_no, p.reason, p.skipped) for p in problems] == [
-        (2, f"{BIG}{LOSES}", True),
-        (3, f"{deeper} on nanobot's stack{LOSES}", True),
+        (2, f"{BIG}{LOSES}{HELD}", True),
+        (3, f"{deeper} on nanobot's stack{LOSES}{HELD}", True),
+        (5, f"{BIG}{LOSES}{HELD}", True),
     ]
+
+
+def test_a_line_cut_after_a_huge_integer_is_not_json_and_not_held(tmp_path: Path) -> None:
+    cut = b'{"role": "user", "n": 1' + b"0" * 4300 + b', "x": '
+    session, problems = read_session_file(write(tmp_path / "t.jsonl", jsonl(USER) + cut))
+    assert (session.messages, session.held_lines) == ([USER], ())
+    assert [(p.line_no, p.reason, p.skipped) for p in problems] == [
+        (
+            2,
+            "not JSON: Expecting value (column 4330), and before that an integer of more "
+            "than 4,300 digits, past Python's int-string limit: nanobot 0.2.2 fails on the "
+            "integer, which its repair does not skip, and loses the whole session",
+            True,
+        )
+    ]
+
+
+def test_replays_leave_held_lines_out(tmp_path: Path) -> None:
+    import sessionkit as sk
+    from sessionkit.nanobot.policies import POLICIES
+
+    huge = b'{"role": "user", "content": "lost", "n": 1' + b"0" * 5000 + b"}"
+    messages = [USER, REPLY, {**USER, "content": "again"}, {**REPLY, "content": "fine"}]
+    lines = [json.dumps(m).encode() for m in messages]
+    held = write(tmp_path / "a" / "cli_x.jsonl", b"\n".join([*lines[:2], huge, *lines[2:], huge]))
+    plain = write(tmp_path / "b" / "cli_x.jsonl", b"\n".join(lines))
+    session, _ = read_session_file(held)
+    assert session.held_lines == ((2, huge.decode()), (4, huge.decode()))
+    without, _ = read_session_file(plain)
+    public = [{"role": m["role"], "content": m["content"]} for m in messages]
+    for name in POLICIES:
+        session.policy = without.policy = name
+        assert session.n_user_turns == 2
+        assert session.get_history() == public
+        assert session.get_history(max_tokens=16) == public[2:]
+        assert session.history() == without.history()
+    frames = [
+        sk.windows(sk.load(path, cache=False), policy=list(POLICIES), max_tokens=[16, 0], at="end")
+        for path in (held, plain)
+    ]
+    pd.testing.assert_frame_equal(frames[0], frames[1])
+    assert frames[0].messages_kept.tolist() == [2, 4] * 3
 
 
 def _at_depth(depth: int, call: Any) -> Any:

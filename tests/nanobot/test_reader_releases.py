@@ -16,6 +16,8 @@ import pytest
 from releases import release
 
 import sessionkit as sk
+from sessionkit.nanobot.naming import storage_key
+from sessionkit.nanobot.reader import read_session_file
 
 pytestmark = pytest.mark.conformance
 
@@ -112,3 +114,30 @@ def test_a_035_workspace_without_its_config_dir_says_where_it_looked(tmp_path: P
     _store("0.3.5", tmp_path, SESSIONS[:1])
     with pytest.raises(sk.nanobot.reader.SessionPathError, match="workspace id"):
         sk.load(tmp_path / "workspace", config_dir=tmp_path / "elsewhere")
+
+
+@pytest.mark.parametrize("version", ["0.3.0", "0.3.5"])
+def test_no_later_release_loads_a_session_with_a_line_past_jsons_limits(
+    version: str, tmp_path: Path
+) -> None:
+    """0.3.x lose the session over a huge integer and raise over deep nesting, as 0.2.2 loses
+    it over both: sessionkit keeps the rest, holds the line, and replays leave it out."""
+    meta = {"_type": "metadata", "key": "cli:x", "metadata": {}, "last_consolidated": 0}
+    kept = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+    past = ['{"role": "user", "n": 1' + "0" * 4300 + "}", '{"c": ' + "[" * 990 + "]" * 990 + "}"]
+    name = f"{storage_key('cli:x')}.jsonl"
+    texts = [
+        "\n".join([json.dumps(meta), json.dumps(kept[0]), line, json.dumps(kept[1])]) + "\n"
+        for line in past
+    ]
+    results = release(version).run(
+        "release_scenarios:load_file", [{"args": [name, text]} for text in texts]
+    )
+    deep = "maximum recursion depth exceeded while decoding a JSON array from a unicode string"
+    assert results == [{"returned": None}, {"raised": "RecursionError", "message": deep}]
+    for line, text in zip(past, texts, strict=True):
+        (tmp_path / name).write_text(text)
+        session, problems = read_session_file(tmp_path / name)
+        assert (session.messages, session.held_lines) == (kept, ((1, line),))
+        assert [(p.line_no, p.skipped) for p in problems] == [(3, True)]
+        assert session.get_history() == kept

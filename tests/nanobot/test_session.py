@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from operator import methodcaller
 from pathlib import Path
 from typing import Any
 
@@ -266,6 +267,31 @@ STAMPED = [
     user("u1", timestamp="2026-01-01T11:00:00"),
     assistant("a1"),
 ]
+
+
+def test_held_lines_follow_appends_and_cuts_and_go_with_other_rewrites() -> None:
+    held = ((1, "held a"), (3, "held b"))
+    messages = [user("a"), assistant("b"), user("c"), assistant("d")]
+
+    def make() -> Session:
+        return Session("cli:x", messages=[dict(m) for m in messages], held_lines=held)
+
+    assert [make().before_user(i).held_lines for i in (0, 1, 2)] == [(), ((1, "held a"),), held]
+    session = make()
+    session.add_message("user", "e")
+    assert session.held_lines == held
+    for rewrite in (
+        methodcaller("clear"),
+        methodcaller("enforce_file_cap", limit=2),
+        methodcaller("retain_recent_legal_suffix", 2),
+    ):
+        session = make()
+        rewrite(session)
+        assert session.held_lines == ()
+    session = make()
+    session.policy = "nanobot-0.3.5"
+    session.commit_summary_checkpoint("summary", insert_at=2)
+    assert session.held_lines == ()
 
 
 def test_history_defaults_are_the_agent_loops() -> None:

@@ -20,13 +20,16 @@ import signal
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 import sessionkit as sk
 import sessionkit.store.index
+from sessionkit.nanobot.writer import session_lines
 from sessionkit.synthetic import FeatureMix, generate_session, write_store
 
 SEED = 20261130
@@ -37,6 +40,7 @@ MIX = FeatureMix(verbosity=0.2, blocks=0.2)
 Mutation = Callable[[random.Random, list[bytes]], list[bytes]]
 
 
+HOLDS = "sessionkit holds the line as it is"
 FINDINGS: list[str] = []
 """What each nonzero count was, for the failure message."""
 
@@ -312,6 +316,61 @@ def judge(line: bytes) -> tuple[str, Any]:
     return ("object", value) if type(value) is dict else ("damaged", None)
 
 
+def past_limits(line: bytes) -> tuple[str, Any]:
+    """``("yes", value)`` for valid JSON that nanobot's ``json`` refuses over one of its
+    limits (an integer's length, nesting), ``("maybe", None)`` for a line nested too deep
+    for any parser here to tell, else ``("no", None)``."""
+    try:
+        text = line.decode("utf-8").strip()
+        json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return "no", None
+    except (ValueError, RecursionError):
+        pass
+    else:
+        return "no", None
+    try:
+        return "yes", json.loads(text, parse_int=Decimal)
+    except RecursionError:
+        try:
+            return "yes", orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            return ("maybe" if "depth limit" in str(exc) else "no"), None
+    except ValueError:
+        return "no", None
+
+
+def check_held(path: Path, session: sk.Session | None, problems: Any, counts: Counter[str]) -> None:
+    """Every line past ``json``'s limits that is not a kept metadata record is held as it is,
+    and written back unchanged when the session is saved."""
+    lines = dict(nanobot_lines(path.read_bytes()))
+    must, may = set(), set()
+    for n, line in lines.items():
+        verdict, value = past_limits(line)
+        if verdict == "yes" and not (type(value) is dict and value.get("_type") == "metadata"):
+            must.add(n)
+        elif verdict == "maybe":
+            may.add(n)
+    mine = problems[problems["path"] == str(path.resolve())]
+    numbers = [int(n) for n, r in zip(mine.line_no, mine.reason, strict=True) if HOLDS in r]
+    held = [text for _, text in session.held_lines] if session is not None else []
+    counts["held lines"] += len(held)
+    if not must <= set(numbers) <= must | may:
+        counts["valid lines lost"] += 1
+        FINDINGS.append(f"{path.parent.name}: held {numbers}, must hold {sorted(must)}")
+    elif held != [lines[n].decode("utf-8") for n in numbers]:
+        counts["values changed"] += 1
+        FINDINGS.append(f"{path.parent.name}: a held line changed")
+    elif held:
+        try:
+            written = iter(session_lines(session).split(b"\n"))  # type: ignore[arg-type]
+        except ValueError:  # text no UTF-8 output holds (a lone surrogate): not saved
+            return
+        if not all(text.encode("utf-8") in written for text in held):
+            counts["values changed"] += 1
+            FINDINGS.append(f"{path.parent.name}: a held line is not written back")
+
+
 def check_file(path: Path, counts: Counter[str]) -> None:
     """Load one mutated file and count what went wrong."""
     try:
@@ -358,6 +417,7 @@ def check_file(path: Path, counts: Counter[str]) -> None:
             counts[found] += 1
             FINDINGS.append(f"{path.parent.name} line {n}: {found}: {line[:80]!r}")
     check_index(path, corpus, counts)
+    check_held(path, session, problems, counts)
     if metas and session is not None:
         meta = metas[-1]
         key = meta.get("key")
@@ -436,7 +496,9 @@ def test_fuzzed_files_never_crash_hang_lose_change_or_hide_anything(
         counts["damaged lines"] += len(expected)
         counts["damaged lines unreported"] += sum(str(p) not in paths for p in expected)
         counts["valid lines lost"] += len(corpus) != 2
-    summary = {k: counts[k] for k in ("mutated files", "valid lines", "damaged lines")}
+    summary = {
+        k: counts[k] for k in ("mutated files", "valid lines", "damaged lines", "held lines")
+    }
     failures = {
         k: counts[k]
         for k in (
@@ -451,4 +513,5 @@ def test_fuzzed_files_never_crash_hang_lose_change_or_hide_anything(
     print(f"\nfuzz load: {summary} {failures}", *FINDINGS[:20], sep="\n")
     assert failures == dict.fromkeys(failures, 0)
     assert counts["mutated files"] >= 300
+    assert counts["held lines"] >= 20
     assert len(list((tmp_path / "index").rglob("*.arrow"))) >= 250  # the warm loads used it

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import errno
 import hashlib
+import json
 import os
 from datetime import datetime
 from pathlib import Path
@@ -17,6 +18,7 @@ import sessionkit
 from sessionkit.nanobot import writer
 from sessionkit.nanobot.naming import UnsafeKeyError
 from sessionkit.nanobot.policies import FORK_VOLATILE_METADATA_KEYS as VOLATILE_METADATA_KEYS
+from sessionkit.nanobot.reader import read_session_file
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.writer import save_session, session_lines
 from sessionkit.store.corpus import Corpus
@@ -473,3 +475,50 @@ def test_progress_bar(source, capsys):
     assert capsys.readouterr().err == ""
     fork_many(source, progress=True)
     assert "forks" in capsys.readouterr().err
+
+
+# --- lines no nanobot can parse ------------------------------------------------------------
+
+
+HUGE = b' {"role": "user", "content": "x", "n": 1' + b"0" * 5000 + b"}\t"
+DEEP = b'{"role": "tool", "content": ' + b"[" * 950 + b"]" * 950 + b"}"
+
+
+def _with_held_lines(source: Session, folder: Path) -> list[bytes]:
+    """``source`` saved, with lines past json's limits before messages 1 and 4 and at the
+    end; its lines."""
+    lines = session_lines(source).split(b"\n")[:-1]
+    lines[2:2], lines[6:6] = [HUGE], [DEEP]
+    lines.append(HUGE)
+    folder.mkdir()
+    (folder / "telegram_1.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    return lines
+
+
+@pytest.mark.parametrize(("index", "stop"), [(0, 3), (1, 8), (3, 13)])
+def test_held_lines_are_forked_back_byte_for_byte(source, tmp_path, monkeypatch, index, stop):
+    monkeypatch.setenv("SESSIONKIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr("sessionkit.store.index.RACY_NS", 0)  # index the file just written
+    source.metadata, source.last_consolidated = {}, 0
+    lines = _with_held_lines(source, tmp_path / "src")
+    fresh = sessionkit.load(tmp_path / "src")["telegram:1"]
+    indexed = sessionkit.load(tmp_path / "src")["telegram:1"]
+    assert type(indexed).__name__ == "IndexedSession" and indexed._messages is None
+    for n, loaded in enumerate((fresh, indexed)):
+        assert loaded.messages == MESSAGES
+        assert loaded.held_lines == ((1, HUGE.decode()), (4, DEEP.decode()), (9, HUGE.decode()))
+        result = fork(loaded, f"f:{n}", index, sessions_dir=tmp_path / "out")
+        assert result.path.read_bytes().split(b"\n")[1:] == [*lines[1:stop], b""]
+
+
+def test_an_edited_fork_keeps_held_lines_before_its_edit(source, tmp_path):
+    lines = _with_held_lines(source, tmp_path / "src")
+    loaded = sessionkit.load(tmp_path / "src", cache=False)["telegram:1"]
+    result = fork(loaded, "f:edit", 2, edit="Later", sessions_dir=tmp_path / "out")
+    written = result.path.read_bytes().split(b"\n")
+    assert written[1:-2] == lines[1:10]
+    assert json.loads(written[-2])["content"] == "Later"
+    again, problems = read_session_file(result.path)
+    assert again.held_lines == ((1, HUGE.decode()), (4, DEEP.decode()))
+    assert again.messages == result.messages
+    assert [p.line_no for p in problems] == [3, 7]
