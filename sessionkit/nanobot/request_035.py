@@ -1,0 +1,756 @@
+"""nanobot-ai 0.3.5's request for one LLM call, rebuilt from what it saved.
+
+One agent call of 0.3.5 sends ``[system, *history, current, *steps]`` after two clean-ups:
+the agent loop's (placeholder assistants and malformed tool calls removed, orphan tool
+results dropped, missing ones backfilled, oversized tool results offloaded to a file and
+referenced, adjacent user messages merged around their runtime context) and the
+OpenAI-compatible provider's (``_meta`` keys and empty text blocks dropped, empty text sent as
+``null`` or a stand-in, only the allowed keys kept, tool-call arguments re-serialised,
+consecutive same-role messages merged, trailing assistant messages dropped).
+
+The texts the clean-ups insert or recognise are nanobot's and come from the kit the release's
+probe rendered (``kit["loop"]``, ``kit["wire"]``, ``kit["current"]``): this module holds the
+rules only.  It is pure and pandas-free.  Where the request depends on something the session
+file does not hold (image bytes, an automation turn's prompt, arguments only a JSON repair
+library could read), it raises :class:`NotOnDisk` rather than guess.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import json
+import mimetypes
+import re
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import PurePath
+from typing import Any
+
+from sessionkit.nanobot.history import CONTINUATION_TEXT, Message, is_hidden_history
+
+__all__ = [
+    "NotOnDisk",
+    "current_message",
+    "estimate_request",
+    "image_block",
+    "loop_messages",
+    "turn_steps",
+    "wire_messages",
+]
+
+RUNTIME_CONTEXT_KEY = "_runtime_context"
+"""Where a stored user message keeps its runtime-context marker."""
+META_CONTEXT_KEY = "runtime_context"
+"""Where an in-memory message keeps the same marker (under ``_meta``)."""
+_SENTINEL = re.compile("\u0000SK:(\\w+)\u0000")
+_UNSAFE_FILENAME = re.compile(r'[<>:"/\\|?*]')
+_TEXT_TYPES = ("text", "input_text", "output_text")
+_WIRE_KEYS = frozenset(
+    {"role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content", "extra_content"}
+)
+_IMAGE_MAGIC = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+)
+
+
+class NotOnDisk(ValueError):
+    """What the release sent here depends on something its session file does not hold."""
+
+
+def _fill(template: str, **values: str) -> str:
+    """``template`` with each sentinel replaced by its value, in one pass."""
+    return _SENTINEL.sub(lambda m: values.get(m.group(1), m.group(0)), template)
+
+
+# --- the current message ---------------------------------------------------------------------
+
+
+def image_block(path: str, data: bytes) -> Message | None:
+    """The image block 0.3.5 builds from one attached file's bytes (``None``: not an image)."""
+    mime = next((m for magic, m in _IMAGE_MAGIC if data.startswith(magic)), None)
+    if mime is None and data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        mime = "image/webp"
+    mime = mime or mimetypes.guess_type(path)[0]
+    if not mime or not mime.startswith("image/"):
+        return None
+    url = f"data:{mime};base64,{base64.b64encode(data).decode()}"
+    return {"type": "image_url", "image_url": {"url": url}, "_meta": {"path": str(PurePath(path))}}
+
+
+def _context_texts(marker: Mapping[str, Any]) -> list[str]:
+    """The runtime-context blocks a stored suffix marker joined, one text per source."""
+    suffix, sources = marker.get("suffix"), marker.get("sources")
+    if not isinstance(suffix, str) or not isinstance(sources, list) or not sources:
+        raise NotOnDisk("the stored runtime-context marker holds no suffix to split")
+    if len(sources) == 1:
+        return [suffix]
+    texts = suffix.split("\n\n")
+    if len(texts) != len(sources):
+        raise NotOnDisk(
+            f"the stored runtime context joins {len(sources)} blocks whose own text holds blank "
+            "lines: where one ends cannot be told"
+        )
+    return texts
+
+
+def _with_images(
+    content: str, marker: Mapping[str, Any] | None, images: Sequence[Message]
+) -> tuple[list[Message], dict[str, Any] | None]:
+    """The block content (images, text, context blocks) of a user turn with images."""
+    if marker is None:
+        return [*copy.deepcopy(list(images)), {"type": "text", "text": content}], None
+    suffix = marker.get("suffix")
+    texts = _context_texts(marker)
+    if content == suffix:
+        visible = ""
+    elif isinstance(suffix, str) and content.endswith("\n\n" + suffix):
+        visible = content[: -len(suffix) - 2]
+    else:
+        raise NotOnDisk("the stored text does not end with its runtime context")
+    blocks = [{"type": "text", "text": text} for text in texts]
+    content_blocks = [*copy.deepcopy(list(images)), {"type": "text", "text": visible}, *blocks]
+    sources = list(marker["sources"])
+    return content_blocks, {"version": 1, "sources": sources, "blocks": copy.deepcopy(blocks)}
+
+
+def current_message(
+    kit: Mapping[str, Any], user: Message, *, images: Sequence[Message] | None = None
+) -> Message:
+    """The stored user message of a turn -> the ``current`` message the loop built for it.
+
+    0.3.5 stores the user text with its runtime context already appended (the same blocks the
+    loop appended to the current message) and the marker under ``_runtime_context``; the loop
+    carried that marker under ``_meta``.  A turn with attached images sent them as data URLs
+    first: pass ``images``, the :func:`image_block` of each stored ``media`` path that is still
+    an image (an empty list when none is), else :class:`NotOnDisk` is raised.  Automation turns
+    (cron, triggers) sent a rendered prompt, not the stored text: :class:`NotOnDisk`.
+    """
+    if is_hidden_history(user):
+        raise NotOnDisk(
+            "a hidden or automation message: the release sent a prompt it did not store"
+        )
+    content = user.get("content")
+    if not isinstance(content, str):
+        raise NotOnDisk("the stored user content is not text: the turn's input was not stored")
+    stored = user.get(RUNTIME_CONTEXT_KEY)
+    marker = copy.deepcopy(stored) if isinstance(stored, dict) else None
+    media = user.get("media")
+    has_media = isinstance(media, list) and any(isinstance(p, str) and p for p in media)
+    if has_media and images is None:
+        raise NotOnDisk("the turn attached images: pass images= (the image_block of each path)")
+    template = kit["current"]
+    current: Message = {
+        key: _fill(value, text=content) if key == "content" else copy.deepcopy(value)
+        for key, value in template.items()
+    }
+    if has_media and images:
+        current["content"], marker = _with_images(current["content"], marker, images)
+    if marker is not None:
+        current["_meta"] = {**current.get("_meta", {}), META_CONTEXT_KEY: marker}
+    return current
+
+
+# --- the steps of a turn ---------------------------------------------------------------------
+
+
+def _in_loop(message: Message) -> bool:
+    """Whether a stored message of a turn was part of the loop's transcript."""
+    if message.get("_command"):
+        return False
+    if is_hidden_history(message) and message.get("content") == CONTINUATION_TEXT:
+        return False  # a summary checkpoint: inserted at save, never in the transcript
+    return not (
+        message.get("role") == "assistant"
+        and (message.get("_channel_delivery") or message.get("injected_event") == "subagent_result")
+    )
+
+
+def _as_held(message: Message) -> Message:
+    """A stored message as the loop held it: no save time or latency, the runtime-context
+    marker back under ``_meta``."""
+    held: Message = {}
+    for key, value in message.items():
+        if key == "timestamp" or (key == "latency_ms" and message.get("role") == "assistant"):
+            continue
+        if key == RUNTIME_CONTEXT_KEY and message.get("role") == "user":
+            continue
+        held[key] = copy.deepcopy(value)
+        if key == "content" and isinstance(message.get(RUNTIME_CONTEXT_KEY), dict):
+            held["_meta"] = {META_CONTEXT_KEY: copy.deepcopy(message[RUNTIME_CONTEXT_KEY])}
+    return held
+
+
+def turn_steps(turn: list[Message]) -> list[list[Message]]:
+    """The stored messages after a turn's user message -> what the loop had appended before
+    each of its calls: ``[0]`` is empty, ``[k]`` everything before the k-th saved reply.
+
+    Each call's reply is saved as one assistant message (tool calls, a final answer, a cut
+    answer before its recovery prompt, or the error placeholder), so the calls are counted by
+    those.  Left out, as the loop never held them: message-tool deliveries mirrored into the
+    session, subagent follow-ups, command replies and summary checkpoints.  What saving
+    changed and cannot be undone from disk: inline images in tool results became
+    ``[image: path]`` text; a follow-up id was dropped; a provider-state mark on an assistant
+    (Responses-style providers only) was dropped.  A turn whose calls all failed saved
+    nothing: one call.  A turn answered by a command made none.
+    """
+    held: list[Message] = []
+    steps: list[list[Message]] = []
+    for message in turn:
+        if not _in_loop(message):
+            continue
+        if message.get("role") == "assistant":
+            steps.append(copy.deepcopy(held))
+        held.append(_as_held(message))
+    if steps:
+        return steps
+    return [] if any(m.get("_command") for m in turn) else [[]]
+
+
+# --- the agent loop's clean-up ---------------------------------------------------------------
+
+
+def _strip_placeholders(messages: list[Message], placeholders: Sequence[str]) -> list[Message]:
+    texts = frozenset(placeholders)
+    kept = []
+    for message in messages:
+        content = message.get("content", "")
+        text = content if isinstance(content, str) else ""
+        if (
+            message.get("role") == "assistant"
+            and text.strip() in texts
+            and not message.get("tool_calls")
+        ):
+            continue
+        kept.append(message)
+    return kept
+
+
+def _named_call(call: Any) -> bool:
+    if not isinstance(call, dict):
+        return False
+    function = call.get("function")
+    name = function.get("name") if isinstance(function, dict) else call.get("name")
+    return isinstance(name, str) and bool(name)
+
+
+def _strip_malformed_calls(messages: list[Message]) -> list[Message]:
+    out = []
+    for message in messages:
+        calls = message.get("tool_calls")
+        if message.get("role") != "assistant" or not calls:
+            out.append(message)
+            continue
+        kept = [call for call in calls if _named_call(call)]
+        if len(kept) == len(calls):
+            out.append(message)
+            continue
+        repaired = dict(message)
+        if kept:
+            repaired["tool_calls"] = kept
+        else:
+            repaired.pop("tool_calls", None)
+            if not repaired.get("content"):
+                continue
+        out.append(repaired)
+    return out
+
+
+def _call_ids(message: Message) -> list[tuple[str, Any]]:
+    """(id, function) of each tool call with an id, as the loop reads them."""
+    return [
+        (str(call["id"]), call.get("function"))
+        for call in message.get("tool_calls") or []
+        if isinstance(call, dict) and call.get("id")
+    ]
+
+
+def _drop_orphan_results(messages: list[Message]) -> list[Message]:
+    declared: set[str] = set()
+    fulfilled: set[str] = set()
+    out = []
+    for message in messages:
+        role = message.get("role")
+        if role == "assistant":
+            declared.update(call_id for call_id, _ in _call_ids(message))
+        if role == "tool":
+            result_id = message.get("tool_call_id")
+            result_id = str(result_id) if result_id else ""
+            if not result_id or result_id not in declared or result_id in fulfilled:
+                continue
+            fulfilled.add(result_id)
+        out.append(message)
+    return out
+
+
+def _backfill(messages: list[Message], text: str) -> list[Message]:
+    declared: list[tuple[int, str, str]] = []
+    fulfilled: set[str] = set()
+    for index, message in enumerate(messages):
+        if message.get("role") == "assistant":
+            for call_id, function in _call_ids(message):
+                name = function.get("name", "") if isinstance(function, dict) else ""
+                declared.append((index, call_id, name if isinstance(name, str) else str(name)))
+        elif message.get("role") == "tool" and message.get("tool_call_id"):
+            fulfilled.add(str(message["tool_call_id"]))
+    out = list(messages)
+    offset = 0
+    for index, call_id, name in declared:
+        if call_id in fulfilled:
+            continue
+        at = index + 1 + offset
+        while at < len(out) and out[at].get("role") == "tool":
+            at += 1
+        out.insert(at, {"role": "tool", "tool_call_id": call_id, "name": name, "content": text})
+        offset += 1
+    return out
+
+
+def _text_of_blocks(content: list[Any]) -> str | None:
+    """The blocks' texts joined by newlines, ``None`` unless all are text blocks."""
+    texts = []
+    for block in content:
+        if not isinstance(block, dict) or block.get("type") != "text":
+            return None
+        if not isinstance(block.get("text"), str):
+            return None
+        texts.append(block["text"])
+    return "\n".join(texts)
+
+
+def _safe_filename(name: str) -> str:
+    return _UNSAFE_FILENAME.sub("_", name).strip()
+
+
+class _ToolResults:
+    """0.3.5's tool-result rule: empty results marked, oversized text offloaded to a file
+    under the workspace and replaced by a reference to it."""
+
+    def __init__(self, rules: Mapping[str, Any], session_key: str | None) -> None:
+        self.rules = rules
+        self.folder = f"{rules['tool_results_root']}/{_safe_filename(session_key or 'default')}"
+
+    def _offloaded(self, text: str, call_id: str) -> str:
+        limit = self.rules["max_tool_result_chars"]
+        if limit <= 0 or len(text) <= limit:
+            return text
+        path = f"{self.folder}/{_safe_filename(call_id)}.txt"
+        preview_chars = self.rules["preview_chars"]
+        cut = len(text) > preview_chars
+        template = self.rules["tool_result_reference_cut" if cut else "tool_result_reference"]
+        reference = _fill(template, path=path, size=str(len(text)), preview=text[:preview_chars])
+        if len(reference) > limit:
+            reference = _fill(self.rules["tool_result_too_long"], path=path)
+        return reference
+
+    def _nonempty(self, name: str, content: Any) -> Any:
+        marker = _fill(self.rules["empty_tool_result"], name=name)
+        if content is None or (isinstance(content, str) and not content.strip()):
+            return marker
+        if isinstance(content, list):
+            if not content:
+                return marker
+            text = _text_of_blocks(content)
+            if text is not None and not text.strip():
+                return marker
+        return content
+
+    def normalized(self, call_id: str, name: str, content: Any) -> Any:
+        result = self._nonempty(name, content)
+        if name in self.rules["offload_exempt_tools"]:
+            return result
+        if isinstance(result, str):
+            return self._offloaded(result, call_id)
+        if not isinstance(result, list):
+            return result
+        for block in result:
+            if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+                return result
+            if block["type"] == "text" and not isinstance(block.get("text"), str):
+                return result
+        return [
+            {**block, "text": self._offloaded(block["text"], f"{call_id}_text_{index}")}
+            if block["type"] == "text"
+            else block
+            for index, block in enumerate(result)
+        ]
+
+
+def _budget_tool_results(
+    messages: list[Message], rules: Mapping[str, Any], session_key: str | None
+) -> list[Message]:
+    results = _ToolResults(rules, session_key)
+    out = []
+    for index, message in enumerate(messages):
+        if message.get("role") == "tool":
+            content = message.get("content")
+            normalized = results.normalized(
+                str(message.get("tool_call_id") or f"tool_{index}"),
+                str(message.get("name") or "tool"),
+                content,
+            )
+            if normalized != content:
+                message = {**message, "content": normalized}
+        out.append(message)
+    return out
+
+
+def _as_blocks(value: Any) -> list[Any]:
+    if isinstance(value, list):
+        return [
+            item if isinstance(item, dict) else {"type": "text", "text": str(item)}
+            for item in value
+        ]
+    if value is None:
+        return []
+    return [{"type": "text", "text": str(value)}]
+
+
+def _joined(left: Any, right: Any) -> Any:
+    """The loop's merge of two user contents."""
+    if isinstance(left, str) and isinstance(right, str):
+        return f"{left}\n\n{right}" if left else right
+    return _as_blocks(left) + _as_blocks(right)
+
+
+def _detached(content: Any, marker: Any) -> tuple[Any, list[str], list[Message]] | None:
+    """A content with its runtime context taken off (``None`` when it does not end with it)."""
+    if marker is None:
+        return content, [], []
+    if marker.get("version") != 1:
+        return None
+    sources = marker.get("sources")
+    sources = [s for s in sources if isinstance(s, str) and s] if isinstance(sources, list) else []
+    suffix = marker.get("suffix")
+    if isinstance(content, str) and isinstance(suffix, str) and suffix:
+        if content == suffix:
+            return "", sources, [{"type": "text", "text": suffix}]
+        if content.endswith("\n\n" + suffix):
+            return content[: -len(suffix) - 2], sources, [{"type": "text", "text": suffix}]
+        return None
+    expected = marker.get("blocks")
+    if isinstance(content, list) and isinstance(expected, list) and expected:
+        if content[-len(expected) :] != expected:
+            return None
+        return content[: -len(expected)], sources, copy.deepcopy(expected)
+    return None
+
+
+def _reattached(content: Any, sources: list[str], blocks: list[Message]) -> tuple[Any, Message]:
+    blocks = copy.deepcopy(blocks)
+    if isinstance(content, str) and all(
+        b.get("type") == "text" and isinstance(b.get("text"), str) for b in blocks
+    ):
+        suffix = "\n\n".join(b["text"] for b in blocks)
+        merged = f"{content}\n\n{suffix}" if content else suffix
+        return merged, {"version": 1, "sources": list(sources), "suffix": suffix}
+    visible = _as_blocks(content) if not isinstance(content, list) else list(content)
+    return [*visible, *blocks], {"version": 1, "sources": list(sources), "blocks": blocks}
+
+
+def _context_marker(message: Message) -> Any:
+    meta = message.get("_meta")
+    marker = meta.get(META_CONTEXT_KEY) if isinstance(meta, dict) else None
+    return marker if isinstance(marker, dict) else None
+
+
+def _mergeable(message: Message, continuation: str) -> bool:
+    meta = message.get("_meta")
+    boundary = isinstance(meta, dict) and meta.get("provider_state_boundary") is True
+    return (
+        message.get("role") == "user"
+        and message.get("content") != continuation
+        and not is_hidden_history(message)
+        and not boundary
+    )
+
+
+def _merged_users(left: Message, right: Message) -> Message:
+    merged = dict(left)
+    left_marker, right_marker = _context_marker(left), _context_marker(right)
+    detached_left = _detached(merged.get("content"), left_marker)
+    detached_right = _detached(right.get("content"), right_marker)
+    if detached_left is None or detached_right is None:
+        merged["content"] = _joined(merged.get("content"), right.get("content"))
+        return merged
+    content = _joined(detached_left[0], detached_right[0])
+    blocks = [*detached_left[2], *detached_right[2]]
+    if blocks:
+        content, marker = _reattached(content, [*detached_left[1], *detached_right[1]], blocks)
+        left_meta, right_meta = left.get("_meta"), right.get("_meta")
+        meta = dict(left_meta) if isinstance(left_meta, dict) else {}
+        for key, value in (right_meta if isinstance(right_meta, dict) else {}).items():
+            meta.setdefault(key, value)
+        meta[META_CONTEXT_KEY] = marker
+        merged["_meta"] = meta
+    merged["content"] = content
+    return merged
+
+
+def _merge_adjacent_users(messages: list[Message], continuation: str) -> list[Message]:
+    out: list[Message] = []
+    for source in messages:
+        message = copy.deepcopy(source)
+        if out and _mergeable(message, continuation) and _mergeable(out[-1], continuation):
+            out[-1] = _merged_users(out[-1], message)
+            continue
+        out.append(message)
+    return out
+
+
+def _cleaned(
+    messages: list[Message], rules: Mapping[str, Any], session_key: str | None
+) -> list[Message]:
+    """The loop's clean-up of one list (``prepare_messages_for_model``)."""
+    messages = _strip_placeholders(messages, rules["placeholder_assistant"])
+    messages = _strip_malformed_calls(messages)
+    messages = _drop_orphan_results(messages)
+    messages = _backfill(messages, rules["backfill"])
+    messages = _budget_tool_results(messages, rules, session_key)
+    return _merge_adjacent_users(messages, rules["continuation"])
+
+
+def loop_messages(
+    system: str,
+    history: list[Message],
+    current: Message,
+    steps: list[Message],
+    *,
+    kit: Mapping[str, Any],
+    session_key: str | None,
+) -> list[Message]:
+    """What 0.3.5's agent loop handed its provider for one call of a turn: ``[system,
+    *history, current, *steps]`` after the loop's clean-up.
+
+    The first call sends the cleaned ``[system, *history, current]``; each later call re-sends
+    the previous call's cleaned list plus what was appended since its reply (the reply, its
+    tool results, injected messages), cleaned again.  Calls are told apart by the replies
+    (assistant messages) in ``steps``.  ``session_key`` names the folder an oversized tool
+    result is offloaded to (the reference text holds its path).
+    """
+    rules = kit["loop"]
+    raw = [
+        {"role": "system", "content": system},
+        *copy.deepcopy(history),
+        copy.deepcopy(current),
+        *copy.deepcopy(steps),
+    ]
+    first = 2 + len(history)
+    replies = [first + i for i, m in enumerate(steps) if i and m.get("role") == "assistant"]
+    bounds = sorted({first, *replies, len(raw)})
+    sent = _cleaned(raw[: bounds[0]], rules, session_key)
+    for start, stop in zip(bounds, bounds[1:], strict=False):
+        sent = _cleaned([*sent, *raw[start:stop]], rules, session_key)
+    return sent
+
+
+# --- the OpenAI-compatible provider's clean-up -----------------------------------------------
+
+
+def _without_surrogates(value: Any) -> Any:
+    """Lone UTF-16 surrogates replaced (pairs rebuilt), in every string leaf."""
+    if isinstance(value, str):
+        if not any(0xD800 <= ord(ch) <= 0xDFFF for ch in value):
+            return value
+        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    if isinstance(value, list):
+        return [_without_surrogates(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _without_surrogates(item) for key, item in value.items()}
+    return value
+
+
+def _empty_cleaned(message: Message, empty: str) -> Message:
+    clean = {key: value for key, value in message.items() if key != "_meta"}
+    content = clean.get("content")
+    calls = clean.get("role") == "assistant" and clean.get("tool_calls")
+    if isinstance(content, str) and not content:
+        clean["content"] = None if calls else empty
+    elif isinstance(content, list):
+        items, changed = [], False
+        for item in content:
+            if isinstance(item, dict) and item.get("type") in _TEXT_TYPES and not item.get("text"):
+                changed = True
+            elif isinstance(item, dict) and "_meta" in item:
+                items.append({k: v for k, v in item.items() if k != "_meta"})
+                changed = True
+            else:
+                items.append(item)
+        if changed:
+            clean["content"] = items if items else (None if calls else empty)
+    elif isinstance(content, dict):
+        clean["content"] = [content]
+    return clean
+
+
+def _replay_arguments(arguments: Any) -> str:
+    """Tool-call arguments as 0.3.5 replays them: a JSON object text."""
+    if isinstance(arguments, dict):
+        return json.dumps(arguments, ensure_ascii=False)
+    if not isinstance(arguments, str) or not arguments.strip():
+        return "{}"
+    try:
+        parsed = json.loads(arguments.strip())
+    except (ValueError, RecursionError):
+        raise NotOnDisk(
+            "a tool call's arguments are not valid JSON: 0.3.5 repairs them with json_repair"
+        ) from None
+    return json.dumps(parsed, ensure_ascii=False) if isinstance(parsed, dict) else "{}"
+
+
+def _short_id(text: str) -> str:
+    if len(text) == 9 and text.isalnum():
+        return text
+    return hashlib.sha1(text.encode()).hexdigest()[:9]
+
+
+def _unique_id(raw: Any, used: set[str], index: int) -> str:
+    if not isinstance(raw, str) or not raw:
+        raise NotOnDisk("a tool call without an id: 0.3.5 sends a random one")
+    if raw not in used:
+        return raw
+    salt = 1
+    while (candidate := _short_id(f"{raw}:{index}:{salt}")) in used:
+        salt += 1
+    return candidate
+
+
+def _wire_keys(messages: list[Message]) -> list[Message]:
+    """Allowed keys only, tool-call ids made unique per message, arguments re-serialised."""
+    pending: dict[str, deque[str]] = {}
+    out = []
+    for message in messages:
+        clean = {key: value for key, value in message.items() if key in _WIRE_KEYS}
+        if clean.get("role") == "assistant" and "content" not in clean:
+            clean["content"] = None
+        calls = clean.get("tool_calls")
+        if isinstance(calls, list):
+            used: set[str] = set()
+            normalized = []
+            for index, call in enumerate(calls):
+                if not isinstance(call, dict):
+                    normalized.append(call)
+                    continue
+                call = dict(call)
+                raw = call.get("id")
+                call["id"] = _unique_id(raw, used, index)
+                used.add(call["id"])
+                pending.setdefault(raw, deque()).append(call["id"])
+                function = call.get("function")
+                if isinstance(function, dict):
+                    function = dict(function)
+                    function["arguments"] = _replay_arguments(function.get("arguments"))
+                    call["function"] = function
+                normalized.append(call)
+            clean["tool_calls"] = normalized
+        result_id = clean.get("tool_call_id")
+        if result_id and isinstance(result_id, str) and pending.get(result_id):
+            clean["tool_call_id"] = pending[result_id].popleft()
+            if not pending[result_id]:
+                del pending[result_id]
+        out.append(clean)
+    return out
+
+
+def _wire_blocks(value: Any) -> list[Any]:
+    if isinstance(value, list):
+        return [
+            dict(item) if isinstance(item, dict) else {"type": "text", "text": str(item)}
+            for item in value
+        ]
+    if value is None:
+        return []
+    return [{"type": "text", "text": str(value)}]
+
+
+def _alternated(messages: list[Message], synthetic_user: str) -> list[Message]:
+    """Consecutive user or assistant messages merged, trailing assistants dropped."""
+    merged: list[Message] = []
+    for message in messages:
+        role = message.get("role")
+        if not (merged and role in ("user", "assistant") and merged[-1].get("role") == role):
+            merged.append(dict(message))
+            continue
+        previous = merged[-1]
+        if role == "assistant":
+            if message.get("tool_calls"):
+                merged[-1] = dict(message)
+                continue
+            if previous.get("tool_calls"):
+                continue
+        left, right = previous.get("content") or "", message.get("content") or ""
+        if isinstance(left, str) and isinstance(right, str):
+            previous["content"] = (left + "\n\n" + right).strip()
+        elif role == "user":
+            combined = dict(message)
+            combined["content"] = [*_wire_blocks(left), *_wire_blocks(right)]
+            merged[-1] = combined
+        else:
+            merged[-1] = dict(message)
+    popped = None
+    while merged and merged[-1].get("role") == "assistant":
+        popped = merged.pop()
+    if merged and popped is not None and not any(m.get("role") in ("user", "tool") for m in merged):
+        merged.append({**popped, "role": "user"})
+    for index, message in enumerate(merged):
+        if message.get("role") != "system":
+            if message.get("role") == "assistant" and not message.get("tool_calls"):
+                merged.insert(index, {"role": "user", "content": synthetic_user})
+            break
+    return merged
+
+
+def wire_messages(loop_messages: list[Message], *, kit: Mapping[str, Any]) -> list[Message]:
+    """The ``messages`` of the HTTP body 0.3.5's OpenAI-compatible provider sent for the
+    loop's list, for a provider without special rules (``custom`` and the like: no
+    DeepSeek/Mistral/Gemini id or reasoning rules, no Anthropic cache markers, Chat
+    Completions rather than the Responses API)."""
+    texts = kit["wire"]
+    cleaned = [_empty_cleaned(m, texts["empty_content"]) for m in loop_messages]
+    return _alternated(_wire_keys(_without_surrogates(cleaned)), texts["synthetic_user"])
+
+
+# --- the release's estimate ------------------------------------------------------------------
+
+
+def estimate_request(
+    messages: list[Message], tools: list[Message], count: Callable[[str], int]
+) -> int:
+    """0.3.5's whole-request estimate (``estimate_prompt_tokens_chain``): the messages' text,
+    tool calls, reasoning, names and tool-call ids joined by newlines, the tool definitions as
+    JSON, 4 per message; UTF-8 bytes instead when the counter fails (as tiktoken does on
+    special-token text, for the whole request).  Its governor measures the loop's list
+    (:func:`loop_messages`), not the wire's; ``count`` is a cl100k_base count."""
+    parts: list[str] = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            for block in content:
+                if isinstance(block, dict) and block.get("type") == "text":
+                    text = block.get("text", "")
+                    if isinstance(text, str) and text:
+                        parts.append(text)
+        if message.get("tool_calls"):
+            parts.append(json.dumps(message["tool_calls"], ensure_ascii=False))
+        reasoning = message.get("reasoning_content")
+        if isinstance(reasoning, str) and reasoning:
+            parts.append(reasoning)
+        for key in ("name", "tool_call_id"):
+            value = message.get(key)
+            if isinstance(value, str) and value:
+                parts.append(value)
+    payload = "\n".join(parts)
+    framing = 4 * len(messages)
+    tools_json = json.dumps(tools, ensure_ascii=False) if tools else ""
+    try:
+        tool_tokens = count(("\n" if parts else "") + tools_json) if tools else 0
+        return (count(payload) if payload else 0) + tool_tokens + framing
+    except Exception:  # the release falls back on any failure of its encoder
+        fallback = (("\n" if payload else "") + tools_json) if tools else ""
+        return len((payload + fallback).encode("utf-8")) + framing
