@@ -102,8 +102,9 @@ def _recording_provider(model: str, generation: Any) -> Any:
             self.calls.append(
                 {"messages": sent, "tools": _json(tools), "wire": _json(wire), "estimate": estimate}
             )
+            usage = {"prompt_tokens": 1, "completion_tokens": 1}  # spares the loop's estimate
             if tools is None or not self.replies:
-                return LLMResponse(content="noted", finish_reason="stop")
+                return LLMResponse(content="noted", finish_reason="stop", usage=usage)
             reply = self.replies.pop(0)
             calls = [
                 ToolCallRequest(id=c["id"], name=c["name"], arguments=c.get("arguments", {}))
@@ -115,6 +116,7 @@ def _recording_provider(model: str, generation: Any) -> Any:
                 finish_reason=reply.get("finish_reason", "tool_calls" if calls else "stop"),
                 reasoning_content=reply.get("reasoning_content"),
                 thinking_blocks=reply.get("thinking_blocks"),
+                usage=usage,
             )
 
         async def chat_stream(self, messages: Any, tools: Any = None, **kwargs: Any) -> Any:
@@ -147,18 +149,23 @@ def _fake_tool(tool_name: str) -> Any:
 
 
 def _loop(case: dict[str, Any], probe: Any, scratch: Path) -> Any:
+    """The loop as ``nanobot agent`` builds it (``nanobot serve`` for the ``api`` channel:
+    no cron service), its provider recording."""
     from nanobot.agent.loop import AgentLoop
     from nanobot.bus.queue import MessageBus
     from nanobot.cron.service import CronService
+    from nanobot.providers.image_generation import image_gen_provider_configs
 
     config = probe._load_config(case.get("config"), case["workspace"], scratch)
     resolved = config.resolve_preset()
     provider = _recording_provider(resolved.model, resolved.to_generation_settings())
+    cron = CronService(config.workspace_path / "cron" / "jobs.json")
     loop = AgentLoop.from_config(
         config,
         MessageBus(),
         provider=provider,
-        cron_service=CronService(config.workspace_path / "cron" / "jobs.json"),
+        cron_service=None if case.get("channel") == "api" else cron,
+        image_generation_provider_configs=image_gen_provider_configs(config),
     )
     for name in case.get("tools", []):
         loop.tools.register(_fake_tool(name))
@@ -197,7 +204,13 @@ async def _converse(case: dict[str, Any], loop: Any) -> dict[str, Any]:
         StoppedClock.instant = datetime.fromisoformat(turn["clock"])
         loop.provider.replies = copy.deepcopy(turn["replies"])
         first = len(loop.provider.calls)
-        await loop.process_direct(turn["text"], session_key=key, media=turn.get("media"))
+        await loop.process_direct(
+            turn["text"],
+            session_key=key,
+            channel=case.get("channel", "cli"),
+            chat_id=case.get("chat_id", "direct"),
+            media=turn.get("media"),
+        )
         turns.append([c for c in loop.provider.calls[first:] if c["tools"] is not None])
     session = loop.sessions.get_or_create(key)
     stored = {"messages": _json(session.messages), "last_consolidated": session.last_consolidated}

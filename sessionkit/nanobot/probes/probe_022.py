@@ -151,8 +151,9 @@ def _load_config(config: str | None, workspace: str, scratch: Path) -> Any:
     return loaded
 
 
-def _build_loop(config: Any) -> Any:
-    """The agent loop as ``nanobot agent`` builds it, with a provider that is never called."""
+def _build_loop(config: Any, channel: str) -> Any:
+    """The agent loop as ``nanobot agent`` and the gateway build it (``nanobot serve``, the
+    ``api`` channel, without the cron service), with a provider that is never called."""
     from nanobot.agent.loop import AgentLoop
     from nanobot.bus.queue import MessageBus
     from nanobot.cron.service import CronService
@@ -170,7 +171,7 @@ def _build_loop(config: Any) -> Any:
 
     provider = SilentProvider()
     provider.generation = resolved.to_generation_settings()
-    cron = CronService(config.workspace_path / "cron" / "jobs.json")
+    cron = None if channel == "api" else CronService(config.workspace_path / "cron" / "jobs.json")
     return AgentLoop.from_config(
         config,
         MessageBus(),
@@ -353,6 +354,15 @@ def _settings(loop: Any, config: Any, root: Path) -> dict[str, Any]:
     }
 
 
+def _default_chat_id(channel: str) -> str:
+    """The chat id ``nanobot agent -m`` (``direct``) or ``nanobot serve`` passes."""
+    if channel == "api":
+        from nanobot.api.server import API_CHAT_ID
+
+        return API_CHAT_ID
+    return "direct"
+
+
 def kit(request: dict[str, Any], scratch: Path) -> dict[str, Any]:
     """Ask the release for everything it sends besides the history."""
     import nanobot
@@ -364,7 +374,7 @@ def kit(request: dict[str, Any], scratch: Path) -> dict[str, Any]:
     channel = request.get("channel") or "cli"
     session_key = runtime.get("session_key") or "cli:direct"
     config = _load_config(request.get("config"), request["workspace"], scratch)
-    loop = _build_loop(config)
+    loop = _build_loop(config, channel)
     _read_skills_once(loop.context.skills)
     session = Session(key=session_key)
     root = loop.workspace_scopes.default().project_path
@@ -403,7 +413,7 @@ def kit(request: dict[str, Any], scratch: Path) -> dict[str, Any]:
             "timezone": _local_zone(),
             "path": os.environ.get("PATH", ""),
             "channel": channel,
-            "chat_id": runtime.get("chat_id") or "direct",
+            "chat_id": runtime.get("chat_id") or _default_chat_id(channel),
             "sender_id": runtime.get("sender_id") or "user",
             "session_key": session_key,
             "mcp_servers": sorted(config.tools.mcp_servers),
