@@ -49,6 +49,7 @@ _SENTINEL = re.compile("\u0000SK:(\\w+)\u0000")
 _META = "_meta"
 _RUNTIME_META = "runtime_context"  # the key of the current message's ``_meta``
 _SAVE_ONLY_KEYS = ("timestamp", "latency_ms")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _UNSAFE_FILENAME = re.compile(r'[<>:"/\\|?*]')
 _MESSAGE_FRAMING = 4
 _ALLOWED_WIRE_KEYS = frozenset(
@@ -717,7 +718,7 @@ def loop_messages(
 def _scrub_surrogates(value: Any) -> Any:
     """Every string leaf with surrogate pairs joined and lone surrogates replaced."""
     if isinstance(value, str):
-        if not any(0xD800 <= ord(ch) <= 0xDFFF for ch in value):
+        if not _SURROGATE.search(value):
             return value
         return value.encode("utf-16-le", errors="surrogatepass").decode(
             "utf-16-le", errors="replace"

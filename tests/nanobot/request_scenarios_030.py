@@ -115,6 +115,29 @@ class _Recording(OpenAICompatProvider):
         )
 
 
+_CONTEXTS: dict[Path, ContextBuilder] = {}
+
+
+def _context(workspace: Path) -> ContextBuilder:
+    """One context builder per workspace, its system prompts remembered by their arguments:
+    the workspace does not change during a batch, and rendering a prompt (its skills' YAML
+    front matter) is what a turn here costs most."""
+    if workspace not in _CONTEXTS:
+        context = ContextBuilder(workspace, timezone="UTC")
+        build = context.build_system_prompt
+        prompts: dict[str, str] = {}
+
+        def remembered(*args: Any, **kwargs: Any) -> str:
+            key = repr((args, sorted(kwargs.items())))
+            if key not in prompts:
+                prompts[key] = build(*args, **kwargs)
+            return prompts[key]
+
+        context.build_system_prompt = remembered  # type: ignore[method-assign]
+        _CONTEXTS[workspace] = context
+    return _CONTEXTS[workspace]
+
+
 def _saver(sessions: SessionManager, max_chars: int) -> AgentLoop:
     """An agent loop carrying only what persisting a turn reads."""
     loop = AgentLoop.__new__(AgentLoop)
@@ -148,7 +171,7 @@ async def _turn(case: dict[str, Any]) -> dict[str, Any]:
         content=user["content"],
         media=list(user.get("media", [])),
     )
-    context = ContextBuilder(workspace, timezone="UTC")
+    context = _context(workspace)
     initial = context.build_messages(
         history=history,
         current_message=message.content,
@@ -199,8 +222,7 @@ def system_prompt(
     workspace: str, channel: str | None, key: str | None, summary: dict[str, Any] | None
 ) -> str:
     """The system prompt the release's context builder writes for one session's turn."""
-    context = ContextBuilder(Path(workspace), timezone="UTC")
-    return context.build_system_prompt(
+    return _context(Path(workspace)).build_system_prompt(
         channel=channel, session_key=key, session_summary=_summary({"summary": summary})
     )
 
