@@ -21,7 +21,7 @@ from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.release import ReplayPolicy
 from sessionkit.nanobot.session import Session, turn_number
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings
-from sessionkit.nanobot.tokens import encoding
+from sessionkit.nanobot.tokens import count_cl100k
 from sessionkit.nanobot.workspace import recorded_workspace
 from sessionkit.schema import REQUEST_PARTS, frame
 from sessionkit.store.corpus import Corpus, resolve_session
@@ -29,9 +29,7 @@ from sessionkit.store.corpus import Corpus, resolve_session
 __all__ = ["Request", "TurnCalls", "count_text", "kit_of", "request", "turn_calls", "workspace_of"]
 
 
-def count_text(text: str) -> int:
-    """cl100k_base tokens of ``text`` (raises on special-token text, as tiktoken's ``encode``)."""
-    return len(encoding().encode(text))
+count_text = count_cl100k
 
 
 @dataclass(frozen=True)

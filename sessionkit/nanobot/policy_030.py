@@ -10,10 +10,11 @@ such a marker, and MCP-preset breadcrumbs are gone; the token fallback counts UT
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sessionkit.nanobot import tokens
+from sessionkit.nanobot import request_030, tokens
 from sessionkit.nanobot.history import (
     RUNTIME_CONTEXT_KEY,
     Trim,
@@ -23,6 +24,7 @@ from sessionkit.nanobot.history import (
     replayed_entry,
     sanitize_assistant_text,
 )
+from sessionkit.nanobot.kit import Kit
 from sessionkit.nanobot.release import CappedPolicy, LoopCall, replay_token_budget
 from sessionkit.nanobot.settings import HistorySettings
 
@@ -118,6 +120,44 @@ class Policy030(CappedPolicy):
             replay_max_messages_for_context(context_window),
             replay_token_budget(context_window, max_output),
         )
+
+    def system_prompt(self, kit: Kit, session: Any) -> str:
+        """The kit's prompt with this session's recent-history and archived-summary parts."""
+        metadata = session.metadata if isinstance(session.metadata, dict) else {}
+        return request_030.system_prompt(kit.raw, session.key, metadata)
+
+    def current_message(self, kit: Kit, user: Message) -> Message:
+        """The stored user message as 0.3.0's loop sent it (runtime context in place)."""
+        return request_030.current_message(kit.raw, user)
+
+    def turn_steps(self, turn: list[Message]) -> list[list[Message]]:
+        """What 0.3.0's runner appended before each call of a turn."""
+        return request_030.turn_steps(turn)
+
+    def loop_messages(
+        self,
+        kit: Kit,
+        session_key: str,
+        system: str,
+        history: list[Message],
+        current: Message,
+        steps: list[Message],
+    ) -> list[Message]:
+        """0.3.0's runner clean-up and context governor for one call."""
+        settings = request_030.LoopSettings.from_kit(
+            kit.raw, session_key=session_key, count=tokens.count_cl100k
+        )
+        return request_030.loop_messages(system, history, current, steps, settings)
+
+    def wire_messages(self, kit: Kit, loop: list[Message]) -> list[Message]:
+        """0.3.0's OpenAI-compatible provider clean-up."""
+        return request_030.wire_messages(loop, kit.raw["wire"])
+
+    def estimate_request(
+        self, messages: list[Message], tools: list[Message], count: Callable[[str], int]
+    ) -> int:
+        """0.3.0's whole-request estimate."""
+        return request_030.estimate_request(messages, tools, count)
 
     def fork_copy(self, message: Message) -> Message:
         """0.3.0 forks keep each message's public form (runtime context stripped)."""

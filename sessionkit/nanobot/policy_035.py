@@ -13,12 +13,12 @@ checkpoint (:meth:`Policy035.commit_summary_checkpoint`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sessionkit.nanobot import tokens
+from sessionkit.nanobot import request_035, tokens
 from sessionkit.nanobot.history import (
     CONTINUATION_TEXT,
     FORK_VOLATILE_METADATA_KEYS,
@@ -32,6 +32,7 @@ from sessionkit.nanobot.history import (
     replayed_entry,
     sanitize_assistant_text,
 )
+from sessionkit.nanobot.kit import Kit
 from sessionkit.nanobot.release import SAFETY_BUFFER, LoopCall, ReplayPolicy
 from sessionkit.nanobot.settings import HistorySettings
 
@@ -111,6 +112,45 @@ class Policy035(ReplayPolicy):
         "session_handle",
         "webui_recovery",
     }
+
+    def system_prompt(self, kit: Kit, session: Any) -> str:
+        """The kit's prompt, plus the archived summary of ``_last_summary`` when usable."""
+        metadata = session.metadata if isinstance(session.metadata, dict) else {}
+        return request_035.system_prompt(
+            kit.raw, metadata.get("_last_summary"), updated_at=session.updated_at
+        )
+
+    def current_message(self, kit: Kit, user: Message) -> Message:
+        """The stored user message as 0.3.5's loop sent it (its ``_meta`` marker)."""
+        return request_035.current_message(kit.raw, user)
+
+    def turn_steps(self, turn: list[Message]) -> list[list[Message]]:
+        """What 0.3.5's loop appended before each call of a turn."""
+        return request_035.turn_steps(turn)
+
+    def loop_messages(
+        self,
+        kit: Kit,
+        session_key: str,
+        system: str,
+        history: list[Message],
+        current: Message,
+        steps: list[Message],
+    ) -> list[Message]:
+        """0.3.5's runner clean-up for one call."""
+        return request_035.loop_messages(
+            system, history, current, steps, kit=kit.raw, session_key=session_key
+        )
+
+    def wire_messages(self, kit: Kit, loop: list[Message]) -> list[Message]:
+        """0.3.5's OpenAI-compatible provider clean-up."""
+        return request_035.wire_messages(loop, kit=kit.raw)
+
+    def estimate_request(
+        self, messages: list[Message], tools: list[Message], count: Callable[[str], int]
+    ) -> int:
+        """0.3.5's whole-request estimate (what its governor compares with the budget)."""
+        return request_035.estimate_request(messages, tools, count)
 
     def fork_copy(self, message: Message) -> Message:
         """0.3.5 forks keep each message's public form (runtime context stripped)."""

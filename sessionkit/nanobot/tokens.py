@@ -21,6 +21,7 @@ __all__ = [
     "FRAMING_TOKENS",
     "byte_fallback_estimate",
     "byte_fallback_tokens",
+    "count_cl100k",
     "encoding",
     "estimate_message_tokens",
     "fallback_message_tokens",
@@ -99,6 +100,12 @@ def message_payload(message: dict[str, Any], *, skip_non_string_text: bool = Fal
     if isinstance(reasoning, str) and reasoning:
         parts.append(reasoning)
     return "\n".join(parts)
+
+
+def count_cl100k(text: str) -> int:
+    """cl100k_base tokens of ``text``; raises on special-token text, as tiktoken's ``encode``
+    does (the releases' whole-request estimates then take their own fallback)."""
+    return len(encoding().encode(text))
 
 
 def fallback_payload_tokens(payload: str) -> int:

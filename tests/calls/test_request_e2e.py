@@ -1,0 +1,63 @@
+"""End to end: nanobot 0.3.5's own gateway loop answered by a stub on 127.0.0.1; every
+request body it sent is rebuilt by ``sk.request`` from the files it left behind."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import sessionkit as sk
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nanobot"))
+from e2e import SCENARIO_BASIC, GatewayRun, run_gateway  # noqa: E402
+from releases import release  # noqa: E402
+
+pytestmark = pytest.mark.conformance
+
+
+@pytest.fixture(scope="module")
+def basic(tmp_path_factory: pytest.TempPathFactory) -> GatewayRun:
+    return run_gateway(tmp_path_factory.mktemp("gateway"), SCENARIO_BASIC)
+
+
+def _session_turns(scenario: dict[str, Any]) -> list[tuple[str, int]]:
+    """(session key, zero-based turn of that session) of each scripted turn."""
+    seen: dict[str, int] = {}
+    out = []
+    for turn in scenario["turns"]:
+        key = turn["session"]
+        out.append((key, seen.get(key, 0)))
+        seen[key] = seen.get(key, 0) + 1
+    return out
+
+
+def _json(value: Any) -> Any:
+    return json.loads(json.dumps(value))
+
+
+def test_every_agent_request_is_rebuilt_exactly(basic: GatewayRun) -> None:
+    corpus = sk.load(basic.sessions_dir)
+    where = _session_turns(SCENARIO_BASIC)
+    python = release("0.3.5").python
+    checked = 0
+    for body, kind, turn, step in zip(
+        basic.requests, basic.kinds, basic.turns, basic.steps, strict=True
+    ):
+        assert kind == "scripted"  # an agent call (no governor summary in this scenario)
+        key, session_turn = where[turn]
+        built = sk.request(
+            corpus[key],
+            session_turn,
+            step=step,
+            workspace=basic.workspace,
+            config=basic.config,
+            nanobot=python,
+        )
+        assert _json(built.messages) == body["messages"], (key, session_turn, step)
+        assert _json(built.tools) == body["tools"]
+        checked += 1
+    assert checked == 10
