@@ -38,6 +38,9 @@ DATA = REPO / "data"
 # user's own cache folder.
 _INDEX = tempfile.TemporaryDirectory(prefix="sessionkit-test-index-")
 os.environ["SESSIONKIT_CACHE_DIR"] = _INDEX.name
+# The nanobot releases the suite installs (tests/nanobot/releases.py), where sessionkit (and the
+# notebooks' kernels) look for them: the user's own installs are never used.
+os.environ["SESSIONKIT_RELEASES_DIR"] = str(REPO / ".cache" / "nanobot-releases")
 
 # tiktoken's cache entry for cl100k_base: the sha1 of its download URL.
 _BPE_CACHE_NAME = "9b5ad71b2ce5302211f9c61530b329a4922fc6a4"

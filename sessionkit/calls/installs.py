@@ -40,9 +40,13 @@ class ReleaseNotInstalled(LookupError):
     """No interpreter with the wanted nanobot release: the message says how to install one."""
 
 
-def releases_dir(cache_dir: Path | None = None) -> Path:
-    """The folder of the venvs sessionkit installs (``<cache>/releases/<version>``)."""
-    return (cache_dir or default_cache_dir()) / "releases"
+def releases_dir(folder: Path | None = None) -> Path:
+    """The folder of the venvs sessionkit installs, one per version: ``folder`` when given,
+    else ``$SESSIONKIT_RELEASES_DIR``, else ``releases`` in the user's cache folder."""
+    if folder is not None:
+        return folder
+    chosen = os.environ.get("SESSIONKIT_RELEASES_DIR")
+    return Path(chosen).expanduser() if chosen else default_cache_dir() / "releases"
 
 
 def _venv_python(folder: Path) -> Path:
@@ -104,8 +108,8 @@ def _on_path(version: str) -> Path | None:
     return python if release_version(python) == version else None
 
 
-def _managed(version: str, cache_dir: Path | None) -> Path | None:
-    folder = releases_dir(cache_dir) / version
+def _managed(version: str, releases: Path | None) -> Path | None:
+    folder = releases_dir(releases) / version
     python = _venv_python(folder)
     try:
         marker = json.loads((folder / _MARKER).read_text())
@@ -117,7 +121,10 @@ def _managed(version: str, cache_dir: Path | None) -> Path | None:
 
 
 def find_release(
-    version: str, nanobot: str | os.PathLike[str] | None = None, *, cache_dir: Path | None = None
+    version: str,
+    nanobot: str | os.PathLike[str] | None = None,
+    *,
+    releases: Path | None = None,
 ) -> Path:
     """The interpreter to run nanobot ``version`` with.
 
@@ -139,45 +146,46 @@ def find_release(
     for candidate in (_current_environment(version), _on_path(version)):
         if candidate is not None:
             return candidate
-    managed = _managed(version, cache_dir)
+    managed = _managed(version, releases)
     if managed is not None:
         return managed
     raise ReleaseNotInstalled(
         f"nanobot-ai {version} is not installed where sessionkit looks (this environment, the "
-        f"`nanobot` command on PATH, {releases_dir(cache_dir)}): run "
+        f"`nanobot` command on PATH, {releases_dir(releases)}): run "
         f"`sessionkit releases install {version}`, or pass nanobot=<its python or venv>"
     )
 
 
-def installed(cache_dir: Path | None = None) -> dict[str, Path]:
+def installed(releases: Path | None = None) -> dict[str, Path]:
     """The releases ``sessionkit releases install`` set up: version -> interpreter."""
-    root = releases_dir(cache_dir)
+    root = releases_dir(releases)
     if not root.is_dir():
         return {}
     found = {}
     for folder in sorted(root.iterdir()):
-        python = _managed(folder.name, cache_dir)
+        python = _managed(folder.name, releases)
         if python is not None:
             found[folder.name] = python
     return found
 
 
-def install(version: str, *, cache_dir: Path | None = None, quiet: bool = True) -> Path:
-    """Install ``nanobot-ai==version`` with its dependencies into its own venv in the user's
-    cache (0700), from the package index; a complete install is reused.  Returns its python."""
-    root = releases_dir(cache_dir)
+def install(version: str, *, releases: Path | None = None, quiet: bool = True) -> Path:
+    """Install ``nanobot-ai==version`` with its dependencies into its own venv (0700) under
+    :func:`releases_dir`, from the package index; a complete install is reused.  Returns its
+    python."""
+    root = releases_dir(releases)
     make_private_dir(root)
     problem = cache_dir_problem(root)
     if problem:
         raise PermissionError(f"refusing to install into {root}: {problem}")
-    existing = _managed(version, cache_dir)
+    existing = _managed(version, releases)
     if existing is not None:
         return existing
     folder = root / version
     with open(root / f".{version}.lock", "w") as lock:
         os.chmod(lock.fileno(), 0o600)
         fcntl.flock(lock, fcntl.LOCK_EX)
-        existing = _managed(version, cache_dir)
+        existing = _managed(version, releases)
         if existing is not None:
             return existing
         shutil.rmtree(folder, ignore_errors=True)

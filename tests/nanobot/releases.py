@@ -1,8 +1,9 @@
 """Each nanobot release in its own environment, built by the test suite, called over JSON.
 
-Each release gets its own venv under ``<repo>/.cache/nanobot-releases/<version>/``: the
-release installed whole, with its own dependencies, as a user installs it.  Building is idempotent (a marker file
-written last), safe when several pytest processes race (a file lock), and instant on reuse.
+Each release gets its own venv under ``<repo>/.cache/nanobot-releases/<version>/``, built by
+sessionkit's own installer (``sessionkit releases install``): the release installed whole, with
+its dependencies, as a user installs it.  Building is idempotent (a marker file written last),
+safe when several pytest processes race (a file lock), and instant on reuse.
 
 Use from a test module::
 
@@ -29,12 +30,10 @@ the download), so the release takes its own no-tiktoken fallback.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -43,6 +42,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from sessionkit.calls.installs import install
 
 __all__ = ["VERSIONS", "Release", "ReleaseUnavailable", "build_release", "release"]
 
@@ -133,41 +134,13 @@ def _harness_env(tiktoken: bool, extra: Mapping[str, str] | None) -> dict[str, s
     return env
 
 
-def _pip(venv_python: Path, *args: str) -> None:
-    cmd = [sys.executable, "-m", "pip", "--python", str(venv_python), "install", "-q", *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        lines = [line for line in proc.stderr.splitlines() if "is ignored" not in line]
-        raise ReleaseUnavailable(f"pip install {' '.join(args)}: {' '.join(lines)[-1500:]}")
-
-
-def _spec(version: str) -> dict[str, Any]:
-    return {"nanobot-ai": version, "install": "with-dependencies"}
-
-
 def build_release(version: str) -> Release:
-    """Install ``nanobot-ai==version`` into its own venv once; reuse it afterwards."""
-    folder = ROOT / version
-    python = folder / "bin" / "python"
-    marker = folder / ".complete.json"
-    spec = _spec(version)
-
-    def ready() -> bool:
-        return marker.exists() and json.loads(marker.read_text()) == spec
-
-    if ready():
-        return Release(version, python)
-    ROOT.mkdir(parents=True, exist_ok=True)
-    with open(ROOT / f"{version}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not ready():
-            shutil.rmtree(folder, ignore_errors=True)
-            base = getattr(sys, "_base_executable", sys.executable)
-            subprocess.run([base, "-m", "venv", "--without-pip", str(folder)], check=True)
-            _pip(python, f"nanobot-ai=={version}")
-            partial = folder / ".complete.json.partial"
-            partial.write_text(json.dumps(spec))
-            partial.replace(marker)
+    """Install ``nanobot-ai==version`` into its own venv once, the way ``sessionkit releases
+    install`` does (:func:`sessionkit.calls.installs.install`); reuse it afterwards."""
+    try:
+        python = install(version, releases=ROOT)
+    except RuntimeError as error:
+        raise ReleaseUnavailable(str(error)) from error
     return Release(version, python)
 
 
