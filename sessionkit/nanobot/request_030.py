@@ -34,6 +34,7 @@ from sessionkit.nanobot.history import public_message as public_user_message
 __all__ = [
     "LoopSettings",
     "Unreproducible",
+    "consolidation_messages",
     "current_message",
     "estimate_request",
     "loop_messages",
@@ -85,6 +86,29 @@ def system_prompt(kit: Mapping[str, Any], session_key: str, metadata: Mapping[st
         moment = datetime.fromisoformat(summary["last_active"]).isoformat()
         text += joiner + _fill(kit["summary"], text=f"{summary['text']}", last_active=moment)
     return text
+
+
+def consolidation_messages(
+    kit: Mapping[str, Any], session_key: str, metadata: Mapping[str, Any], history: list[Message]
+) -> list[Message]:
+    """The synthetic request whose whole-request estimate 0.3.0's consolidator compares with
+    ``context_window - max_tokens - 1024`` before and after every turn: the session's system
+    prompt (its recent history; the ``_last_summary`` text bare, without the turn's wrapper),
+    the whole unconsolidated history (``get_history(max_messages=<its length>)``) and the kit's
+    stand-in current message, merged into a trailing user message as a turn's current message
+    is.  Its channel is the session key's prefix; its prompt is the agent workspace's (a
+    project scope does not apply)."""
+    text = kit["system_text"]
+    joiner = kit["joiner"]
+    recent = (kit.get("recent_history") or {}).get(session_key)
+    if recent:
+        text += joiner + recent
+    summary = metadata.get("_last_summary")
+    bare = summary.get("text") if isinstance(summary, Mapping) else summary
+    if bare and isinstance(summary, Mapping | str):
+        text += joiner + _fill(kit["consolidation"]["summary"], text=f"{bare}")
+    current = {"role": "user", "content": kit["consolidation"]["current"]}
+    return _initial(text, history, current)
 
 
 def _read_file(path: str) -> bytes | None:

@@ -227,6 +227,49 @@ def system_prompt(
     )
 
 
+def consolidation(
+    workspace: str,
+    key: str,
+    stored: list[dict[str, Any]],
+    metadata: dict[str, Any],
+    last_consolidated: int,
+    settings: dict[str, Any],
+) -> dict[str, Any]:
+    """The consolidator's whole-request estimate for one session, with the history it read and
+    the messages it estimated."""
+    from nanobot.agent.memory import Consolidator
+
+    context = _context(Path(workspace))
+    seen: dict[str, Any] = {}
+
+    def build(**kwargs: Any) -> list[dict[str, Any]]:
+        messages = context.build_messages(**kwargs)
+        seen.update(copy.deepcopy({"history": kwargs["history"], "messages": messages}))
+        return messages
+
+    tools = ToolRegistry()
+    for name in TOOL_NAMES:
+        tools.register(_Scripted(name, {}))
+    consolidator = Consolidator(
+        store=context.memory,
+        sessions=SessionManager(Path(tempfile.mkdtemp(prefix="sk-scenario-"))),
+        build_messages=build,
+        get_tool_definitions=tools.get_definitions,
+    )
+    session = Session(
+        key=key,
+        messages=copy.deepcopy(stored),
+        metadata=copy.deepcopy(metadata),
+        last_consolidated=last_consolidated,
+    )
+    provider = _Recording([], settings["max_tokens"])
+    runtime = LLMRuntime.capture(
+        provider, "model", context_window_tokens=settings["context_window_tokens"]
+    )
+    estimate, _ = consolidator.estimate_session_prompt_tokens(session, runtime=runtime)
+    return {**seen, "estimate": estimate, "tools": tools.get_definitions()}
+
+
 def agent_tools(workspace: str, config: str | None) -> list[dict[str, Any]]:
     """The tool definitions of the agent loop ``nanobot agent -c CONFIG -w WORKSPACE`` runs."""
     from nanobot.bus.queue import MessageBus

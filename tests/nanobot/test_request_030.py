@@ -276,6 +276,20 @@ def test_system_prompt_equals_the_release(world: dict[str, Any], theirs: dict[st
     assert world["kits"]["custom"]["recent_history"].keys() == {KEY, "cli:x"}
 
 
+def test_consolidation_request_equals_the_release(
+    world: dict[str, Any], theirs: dict[str, Any]
+) -> None:
+    cases = _consolidation_cases(world)
+    for case, reply in zip(cases, theirs["consolidation"], strict=True):
+        workspace, key, _, metadata, _, _ = case
+        recorded = reply["returned"]
+        kit = world["kits"]["custom" if workspace == str(world["custom"]) else "template"]
+        mine = rq.consolidation_messages(kit, key, metadata, recorded["history"])
+        assert _json(mine) == _json(recorded["messages"]), case
+        assert rq.estimate_request(mine, recorded["tools"], _count()) == recorded["estimate"]
+    assert len(cases) == 36
+
+
 @pytest.mark.parametrize("name", ["template", "custom"])
 def test_probe_tools_equal_the_agent_loop(
     world: dict[str, Any], theirs: dict[str, Any], name: str
@@ -535,6 +549,29 @@ def _hand_made(world: dict[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
+def _consolidation_cases(world: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """(workspace, key, stored, metadata, last_consolidated, settings) for the consolidator."""
+    stored = [
+        {"role": "user", "content": "plan a trip", "timestamp": "2026-01-01T10:00:00"},
+        {"role": "assistant", "content": "", "tool_calls": [_stored_call("t1")["tool_calls"][0]]},
+        _stored_result("t1", _words(50)),
+        {"role": "assistant", "content": "Here is a plan."},
+        {"role": "user", "content": f"and back?\n\n{CONTEXT}"},
+    ]
+    summaries: list[dict[str, Any]] = [
+        {},
+        {"_last_summary": {"text": "Trains 🙂", "last_active": "2026-01-01T09:00:00"}},
+        {"_last_summary": "a bare summary"},
+    ]
+    return [
+        (str(world[name]), KEY, messages, metadata, offset, DEFAULTS)
+        for name in ("template", "custom")
+        for messages in (stored, stored[:4], [])
+        for metadata in summaries
+        for offset in (0, 2)
+    ]
+
+
 def _read_file_case(world: dict[str, Any]) -> dict[str, Any]:
     return _turn(
         world["template"],
@@ -556,19 +593,20 @@ def _release_side(nb030: Release, world: dict[str, Any]) -> dict[str, Any]:
     tools = [
         ["agent_tools", [str(world[n]), str(world["configs"][n])]] for n in ("template", "custom")
     ]
+    consolidations = [["consolidation", list(case)] for case in _consolidation_cases(world)]
     hand = _hand_made(world)
     generated = _collect(40, world)
     turns = [["run_turn", [case]] for case in [*hand.values(), _read_file_case(world), *generated]]
     [reply] = nb030.run(
         "request_scenarios_030:batch",
-        [{"args": [made + system + tools + turns]}],
+        [{"args": [made + system + tools + consolidations + turns]}],
         env={"HOME": str(world["home"])},
     )
     results = reply["returned"]
     assert "SOUL.md" in results[0]["returned"], results[0]
     results = results[1:]
-    n_system, n_hand = len(system), len(hand)
-    turn_results = results[n_system + 2 :]
+    n_system, n_hand, n_consolidations = len(system), len(hand), len(consolidations)
+    turn_results = results[n_system + 2 + n_consolidations :]
     return {
         "system": results[:n_system],
         "tools": dict(zip(("template", "custom"), results[n_system : n_system + 2], strict=True)),
@@ -576,6 +614,7 @@ def _release_side(nb030: Release, world: dict[str, Any]) -> dict[str, Any]:
             (name, case, reply)
             for (name, case), reply in zip(hand.items(), turn_results[:n_hand], strict=True)
         ],
+        "consolidation": results[n_system + 2 : n_system + 2 + n_consolidations],
         "read_file": (_read_file_case(world), turn_results[n_hand]),
         "generated": list(zip(generated, turn_results[n_hand + 1 :], strict=True)),
     }

@@ -14,7 +14,7 @@ exits non-zero with a message.
 0.3.0 specifics the kit carries besides the shared contract: ``recent_history`` (per session
 key, the "# Recent History" part 0.3.0 appends from ``memory/history.jsonl`` entries newer than
 the Dream cursor, as of now), ``loop`` (the runner's clean-up texts, constants and budget
-settings) and ``wire`` (the OpenAI-compatible provider's stand-in texts and which provider the
+settings), ``consolidation`` (what the consolidator's own whole-request estimate adds) and ``wire`` (the OpenAI-compatible provider's stand-in texts and which provider the
 config selects).
 """
 
@@ -274,6 +274,39 @@ def _recent_history(
     return found
 
 
+def _consolidation(agent: Any, channel: str | None, joiner: str) -> dict[str, Any]:
+    """What the consolidator's whole-request estimate puts in its synthetic request: the
+    current message's text and the archived-summary part (the summary text bare)."""
+    from nanobot.agent.memory import Consolidator
+    from nanobot.session.manager import Session
+
+    seen: dict[str, Any] = {}
+
+    def capture(**kwargs: Any) -> list[dict[str, Any]]:
+        seen.update(kwargs)
+        return []
+
+    consolidator = Consolidator(
+        store=agent.context.memory,
+        sessions=agent.sessions,
+        build_messages=capture,
+        get_tool_definitions=list,
+    )
+    summary = {"text": SENTINEL.format("text"), "last_active": "2026-01-01T00:00:00"}
+    session = Session(key="probe", messages=[], metadata={"_last_summary": summary})
+    consolidator.estimate_session_prompt_tokens(session, runtime=agent.runtime_resolver.runtime)
+    context = agent.context
+    base = context.build_system_prompt(channel=channel, include_memory_recent_history=False)
+    summarised = context.build_system_prompt(
+        channel=channel,
+        include_memory_recent_history=False,
+        session_summary=seen["session_summary"],
+    )
+    if not summarised.startswith(base + joiner):
+        raise ProbeError("the consolidator's summary is not appended to the prompt")
+    return {"current": seen["current_message"], "summary": summarised[len(base) + len(joiner) :]}
+
+
 def _loop(agent: Any, snapshot: Any, project: Path) -> dict[str, Any]:
     """What 0.3.0's runner clean-up inserts or recognises, its constants and its budget."""
     from nanobot.agent import context_governance as governance
@@ -350,6 +383,7 @@ def build_kit(request: dict[str, Any], scratch: Path) -> dict[str, Any]:
     kit["sentinels"] = ["text"]
     kit["tools"] = agent.tools.get_definitions()
     kit["loop"] = _loop(agent, snapshot, root)
+    kit["consolidation"] = _consolidation(agent, channel, kit["joiner"])
     kit["wire"] = _wire(snapshot)
     kit["runtime"] = {
         "system": platform.system(),
