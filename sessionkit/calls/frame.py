@@ -187,7 +187,9 @@ def requests(
             shared_messages = 0
             if previous_history is not None and previous_history[0] == row.start:
                 shared_messages = previous_history[1]
-                shared_messages += _repeated(release, session, previous_turn, row, settings)
+                shared_messages += _repeated(
+                    release, kits[key, name], session, previous_turn, row, settings
+                )
             for step, step_tokens in enumerate(turn.steps):
                 total = system + tools + history + turn.current + step_tokens
                 if step > 0:
@@ -220,11 +222,16 @@ def requests(
 
 
 def _repeated(
-    release: ReplayPolicy, session: Session, turn: _Turn | None, row: Any, settings: HistorySettings
+    release: ReplayPolicy,
+    kit: Kit | None,
+    session: Session,
+    turn: _Turn | None,
+    row: Any,
+    settings: HistorySettings,
 ) -> int:
     """Tokens of the previous turn's current message and last steps that this turn's history
-    repeats exactly (their leading run), each replayed from its stored line under the row's
-    entry setting."""
+    repeats exactly on the wire (their leading run), each replayed from its stored line under
+    the row's entry setting."""
     if turn is None:
         return 0
     entry = settings.replace(**{release.entry_setting: bool(getattr(row, release.entry_setting))})
@@ -233,10 +240,16 @@ def _repeated(
     for position, sent in turn.tail:
         if not row.start <= position < row.stop:
             break
-        if rewrite(session.messages[position]) != sent:
+        replayed = rewrite(session.messages[position])
+        if replayed is None or _on_wire(release, kit, replayed) != _on_wire(release, kit, sent):
             break
         shared += release.estimate_message_tokens(sent)
     return shared
+
+
+def _on_wire(release: ReplayPolicy, kit: Kit | None, message: dict[str, Any]) -> Any:
+    """``message`` as the provider would send it (internal keys dropped), to compare two."""
+    return message if kit is None else release.wire_messages(kit, [message])
 
 
 def _append(columns: dict[str, list[Any]], row: Any, step: int, *values: Any) -> None:
