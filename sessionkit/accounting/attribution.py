@@ -20,6 +20,8 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 import numpy as np
+import pandas as pd
+from dateutil.tz import tzlocal
 
 from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.session import Session
@@ -83,46 +85,81 @@ def _calls_made(session: Session, region: list[dict[str, Any]], user: dict[str, 
         return len(saved) or (0 if any(m.get("_command") for m in region) else 1)
 
 
-def _session_turns(session: Session, zone: tzinfo | None) -> tuple[list[_Turn], int]:
-    """The session's call-making turns, and how many user messages had no usable time."""
-    policy = get_policy(session.policy)
-    messages = session.messages
-    anchors = [
-        i for i, m in enumerate(messages) if m.get("role") == "user" and not is_checkpoint(m)
-    ]
+def _ms(stamps: list[Any], zone: tzinfo | None) -> np.ndarray:
+    """Stored naive local timestamps as UTC epoch milliseconds, -1 where none (vectorised
+    :func:`local_ms`; an ambiguous hour of a clock change is read as the earlier one)."""
+    try:
+        parsed = pd.to_datetime(pd.Series(stamps, dtype=object), format="ISO8601", errors="coerce")
+        if parsed.dt.tz is None:
+            parsed = parsed.dt.tz_localize(
+                zone or tzlocal(),
+                ambiguous=np.ones(len(parsed), dtype=bool),
+                nonexistent="shift_forward",
+            )
+        values = parsed.dt.tz_convert("UTC").dt.as_unit("ns").astype("int64").to_numpy() // 10**6
+        return np.where(parsed.isna().to_numpy(), -1, values)
+    except (ValueError, TypeError, OverflowError):
+        return np.array([-1 if (t := local_ms(x, zone)) is None else t for x in stamps])
+
+
+def _session_turns(sessions: Sequence[Session], zone: tzinfo | None) -> tuple[list[_Turn], int]:
+    """Every session's call-making turns, and how many user messages had no usable time."""
     turns: list[_Turn] = []
-    untimed = 0
-    visible = 0
-    source = call_source(session.key)
-    for n, at in enumerate(anchors):
-        user = messages[at]
-        number = visible if policy.is_user_turn(user) else None
-        visible += number is not None
-        stop = anchors[n + 1] if n + 1 < len(anchors) else len(messages)
-        region = messages[at + 1 : stop]
-        start = local_ms(user.get("timestamp"), zone)
-        if start is None:
-            untimed += 1
-            continue
-        saved = [
-            local_ms(m.get("timestamp"), zone)
-            for m in region
-            if not is_checkpoint(m) and not m.get("_channel_delivery")
+    stamps: list[Any] = []
+    first: list[int] = []
+    for session in sessions:
+        policy = get_policy(session.policy)
+        messages = session.messages
+        anchors = [
+            i for i, m in enumerate(messages) if m.get("role") == "user" and not is_checkpoint(m)
         ]
-        end = max([start, *(t for t in saved if t is not None)])
-        turns.append(
-            _Turn(session.key, number, start, end, source, _calls_made(session, region, user))
-        )
-    for message in messages:
-        if is_checkpoint(message) and (at := local_ms(message.get("timestamp"), zone)) is not None:
-            owner = [t for t in turns if t.start <= at]
-            if owner:
-                owner[-1].summaries += 1
-    recorded = last_usage(session.metadata)
-    making = [t for t in turns if t.agent_calls]
-    if recorded is not None and making:
-        making[-1].total = (recorded.request_count, recorded.input_tokens, recorded.output_tokens)
-    return turns, untimed
+        visible = 0
+        source = call_source(session.key)
+        for n, at in enumerate(anchors):
+            user = messages[at]
+            number = visible if policy.is_user_turn(user) else None
+            visible += number is not None
+            stop = anchors[n + 1] if n + 1 < len(anchors) else len(messages)
+            region = messages[at + 1 : stop]
+            first.append(len(stamps))
+            stamps.append(user.get("timestamp"))
+            stamps.extend(
+                m.get("timestamp")
+                for m in region
+                if not is_checkpoint(m) and not m.get("_channel_delivery")
+            )
+            made = _calls_made(session, region, user)
+            turns.append(_Turn(session.key, number, 0, 0, source, made))
+    if not turns:
+        return [], 0
+    ms = _ms(stamps, zone)
+    ends = np.maximum.reduceat(ms, first)
+    kept = []
+    for turn, at, end in zip(turns, first, ends, strict=True):
+        if ms[at] >= 0:
+            turn.start, turn.end = int(ms[at]), int(end)
+            kept.append(turn)
+    _mark(sessions, kept, zone)
+    return kept, len(turns) - len(kept)
+
+
+def _mark(sessions: Sequence[Session], turns: list[_Turn], zone: tzinfo | None) -> None:
+    """Give turns their summary checkpoints (by time) and their sessions' ``_last_usage``."""
+    by_key: dict[str, list[_Turn]] = {}
+    for turn in turns:
+        by_key.setdefault(turn.key, []).append(turn)
+    for session in sessions:
+        own = by_key.get(session.key, [])
+        for message in session.messages:
+            if is_checkpoint(message) and (at := local_ms(message.get("timestamp"), zone)):
+                owner = [t for t in own if t.start <= at]
+                if owner:
+                    owner[-1].summaries += 1
+        recorded = last_usage(session.metadata)
+        making = [t for t in own if t.agent_calls]
+        if recorded is not None and making:
+            counts = (recorded.request_count, recorded.input_tokens, recorded.output_tokens)
+            making[-1].total = counts
 
 
 @dataclass
@@ -227,9 +264,24 @@ class _Cluster:
                 return False
         return True
 
+    def _all_fit(self) -> bool:
+        """One turn whose window holds only these calls, and all of them fit it with every
+        constraint kept: the one assignment that ties the most calls."""
+        if len(self.turns) != 1:
+            return False
+        state = _State([0], [0], [-(2**62)], [0], [(0, 0)])
+        for c in self.members:
+            if not self._fits(state, c, 0):
+                return False
+            state.last_end[0] = int(self.calls.end[c])
+            self._count(state, c, 0, 1)
+        return self._complete(state)
+
     def solve(self) -> tuple[list[set[int | None]], int] | None:
         """Per member call, the turns (None: none) it takes in the assignments that tie the
         most calls, and the level of constraints kept; None when too tangled to search."""
+        if self._all_fit():
+            return [{0} for _ in self.members], 0
         if len(self.members) > _DEPTH:
             return None
         for level in range(3):
@@ -302,10 +354,13 @@ def _fits_source(call: str | None, turn: _Turn) -> bool:
 def _candidates(calls: CallTimes, turns: list[_Turn]) -> list[list[int]]:
     """Per call, the turns whose window holds it and whose session its source fits."""
     out: list[list[int]] = [[] for _ in range(len(calls.start))]
-    for k, turn in enumerate(turns):
-        lo = int(np.searchsorted(calls.start, turn.start, side="left"))
-        hi = int(np.searchsorted(calls.start, turn.end, side="right"))
-        for c in range(lo, hi):
+    starts = np.array([t.start for t in turns], dtype=np.int64)
+    ends = np.array([t.end for t in turns], dtype=np.int64)
+    lows = np.searchsorted(calls.start, starts, side="left")
+    highs = np.searchsorted(calls.start, ends, side="right")
+    for k in np.flatnonzero(highs > lows):
+        turn = turns[k]
+        for c in range(lows[k], highs[k]):
             source = calls.source[c]
             if (
                 source == "dream"
@@ -313,7 +368,7 @@ def _candidates(calls: CallTimes, turns: list[_Turn]) -> list[list[int]]:
                 or source != "dream"
                 and _fits_source(source, turn)
             ):
-                out[c].append(k)
+                out[c].append(int(k))
     return out
 
 
@@ -365,12 +420,7 @@ def attribute(
     zone: tzinfo | None,
 ) -> Attribution:
     """Tie each call to its (session, turn, step), with its kind and how it was tied."""
-    turns: list[_Turn] = []
-    untimed = 0
-    for session in sessions:
-        found, missing = _session_turns(session, zone)
-        turns.extend(found)
-        untimed += missing
+    turns, untimed = _session_turns(sessions, zone)
     problems = _attach_rounds(turns, rounds)
     if untimed:
         problems.append(f"{untimed} user message(s) without a valid timestamp: no window")
