@@ -47,7 +47,8 @@ class Request:
     tools: list[dict[str, Any]]
     parts: pd.DataFrame
     tokens: int
-    """The release's own whole-request estimate."""
+    """The release's own whole-request estimate, of the loop's messages and the tools (what
+    0.3.5's governor compares with its budget)."""
     as_of_now: bool = False
     """True when the workspace files the prompt reads changed after the turn was stored: the
     system prompt is today's, not the one sent then."""
@@ -264,7 +265,7 @@ def request(
         loop_messages=loop,
         tools=tools,
         parts=_parts(chosen, kit, system, calls, step, tools),
-        tokens=chosen.estimate_request(wire, tools, count_text),
+        tokens=chosen.estimate_request(loop, tools, count_text),
         as_of_now=as_of_now,
         notes=notes,
     )
