@@ -158,7 +158,13 @@ def turn_calls(
         before.replay_offset(resolved.last_consolidated),
         **policy.history_kwargs(resolved),
     )
-    current = policy.current_message(kit, session.messages[at])
+    user = session.messages[at]
+    if user.get("_command"):
+        raise ValueError(
+            f"turn {turn} of session {session.key!r} is a command "
+            f"({str(user.get('content'))[:40]!r}): nanobot answered it without calling the model"
+        )
+    current = policy.current_message(kit, user, session.key)
     steps = policy.turn_steps(session.messages[at + 1 : stop])
     return TurnCalls(at, history, current, steps)
 

@@ -66,7 +66,7 @@ def _turns(policy: ReplayPolicy, session: Session, kit: Kit | None) -> list[_Tur
     for at, stop in zip(positions, ends, strict=True):
         message = session.messages[at]
         try:
-            current = None if kit is None else policy.current_message(kit, message)
+            current = None if kit is None else policy.current_message(kit, message, session.key)
         except ValueError:
             current = None
         inferred = current is None

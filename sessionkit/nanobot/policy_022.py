@@ -66,9 +66,14 @@ class Policy(CappedPolicy):
         metadata = session.metadata if isinstance(session.metadata, dict) else {}
         return request_022.system_prompt(kit.raw, metadata.get("_last_summary"))
 
-    def current_message(self, kit: Kit, user: Message) -> Message:
-        """The stored user message with 0.2.2's runtime context (its clock from the stamp)."""
-        return request_022.current_message(kit.raw, user)
+    def current_message(self, kit: Kit, user: Message, session_key: str) -> Message:
+        """The stored user message with 0.2.2's runtime context: its clock from the stamp, the
+        chat from the session key (``channel:chat_id``), the sender as the kit has it."""
+        raw = kit.raw
+        if ":" in session_key:
+            chat = session_key.split(":", 1)[1]
+            raw = {**raw, "runtime": {**raw["runtime"], "chat_id": chat}}
+        return request_022.current_message(raw, user)
 
     def turn_steps(self, turn: list[Message]) -> list[list[Message]]:
         """What 0.2.2's loop appended before each call of a turn."""

@@ -126,7 +126,7 @@ class Policy030(CappedPolicy):
         metadata = session.metadata if isinstance(session.metadata, dict) else {}
         return request_030.system_prompt(kit.raw, session.key, metadata)
 
-    def current_message(self, kit: Kit, user: Message) -> Message:
+    def current_message(self, kit: Kit, user: Message, session_key: str) -> Message:
         """The stored user message as 0.3.0's loop sent it (runtime context in place)."""
         return request_030.current_message(kit.raw, user)
 

@@ -120,7 +120,7 @@ class Policy035(ReplayPolicy):
             kit.raw, metadata.get("_last_summary"), updated_at=session.updated_at
         )
 
-    def current_message(self, kit: Kit, user: Message) -> Message:
+    def current_message(self, kit: Kit, user: Message, session_key: str) -> Message:
         """The stored user message as 0.3.5's loop sent it (its ``_meta`` marker)."""
         return request_035.current_message(kit.raw, user)
 

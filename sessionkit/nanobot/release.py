@@ -178,8 +178,8 @@ class ReplayPolicy:
         before that turn)."""
         return kit.system_text
 
-    def current_message(self, kit: Kit, user: Message) -> Message:
-        """The stored user message as the loop sent it: the kit's wrapper filled."""
+    def current_message(self, kit: Kit, user: Message, session_key: str) -> Message:
+        """The stored user message of session ``session_key`` as the loop sent it."""
         raise NotImplementedError(f"{self.label} has no request rules")
 
     def turn_steps(self, turn: list[Message]) -> list[list[Message]]:

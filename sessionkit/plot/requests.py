@@ -1,6 +1,11 @@
 """Whole requests drawn: where each call's tokens go (stacked parts per call, the context
 window and the governor's budget as lines), and how much of each request a provider's
-prefix cache could reuse, for two settings side by side."""
+prefix cache could reuse, for two settings side by side.
+
+Both take a :func:`sessionkit.requests` frame of one session and release; the bars and
+lines are the frame's columns, named by ``gid`` (the part's column, ``"window"``,
+``"budget"``, ``"<setting>=<value>"``).
+"""
 
 from __future__ import annotations
 
@@ -12,10 +17,13 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.ticker import FuncFormatter, PercentFormatter
 
-from sessionkit.nanobot.release import SAFETY_BUFFER
+from sessionkit.nanobot.policies import get_policy
+from sessionkit.nanobot.release import DEFAULT_MAX_OUTPUT, SAFETY_BUFFER
 from sessionkit.plot.style import compact, count_axis, legend_beside, new_figure, plotting
+from sessionkit.schema import REQUESTS
+from sessionkit.store.text import plot_label
 
-__all__ = ["PART_COLORS", "cache_ratio", "request_composition"]
+__all__ = ["PART_COLORS", "SETTING_COLUMNS", "cache_ratio", "request_composition"]
 
 PART_COLORS: dict[str, str] = {
     "tools_tokens": "#8c8c8c",
@@ -33,18 +41,81 @@ _PART_LABELS = {
     "current_tokens": "current message",
     "steps_tokens": "earlier tool steps",
 }
+SETTING_COLUMNS = (
+    "max_messages",
+    "max_tokens",
+    "include_timestamps",
+    "include_runtime_context",
+    "extend_to_user",
+    "last_consolidated",
+    "context_window",
+    "max_output",
+)
+"""The columns of a requests frame that name its setting (what ``cache_ratio`` lines vary)."""
+_NONE_AT_ZERO = ("max_messages", "max_tokens")
+"""Settings whose 0 means no limit."""
 
 
-def _one_setting(frame: pd.DataFrame, what: str) -> pd.DataFrame:
-    """``frame`` holding one session, release and setting (else a ValueError saying which
-    column to select on)."""
-    for column in ("session_key", "policy", "max_messages", "max_tokens", "context_window"):
-        if frame[column].nunique(dropna=False) > 1:
+def _calls(frame: pd.DataFrame, what: str, varying: str | None = None) -> pd.DataFrame:
+    """``frame``'s calls in order, checked to be one session, release and setting (but for
+    the column ``varying``); else a ValueError saying what to select."""
+    missing = [c.name for c in REQUESTS if c.name not in frame.columns]
+    if missing:
+        raise ValueError(
+            f"{what} draws a sessionkit.requests frame; this one has no {', '.join(missing)}"
+        )
+    for column in ("session_key", "policy", *SETTING_COLUMNS):
+        if column != varying and frame[column].nunique(dropna=False) > 1:
             raise ValueError(
-                f"{what} draws one session, release and setting; the frame has several "
+                f"{what} draws one session, release and setting"
+                f"{f' (lines vary {varying})' if varying else ''}; the frame has several "
                 f"{column} values: select one first, e.g. frame[frame[{column!r}] == ...]"
             )
     return frame.sort_values(["turn", "step"], kind="stable")
+
+
+def _value(column: str, value: Any) -> str:
+    """A setting's value as a label: no limit as 'none', counts with thousands separators."""
+    if pd.isna(value) or (column in _NONE_AT_ZERO and value == 0):
+        return "none"
+    if isinstance(value, bool | np.bool_):
+        return str(bool(value))
+    if isinstance(value, int | np.integer):
+        return f"{int(value):,}"
+    return str(value)
+
+
+def _title(calls: pd.DataFrame, *columns: str) -> str:
+    """``<session>, <release>: <setting> <value>, ...`` of the frame's first row."""
+    if not len(calls):
+        return ""
+    first = calls.iloc[0]
+    settings = ", ".join(f"{c} {_value(c, first[c])}" for c in columns)
+    head = f"{plot_label(first['session_key'])}, {get_policy(str(first['policy'])).label}"
+    return f"{head}: {settings}" if settings else head
+
+
+def _turn_ticks(calls: pd.DataFrame) -> Mapping[int, str]:
+    """At most ~12 ticks, at the first call of evenly spaced turns."""
+    firsts = np.flatnonzero(calls["step"].to_numpy() == 0)
+    if not len(firsts):
+        return {}
+    every = max(1, int(np.ceil(len(firsts) / 12)))
+    turns = calls["turn"].to_numpy()
+    return {int(i): str(int(turns[i])) for i in firsts[::every]}
+
+
+def _by_turn(ax: Axes, calls: pd.DataFrame) -> None:
+    """x ticks at turns' first calls, labelled with the turn, the calls' range in view."""
+    ticks = _turn_ticks(calls)
+    ax.set_xticks(list(ticks), list(ticks.values()))
+    ax.set_xlabel("turn (a turn's calls side by side)")
+    ax.set_xlim(-0.6, max(len(calls) - 0.4, 0.6))
+
+
+def _known(calls: pd.DataFrame, column: str) -> int | None:
+    values = calls[column].dropna()
+    return int(values.iloc[0]) if len(values) else None
 
 
 @plotting
@@ -55,10 +126,12 @@ def request_composition(
     max_output: int | None = None,
     ax: Axes | None = None,
 ) -> Axes:
-    """One bar per call (turns in order, a turn's steps side by side), its parts stacked;
-    the context window and the governor's budget (``context_window - max_output - 1024``)
-    as horizontal lines when known (from the frame or given)."""
-    calls = _one_setting(frame, "request_composition")
+    """One bar per call (turns in order, a turn's steps side by side), its parts stacked
+    (``gid``: the part's column; the bar's top is ``total_tokens``); the context window
+    (``gid`` ``"window"``) and the governor's budget ``context_window - max_output - 1024``
+    (``gid`` ``"budget"``) as horizontal lines when the window is known (given, else the
+    frame's; ``max_output`` given, else the frame's, else nanobot's default 8,192)."""
+    calls = _calls(frame, "request_composition")
     if ax is None:
         ax = new_figure(9.0, 4.0).add_subplot()
     x = np.arange(len(calls))
@@ -75,38 +148,29 @@ def request_composition(
             gid=column,
         )
         bottom += values
-    window = context_window
-    if window is None and len(calls) and not calls["context_window"].isna().all():
-        window = int(calls["context_window"].dropna().iloc[0])
-    reserve = max_output
-    if reserve is None and len(calls) and not calls["max_output"].isna().all():
-        reserve = int(calls["max_output"].dropna().iloc[0])
+    window = context_window if context_window is not None else _known(calls, "context_window")
+    reserve = max_output if max_output is not None else _known(calls, "max_output")
     if window:
-        ax.axhline(window, color="black", linewidth=1, label="context window", gid="window")
-        if reserve is not None:
-            budget = window - reserve - SAFETY_BUFFER
+        ax.axhline(
+            window, color="black", linewidth=1, label=f"context window {window:,}", gid="window"
+        )
+        budget = window - (DEFAULT_MAX_OUTPUT if reserve is None else reserve) - SAFETY_BUFFER
+        if budget > 0:
             ax.axhline(
-                budget, color="black", linestyle="--", linewidth=1, label="budget", gid="budget"
+                budget,
+                color="black",
+                linestyle="--",
+                linewidth=1,
+                label=f"input budget {budget:,}",
+                gid="budget",
             )
-    ticks = _turn_ticks(calls)
-    ax.set_xticks(list(ticks), list(ticks.values()))
-    ax.set_xlabel("turn (steps of a turn side by side)")
+    ax.set_title(_title(calls, "max_messages", "max_tokens"), loc="left", fontsize=10)
+    _by_turn(ax, calls)
     ax.set_ylabel("tokens per request")
     ax.yaxis.set_major_formatter(FuncFormatter(compact))
     count_axis(ax.yaxis)
-    ax.set_xlim(-0.6, max(len(calls) - 0.4, 0.6))
-    legend_beside(ax)
+    legend_beside(ax, *ax.get_legend_handles_labels())
     return ax
-
-
-def _turn_ticks(calls: pd.DataFrame) -> Mapping[int, str]:
-    """At most ~12 ticks, at the first call of evenly spaced turns."""
-    firsts = np.flatnonzero(calls["step"].to_numpy() == 0)
-    if not len(firsts):
-        return {}
-    every = max(1, int(np.ceil(len(firsts) / 12)))
-    turns = calls["turn"].to_numpy()
-    return {int(i): str(int(turns[i])) for i in firsts[::every]}
 
 
 @plotting
@@ -116,34 +180,30 @@ def cache_ratio(
     by: str = "max_messages",
     ax: Axes | None = None,
 ) -> Axes:
-    """Share of each request its prefix shares with the previous one, call by call, one line
-    per value of setting ``by`` (e.g. two ``max_messages`` values side by side): a count
-    window that slides every turn breaks the prefix every turn."""
-    if by not in frame.columns:
-        raise ValueError(f"by must be a column of the requests frame, not {by!r}")
-    if frame["session_key"].nunique() > 1 or frame["policy"].nunique() > 1:
-        raise ValueError("cache_ratio draws one session and release: select one first")
+    """Share of each request its prefix shares with the previous one (``cache_ratio``), call
+    by call, one line per value of the setting ``by`` (``gid`` ``"<by>=<value>"``; e.g. two
+    ``max_messages`` values side by side), its legend giving the share of all the line's
+    tokens reusable: a count window that slides every turn breaks the prefix every turn."""
+    if by not in SETTING_COLUMNS:
+        raise ValueError(f"by must be a setting column ({', '.join(SETTING_COLUMNS)}), not {by!r}")
+    calls = _calls(frame, "cache_ratio", varying=by)
     if ax is None:
         ax = new_figure(9.0, 3.6).add_subplot()
-    for value, calls in frame.groupby(by, sort=True, observed=True, dropna=False):
-        calls = calls.sort_values(["turn", "step"], kind="stable")
-        share = calls["prefix_tokens"].sum() / max(int(calls["total_tokens"].sum()), 1)
+    groups = list(calls.groupby(by, sort=True, observed=True, dropna=False))
+    for value, line in groups:
+        share = line["prefix_tokens"].sum() / max(int(line["total_tokens"].sum()), 1)
         ax.plot(
-            np.arange(len(calls)),
-            calls["cache_ratio"].to_numpy(dtype=float),
+            np.arange(len(line)),
+            line["cache_ratio"].to_numpy(dtype=float),
             drawstyle="steps-mid",
-            label=f"{by}={_setting_label(value)} ({share:.0%} of tokens reusable)",
+            label=f"{by} {_value(by, value)} ({share:.0%} of tokens reusable)",
             gid=f"{by}={value}",
         )
+    others = [c for c in ("max_messages", "max_tokens") if c != by]
+    ax.set_title(_title(calls, *others), loc="left", fontsize=10)
+    _by_turn(ax, groups[0][1] if groups else calls)
     ax.set_ylim(0, 1.02)
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
-    ax.set_xlabel("call (turns and steps in order)")
     ax.set_ylabel("prefix shared with the previous request")
-    legend_beside(ax)
+    legend_beside(ax, *ax.get_legend_handles_labels())
     return ax
-
-
-def _setting_label(value: Any) -> str:
-    if isinstance(value, int | np.integer) and value == 0:
-        return "none"
-    return str(value)
