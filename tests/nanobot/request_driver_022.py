@@ -14,7 +14,8 @@ time zone while it runs.  A case names an ``op``:
   ``steps``, and runs; the provider records the call and answers with plain text.
 - ``"system"``: the system prompt with the archived summary AutoCompact formats from
   ``summary`` and ``last_active``.
-- ``"converse"``: ``turns`` of ``process_direct`` on a session; each turn's ``replies`` are the
+- ``"converse"``: ``turns`` of ``process_direct`` on a session (one loop per workspace,
+  config, tools and channel serves every conversation); each turn's ``replies`` are the
   model's answers in order (text, tool calls, reasoning); the fake tools ``tools`` (names)
   return their ``result`` argument.  The clock stops at each turn's ``clock``.
 
@@ -239,6 +240,7 @@ class Driver:
         self.probe = probe
         self.scratch = scratch
         self.loops: dict[tuple[str, str | None, tuple[str, ...]], Any] = {}
+        self.talks: dict[tuple[Any, ...], Any] = {}
         self.events = asyncio.new_event_loop()
 
     def request_loop(self, case: dict[str, Any]) -> Any:
@@ -280,8 +282,11 @@ class Driver:
                 unified_session=loop._unified_session,
             )
         if op == "converse":
-            loop = _loop(case, self.probe, self.scratch)
-            return self.events.run_until_complete(_converse(case, loop))
+            key = (case["workspace"], case.get("config"), tuple(case.get("tools", [])))
+            key += (case.get("channel"),)
+            if key not in self.talks:
+                self.talks[key] = _loop(case, self.probe, self.scratch)
+            return self.events.run_until_complete(_converse(case, self.talks[key]))
         raise ValueError(f"unknown op {op!r}")
 
 

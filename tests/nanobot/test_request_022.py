@@ -88,6 +88,7 @@ class Lab:
         self.folder = folder
         self.driver = driver
         self.kits: dict[tuple[str, str, str | None, str], dict[str, Any]] = {}
+        self.sessions = 0
         self.template = self._workspace("template", {})
         self.custom = self._workspace("custom", CUSTOM_FILES)
         self.image = folder / "photo.bin"
@@ -535,15 +536,17 @@ def _tree(root: Path) -> dict[str, bytes | None]:
     }
 
 
-def _converse(lab: Lab, turns: list[dict[str, Any]], tools: list[str], name: str) -> dict[str, Any]:
-    workspace = lab.folder / f"talk-{name}"
+def _converse(lab: Lab, turns: list[dict[str, Any]], tools: list[str]) -> dict[str, Any]:
+    """``turns`` through the release's loop on a session of its own (one shared workspace)."""
+    workspace = lab.folder / "talk"
     if not workspace.exists():
-        lab._workspace(f"talk-{name}", {})
-    kit = lab.kit(workspace, None)
+        lab._workspace("talk", {})
+    lab.sessions += 1
+    key = f"cli:talk{lab.sessions}"
     done = lab.driver(
-        op="converse", workspace=str(workspace), tools=tools, turns=turns, session_key=KEY
+        op="converse", workspace=str(workspace), tools=tools, turns=turns, session_key=key
     )
-    return {"kit": kit, **done}
+    return {"kit": lab.kit(workspace, None), "key": key, **done}
 
 
 def _rebuilt_turns(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -568,7 +571,7 @@ def _rebuilt_turns(result: dict[str, Any]) -> list[dict[str, Any]]:
         assert len(steps) == len(result["turns"][turn])
         for step, call in zip(steps, result["turns"][turn], strict=True):
             mine = rq.loop_messages(
-                kit["system_text"], history, current, step, kit=kit, session_key=KEY
+                kit["system_text"], history, current, step, kit=kit, session_key=result["key"]
             )
             rebuilt.append(
                 {
@@ -629,7 +632,7 @@ CONVERSATION = [
 def test_converse_rebuilds_every_call(lab: Lab) -> None:
     turns = copy.deepcopy(CONVERSATION)
     turns[1]["media"] = [str(lab.image)]
-    result = _converse(lab, turns, ["exec", "grep", "note", "web_fetch"], "hand")
+    result = _converse(lab, turns, ["exec", "grep", "note", "web_fetch"])
     rebuilt = _rebuilt_turns(result)
     assert len(rebuilt) == 7
     for one in rebuilt:
@@ -650,7 +653,7 @@ def test_a_long_read_file_result_is_cut_at_save(lab: Lab) -> None:
             ],
         }
     ]
-    result = _converse(lab, turns, ["read_file"], "cut")
+    result = _converse(lab, turns, ["read_file"])
     first, second = _rebuilt_turns(result)
     assert first["messages"] == first["call"]["messages"]
     saved = next(m for m in result["session"]["messages"] if m["role"] == "tool")
@@ -792,3 +795,46 @@ def test_request_generated(lab: Lab, data: tuple[Any, ...]) -> None:
 @given(data=REQUESTS)
 def test_request_generated_more(lab: Lab, data: tuple[Any, ...]) -> None:
     _generated(lab, data)
+
+
+RESULT = st.one_of(st.none(), st.sampled_from(["", "ok", "x" * 700, "日本 🐈"]), TEXT)
+
+
+@st.composite
+def conversations(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Turns of scripted replies: tool rounds (unique ids, fake tools) then a final text."""
+    turns = []
+    for turn in range(draw(st.integers(1, 3))):
+        replies = []
+        for rnd in range(draw(st.integers(0, 3))):
+            names = draw(
+                st.lists(
+                    st.sampled_from(["exec", "grep", "note", "read_file"]), min_size=1, max_size=2
+                )
+            )
+            calls = [_tool_call(f"t{turn}r{rnd}c{i}", n, draw(RESULT)) for i, n in enumerate(names)]
+            extra = draw(st.sampled_from([{}, {"reasoning_content": "why"}]))
+            replies.append(
+                {
+                    "content": draw(st.sampled_from(["", None, "Checking."])),
+                    "tool_calls": calls,
+                    **extra,
+                }
+            )
+        replies.append({"content": draw(TEXT.filter(str.strip))})
+        clock = datetime(2025, 6, 1, 8, tzinfo=UTC).replace(minute=turn * 7)
+        turns.append(
+            {"text": draw(TEXT.filter(str.strip)), "clock": clock.isoformat(), "replies": replies}
+        )
+    return turns
+
+
+@pytest.mark.sampled
+@settings(max_examples=examples(100, 2))
+@given(turns=conversations())
+def test_converse_generated(lab: Lab, turns: list[dict[str, Any]]) -> None:
+    result = _converse(lab, turns, ["exec", "grep", "note", "read_file"])
+    for one in _rebuilt_turns(result):
+        assert one["messages"] == one["call"]["messages"]
+        assert one["wire"] == one["call"]["wire"]
+        assert one["estimate"] == one["call"]["estimate"]
