@@ -26,6 +26,8 @@ from sessionkit.nanobot.settings import HistorySettings
 __all__ = ["NAME", "Policy"]
 
 NAME = "nanobot-0.2"
+_FIXED_CHAT_CHANNELS = frozenset({"cli", "api"})
+"""Channels whose runtime context names a fixed chat (``agent``: direct, ``serve``: default)."""
 
 
 @dataclass(frozen=True)
@@ -68,9 +70,10 @@ class Policy(CappedPolicy):
 
     def current_message(self, kit: Kit, user: Message, session_key: str) -> Message:
         """The stored user message with 0.2.2's runtime context: its clock from the stamp, the
-        chat from the session key (``channel:chat_id``), the sender as the kit has it."""
+        chat from the session key (``channel:chat_id``) for a chat channel (``nanobot agent``
+        and ``serve`` name their own chat whatever the key), the sender as the kit has it."""
         raw = kit.raw
-        if ":" in session_key:
+        if ":" in session_key and self.channel(session_key) not in _FIXED_CHAT_CHANNELS:
             chat = session_key.split(":", 1)[1]
             raw = {**raw, "runtime": {**raw["runtime"], "chat_id": chat}}
         return request_022.current_message(raw, user)
