@@ -148,16 +148,27 @@ def loads_as_nanobot(line: bytes, text: str, **lifted: Any) -> Any:
     return value
 
 
+_SIGNED_SHAPE = bytes(0x30 if 0x30 <= b <= 0x39 else b if b == 0x2D else 0x2E for b in range(256))
+"""Digits to ``0``, ``-`` kept, anything else to ``.``: where a text's integers are."""
+
+
+def _past_orjson(data: bytes) -> bool:
+    """Whether ``data`` may hold an integer orjson reads as a float (it keeps -2**63 ..
+    2**64-1 exactly): a run of 20 digits, or of 19 after a minus."""
+    shape = data.translate(_SIGNED_SHAPE)
+    return shape.find(LONG_NUMBER + b"0") >= 0 or shape.find(b"-" + LONG_NUMBER) >= 0
+
+
 def loads_exact(data: bytes) -> Any:
     """JSON read exactly (integers of any length, NaN, lone surrogates as ``\\ud800``), the
     same from any caller: orjson where it is exact, else ``json`` (on a fresh stack when
     deep).  Raises ValueError for text that is not JSON, RecursionError past the nesting a
     fresh stack holds (about 990 levels; 1,024 when no integer is long)."""
-    shape = data.translate(SHAPE)
-    if shape.find(LONG_NUMBER) < 0:
+    if not _past_orjson(data):
         with suppress(orjson.JSONDecodeError):
             return orjson.loads(data)
-    return _json_loads(data.decode("utf-8"), shape.count(b"["), parse_int=exact_int)
+    brackets = data.translate(SHAPE).count(b"[")
+    return _json_loads(data.decode("utf-8"), brackets, parse_int=exact_int)
 
 
 class _Text(str):

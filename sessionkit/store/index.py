@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from sessionkit.nanobot.jsontext import dumps_exact, loads_exact
 from sessionkit.nanobot.naming import SessionPathError
 from sessionkit.nanobot.reader import read_session_file
 from sessionkit.nanobot.session import Session
@@ -58,7 +59,7 @@ __all__ = [
     "store_key",
 ]
 
-FORMAT = 3
+FORMAT = 4
 """The layout of entries; entries of another format (or sessionkit version) are not read."""
 RACY_NS = 3_000_000_000
 """A file whose mtime or ctime is this close to the moment it was read is not indexed yet:
@@ -115,13 +116,15 @@ class Item:
 
 def _write_pack(target: Path, items: list[Item], schema: pa.Schema) -> None:
     """Write items as one Arrow IPC file (each item's record batches in turn, the rest in the
-    schema metadata), atomically."""
+    schema metadata), atomically.  Each item's values are kept as their own exact JSON text
+    (:func:`~sessionkit.nanobot.jsontext.dumps_exact`): a session's metadata holding an
+    integer past Python's int-string limit, or nested deep, is kept as it is."""
     parts = [item.table.to_batches() for item in items]
     described = [
         {
             "path": item.path,
             "identity": list(vars(item.identity).values()),
-            "extra": item.extra,
+            "extra": dumps_exact(item.extra),
             "rows": item.table.num_rows,
         }
         for item in items
@@ -140,7 +143,7 @@ def _read_pack(path: Path, schema: pa.Schema) -> tuple[pa.Table, dict[str, Item]
         return nothing
     table, inode = sealed
     try:
-        found = json.loads(table.schema.metadata[_KEY])
+        found = loads_exact(table.schema.metadata[_KEY])
         if found["format"] != FORMAT:
             return nothing
         if table.schema.remove_metadata() != schema:
@@ -163,15 +166,26 @@ def _items(described: list[dict[str, Any]], table: pa.Table) -> dict[str, Item]:
             raise IntegrityError("an item with a bad path or row count")
         if len(identity) != 5 or any(type(v) is not int for v in identity):
             raise IntegrityError("an item with a bad file identity")
-        if not isinstance(item["extra"], dict):
-            raise IntegrityError("an item without its values")
-        items[path] = Item(
-            path, Identity(*identity), item["extra"], table.slice(start, rows), start
-        )
+        extra = _values(item["extra"])
+        items[path] = Item(path, Identity(*identity), extra, table.slice(start, rows), start)
         start += rows
     if start != table.num_rows:
         raise IntegrityError(f"items hold {start} rows, the table {table.num_rows}")
     return items
+
+
+def _values(text: Any) -> dict[str, Any]:
+    """An item's values from their JSON text, exactly and from any stack (IntegrityError
+    when they are not a JSON object)."""
+    if type(text) is not str:
+        raise IntegrityError("an item without its values")
+    try:
+        values = loads_exact(text.encode("ascii"))
+    except (ValueError, RecursionError) as exc:
+        raise IntegrityError(f"an item whose values do not read ({type(exc).__name__})") from exc
+    if not isinstance(values, dict):
+        raise IntegrityError("an item without its values")
+    return values
 
 
 REPLAY_TABLE = pa.schema(

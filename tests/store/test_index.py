@@ -4,11 +4,13 @@ damaged or foreign index is rebuilt, never trusted."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
 import time
 import warnings
+from decimal import Decimal
 from pathlib import Path
 
 import pandas as pd
@@ -104,6 +106,39 @@ def test_warm_open_reads_no_file_and_equals_a_cold_one(store: Path, cache: Path,
     assert reads == ["telegram_2.jsonl"]
     assert warm["telegram:2"] == load(store, cache=False)["telegram:2"]
     assert {k: v for k, v in _tree(store.parent).items() if "index" not in k} == before
+
+
+ODD_METADATA = (
+    b'{"title": "odd", "n": -1' + b"0" * 5000 + b'7, "m": 18446744073709551617, "x": NaN, '
+    b'"y": -Infinity, "z": -0.0, "f": 1e-320, "s": "\\ud800 \\u00e9", "e": {}, '
+    b'"deep": ' + b"[" * 880 + b"{}" + b"]" * 880 + b"}"
+)
+
+
+def _at_depth(depth: int, call):  # type: ignore[no-untyped-def]
+    return call() if depth <= 0 else _at_depth(depth - 1, call)
+
+
+@pytest.mark.parametrize("depth", [0, 850])
+def test_metadata_past_jsons_limits_is_indexed_exactly(
+    store: Path, cache: Path, reads, depth: int
+) -> None:
+    head = b'{"_type": "metadata", "key": "odd:1", "last_consolidated": 0, "metadata": '
+    (store / "odd_1.jsonl").write_bytes(head + ODD_METADATA + b"}\n" + b'{"role": "user"}\n')
+    exact = json.loads(ODD_METADATA, parse_int=lambda digits: int(Decimal(digits)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cold = _at_depth(depth, lambda: load(store))
+        reads.clear()
+        warm = _at_depth(depth, lambda: load(store))
+    assert reads == []
+    assert all(type(s) is IndexedSession for s in warm)
+    _assert_same(warm, cold)
+    for metadata in (warm["odd:1"].metadata, cold["odd:1"].metadata):
+        assert list(metadata) == list(exact)
+        assert [k for k, v in metadata.items() if v != exact[k]] == ["x"]  # NaN != NaN
+        assert math.isnan(metadata["x"]) and math.copysign(1.0, metadata["z"]) == -1.0
+        assert metadata["n"] == -(10**5001) - 7 and type(metadata["m"]) is int
 
 
 def test_the_index_lives_in_the_cache_folder_and_cache_false_writes_nothing(
