@@ -27,13 +27,18 @@ chromium:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium fonts-wqy-zenhei; }
 
+# The nanobot release whose prompt and tools the bundled sample's requests need (notebook 09).
+SAMPLE_RELEASE := 0.2.2
+
 lab: setup-lab
+	$(BIN)/sessionkit releases install $(SAMPLE_RELEASE) --missing
 	$(BIN)/jupyter trust $(NOTEBOOKS)
 	JUPYTER_CONFIG_PATH=$(LAB_CONFIG) $(BIN)/jupyter lab $(LAB_FLAGS) --LabApp.news_url=None notebooks/
 
 # Run every notebook in place, then drop widget state and run-specific metadata, so the diff
 # shows only what changed in the outputs.
 notebooks: setup-lab
+	$(BIN)/sessionkit releases install $(SAMPLE_RELEASE) --missing
 	$(BIN)/jupyter nbconvert --to notebook --execute --inplace \
 	  --ExecutePreprocessor.store_widget_state=False --ExecutePreprocessor.record_timing=False \
 	  --ExecutePreprocessor.kernel_name=python3 --ExecutePreprocessor.timeout=1200 $(NOTEBOOKS)

@@ -260,6 +260,12 @@ def _releases(args: argparse.Namespace) -> int:
             )
             return USAGE
         for version in wanted:
+            if args.missing:
+                try:
+                    print(f"nanobot-ai {version}: {find_release(version)} (already there)")
+                    continue
+                except ReleaseNotInstalled:
+                    pass
             try:
                 print(f"nanobot-ai {version}: {install(version)}")
             except (RuntimeError, OSError) as exc:
@@ -390,6 +396,11 @@ def _parser() -> argparse.ArgumentParser:
     releases = add("releases", help="install nanobot releases sessionkit asks for prompts")
     releases.add_argument("action", choices=["install", "list"])
     releases.add_argument("version", nargs="*", help="e.g. 0.3.5 (default: every release)")
+    releases.add_argument(
+        "--missing",
+        action="store_true",
+        help="install only releases sessionkit does not find already (this environment, PATH)",
+    )
     releases.set_defaults(run=_releases)
     req = add("request", help="the exact request one LLM call carried (needs the release)")
     req.add_argument("path", help="workspace, sessions folder or file")
