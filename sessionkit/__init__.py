@@ -14,6 +14,9 @@ import importlib.util
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from sessionkit.accounting.calibration import Calibration, calibrate
+    from sessionkit.accounting.ledger import usage
+    from sessionkit.accounting.pricing import cost
     from sessionkit.calls.assembly import Request, request
     from sessionkit.calls.frame import requests
     from sessionkit.nanobot.policies import POLICIES, get_policy
@@ -31,6 +34,10 @@ if TYPE_CHECKING:
     from sessionkit.writers.forking import fork, fork_many
 
 _HOMES = {
+    "Calibration": "sessionkit.accounting.calibration",
+    "calibrate": "sessionkit.accounting.calibration",
+    "cost": "sessionkit.accounting.pricing",
+    "usage": "sessionkit.accounting.ledger",
     "POLICIES": "sessionkit.nanobot.policies",
     "Corpus": "sessionkit.store.corpus",
     "HistorySettings": "sessionkit.nanobot.settings",
@@ -55,10 +62,13 @@ _HOMES = {
 
 __all__ = [
     "POLICIES",
+    "Calibration",
     "Corpus",
     "HistorySettings",
     "Request",
     "Session",
+    "calibrate",
+    "cost",
     "count_tokens",
     "doctor",
     "estimate_message_tokens",
@@ -72,6 +82,7 @@ __all__ = [
     "request",
     "requests",
     "save_session",
+    "usage",
     "windows",
 ]
 
