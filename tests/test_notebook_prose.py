@@ -13,6 +13,7 @@ import asyncio
 import re
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import numpy as np
@@ -26,11 +27,14 @@ from sessionkit.synthetic import FeatureMix, generate_session, write_store
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 MIX = FeatureMix(verbosity=0.1, long_tool_output=0.1, orphan_tool=0.0, consolidated=0.0)
 LONG_KEY = "telegram:4242"
+HOSTILE_KEY = "discord:77`<img src=x onerror=alert(1)>*x*`"
+"""The short session's key: a backtick to break out of a code span, a tag, emphasis."""
 
 
 def _store(folder: Path) -> Path:
     """A long session (past 2,000 messages) with one orphan tool result late in it, which
-    makes one trim drop far more than the first, plus a short mostly-Chinese session."""
+    makes one trim drop far more than the first, plus a short mostly-Chinese session whose
+    key is hostile Markdown (:data:`HOSTILE_KEY`)."""
     record, messages = generate_session(11, LONG_KEY, 700, mix=MIX, last_consolidated=1000)
     user_at = next(i for i, m in enumerate(messages) if m["role"] == "user" and i > 2150)
     orphan = {
@@ -41,7 +45,7 @@ def _store(folder: Path) -> Path:
         "timestamp": messages[user_at - 1]["timestamp"],
     }
     messages.insert(user_at, orphan)
-    short = generate_session(12, "discord:77", 60, mix=replace(MIX, chinese=0.7))
+    short = generate_session(12, HOSTILE_KEY, 60, mix=replace(MIX, chinese=0.7))
     write_store(folder, [(record, messages), short])
     return folder
 
@@ -82,9 +86,9 @@ def _displayed(notebook: nbformat.NotebookNode) -> str:
 
 
 @pytest.fixture(scope="module")
-def shown(store: Path) -> dict[str, str | BaseException]:
-    """Each notebook run on ``store`` (all at once, to keep the wait short): its text, or the
-    error that stopped it."""
+def shown(store: Path) -> dict[str, Any]:
+    """Each notebook run on ``store`` (all at once, to keep the wait short), or the error
+    that stopped it."""
     notebooks = [_on_store(name, store) for name in NOTEBOOK_NAMES]
     clients = [
         NotebookClient(
@@ -103,16 +107,30 @@ def shown(store: Path) -> dict[str, str | BaseException]:
 
     results = asyncio.run(run_all())
     return {
-        name: result if isinstance(result, BaseException) else _displayed(notebook)
+        name: result if isinstance(result, BaseException) else notebook
         for name, notebook, result in zip(NOTEBOOK_NAMES, notebooks, results, strict=True)
     }
 
 
-def _text(shown: dict[str, str | BaseException], name: str) -> str:
+def _run(shown: dict[str, Any], name: str) -> nbformat.NotebookNode:
     result = shown[name]
     if isinstance(result, BaseException):
         raise result
     return result
+
+
+def _text(shown: dict[str, Any], name: str) -> str:
+    return _displayed(_run(shown, name))
+
+
+def _markdown(shown: dict[str, Any], name: str) -> str:
+    """The Markdown a notebook's code wrote (what a renderer turns into HTML)."""
+    return "\n".join(
+        output.data["text/markdown"]
+        for cell in _run(shown, name).cells
+        for output in cell.get("outputs", [])
+        if "text/markdown" in output.get("data", {})
+    )
 
 
 def _number(text: str) -> int:
@@ -136,24 +154,24 @@ def test_file_cap_prose_is_computed_from_the_data(
     largest = g2000.loc[g2000["dropped"].idxmax()]
     # The first trim's own turn and size (issue 14: the largest trim's size was printed).
     said = re.search(
-        r"the first trim at 2,000 (?:comes|happens) at turn ([\d,]+)(?: of `([^`]+)`)? and "
+        r"the first trim at 2,000 (?:comes|happens) at turn ([\d,]+)(?: of (<code>.*?</code>))? and "
         r"drops ([\d,]+) message",
         text,
     )
     assert said, text
     assert _number(said[1]) == first["turn"]
     assert _number(said[3]) == first["dropped"]
-    assert said[2] == first["session_key"]
+    assert said[2] == markdown_code(first["session_key"])
     said = re.search(
         r"The largest trim at 2,000 drops ([\d,]+) messages? at once \(turn ([\d,]+) "
-        r"of `([^`]+)`",
+        r"of (<code>.*?</code>)",
         text,
     )
     assert said, text
     assert (_number(said[1]), _number(said[2]), said[3]) == (
         largest["dropped"],
         largest["turn"],
-        largest["session_key"],
+        markdown_code(largest["session_key"]),
     )
     assert re.search(rf"At 500 there are {len(growth[growth['limit'] == 500]):,} trims", text)
 
@@ -163,12 +181,13 @@ def test_file_cap_prose_is_computed_from_the_data(
     row = tripped.iloc[0]
     assert row["kept"] < 2_000  # the orphan tool result moves the start
     assert (
-        f"`{LONG_KEY}` keeps only **{row['kept']:,}** of its {row['messages']:,} messages" in text
+        f"{markdown_code(LONG_KEY)} keeps only **{row['kept']:,}** of its "
+        f"{row['messages']:,} messages" in text
     )
     assert f"Its offset goes from {row['last_consolidated_before']:,} to" in text
 
     assert "bundled" not in text
-    assert f"Computed from `{store}` (2 sessions," in text
+    assert f"Computed from {markdown_code(store)} (2 sessions," in text
 
 
 def test_token_budget_prose_is_computed_from_the_data(
@@ -180,8 +199,8 @@ def test_token_budget_prose_is_computed_from_the_data(
     exact = np.array(sk.count_tokens(stored))
     fallback = np.array(sk.count_tokens(stored, method="fallback"))
     assert (
-        f"Computed from `{store}` (2 sessions, {len(stored):,} messages, {exact.sum():,} tokens)"
-        in text
+        f"Computed from {markdown_code(store)} (2 sessions, {len(stored):,} messages, "
+        f"{exact.sum():,} tokens)" in text
     )
     assert f"the fallback estimate is {fallback.sum() / exact.sum():.0%} of the exact count" in text
     ratios = {
@@ -191,9 +210,22 @@ def test_token_budget_prose_is_computed_from_the_data(
     }
     low, high = min(ratios, key=ratios.get), max(ratios, key=ratios.get)
     assert (
-        f"per session it ranges from {round(ratios[low], 3):.0%} (`{low}`) to "
-        f"{round(ratios[high], 3):.0%} (`{high}`)" in text
+        f"per session it ranges from {round(ratios[low], 3):.0%} ({markdown_code(low)}) to "
+        f"{round(ratios[high], 3):.0%} ({markdown_code(high)})" in text
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "names_it"),
+    [("01_tour.ipynb", False), ("02_token_budgets.ipynb", True), ("04_file_cap.ipynb", False)],
+)
+def test_keys_in_markdown_are_escaped_code(shown: dict, name: str, names_it: bool) -> None:
+    """A key the notebook writes into Markdown never ends a code span, opens a tag or adds
+    emphasis: the hostile key shows only as :func:`markdown_code` makes it."""
+    markdown = _markdown(shown, name)
+    assert HOSTILE_KEY in _text(shown, name)  # as plain text in a table
+    assert "<img" not in markdown and "discord:77" not in markdown
+    assert (markdown_code(HOSTILE_KEY) in markdown) is names_it
 
 
 def test_the_tour_names_the_store_it_ran_on(shown: dict, store: Path) -> None:
