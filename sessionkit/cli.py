@@ -243,22 +243,32 @@ def _cache(args: argparse.Namespace) -> int:
 
 
 def _releases(args: argparse.Namespace) -> int:
-    """``releases install VERSION...``: install nanobot releases into the user's cache (from
-    the package index); ``releases list``: the releases sessionkit finds, and where."""
-    from sessionkit.calls.installs import ReleaseNotInstalled, find_release, install
+    """``releases install [VERSION...]``: install nanobot releases into the user's cache (from
+    the package index; ``--missing``: only those sessionkit does not find already);
+    ``releases list [VERSION...]``: the releases sessionkit finds, and where."""
+    from sessionkit.calls.installs import (
+        ReleaseNotInstalled,
+        find_release,
+        install,
+        installed,
+        releases_dir,
+    )
     from sessionkit.nanobot.policies import POLICIES
 
     known = [p.version for p in POLICIES.values()]
+    wanted = args.version or known
+    unknown = [v for v in wanted if v not in known]
+    if unknown:
+        listed = shown(", ".join(unknown))
+        print(
+            f"sessionkit: error: unknown release {listed} (known: {', '.join(known)})",
+            file=sys.stderr,
+        )
+        return USAGE
+    if args.missing and args.action != "install":
+        print("sessionkit: error: --missing is only used with install", file=sys.stderr)
+        return USAGE
     if args.action == "install":
-        wanted = args.version or known
-        unknown = [v for v in wanted if v not in known]
-        if unknown:
-            print(
-                f"sessionkit: error: unknown release {', '.join(unknown)} (known: "
-                f"{', '.join(known)})",
-                file=sys.stderr,
-            )
-            return USAGE
         for version in wanted:
             if args.missing:
                 try:
@@ -272,27 +282,58 @@ def _releases(args: argparse.Namespace) -> int:
                 print(f"sessionkit: error: {exc}", file=sys.stderr)
                 return PROBLEMS
         return OK
-    for version in known:
+    ours = installed()
+    for version in wanted:
         try:
-            print(f"nanobot-ai {version}: {find_release(version)}")
+            python = find_release(version)
         except ReleaseNotInstalled:
-            print(f"nanobot-ai {version}: not installed (sessionkit releases install {version})")
+            print(
+                f"nanobot-ai {version}: not installed (`sessionkit releases install {version}` "
+                f"puts it in {releases_dir() / version})"
+            )
+            continue
+        if python == Path(sys.executable):
+            where = "this environment"
+        elif ours.get(version) == python:
+            where = "installed by sessionkit"
+        else:
+            where = "the nanobot command on PATH"
+        print(f"nanobot-ai {version}: {python} ({where})")
     return OK
 
 
 def _request(args: argparse.Namespace) -> int:
-    """``request PATH KEY TURN``: the exact request a release sent for one call."""
-    from sessionkit.calls.assembly import request
+    """``request PATH KEY TURN``: the exact request a release sent for one call, as a table of
+    its parts and their tokens, or (``--format json``) the request itself."""
+    import difflib
+
+    from sessionkit.calls.assembly import request, workspace_of
     from sessionkit.calls.installs import ReleaseNotInstalled
     from sessionkit.calls.kits import KitError
+    from sessionkit.nanobot.policies import get_policy
 
-    corpus = load(args.path, config_dir=args.config_dir)
+    corpus = load(args.path, tokens=None, config_dir=args.config_dir)
     if args.key not in corpus:
-        print(f"sessionkit: error: no session {shown(args.key)} in {args.path}", file=sys.stderr)
+        close = difflib.get_close_matches(args.key, corpus.keys(), n=1)
+        guess = f"did you mean {close[0]}? " if close else ""
+        hint = shlex.join(["sessionkit", "summary", args.path, *_config_dir_args(args)])
+        message = (
+            f"no session with key {args.key} in {args.path} ({guess}{len(corpus)} session(s); "
+            f"their keys: `{hint}`)"
+        )
+        print(f"sessionkit: error: {shown(message)}", file=sys.stderr)
+        return USAGE
+    session = corpus[args.key]
+    if args.workspace is None and workspace_of(session) is None:
+        print(
+            f"sessionkit: error: {shown(session.path)} is not in a nanobot workspace's sessions "
+            "folder: pass --workspace <the workspace whose files the prompt reads>",
+            file=sys.stderr,
+        )
         return USAGE
     try:
         built = request(
-            corpus[args.key],
+            session,
             args.turn,
             step=args.step,
             workspace=args.workspace,
@@ -300,21 +341,23 @@ def _request(args: argparse.Namespace) -> int:
             nanobot=args.nanobot,
         )
     except (IndexError, ValueError, ReleaseNotInstalled) as exc:
-        print(f"sessionkit: error: {exc}", file=sys.stderr)
+        print(f"sessionkit: error: {shown(str(exc))}", file=sys.stderr)
         return USAGE
     except KitError as exc:
-        print(f"sessionkit: error: {exc}", file=sys.stderr)
+        print(f"sessionkit: error: {shown(str(exc))}", file=sys.stderr)
         return PROBLEMS
-    if args.format == "json":
-        print(built.to_json())
-        return OK
     for note in built.notes:
-        print(f"note: {note}")
+        print(f"sessionkit: note: {shown(note)}", file=sys.stderr)
+    if args.format == "json":
+        print(shown(built.to_json()))  # a lone surrogate as its JSON escape, \ud800
+        return OK
+    label = get_policy(built.release).label
+    print(shown(f"{label} request for {built.session_key}, turn {built.turn}, step {built.step}"))
     print(
-        f"{built.release}, session {shown(built.session_key)}, turn {built.turn}, step {built.step}"
+        f"{len(built.messages)} messages, {len(built.tools)} tools, {built.tokens:,} tokens "
+        "(the release's estimate; parts counted alone need not add up to it)"
     )
-    print(f"{len(built.messages)} messages, {len(built.tools)} tools, {built.tokens:,} tokens")
-    print(built.parts.to_string(index=False))
+    _write(built.parts.assign(part=built.parts["part"].map(shown)), "table")
     return OK
 
 
