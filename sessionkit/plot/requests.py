@@ -14,7 +14,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from matplotlib.artist import Artist
 from matplotlib.axes import Axes
+from matplotlib.patches import StepPatch
 from matplotlib.ticker import FuncFormatter, PercentFormatter
 
 from sessionkit.nanobot.policies import get_policy
@@ -110,7 +112,7 @@ def _by_turn(ax: Axes, calls: pd.DataFrame) -> None:
     ticks = _turn_ticks(calls)
     ax.set_xticks(list(ticks), list(ticks.values()))
     ax.set_xlabel("turn (a turn's calls side by side)")
-    ax.set_xlim(-0.6, max(len(calls) - 0.4, 0.6))
+    ax.set_xlim(-0.5, max(len(calls) - 0.5, 0.5))
 
 
 def _known(calls: pd.DataFrame, column: str) -> int | None:
@@ -126,50 +128,65 @@ def request_composition(
     max_output: int | None = None,
     ax: Axes | None = None,
 ) -> Axes:
-    """One bar per call (turns in order, a turn's steps side by side), its parts stacked
-    (``gid``: the part's column; the bar's top is ``total_tokens``); the context window
+    """One bar per call (turns in order, a turn's steps side by side), its parts stacked:
+    one ``StepPatch`` per part (``gid``: the part's column), from the parts below it to
+    them plus its own (the last one's top is ``total_tokens``); the context window
     (``gid`` ``"window"``) and the governor's budget ``context_window - max_output - 1024``
     (``gid`` ``"budget"``) as horizontal lines when the window is known (given, else the
     frame's; ``max_output`` given, else the frame's, else nanobot's default 8,192)."""
     calls = _calls(frame, "request_composition")
     if ax is None:
         ax = new_figure(9.0, 4.0).add_subplot()
-    x = np.arange(len(calls))
+    edges = np.arange(len(calls) + 1) - 0.5
     bottom = np.zeros(len(calls))
+    handles: list[Artist] = []
     for column, colour in PART_COLORS.items():
-        values = calls[column].to_numpy(dtype=float)
-        ax.bar(
-            x,
-            values,
-            bottom=bottom,
-            width=0.9,
+        top = bottom + calls[column].to_numpy(dtype=float)
+        # add_artist, not ax.stairs: the limits are set below, and ax.stairs would walk
+        # every step of the path to update them (most of the drawing time).
+        patch = StepPatch(
+            top,
+            edges,
+            baseline=bottom,
+            fill=True,
             color=colour,
             label=_PART_LABELS[column],
             gid=column,
         )
-        bottom += values
+        ax.add_artist(patch)
+        handles.append(patch)
+        bottom = top
     window = context_window if context_window is not None else _known(calls, "context_window")
     reserve = max_output if max_output is not None else _known(calls, "max_output")
     if window:
-        ax.axhline(
-            window, color="black", linewidth=1, label=f"context window {window:,}", gid="window"
+        handles.append(
+            ax.axhline(
+                window,
+                color="black",
+                linewidth=1,
+                label=f"context window {window:,}",
+                gid="window",
+            )
         )
         budget = window - (DEFAULT_MAX_OUTPUT if reserve is None else reserve) - SAFETY_BUFFER
         if budget > 0:
-            ax.axhline(
-                budget,
-                color="black",
-                linestyle="--",
-                linewidth=1,
-                label=f"input budget {budget:,}",
-                gid="budget",
+            handles.append(
+                ax.axhline(
+                    budget,
+                    color="black",
+                    linestyle="--",
+                    linewidth=1,
+                    label=f"input budget {budget:,}",
+                    gid="budget",
+                )
             )
+    ax.set_ylim(0, 1.05 * max(bottom.max(initial=0.0), window or 0, 1))
     ax.set_title(_title(calls, "max_messages", "max_tokens"), loc="left", fontsize=10)
     _by_turn(ax, calls)
     ax.set_ylabel("tokens per request")
     ax.yaxis.set_major_formatter(FuncFormatter(compact))
     count_axis(ax.yaxis)
-    legend_beside(ax, *ax.get_legend_handles_labels())
+    legend_beside(ax, handles, [str(h.get_label()) for h in handles])
     return ax
 
 
