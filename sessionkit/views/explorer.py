@@ -3,7 +3,9 @@
 An ipywidgets app with no logic of its own: the release selector replays the session under
 another nanobot release (``Session.policy``), the statuses and counts come from
 :func:`sessionkit.simulate.states.message_states` and :meth:`~sessionkit.simulate.states.MessageStates.summary`, the
-timeline from :func:`sessionkit.plot.token_timeline`, forks from :func:`sessionkit.fork`.
+timeline from :func:`sessionkit.plot.token_timeline`, forks from :func:`sessionkit.fork`, and
+the request of the selected turn (its parts, and the request itself as JSON) from
+:func:`sessionkit.request`, built only when asked for.
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ import ipywidgets as widgets
 import numpy as np
 import pandas as pd
 
+from sessionkit.calls import assembly
+from sessionkit.calls.assembly import Request
+from sessionkit.calls.installs import ReleaseNotInstalled
+from sessionkit.calls.kits import KitError
 from sessionkit.nanobot.listing import flatten_content
 from sessionkit.nanobot.naming import UnsafeKeyError
 from sessionkit.nanobot.policies import POLICIES, get_policy
@@ -33,7 +39,7 @@ from sessionkit.store.text import shown
 from sessionkit.views.transcript import TranscriptWidget, transcript_rows
 from sessionkit.writers.forking import fork
 
-__all__ = ["OPTION_CHARS", "SCRATCH_FORK_DIR", "Explorer", "explore"]
+__all__ = ["OPTION_CHARS", "SCRATCH_FORK_DIR", "Explorer", "explore", "request_html"]
 
 SCRATCH_FORK_DIR = default_cache_dir() / "forks"
 """Where forks go unless the explorer is given ``sessions_dir``: never a live sessions folder,
@@ -101,6 +107,47 @@ def _chip(name: str, count: int) -> str:
         f"<span style='background:{status.color};color:{status.text_color};padding:0 5px;border-radius:7px'>"
         f"{html.escape(status.label)}</span> {count:,}</span>"
     )
+
+
+_PRE_STYLE = (
+    "white-space:pre-wrap;overflow-wrap:anywhere;max-height:480px;overflow:auto;"
+    "margin:4px 0;font-size:11px"
+)
+
+
+def request_html(built: Request) -> str:
+    """A request as the explorer shows it: what it is, its parts and their tokens, and the
+    request itself as JSON in a collapsed ``<pre>`` (all session text escaped)."""
+    head = (
+        f"<div class='sk-request-head'><b>{html.escape(get_policy(built.release).label)} "
+        f"request</b> for turn {built.turn}, step {built.step}: {len(built.messages)} messages, "
+        f"{len(built.tools)} tools, <span class='sk-request-tokens'>{built.tokens:,}</span> "
+        "tokens (the release's estimate; parts counted alone need not add up to it)</div>"
+    )
+    notes = "".join(
+        f"<div class='sk-request-note'>{html.escape(shown(note) or '')}</div>"
+        for note in built.notes
+    )
+    cells = "".join(
+        f"<tr><td>{html.escape(shown(row.part) or '')}</td><td>{row.messages:,}</td>"
+        f"<td>{row.tokens:,}</td><td>{'yes' if row.inferred else ''}</td></tr>"
+        for row in built.parts.itertuples(index=False)
+    )
+    table = (
+        "<table class='sk-request-parts'><tr><th>part</th><th>messages</th><th>tokens</th>"
+        "<th title='depends on this machine or a stand-in, not on disk'>inferred</th></tr>"
+        f"{cells}</table>"
+    )
+    text = shown(built.to_json()) or ""
+    body = (
+        f"<details class='sk-request-json'><summary>the request as JSON ({len(text):,} "
+        f"characters)</summary><pre style='{_PRE_STYLE}'>{html.escape(text)}</pre></details>"
+    )
+    return f"{head}{notes}{table}{body}"
+
+
+def _request_message(text: str, css: str) -> str:
+    return f"<div class='{css}'>{html.escape(shown(text) or '')}</div>"
 
 
 def _budget_note(states: MessageStates) -> str:
@@ -212,6 +259,24 @@ class Explorer(widgets.VBox):
         self.summary.add_class("sk-summary")
         self.transcript = TranscriptWidget(layout=widgets.Layout(flex="3 1 0", min_width="0"))
 
+        self.request_button = widgets.Button(
+            description="request",
+            tooltip="build the request nanobot sent at this turn (asks the installed release)",
+        )
+        self.request_button.add_class("sk-request")
+        self.request_step = widgets.BoundedIntText(
+            value=0,
+            min=0,
+            max=9_999,
+            description="step",
+            style={"description_width": "40px"},
+            layout=widgets.Layout(width="130px"),
+        )
+        self.request_step.add_class("sk-request-step")
+        self.request_view = widgets.HTML(layout=_auto())
+        self.request_view.add_class("sk-request-view")
+        self._request_shown: tuple[Any, ...] | None = None
+
         self.fork_info = widgets.HTML(layout=_auto())
         self.fork_info.add_class("sk-fork-info")
         self.fork_text = widgets.Textarea(rows=6, layout=_auto())
@@ -270,10 +335,16 @@ class Explorer(widgets.VBox):
             ],
             layout=widgets.Layout(flex="2 1 0", min_width="0", padding="0 0 0 10px"),
         )
+        request_bar = widgets.HBox(
+            [self.request_button, self.request_step],
+            layout=widgets.Layout(flex_flow="row wrap", align_items="center"),
+        )
         return [
             widgets.HBox([picker, controls], layout=widgets.Layout(flex_flow="row wrap")),
             self.summary,
             self.timeline,
+            request_bar,
+            self.request_view,
             widgets.HBox([self.transcript, fork_panel]),
         ]
 
@@ -293,6 +364,8 @@ class Explorer(widgets.VBox):
             control.observe(self._changed, "value")
         self.transcript.observe(self._on_select, "selected")
         self.fork_button.on_click(self._write_fork)
+        self.request_button.on_click(self.show_request)
+        self.request_step.observe(self._request_moved, "value")
 
     # -- session and settings -------------------------------------------------------------
 
@@ -402,6 +475,7 @@ class Explorer(widgets.VBox):
         self.transcript.status = frame["status"].astype(str).tolist()
         window = counts["window"]
         self.transcript.focus = window[0] if window else max(0, self.states.stop - 1)
+        self._request_moved()
         # Last, so a summary showing the new numbers means every other view has them too.
         self.summary.value = self._summary_html(counts)
 
@@ -488,6 +562,59 @@ class Explorer(widgets.VBox):
         )
         chips = " · ".join(_chip(s.name, counts[s.name]) for s in STATUSES[1:])
         return f"<div>{sent}</div>{_budget_note(self.states)}<div>{chips}</div>"
+
+    # -- the request of the selected turn --------------------------------------------------
+
+    def _request_key(self) -> tuple[Any, ...]:
+        """What the request shown depends on: session, release, turn, step and settings."""
+        return (
+            self.session.key,
+            self.policy.value,
+            self.turn.value,
+            self.request_step.value,
+            self.settings(),
+        )
+
+    def _request_moved(self, _change: dict[str, Any] | None = None) -> None:
+        """A request (or why there is none) shown for other controls is taken away, not
+        rebuilt (that waits for the button): moving a control never waits for a request."""
+        if self._request_shown is not None and self._request_shown != self._request_key():
+            self._request_shown = None
+            self.request_view.value = _request_message(
+                f"The controls changed: press “{self.request_button.description}” for the "
+                f"request at turn {self.turn.value}, step {self.request_step.value}.",
+                "sk-request-stale",
+            )
+
+    def show_request(self, _button: widgets.Button | None = None) -> None:
+        """Build the request of the selected turn and step (:func:`sessionkit.request`) and
+        show its parts and JSON, or what to do when it cannot be built (no release
+        installed: how to install it)."""
+        subject, turn = self.subject(), self.turn.value
+        self._request_shown = self._request_key()
+        if turn >= subject.n_user_turns:
+            self.request_view.value = _request_message(
+                f"Turn {turn} is the next turn: nothing was sent for it yet. Move the turn "
+                f"slider below {subject.n_user_turns} to see a request nanobot sent.",
+                "sk-request-error",
+            )
+            return
+        self.request_view.value = _request_message(
+            "Building the request (the first one of a release and workspace asks the "
+            "installed release for its prompt and tools: a few seconds)…",
+            "sk-request-busy",
+        )
+        try:
+            built = assembly.request(
+                subject, turn, step=self.request_step.value, settings=self.settings()
+            )
+        except (ReleaseNotInstalled, IndexError, ValueError, KitError) as exc:
+            self.request_view.value = _request_message(str(exc), "sk-request-error")
+        except Exception as exc:  # shown in the widget, where the user can act on it
+            message = f"{type(exc).__name__}: {exc}"
+            self.request_view.value = _request_message(message, "sk-request-error")
+        else:
+            self.request_view.value = request_html(built)
 
     # -- fork -------------------------------------------------------------------------------
 
