@@ -2,12 +2,17 @@
 provider's prefix cache could reuse from the previous call, for any history setting.
 
 The history part comes from :func:`sessionkit.windows` (index arithmetic and prefix sums);
-system prompt and tools from the release's kit, counted once per workspace; the current
-message and the turn's steps from each release's request rules, counted once per message.
+system prompt and tools from the release's kit, counted once per kit; the current message
+and the turn's steps from each release's request rules, rebuilt and counted once per session
+(:mod:`sessionkit.calls.turns`, cached).  The rows are then array arithmetic over the
+windows frame: no request is rebuilt per row.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -17,9 +22,10 @@ from typing import Any, Unpack
 import numpy as np
 import pandas as pd
 
-from sessionkit.calls.assembly import count_text
-from sessionkit.calls.assembly import kit_of as _kit_of
-from sessionkit.calls.installs import ReleaseNotInstalled
+from sessionkit.calls.assembly import config_of, count_text, kit_of, workspace_of
+from sessionkit.calls.installs import ReleaseNotInstalled, find_release
+from sessionkit.calls.kits import kit_for
+from sessionkit.calls.turns import SessionCalls, session_calls
 from sessionkit.nanobot.kit import Kit
 from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.release import ReplayPolicy
@@ -31,6 +37,8 @@ from sessionkit.store.corpus import Corpus
 
 __all__ = ["requests"]
 
+Interpreter = str | os.PathLike[str]
+
 _SETTING_COLUMNS = [
     "max_messages",
     "max_tokens",
@@ -41,84 +49,102 @@ _SETTING_COLUMNS = [
     "context_window",
     "max_output",
 ]
+_SIZES: dict[str, tuple[int, int, bool]] = {}
+"""System prompt tokens, tool tokens and whether a system part is inferred, by kit digest."""
 
 
-@dataclass(frozen=True)
-class _Turn:
-    """One turn's calls apart from the history: tokens of the current message, of each
-    call's steps, and the messages the next turn's history would repeat from it."""
-
-    current: int
-    steps: tuple[int, ...]
-    inferred: bool
-    """The current message could not be rebuilt (no kit, or a stored form the release would
-    not have sent): the stored message stands in for it."""
-    tail: tuple[tuple[int, dict[str, Any]], ...]
-    """The current message and the last call's steps as sent, each with the position of its
-    stored line (what the next turn's history replays in its place)."""
+def _kit_sizes(release: ReplayPolicy, kit: Kit) -> tuple[str, tuple[int, int, bool]]:
+    """The kit's digest (its whole content) and its sizes, counted once per digest."""
+    text = json.dumps([release.name, kit.raw], sort_keys=True, ensure_ascii=False)
+    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+    if digest not in _SIZES:
+        system = count_text(kit.system_text) if kit.system_text else 0
+        tools = release.estimate_request([], [dict(t) for t in kit.tools], count_text)
+        _SIZES[digest] = (system, tools if kit.tools else 0, any(p[2] for p in kit.system))
+    return digest, _SIZES[digest]
 
 
-def _turns(policy: ReplayPolicy, session: Session, kit: Kit | None) -> list[_Turn | None]:
-    """Per user turn (None for a command, answered without a call)."""
-    out: list[_Turn | None] = []
-    positions = [i for i, m in enumerate(session.messages) if policy.is_user_turn(m)]
-    ends = [*positions[1:], len(session.messages)]
-    for at, stop in zip(positions, ends, strict=True):
-        message = session.messages[at]
-        try:
-            current = None if kit is None else policy.current_message(kit, message, session.key)
-        except ValueError:
-            current = None
-        inferred = current is None
-        current = dict(message) if current is None else current
-        steps = policy.turn_steps(session.messages[at + 1 : stop])
-        counts = tuple(
-            sum(policy.estimate_message_tokens(m) for m in step) if step else 0 for step in steps
+class _Kits:
+    """The kit of each session, asked once per release, workspace, config and channel; a
+    release that is not installed or a session without a workspace warns once."""
+
+    def __init__(
+        self,
+        workspace: Path | None,
+        config: Path | None,
+        nanobot: Interpreter | Mapping[str, Interpreter] | None,
+        runtime: Mapping[str, Any] | None,
+    ) -> None:
+        self.workspace, self.config, self.nanobot, self.runtime = (
+            workspace,
+            config,
+            nanobot,
+            runtime,
         )
-        sent = (current, *steps[-1])
-        out.append(
-            _Turn(
-                policy.estimate_message_tokens(current),
-                counts,
-                inferred,
-                tuple(zip(range(at, at + len(sent)), sent, strict=True)),
-            )
-        )
-    return out
+        self.pythons: dict[str, Path | None] = {}
+        self.places: dict[Any, tuple[Path | None, Path | None]] = {}
+        self.kits: dict[tuple[Any, ...], tuple[Kit, str, tuple[int, int, bool]]] = {}
+        self.warnings: dict[str, str] = {}
+        """What to warn about, once each: a release not installed, a session without a kit."""
 
+    def _warn(self, what: str, message: str) -> None:
+        self.warnings.setdefault(what, f"sessionkit.requests: {message}")
 
-def _session_kit(
-    policy: ReplayPolicy,
-    session: Session,
-    workspace: Path | None,
-    config: Path | None,
-    nanobot: Any,
-    runtime: Mapping[str, Any] | None,
-    missing: set[str],
-) -> Kit | None:
-    try:
-        return _kit_of(policy, session, workspace, config, nanobot, runtime)[0]
-    except ReleaseNotInstalled as exc:
-        if policy.version not in missing:
-            missing.add(policy.version)
-            warnings.warn(
-                f"sessionkit.requests: {exc}; system prompt and tools are left empty",
-                stacklevel=4,
-            )
-    except ValueError as exc:
-        if session.key not in missing:
-            missing.add(session.key)
-            warnings.warn(f"sessionkit.requests: {exc}", stacklevel=4)
-    return None
+    def _python(self, version: str) -> Path | None:
+        if version not in self.pythons:
+            chosen = self.nanobot
+            if isinstance(chosen, Mapping):
+                chosen = chosen.get(version)
+            try:
+                self.pythons[version] = find_release(version, chosen)
+            except ReleaseNotInstalled as exc:
+                self.pythons[version] = None
+                self._warn(version, f"{exc}; system prompt and tools are left empty")
+        return self.pythons[version]
 
+    def _place(self, session: Session) -> tuple[Path | None, Path | None]:
+        """The session's workspace and config file (found once per session file)."""
+        where = session.path
+        if where not in self.places:
+            root = self.workspace if self.workspace is not None else workspace_of(session)
+            config = self.config
+            if root is not None and config is None:
+                config = config_of(root, session)
+            self.places[where] = root, config
+        return self.places[where]
 
-def _kit_tokens(release: ReplayPolicy, kit: Kit | None) -> tuple[int, int, bool]:
-    """System prompt tokens, tool tokens, and whether any system part is inferred."""
-    if kit is None:
-        return 0, 0, False
-    system = count_text(kit.system_text) if kit.system_text else 0
-    tools = release.estimate_request([], [dict(t) for t in kit.tools], count_text)
-    return system, tools if kit.tools else 0, any(p[2] for p in kit.system)
+    def of(
+        self, release: ReplayPolicy, session: Session
+    ) -> tuple[Kit | None, str | None, tuple[int, int, bool]]:
+        """The session's kit, its digest and sizes (None, None, zeros without one)."""
+        python = self._python(release.version)
+        if python is None:
+            return None, None, (0, 0, False)
+        root, config = self._place(session)
+        if root is None:
+            try:
+                kit_of(release, session, None, None, python, self.runtime)
+            except ValueError as exc:  # no workspace: the release's own explanation
+                self._warn(session.key, str(exc))
+            return None, None, (0, 0, False)
+        channel = release.channel(session.key)
+        key = (release.version, release.probe, python, root, config, channel)
+        if key not in self.kits:
+            try:
+                kit = kit_for(
+                    release.version,
+                    release.probe,
+                    python,
+                    root,
+                    config=config,
+                    channel=channel,
+                    runtime=self.runtime,
+                )
+            except ValueError as exc:
+                self._warn(session.key, str(exc))
+                return None, None, (0, 0, False)
+            self.kits[key] = (kit, *_kit_sizes(release, kit))
+        return self.kits[key]
 
 
 def requests(
@@ -128,7 +154,7 @@ def requests(
     config: str | Path | None = None,
     policy: str | list[str] | None = None,
     settings: HistorySettings = DEFAULT_SETTINGS,
-    nanobot: Any = None,
+    nanobot: Interpreter | Mapping[str, Interpreter] | None = None,
     runtime: Mapping[str, Any] | None = None,
     block: int | None = None,
     context_window: int | list[int] | None = None,
@@ -141,11 +167,13 @@ def requests(
     messages), rounded down to a multiple of ``block`` when given, with ``cache_ratio``.
 
     Settings and overrides are those of :func:`sessionkit.windows` (each may be a list: the
-    frame covers the grid).  Without an installed release (see ``sessionkit releases
-    install``) the system and tools parts are 0 and a warning says so once.
+    frame covers the grid).  ``nanobot`` names the release's interpreter or venv, or maps
+    release versions to them (``{"0.2.2": ...}``; a version left out is found as usual).
+    Without an installed release (see ``sessionkit releases install``) the system and tools
+    parts are 0 and a warning says so once.
     """
     sessions = [source] if isinstance(source, Session) else list(source)
-    frame_of_windows = windows(
+    w = windows(
         sessions,
         settings=settings,
         policy=policy,
@@ -153,117 +181,184 @@ def requests(
         max_output=max_output,
         **overrides,
     )
-    by_key = {s.key: s for s in sessions}
-    missing: set[str] = set()
-    kits: dict[tuple[str, str], Kit | None] = {}
-    turns: dict[tuple[str, str], list[_Turn | None]] = {}
-    sizes: dict[tuple[str, str], tuple[int, int, bool]] = {}
-    root = Path(workspace) if workspace is not None else None
-    chosen_config = Path(config) if config is not None else None
-    columns: dict[str, list[Any]] = {c.name: [] for c in REQUESTS}
-    w = frame_of_windows
-    group_keys = ["session_key", "policy", *_SETTING_COLUMNS]
-    w = w.assign(_row=np.arange(len(w)))
-    for keys, rows in w.groupby(group_keys, observed=True, sort=False, dropna=False):
-        key, name = str(keys[0]), str(keys[1])
-        session = by_key[key]
-        release = get_policy(name)
-        if (key, name) not in kits:
-            kits[key, name] = _session_kit(
-                release, session, root, chosen_config, nanobot, runtime, missing
-            )
-            turns[key, name] = _turns(release, session, kits[key, name])
-            sizes[key, name] = _kit_tokens(release, kits[key, name])
-        system, tools, inferred = sizes[key, name]
-        inferred = inferred or kits[key, name] is None
-        previous_total = 0
-        previous_history: tuple[int, int] | None = None
-        previous_turn: _Turn | None = None
-        for row in rows.sort_values("turn").itertuples(index=False):
-            turn = turns[key, name][row.turn] if row.turn < len(turns[key, name]) else None
-            if turn is None or row.command:
-                continue
-            history = int(row.tokens_kept)
-            shared_messages = 0
-            if previous_history is not None and previous_history[0] == row.start:
-                shared_messages = previous_history[1]
-                shared_messages += _repeated(
-                    release, kits[key, name], session, previous_turn, row, settings
-                )
-            for step, step_tokens in enumerate(turn.steps):
-                total = system + tools + history + turn.current + step_tokens
-                if step > 0:
-                    prefix = previous_total
-                elif previous_history is None:
-                    prefix = 0
-                else:
-                    prefix = system + tools + shared_messages
-                if block:
-                    prefix -= prefix % block
-                _append(
-                    columns,
-                    row,
-                    step,
-                    system,
-                    tools,
-                    history,
-                    turn.current,
-                    step_tokens,
-                    total,
-                    prefix,
-                    inferred or turn.inferred,
-                )
-                previous_total = total
-            previous_history = (int(row.start), history)
-            previous_turn = turn
-    for name in ("session_key", "policy"):
-        columns[name] = pd.Categorical(columns[name], categories=w[name].cat.categories)
-    return frame(REQUESTS, columns)
+    kits = _Kits(
+        Path(workspace) if workspace is not None else None,
+        Path(config) if config is not None else None,
+        nanobot,
+        runtime,
+    )
+    rows = _rows(w, {s.key: s for s in sessions}, kits, block)
+    for message in kits.warnings.values():
+        warnings.warn(message, stacklevel=2)
+    return rows
 
 
-def _repeated(
-    release: ReplayPolicy,
-    kit: Kit | None,
-    session: Session,
-    turn: _Turn | None,
-    row: Any,
-    settings: HistorySettings,
-) -> int:
-    """Tokens of the previous turn's current message and last steps that this turn's history
-    repeats exactly on the wire (their leading run), each replayed from its stored line under
-    the row's entry setting."""
-    if turn is None:
-        return 0
-    entry = settings.replace(**{release.entry_setting: bool(getattr(row, release.entry_setting))})
-    rewrite = release.entry_function(entry)
-    shared = 0
-    for position, sent in turn.tail:
-        if not row.start <= position < row.stop:
-            break
-        replayed = rewrite(session.messages[position])
-        if replayed is None or _on_wire(release, kit, replayed) != _on_wire(release, kit, sent):
-            break
-        shared += release.estimate_message_tokens(sent)
-    return shared
+def _entries(w: pd.DataFrame, codes: np.ndarray) -> tuple[np.ndarray, dict[int, list[bool]]]:
+    """Per row, the setting its release's replayed entries depend on; per release (by
+    code), the values its rows take."""
+    entry = np.zeros(len(w), dtype=bool)
+    values: dict[int, list[bool]] = {}
+    for code, name in enumerate(w["policy"].cat.categories):
+        rows = codes == code
+        column = w[get_policy(name).entry_setting].to_numpy(dtype=bool)[rows]
+        entry[rows] = column
+        values[code] = [bool(v) for v in np.unique(column)]
+    return entry, values
 
 
-def _on_wire(release: ReplayPolicy, kit: Kit | None, message: dict[str, Any]) -> Any:
-    """``message`` as the provider would send it (internal keys dropped), to compare two."""
-    return message if kit is None else release.wire_messages(kit, [message])
+def _offsets(sizes: Iterable[int]) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(list(sizes), dtype=np.int64)]).astype(np.int64)
 
 
-def _append(columns: dict[str, list[Any]], row: Any, step: int, *values: Any) -> None:
-    system, tools, history, current, steps, total, prefix, inferred = values
-    for name in ("session_key", "policy", "turn", *_SETTING_COLUMNS):
-        columns[name].append(getattr(row, name))
-    columns["step"].append(step)
-    columns["system_tokens"].append(system)
-    columns["tools_tokens"].append(tools)
-    columns["history_tokens"].append(history)
-    columns["history_messages"].append(int(row.messages_kept))
-    columns["current_tokens"].append(current)
-    columns["steps_tokens"].append(steps)
-    columns["total_tokens"].append(total)
-    columns["prefix_tokens"].append(prefix)
-    columns["cache_ratio"].append(prefix / total if total else 0.0)
-    columns["inferred"].append(inferred)
+@dataclass(frozen=True)
+class _Stack:
+    """Every (session, release)'s calls laid end to end, indexed by global turn, then one
+    closing turn without calls (where rows without a turn point)."""
+
+    base: np.ndarray
+    """First global turn of each (session, release), then the closing turn."""
+    at: np.ndarray
+    current: np.ndarray
+    inferred: np.ndarray
+    n_steps: np.ndarray
+    step_start: np.ndarray
+    steps: np.ndarray
+    tail_start: np.ndarray
+    tail_length: np.ndarray
+    tail: np.ndarray
+    matches: dict[bool, np.ndarray]
+
+    @classmethod
+    def of(cls, parts: list[SessionCalls]) -> _Stack:
+        def joined(arrays: Iterable[np.ndarray], end: Any = 0) -> np.ndarray:
+            return np.concatenate([*arrays, [end]])
+
+        step_shift = _offsets(len(p.steps) for p in parts)
+        tail_shift = _offsets(len(p.tail) for p in parts)
+        return cls(
+            base=_offsets(len(p.at) for p in parts),
+            at=joined(p.at for p in parts),
+            current=joined(p.current for p in parts),
+            inferred=joined((p.inferred for p in parts), False),
+            n_steps=joined(p.n_steps for p in parts),
+            step_start=joined(
+                p.step_offsets[:-1] + s for p, s in zip(parts, step_shift, strict=False)
+            ),
+            steps=joined(p.steps for p in parts),
+            tail_start=joined(
+                (p.tail_offsets[:-1] + s for p, s in zip(parts, tail_shift, strict=False)),
+                tail_shift[-1],
+            ),
+            tail_length=joined(np.diff(p.tail_offsets) - 1 for p in parts),
+            tail=joined(p.tail for p in parts),
+            matches={
+                entry: joined(p.matches.get(entry, np.zeros(len(p.at), np.int64)) for p in parts)
+                for entry in (False, True)
+            },
+        )
+
+
+def _rows(
+    w: pd.DataFrame, by_key: Mapping[str, Session], kits: _Kits, block: int | None
+) -> pd.DataFrame:
+    """The requests of the windows frame ``w``: each window's turn, call by call."""
+    keys, names = w["session_key"].cat, w["policy"].cat
+    key_names, policy_names = list(keys.categories), list(names.categories)
+    key_codes = keys.codes.to_numpy(np.int64)
+    policy_codes = names.codes.to_numpy(np.int64)
+    n_policies = max(1, len(names.categories))
+    entry, entry_values = _entries(w, policy_codes)
+    pair, pairs = pd.factorize(key_codes * n_policies + policy_codes)
+    parts: list[SessionCalls] = []
+    fixed = np.zeros((len(pairs), 3), dtype=np.int64)  # system, tools, kit inferred
+    for i, code in enumerate(pairs):
+        key_code, policy_code = divmod(int(code), n_policies)
+        release = get_policy(policy_names[policy_code])
+        session = by_key[key_names[key_code]]
+        kit, digest, (system, tools, inferred) = kits.of(release, session)
+        parts.append(session_calls(release, session, kit, digest, entry_values[policy_code]))
+        fixed[i] = system, tools, inferred or kit is None
+    stack = _Stack.of(parts)
+    turn = w["turn"].to_numpy(np.int64)
+    has_turn = (turn < np.diff(stack.base)[pair]) & ~w["command"].to_numpy(bool)
+    g = np.where(has_turn, stack.base[pair] + turn, stack.base[-1])
+    group = (
+        w.groupby(
+            ["session_key", "policy", *_SETTING_COLUMNS], observed=True, sort=False, dropna=False
+        )
+        .ngroup()
+        .to_numpy(np.int64)
+    )
+    rows = np.flatnonzero(stack.n_steps[g] > 0)
+    rows = rows[np.lexsort((turn[rows], group[rows]))]
+    return _calls(w, rows, g[rows], group[rows], entry[rows], fixed[pair[rows]], stack, block)
+
+
+def _calls(
+    w: pd.DataFrame,
+    rows: np.ndarray,
+    g: np.ndarray,
+    group: np.ndarray,
+    entry: np.ndarray,
+    fixed: np.ndarray,
+    stack: _Stack,
+    block: int | None,
+) -> pd.DataFrame:
+    """Rows of ``w`` (in order, each group's turns ascending) expanded to one per call.
+
+    A call's prefix: nothing for a session's first call; the previous call's whole request
+    within a turn; at a turn's first call, system prompt and tools, and when the history
+    still starts where the previous turn's did, that history and the leading messages of
+    the previous turn's last call that this history repeats unchanged (those it holds).
+    """
+    first = np.ones(len(rows), dtype=bool)
+    first[1:] = group[1:] != group[:-1]
+    start = w["start"].to_numpy(np.int64)[rows]
+    stop = w["stop"].to_numpy(np.int64)[rows]
+    history = w["tokens_kept"].to_numpy(np.int64)[rows]
+    before = np.roll(g, 1)
+    same_start = ~first & (start == np.roll(start, 1))
+    held = np.clip(stop - stack.at[before], 0, stack.tail_length[before])
+    matched = np.where(entry, stack.matches[True][before], stack.matches[False][before])
+    repeated = stack.tail[stack.tail_start[before] + np.minimum(held, matched)]
+    system, tools, inferred = fixed[:, 0], fixed[:, 1], fixed[:, 2].astype(bool)
+    opening = np.where(
+        first, 0, system + tools + np.where(same_start, np.roll(history, 1) + repeated, 0)
+    )
+    n_steps = stack.n_steps[g]
+    call = np.repeat(np.arange(len(rows)), n_steps)
+    step = np.arange(len(call)) - (np.cumsum(n_steps) - n_steps)[call]
+    steps = stack.steps[stack.step_start[g][call] + step]
+    total = (system + tools + history + stack.current[g])[call] + steps
+    prefix = np.where(step == 0, opening[call], np.roll(total, 1))
+    if block:
+        prefix -= prefix % block
+    source = rows[call]
+    columns: dict[str, Any] = {
+        "session_key": w["session_key"].cat.codes.to_numpy(np.int64)[source],
+        "policy": w["policy"].cat.codes.to_numpy(np.int64)[source],
+        "turn": w["turn"].to_numpy(np.int64)[source],
+        "step": step,
+        "system_tokens": system[call],
+        "tools_tokens": tools[call],
+        "history_tokens": history[call],
+        "history_messages": w["messages_kept"].to_numpy(np.int64)[source],
+        "current_tokens": stack.current[g][call],
+        "steps_tokens": steps,
+        "total_tokens": total,
+        "prefix_tokens": prefix,
+        "cache_ratio": np.divide(
+            prefix, total, out=np.zeros(len(total)), where=total != 0, dtype=np.float64
+        ),
+        "inferred": (inferred | stack.inferred[g])[call],
+    }
+    for name in _SETTING_COLUMNS:
+        values = w[name]
+        if isinstance(values.dtype, pd.CategoricalDtype):
+            columns[name] = values.to_numpy(object)[source]  # categories: those present, sorted
+        elif isinstance(values.dtype, pd.api.extensions.ExtensionDtype):
+            columns[name] = values.array[source]
+        else:
+            columns[name] = values.to_numpy()[source]
+    categories = {name: w[name].cat.categories for name in ("session_key", "policy")}
+    return frame(REQUESTS, columns, categories=categories)

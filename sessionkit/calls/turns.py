@@ -1,0 +1,240 @@
+"""Each session's LLM calls apart from the history, as arrays: the current message's and
+every call's step tokens per user turn, and what the next turn's history repeats of the last
+call.  Rebuilt and counted once per session, release and kit, then kept while the session
+holds the same messages (as :mod:`sessionkit.simulate.replay` keeps replays), so a second
+:func:`sessionkit.requests` is array arithmetic only.
+
+The current message reads attached image files as they are when it is first rebuilt; call
+:func:`clear_cache` after changing them (or after editing messages in place).
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from sessionkit.nanobot.kit import Kit
+from sessionkit.nanobot.release import ReplayPolicy
+from sessionkit.nanobot.session import Session
+from sessionkit.nanobot.settings import DEFAULT_SETTINGS
+from sessionkit.store.counting import count_tokens, token_cache_of
+from sessionkit.store.index import IndexedSession
+
+__all__ = ["SessionCalls", "clear_cache", "session_calls"]
+
+Message = dict[str, Any]
+
+
+@dataclass(frozen=True, eq=False)
+class SessionCalls:
+    """One session's calls under one release and kit, per user turn (as the release counts
+    turns).
+
+    ``n_steps`` is the number of calls a turn made (0: answered without the model); call
+    ``k`` of a turn carries ``steps[step_offsets[t] + k]`` tokens of earlier tool rounds.
+    ``tail[tail_offsets[t] + j]`` is the tokens of the first ``j`` messages the turn's last
+    call ended with (its current message, then that call's steps), stored from message
+    ``at[t]`` on; ``matches[entry][t]`` how many of them lead unchanged into a later history
+    replayed under that entry setting (equal as the provider sends them).
+    """
+
+    at: np.ndarray
+    current: np.ndarray
+    inferred: np.ndarray
+    """The current message could not be rebuilt (no kit, or a stored form the release would
+    not have sent): the stored message stands in for it."""
+    n_steps: np.ndarray
+    steps: np.ndarray
+    step_offsets: np.ndarray
+    tail: np.ndarray
+    tail_offsets: np.ndarray
+    matches: dict[bool, np.ndarray] = field(default_factory=dict)
+
+
+_Turn = tuple[Message, bool, list[list[Message]]]
+
+
+def _turns(
+    policy: ReplayPolicy, session: Session, kit: Kit | None
+) -> tuple[list[int], list[_Turn | None]]:
+    """The user turns' positions and, per turn, (current message as sent, whether the stored
+    one stands in, steps of each call), None for a turn without a call."""
+    messages = session.messages
+    positions = [i for i, m in enumerate(messages) if policy.is_user_turn(m)]
+    ends = [*positions[1:], len(messages)]
+    out: list[_Turn | None] = []
+    for at, stop in zip(positions, ends, strict=True):
+        steps = policy.turn_steps(messages[at + 1 : stop])
+        if not steps:
+            out.append(None)
+            continue
+        current = None
+        if kit is not None:
+            try:
+                current = policy.current_message(kit, messages[at], session.key)
+            except ValueError:
+                current = None
+        inferred = current is None
+        out.append((dict(messages[at]) if current is None else current, inferred, steps))
+    return positions, out
+
+
+def _is_prefix(part: list[Message], whole: list[Message]) -> bool:
+    return part == whole[: len(part)]
+
+
+def _build(
+    policy: ReplayPolicy, session: Session, kit: Kit | None, entries: Sequence[bool]
+) -> SessionCalls:
+    positions, turns = _turns(policy, session, kit)
+    batch: list[Message] = []
+    for turn in turns:
+        if turn is not None:
+            current, _, steps = turn
+            batch += [current, *steps[-1]]
+            batch += [m for step in steps if not _is_prefix(step, steps[-1]) for m in step]
+    counts = iter(
+        count_tokens(batch, cache=token_cache_of([session]), workers=1, policy=policy.name)
+    )
+    current_tokens, inferred, n_steps, steps_tokens, tails = [], [], [], [], []
+    for turn in turns:
+        if turn is None:
+            current_tokens.append(0)
+            inferred.append(False)
+            n_steps.append(0)
+            tails.append([0])
+            continue
+        _, stands_in, steps = turn
+        last = steps[-1]
+        sent = [next(counts) for _ in range(1 + len(last))]
+        tail = [0, *itertools.accumulate(sent)]
+        for step in steps:
+            if _is_prefix(step, last):
+                steps_tokens.append(tail[1 + len(step)] - tail[1])
+            else:
+                steps_tokens.append(sum(next(counts) for _ in step))
+        current_tokens.append(sent[0])
+        inferred.append(stands_in)
+        n_steps.append(len(steps))
+        tails.append(tail)
+    return SessionCalls(
+        at=np.array(positions, dtype=np.int64),
+        current=np.array(current_tokens, dtype=np.int64),
+        inferred=np.array(inferred, dtype=bool),
+        n_steps=np.array(n_steps, dtype=np.int64),
+        steps=np.array(steps_tokens, dtype=np.int64),
+        step_offsets=_offsets(n_steps),
+        tail=np.array([t for tail in tails for t in tail], dtype=np.int64),
+        tail_offsets=_offsets([len(t) for t in tails]),
+        matches={e: _matches(policy, kit, session, positions, turns, e) for e in entries},
+    )
+
+
+def _offsets(sizes: Sequence[int]) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(np.int64)
+
+
+def _matches(
+    policy: ReplayPolicy,
+    kit: Kit | None,
+    session: Session,
+    positions: list[int],
+    turns: list[_Turn | None],
+    entry: bool,
+) -> np.ndarray:
+    """Per turn: how many leading messages of its last call (current message, then steps),
+    each replayed from the stored line at its position under ``entry``, are equal on the
+    wire to what was sent (a line the release cannot rewrite or send ends the run)."""
+    rewrite = policy.entry_function(DEFAULT_SETTINGS.replace(**{policy.entry_setting: entry}))
+    wire: Callable[[Message], Any] = (
+        (lambda m: m) if kit is None else (lambda m: policy.wire_messages(kit, [m]))
+    )
+    messages = session.messages
+    out = np.zeros(len(positions), dtype=np.int64)
+    for t, (at, turn) in enumerate(zip(positions, turns, strict=True)):
+        if turn is None:
+            continue
+        current, _, steps = turn
+        for j, sent in enumerate([current, *steps[-1]]):
+            try:
+                replayed = rewrite(messages[at + j])
+                same = replayed is not None and (replayed == sent or wire(replayed) == wire(sent))
+            except (KeyError, ValueError):
+                same = False
+            if not same:
+                break
+            out[t] = j + 1
+    return out
+
+
+@dataclass
+class _Slot:
+    """What is kept for one session: valid while it holds ``content`` at ``length``."""
+
+    ref: weakref.ref
+    content: object
+    length: int
+    calls: dict[tuple[str, str, str | None], SessionCalls] = field(default_factory=dict)
+
+
+_SLOTS: dict[int, _Slot] = {}
+
+
+def _content(session: Session) -> object:
+    """What the calls depend on: the messages list, or for a session read back from the index
+    and not changed since, the file version indexed (so nothing is parsed to check it)."""
+    if isinstance(session, IndexedSession) and session.pristine:
+        return session.identity
+    return session.messages
+
+
+def _slot(session: Session) -> _Slot:
+    key = id(session)
+    slot = _SLOTS.get(key)
+    content = _content(session)
+    if (
+        slot is not None
+        and slot.ref() is session
+        and slot.content is content
+        and slot.length == len(session)
+    ):
+        return slot
+
+    def forget(_: weakref.ref, key: int = key) -> None:
+        _SLOTS.pop(key, None)
+
+    slot = _Slot(weakref.ref(session, forget), content, len(session))
+    _SLOTS[key] = slot
+    return slot
+
+
+def clear_cache() -> None:
+    """Forget every session's calls (in this process)."""
+    _SLOTS.clear()
+
+
+def session_calls(
+    policy: ReplayPolicy,
+    session: Session,
+    kit: Kit | None,
+    kit_digest: str | None,
+    entries: Sequence[bool] = (),
+) -> SessionCalls:
+    """The session's calls under ``policy`` and ``kit`` (``kit_digest`` names its content),
+    with ``matches`` for each entry setting in ``entries``; from the cache or built now."""
+    slot = _slot(session)
+    key = (policy.name, session.key, kit_digest)
+    calls = slot.calls.get(key)
+    if calls is None:
+        calls = slot.calls[key] = _build(policy, session, kit, entries)
+    missing = [e for e in entries if e not in calls.matches]
+    if missing:
+        positions, turns = _turns(policy, session, kit)
+        for entry in missing:
+            calls.matches[entry] = _matches(policy, kit, session, positions, turns, entry)
+    return calls
