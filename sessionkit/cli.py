@@ -31,9 +31,12 @@ exit status (the same for every command):
   1  problems found: damaged lines or files recorded (summary, problems), a file nanobot
      would lose data from or something left to mend (doctor), no session loaded (summary),
      or the tour failed on the store (report; a written report exits 0, problems and all),
-     or a write failed (doctor --fix: one line, e.g. disk full; the file is left unchanged)
+     or a write failed (doctor --fix: one line, e.g. disk full; the file is left unchanged),
+     or the release failed to answer (request), or a recorded usage problem (usage),
+     or an install failed (releases install)
   2  usage error: bad arguments, or a path that is not a session store (missing, empty,
-     not a workspace, sessions folder, .jsonl/.json session file or glob)
+     not a workspace, sessions folder, .jsonl/.json session file or glob), or a request
+     that cannot be made (no such key, turn or step; no release installed)
 """
 
 _SUMMARY_COLUMNS = [
@@ -341,7 +344,9 @@ def _request(args: argparse.Namespace) -> int:
             nanobot=args.nanobot,
         )
     except (IndexError, ValueError, ReleaseNotInstalled) as exc:
-        print(f"sessionkit: error: {shown(str(exc))}", file=sys.stderr)
+        # The library's hint names its keyword; here the option says the same.
+        message = str(exc).replace("pass nanobot=", "pass --nanobot ")
+        print(f"sessionkit: error: {shown(message)}", file=sys.stderr)
         return USAGE
     except KitError as exc:
         print(f"sessionkit: error: {shown(str(exc))}", file=sys.stderr)

@@ -132,7 +132,7 @@ def test_no_release_installed_exits_2_with_the_install_hint(
         "",
         "sessionkit: error: nanobot-ai 0.3.5 is not installed where sessionkit looks (this "
         f"environment, the `nanobot` command on PATH, {no_release}): run "
-        "`sessionkit releases install 0.3.5`, or pass nanobot=<its python or venv>\n",
+        "`sessionkit releases install 0.3.5`, or pass --nanobot <its python or venv>\n",
     )
 
 
