@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from sessionkit.calls.governor_kit import governor_texts
 from sessionkit.calls.installs import find_release
 from sessionkit.calls.kits import kit_for
 from sessionkit.nanobot.kit import Kit
@@ -26,7 +27,16 @@ from sessionkit.nanobot.workspace import recorded_workspace
 from sessionkit.schema import REQUEST_PARTS, frame
 from sessionkit.store.corpus import Corpus, resolve_session
 
-__all__ = ["Request", "TurnCalls", "count_text", "kit_of", "request", "turn_calls", "workspace_of"]
+__all__ = [
+    "Request",
+    "TurnCalls",
+    "call_list",
+    "count_text",
+    "kit_of",
+    "request",
+    "turn_calls",
+    "workspace_of",
+]
 
 
 count_text = count_cl100k
@@ -53,6 +63,9 @@ class Request:
     """True when the workspace files the prompt reads changed after the turn was stored: the
     system prompt is today's, not the one sent then."""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    kind: str = "agent"
+    """``"agent"``: a call of the agent loop; ``"summary"``: the context governor's summary
+    call made before agent call ``step``."""
 
     def body(self) -> dict[str, Any]:
         """The request as JSON-ready data: messages and tools."""
@@ -73,6 +86,9 @@ class TurnCalls:
     current: dict[str, Any]
     steps: list[list[dict[str, Any]]]
     """``steps[k]``: every message the loop appended before call ``k`` (all earlier rounds)."""
+    governor: Any = None
+    """What the release's context governor found and did in the turn
+    (:meth:`~sessionkit.nanobot.release.ReplayPolicy.governed_turn`), ``None`` without one."""
 
 
 def workspace_of(session: Session) -> Path | None:
@@ -138,9 +154,16 @@ def turn_calls(
     *,
     policy: ReplayPolicy | None = None,
     settings: HistorySettings = DEFAULT_SETTINGS,
+    texts: list[str] | None = None,
 ) -> TurnCalls:
     """The history, current message and per-call steps of user turn ``turn`` (zero-based, as
-    in :func:`sessionkit.windows`)."""
+    in :func:`sessionkit.windows`).
+
+    Under a release whose governor summarises within a turn, the history is the one the turn
+    began with (a checkpoint the turn itself inserted before its user message is not in it)
+    and :attr:`TurnCalls.governor` says where it summarised (``texts``: the session's summary
+    texts oldest first, for summaries its metadata no longer holds).
+    """
     policy = policy or get_policy(session.policy)
     turn = turn_number(turn, "turn")
     n_turns = session.n_user_turns
@@ -153,11 +176,15 @@ def turn_calls(
     after = session.before_user(turn + 1) if turn + 1 < n_turns else session
     stop = len(after.messages) if turn + 1 < n_turns else len(session.messages)
     resolved = policy.resolve(settings)
-    history = policy.get_history(
-        before.messages,
-        before.replay_offset(resolved.last_consolidated),
-        **policy.history_kwargs(resolved),
-    )
+    metadata = session.metadata if isinstance(session.metadata, dict) else {}
+    governor = policy.governed_turn(session.messages, at, stop, metadata, texts=texts)
+    messages, offset = before.messages, before.replay_offset(resolved.last_consolidated)
+    if governor is not None:
+        messages = governor.before
+        if resolved.last_consolidated in (None, "recorded"):
+            offset = governor.offset
+        offset = offset if offset <= len(messages) else 0
+    history = policy.get_history(messages, offset, **policy.history_kwargs(resolved))
     user = session.messages[at]
     if user.get("_command"):
         raise ValueError(
@@ -166,20 +193,67 @@ def turn_calls(
         )
     current = policy.current_message(kit, user, session.key)
     steps = policy.turn_steps(session.messages[at + 1 : stop])
-    return TurnCalls(at, history, current, steps)
+    return TurnCalls(at, history, current, steps, governor)
+
+
+def call_list(
+    source: Session | Corpus,
+    turn: int,
+    *,
+    key: str | None = None,
+    policy: str | None = None,
+) -> list[tuple[int, str]]:
+    """Every LLM call of user turn ``turn`` in the order the release made them, as
+    ``(step, kind)``: ``"agent"`` calls, and the context governor's ``"summary"`` call, which
+    carries the step of the agent call it precedes (what :func:`request` takes)."""
+    session = resolve_session(source, key)
+    chosen = get_policy(policy or session.policy)
+    turn = turn_number(turn, "turn")
+    n_turns = session.n_user_turns
+    if not 0 <= turn < n_turns:
+        raise IndexError(
+            f"turn {turn} is out of range: session {session.key!r} has {n_turns} user turns"
+        )
+    at = len(session.before_user(turn).messages)
+    stop = len(session.before_user(turn + 1).messages) if turn + 1 < n_turns else len(session)
+    if session.messages[at].get("_command"):
+        return []
+    metadata = session.metadata if isinstance(session.metadata, dict) else {}
+    governor = chosen.governed_turn(session.messages, at, stop, metadata)
+    summary_step = governor.summary_step if governor is not None else None
+    listed = []
+    for step in range(len(chosen.turn_steps(session.messages[at + 1 : stop]))):
+        if step == summary_step:
+            listed.append((step, "summary"))
+        listed.append((step, "agent"))
+    return listed
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """The messages of one request by part (before the clean-ups), and whether its archived
+    summary holds a value not on disk."""
+
+    history: list[dict[str, Any]]
+    current: list[dict[str, Any]]
+    steps: list[dict[str, Any]]
+    summary_inferred: bool = False
+    instruction: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _parts(
     policy: ReplayPolicy,
     kit: Kit,
     system: str,
-    calls: TurnCalls,
-    step: int,
+    layout: _Layout,
     tools: list[dict[str, Any]],
 ) -> pd.DataFrame:
-    """One row per part: the system prompt's parts, tools, history, current, steps."""
+    """One row per part: the system prompt's parts, tools, history, current, steps (and a
+    summary call's archive instruction)."""
 
     def estimate(messages: list[dict[str, Any]], with_tools: list[dict[str, Any]]) -> int:
+        if not messages and not with_tools:
+            return 0
         return policy.estimate_request(messages, with_tools, count_text)
 
     rows = []
@@ -187,12 +261,14 @@ def _parts(
         rows.append((f"system: {name}", 0, count_text(text), inferred))
     extra = system[len(kit.system_text) :] if system.startswith(kit.system_text) else ""
     if extra:
-        rows.append(("system: archived summary", 0, count_text(extra), False))
-    rows.append(("tools", 0, estimate([], tools) if tools else 0, False))
-    rows.append(("history", len(calls.history), estimate(calls.history, []), False))
-    rows.append(("current", 1, estimate([calls.current], []), "time" in kit.sentinels))
-    stepped = calls.steps[step]
-    rows.append(("steps", len(stepped), estimate(stepped, []) if stepped else 0, False))
+        rows.append(("system: archived summary", 0, count_text(extra), layout.summary_inferred))
+    rows.append(("tools", 0, estimate([], tools), False))
+    rows.append(("history", len(layout.history), estimate(layout.history, []), False))
+    current = layout.current
+    rows.append(("current", len(current), estimate(current, []), "time" in kit.sentinels))
+    rows.append(("steps", len(layout.steps), estimate(layout.steps, []), False))
+    if layout.instruction:
+        rows.append(("archive instruction", 1, estimate(layout.instruction, []), False))
     columns = list(zip(*rows, strict=True))
     return frame(
         REQUEST_PARTS,
@@ -217,6 +293,8 @@ def request(
     settings: HistorySettings = DEFAULT_SETTINGS,
     nanobot: str | os.PathLike[str] | None = None,
     runtime: Mapping[str, Any] | None = None,
+    summary: bool = False,
+    last_active: str | None = None,
 ) -> Request:
     """The exact request the release sent for call ``step`` of user turn ``turn``.
 
@@ -239,27 +317,52 @@ def request(
     runtime
         Overrides of the process facts the release writes into the prompt (``system``,
         ``machine``, ``python_version``, ...), else this machine's.
+    summary
+        The context governor's summary call made before agent call ``step`` (see
+        :func:`call_list`) rather than that agent call.
+    last_active
+        The ``last active`` time of the archived summary this request's system prompt
+        carries, where the files do not hold it (the clock right after a summary within the
+        turn, or a summary a later one overwrote); by default the nearest stored time,
+        marked ``inferred`` in ``.parts``.
     """
     session = resolve_session(source, key)
     chosen = get_policy(policy or session.policy)
     kit, root = kit_of(chosen, session, workspace, config, nanobot, runtime)
-    calls = turn_calls(session, turn, kit, policy=chosen, settings=settings)
+    texts = chosen.summary_journal(root, session.key)
+    calls = turn_calls(session, turn, kit, policy=chosen, settings=settings, texts=texts)
     step = turn_number(step, "step")
     if not 0 <= step < len(calls.steps):
         raise IndexError(
             f"step {step} is out of range: turn {turn} of session {session.key!r} made "
             f"{len(calls.steps)} calls"
         )
-    system = chosen.system_prompt(kit, session.before_user(turn))
-    stepped = copy.deepcopy(calls.steps[step])
-    loop = chosen.loop_messages(kit, session.key, system, calls.history, calls.current, stepped)
+    if calls.governor is None:
+        if summary:
+            raise ValueError(f"{chosen.label} makes no summary call within a turn")
+        system = chosen.system_prompt(kit, session.before_user(turn))
+        stepped = copy.deepcopy(calls.steps[step])
+        loop = chosen.loop_messages(kit, session.key, system, calls.history, calls.current, stepped)
+        layout = _Layout(calls.history, [calls.current], calls.steps[step])
+        notes: tuple[str, ...] = ()
+    else:
+        if summary and calls.governor.summary_step != step:
+            raise ValueError(
+                f"turn {turn} of session {session.key!r} made no summary call before step {step}"
+            )
+        archive = None
+        if summary:
+            archive = governor_texts(chosen, find_release(chosen.version, nanobot))["archive"]
+        system, loop, layout, notes = _governed(
+            chosen, kit, session, calls, step, archive, last_active
+        )
     wire = chosen.wire_messages(kit, loop)
     tools = [dict(t) for t in kit.tools]
     stored_at = _stored_time(session.messages[calls.user_index])
     as_of_now = stored_at is not None and kit.inputs_changed_at > stored_at
-    notes = ()
     if as_of_now:
         notes = (
+            *notes,
             f"the workspace files the prompt reads changed after the turn; rebuilt from {root} as it is now",
         )
     return Request(
@@ -270,11 +373,80 @@ def request(
         messages=wire,
         loop_messages=loop,
         tools=tools,
-        parts=_parts(chosen, kit, system, calls, step, tools),
+        parts=_parts(chosen, kit, system, layout, tools),
         tokens=chosen.estimate_request(loop, tools, count_text),
         as_of_now=as_of_now,
         notes=notes,
+        kind="summary" if summary else "agent",
     )
+
+
+def _remaining(inferred: tuple[str, ...], last_active: str | None) -> tuple[str, ...]:
+    """The values of a summary still inferred once ``last_active`` is given (when it is)."""
+    return tuple(v for v in inferred if v != "last_active" or last_active is None)
+
+
+def _governed(
+    policy: ReplayPolicy,
+    kit: Kit,
+    session: Session,
+    calls: TurnCalls,
+    step: int,
+    archive: Mapping[str, Any] | None,
+    last_active: str | None,
+) -> tuple[str, list[dict[str, Any]], _Layout, tuple[str, ...]]:
+    """The system prompt, loop messages, parts and notes of one call of a turn under a
+    release whose governor may have summarised in it (``archive``: make the summary call)."""
+    plan = calls.governor
+    if plan.summary_step is not None and plan.summary is None:
+        raise ValueError("the turn's summary text is not on disk")
+    start, start_inferred = plan.last_summary, plan.last_summary_inferred
+    if start is not None and "last_active" in start_inferred and last_active is not None:
+        start = {**start, "last_active": last_active}
+    system = policy.summary_system_prompt(kit, start, session.updated_at)
+    pieces = {
+        "system": system,
+        "history": calls.history,
+        "current": calls.current,
+        "steps": calls.steps,
+        "step": step,
+    }
+    inferred = _remaining(start_inferred, last_active)
+    if archive is not None:
+        loop = policy.summary_loop_messages(kit, session.key, archive, **pieces)
+        current = [calls.current] if step else []
+        earlier = calls.steps[step - 1] if step else []
+        layout = _Layout(calls.history, current, earlier, bool(inferred), [dict(archive)])
+    elif plan.summary_step is not None and step >= plan.summary_step:
+        held = plan.summary.as_metadata()
+        if last_active is not None:
+            held["last_active"] = last_active
+        system = policy.summary_system_prompt(kit, held, session.updated_at)
+        loop = policy.governed_loop_messages(
+            kit,
+            session.key,
+            **pieces,
+            summary_step=plan.summary_step,
+            summary_system=system,
+        )
+        continuation = {"role": "user", "content": kit.raw["loop"]["continuation"]}
+        base = plan.summary_step
+        delta = calls.steps[step][len(calls.steps[base - 1]) :] if base else calls.steps[step]
+        inferred = _remaining(plan.summary.inferred, last_active)
+        layout = _Layout([continuation], [] if base else [calls.current], delta, bool(inferred))
+    else:
+        loop = policy.governed_loop_messages(kit, session.key, **pieces)
+        layout = _Layout(calls.history, [calls.current], calls.steps[step], bool(inferred))
+    notes = []
+    if "last_active" in inferred:
+        notes.append(
+            "the archived summary's last active time is not on disk (the clock right after a "
+            "summary within the turn, or a summary a later one overwrote): the nearest stored "
+            "time stands in"
+        )
+    if "text" in inferred:
+        notes.append("the archived summary's text was overwritten on disk by a later one: inferred")
+    return system, loop, layout, tuple(notes)
 
 
 def _stored_time(message: Mapping[str, Any]) -> float | None:

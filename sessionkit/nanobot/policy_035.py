@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, tzinfo
+from pathlib import Path
 from typing import Any
 
-from sessionkit.nanobot import request_035, tokens
+from sessionkit.nanobot import governor_035, request_035, tokens
 from sessionkit.nanobot.history import (
     CONTINUATION_TEXT,
     FORK_VOLATILE_METADATA_KEYS,
@@ -87,6 +88,7 @@ class Policy035(ReplayPolicy):
     name: str = NAME
     version: str = "0.3.5"
     probe: str = "probe_035.py"
+    governor_probe: str = "probe_035_governor.py"
     label: str = "nanobot 0.3.5"
     colour: str = "#55a868"
     default_max_messages: int = 0
@@ -151,6 +153,102 @@ class Policy035(ReplayPolicy):
     ) -> int:
         """0.3.5's whole-request estimate (what its governor compares with the budget)."""
         return request_035.estimate_request(messages, tools, count)
+
+    def governed_turn(
+        self,
+        messages: Sequence[Message],
+        user_index: int,
+        stop: int,
+        metadata: Mapping[str, Any],
+        *,
+        texts: Sequence[str | None] | None = None,
+        zone: tzinfo | None = None,
+    ) -> governor_035.GovernedTurn:
+        """Where 0.3.5's governor summarised in the turn, read from its checkpoints."""
+        return governor_035.governed_turn(
+            messages,
+            user_index,
+            stop,
+            metadata,
+            is_turn=self.is_user_turn,
+            texts=texts,
+            zone=zone,
+        )
+
+    def summary_journal(self, workspace: Path, session_key: str) -> list[str] | None:
+        """The summaries 0.3.5's memory store appended to ``memory/history.jsonl``."""
+        try:
+            text = (workspace / "memory" / "history.jsonl").read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return None
+        return governor_035.journal_summaries(text, session_key)
+
+    def summary_system_prompt(
+        self, kit: Kit, last_summary: Mapping[str, Any] | None, updated_at: Any
+    ) -> str:
+        """0.3.5's system prompt with the archived-summary part of ``last_summary``."""
+        return request_035.system_prompt(kit.raw, last_summary, updated_at=updated_at)
+
+    def governed_loop_messages(
+        self,
+        kit: Kit,
+        session_key: str,
+        *,
+        system: str,
+        history: list[Message],
+        current: Message,
+        steps: list[list[Message]],
+        step: int,
+        summary_step: int | None = None,
+        summary_system: str | None = None,
+        measured: bool = False,
+    ) -> list[Message]:
+        """0.3.5's loop messages of a call, after the turn's summary when one preceded it."""
+        build = governor_035.candidate_messages if measured else governor_035.sent_messages
+        return build(
+            kit.raw,
+            session_key,
+            system=system,
+            history=history,
+            current=current,
+            steps=steps,
+            step=step,
+            summary_step=summary_step,
+            summary_system=summary_system,
+        )
+
+    def summary_loop_messages(
+        self,
+        kit: Kit,
+        session_key: str,
+        archive: Mapping[str, Any],
+        *,
+        system: str,
+        history: list[Message],
+        current: Message,
+        steps: list[list[Message]],
+        step: int,
+    ) -> list[Message]:
+        """0.3.5's summary call: the accepted messages and the archive instruction."""
+        return governor_035.summary_messages(
+            kit.raw,
+            session_key,
+            archive,
+            system=system,
+            history=history,
+            current=current,
+            steps=steps,
+            step=step,
+        )
+
+    def governor_verdict(self, tokens: int, context_window: int, max_output: int) -> bool:
+        """0.3.5 summarises at or over ``ctx - max_output - 1024`` (always when that is not
+        positive, never without a context window)."""
+        return governor_035.verdict(tokens, context_window, max_output)
+
+    def archive_fits(self, tokens: int, context_window: int, max_output: int) -> bool:
+        """0.3.5's archive calls the model only within ``ctx - max_output``."""
+        return governor_035.archive_fits(tokens, context_window, max_output)
 
     def fork_copy(self, message: Message) -> Message:
         """0.3.5 forks keep each message's public form (runtime context stripped)."""

@@ -16,7 +16,9 @@ import inspect
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
+from datetime import tzinfo
 from functools import cached_property, partial
+from pathlib import Path
 from typing import Any, ClassVar
 
 from sessionkit.nanobot import tokens
@@ -113,6 +115,9 @@ class ReplayPolicy:
     """Whether :mod:`sessionkit.nanobot.loss` reproduces this release's loader (what it loses
     of a damaged file; only nanobot 0.2.2's so far)."""
     file_cap: ClassVar[Callable[..., Trim] | None] = None
+    governor_probe: str = ""
+    """The script of :mod:`sessionkit.nanobot.probes` run inside that release for its context
+    governor's texts (the archive instruction of its summary call); empty without a governor."""
     version: str = ""
     """The ``nanobot-ai`` version on PyPI whose rules these are (what is installed to ask it
     for its prompt and tools)."""
@@ -208,6 +213,81 @@ class ReplayPolicy:
     ) -> int:
         """The release's own estimate of a whole request (``count``: cl100k tokens)."""
         raise NotImplementedError(f"{self.label} has no request rules")
+
+    def governed_turn(
+        self,
+        messages: Sequence[Message],
+        user_index: int,
+        stop: int,
+        metadata: Mapping[str, Any],
+        *,
+        texts: Sequence[str | None] | None = None,
+        zone: tzinfo | None = None,
+    ) -> Any:
+        """Where this release's context governor summarised in the turn whose user message is
+        ``messages[user_index]`` (``stop``: the next one's, or the end) and what the turn
+        began from; ``None`` for a release whose governor never summarises within a turn."""
+        return None
+
+    def summary_journal(self, workspace: Path, session_key: str) -> list[str] | None:
+        """The summaries this release's memory journal in ``workspace`` holds for one session,
+        oldest first (``None``: the release keeps none, or the journal cannot be read)."""
+        return None
+
+    def summary_system_prompt(
+        self, kit: Kit, last_summary: Mapping[str, Any] | None, updated_at: Any
+    ) -> str:
+        """The system prompt carrying ``last_summary`` (``{"text", "last_active"}``) as this
+        release's governor rebuilds it after a summary."""
+        raise NotImplementedError(f"{self.label} has no context governor")
+
+    def governed_loop_messages(
+        self,
+        kit: Kit,
+        session_key: str,
+        *,
+        system: str,
+        history: list[Message],
+        current: Message,
+        steps: list[list[Message]],
+        step: int,
+        summary_step: int | None = None,
+        summary_system: str | None = None,
+        measured: bool = False,
+    ) -> list[Message]:
+        """The loop's messages of call ``step`` of a turn (``steps``: what each call had
+        appended) when a summary preceded call ``summary_step`` (``summary_system``: the prompt
+        carrying it); ``measured``: what the governor measured there instead (before any
+        summary at that call)."""
+        if summary_step is not None and not (measured and step == summary_step):
+            raise NotImplementedError(f"{self.label} has no context governor")
+        return self.loop_messages(kit, session_key, system, history, current, steps[step])
+
+    def summary_loop_messages(
+        self,
+        kit: Kit,
+        session_key: str,
+        archive: Mapping[str, Any],
+        *,
+        system: str,
+        history: list[Message],
+        current: Message,
+        steps: list[list[Message]],
+        step: int,
+    ) -> list[Message]:
+        """The messages of the governor's summary call before call ``step`` of a turn
+        (``archive``: the release's archive instruction, from :attr:`governor_probe`)."""
+        raise NotImplementedError(f"{self.label} has no context governor")
+
+    def governor_verdict(self, tokens: int, context_window: int, max_output: int) -> bool | None:
+        """Whether this release's governor summarises before a call it measured at ``tokens``
+        (``None``: the release has no governor)."""
+        return None
+
+    def archive_fits(self, tokens: int, context_window: int, max_output: int) -> bool | None:
+        """Whether a governor summary call measured at ``tokens`` goes out rather than the
+        release keeping the raw messages (``None``: no governor)."""
+        return None
 
     def message_payload(self, message: Message) -> str:
         """The text this release tokenizes for one message (before 4 framing tokens)."""
