@@ -30,6 +30,7 @@ __all__ = ["KitError", "kit_for", "workspace_inputs"]
 
 _FORMAT = 1
 _INPUT_FOLDERS = ("memory", "skills")
+_MEMORY_FILE = "memory/MEMORY.md"
 _MAX_INPUT_BYTES = 64 << 20
 
 
@@ -176,14 +177,12 @@ def _probe(probe: str, python: Path, request: Mapping[str, Any]) -> dict[str, An
 
 def _changed_at(raw: Mapping[str, Any], times: Mapping[str, float]) -> float:
     """Newest modification time of the files the kit's prompt holds: the bootstrap files its
-    parts name, and what ``memory/`` and ``skills/`` hold."""
+    parts name, the long-term memory file and the workspace's skills (the summary journal and
+    cursors under ``memory/`` change with every summary but are not the prompt)."""
     read = {p["part"].split(":", 1)[1] for p in raw["system"] if p["part"].startswith("bootstrap:")}
+    read.add(_MEMORY_FILE)
     return max(
-        (
-            t
-            for name, t in times.items()
-            if name in read or name.startswith(tuple(f"{f}/" for f in _INPUT_FOLDERS))
-        ),
+        (t for name, t in times.items() if name in read or name.startswith("skills/")),
         default=0.0,
     )
 
