@@ -179,7 +179,9 @@ def _changed_at(raw: Mapping[str, Any], times: Mapping[str, float]) -> float:
     """Newest modification time of the files the kit's prompt holds: the bootstrap files its
     parts name, the long-term memory file and the workspace's skills (the summary journal and
     cursors under ``memory/`` change with every summary but are not the prompt)."""
-    read = {p["part"].split(":", 1)[1] for p in raw["system"] if p["part"].startswith("bootstrap:")}
+    named = [p["part"] for p in raw["system"]]
+    named += [f["part"] for p in raw["system"] for f in p.get("files") or ()]
+    read = {name.split(":", 1)[1] for name in named if name.startswith("bootstrap:")}
     read.add(_MEMORY_FILE)
     return max(
         (t for name, t in times.items() if name in read or name.startswith("skills/")),
