@@ -10,9 +10,10 @@ consecutive same-role messages merged, trailing assistant messages dropped).
 
 The texts the clean-ups insert or recognise are nanobot's and come from the kit the release's
 probe rendered (``kit["loop"]``, ``kit["wire"]``, ``kit["current"]``): this module holds the
-rules only.  It is pure and pandas-free.  Where the request depends on something the session
-file does not hold (image bytes, an automation turn's prompt, arguments only a JSON repair
-library could read), it raises :class:`NotOnDisk` rather than guess.
+rules only; it is pandas-free and reads nothing but a turn's attached images.  Where the
+request depends on something the session file does not hold (an automation turn's prompt,
+arguments only a JSON repair library could read, a random tool-call id), it raises
+:class:`NotOnDisk` rather than guess.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ import mimetypes
 import re
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import PurePath
+from datetime import datetime
+from pathlib import Path, PurePath
 from typing import Any
 
 from sessionkit.nanobot.history import CONTINUATION_TEXT, Message, is_hidden_history
@@ -36,6 +38,7 @@ __all__ = [
     "estimate_request",
     "image_block",
     "loop_messages",
+    "system_prompt",
     "turn_steps",
     "wire_messages",
 ]
@@ -65,6 +68,39 @@ class NotOnDisk(ValueError):
 def _fill(template: str, **values: str) -> str:
     """``template`` with each sentinel replaced by its value, in one pass."""
     return _SENTINEL.sub(lambda m: values.get(m.group(1), m.group(0)), template)
+
+
+# --- the system prompt -----------------------------------------------------------------------
+
+
+def system_prompt(
+    kit: Mapping[str, Any],
+    last_summary: Any = None,
+    *,
+    updated_at: datetime | None = None,
+) -> str:
+    """The system prompt of a turn: the kit's, plus the archived-summary part when the
+    session's metadata holds a usable ``_last_summary``.
+
+    0.3.5 reads ``{"text", "last_active"}`` at every turn: no part without a non-empty text,
+    none for the archive's "nothing to keep" answer (``kit["summary_skipped"]``); a
+    ``last_active`` that is not ISO text becomes the session's ``updated_at``.  The governor's
+    summary inside a turn passes the clock at that moment as ``last_active``.
+    """
+    if not isinstance(last_summary, Mapping):
+        return kit["system_text"]
+    text = last_summary.get("text")
+    if not isinstance(text, str) or not text or text == kit["summary_skipped"]:
+        return kit["system_text"]
+    active = last_summary.get("last_active")
+    try:
+        datetime.fromisoformat(active)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        if updated_at is None:
+            raise NotOnDisk("the summary's last_active is not a time: pass updated_at") from None
+        active = updated_at.isoformat()
+    part = _fill(kit["summary"], text=text, last_active=active)
+    return kit["system_text"] + kit["joiner"] + part
 
 
 # --- the current message ---------------------------------------------------------------------
@@ -118,6 +154,22 @@ def _with_images(
     return content_blocks, {"version": 1, "sources": sources, "blocks": copy.deepcopy(blocks)}
 
 
+def _images_now(paths: list[Any]) -> list[Message]:
+    """The image blocks of the stored media paths, from the files as they are now."""
+    blocks = []
+    for path in paths:
+        if not isinstance(path, str) or not path:
+            continue
+        try:
+            data = Path(path).read_bytes() if Path(path).is_file() else None
+        except OSError:
+            data = None
+        block = image_block(path, data) if data is not None else None
+        if block is not None:
+            blocks.append(block)
+    return blocks
+
+
 def current_message(
     kit: Mapping[str, Any], user: Message, *, images: Sequence[Message] | None = None
 ) -> Message:
@@ -125,10 +177,11 @@ def current_message(
 
     0.3.5 stores the user text with its runtime context already appended (the same blocks the
     loop appended to the current message) and the marker under ``_runtime_context``; the loop
-    carried that marker under ``_meta``.  A turn with attached images sent them as data URLs
-    first: pass ``images``, the :func:`image_block` of each stored ``media`` path that is still
-    an image (an empty list when none is), else :class:`NotOnDisk` is raised.  Automation turns
-    (cron, triggers) sent a rendered prompt, not the stored text: :class:`NotOnDisk`.
+    carried that marker under ``_meta``.  A turn with attached images sent them first, as data
+    URLs of the files' bytes: ``images`` are those blocks (:func:`image_block`), by default
+    read now from the stored ``media`` paths (files gone or no longer images are left out, as
+    the release leaves them out).  Automation turns (cron, triggers) sent a rendered prompt,
+    not the stored text: :class:`NotOnDisk`.
     """
     if is_hidden_history(user):
         raise NotOnDisk(
@@ -142,7 +195,7 @@ def current_message(
     media = user.get("media")
     has_media = isinstance(media, list) and any(isinstance(p, str) and p for p in media)
     if has_media and images is None:
-        raise NotOnDisk("the turn attached images: pass images= (the image_block of each path)")
+        images = _images_now(media)
     template = kit["current"]
     current: Message = {
         key: _fill(value, text=content) if key == "content" else copy.deepcopy(value)

@@ -208,9 +208,14 @@ def template_workspace(path: str) -> list[str]:
     return sync_workspace_templates(Path(path), silent=True)
 
 
-def composed(config_path: str, channel: str | None) -> dict[str, Any]:
-    """The system prompt (plain and with an archived summary) and tool definitions of an
-    agent loop composed as ``nanobot gateway`` composes it (provider never called)."""
+def composed(
+    config_path: str, channel: str | None, summaries: list[Any], updated_at: str
+) -> dict[str, Any]:
+    """The system prompt (plain, and for each stored ``_last_summary`` value as a turn reads it
+    from the session's metadata) and the tool definitions of an agent loop composed as
+    ``nanobot gateway`` composes it (provider never called)."""
+    from datetime import datetime
+
     from nanobot.agent.loop import AgentLoop
     from nanobot.agent.model_presets import load_model_preset_catalog
     from nanobot.agent.tools.mcp import MCPProvider
@@ -242,10 +247,20 @@ def composed(config_path: str, channel: str | None) -> dict[str, Any]:
         local_trigger_store=LocalTriggerStore(config.workspace_path),
         tool_registry=tools,
     )
-    summary = {"text": "we spoke of trains", "last_active": "2026-01-02T03:04:05+00:00"}
+    from nanobot.session.summary import session_summary_from_metadata
+
+    fallback = datetime.fromisoformat(updated_at)
     result = {
         "system": agent.context.build_system_prompt(channel=channel),
-        "summarised": agent.context.build_system_prompt(channel=channel, session_summary=summary),
+        "summarised": [
+            agent.context.build_system_prompt(
+                channel=channel,
+                session_summary=session_summary_from_metadata(
+                    {"_last_summary": value}, fallback_last_active=fallback
+                ),
+            )
+            for value in summaries
+        ],
         "tools": agent.tools.get_definitions(),
     }
     asyncio.run(agent.aclose())

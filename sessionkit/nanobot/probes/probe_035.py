@@ -236,7 +236,33 @@ def _system(context: Any, channel: str | None, root: Path, workspace: Path) -> d
     joiner = summarised[len(text) : len(summarised) - len(with_summary[-1])]
     if joiner.join(parts) != text or text + joiner + with_summary[-1] != summarised:
         raise ProbeError("the parts do not join to the system prompt")
-    return {"system": system, "joiner": joiner, "system_text": text, "summary": with_summary[-1]}
+    return {
+        "system": system,
+        "joiner": joiner,
+        "system_text": text,
+        "summary": with_summary[-1],
+        "summary_skipped": _skipped_summary(context, channel, root, text),
+    }
+
+
+def _skipped_summary(context: Any, channel: str | None, root: Path, text: str) -> str:
+    """The summary text the prompt leaves out (the archive's "nothing to keep" answer): the one
+    text constant of ``build_system_prompt`` that, as a summary, adds no part."""
+    found = [
+        const
+        for const in context.build_system_prompt.__code__.co_consts
+        if isinstance(const, str)
+        and const.strip()
+        and context.build_system_prompt(
+            channel=channel,
+            workspace=root,
+            session_summary={"text": const, "last_active": SENTINEL.format("last_active")},
+        )
+        == text
+    ]
+    if len(found) != 1:
+        raise ProbeError(f"expected one summary text the prompt skips, found {len(found)}")
+    return found[0]
 
 
 def _loop_texts(agent: Any, root: Path) -> dict[str, Any]:
