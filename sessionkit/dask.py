@@ -8,8 +8,9 @@ the rows of ``sk.load(path).messages`` in the same order.  What differs after ``
 - categories are the union of the partitions', in order of first appearance, as ``str``
   (``union_categoricals`` makes them so): ``session_key`` and ``role`` keep pandas' order,
   while pandas sorts ``channel`` and ``format``;
-- ``windows`` and ``file_cap`` rows come partition by partition, each partition in pandas' order
-  (blocks of settings): sort by the settings columns, ``session_key`` and ``at`` to compare;
+- ``windows``, ``file_cap`` and ``requests`` rows come partition by partition, each partition
+  in pandas' order (blocks of settings): sort by the settings columns, ``session_key`` and
+  ``at`` (``turn`` and ``step``) to compare;
 - ``read_problems`` lists leftover temp files last, and each partition's duplicate keys with it;
 - a session key stored in two files of different partitions is read twice (``sk.load`` keeps
   the first file and records the second in ``problems``).
@@ -23,7 +24,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,8 @@ from dask.dataframe.utils import clear_known_categories
 
 import sessionkit
 from sessionkit import schema
+from sessionkit.calls.installs import ReleaseNotInstalled, find_release
+from sessionkit.nanobot.policies import POLICIES, get_policy
 from sessionkit.nanobot.reader import find_session_files, leftover_temp_files
 from sessionkit.nanobot.session import Session
 from sessionkit.store.corpus import Corpus, PathLike, default_data_dir
@@ -48,6 +51,7 @@ __all__ = [
     "read_messages",
     "read_problems",
     "read_sessions",
+    "requests",
     "to_parquet",
     "windows",
 ]
@@ -260,6 +264,56 @@ def file_cap(
     :func:`windows`."""
     meta = sessionkit.file_cap([], **options, progress=False)
     return _per_session(_file_cap_part, meta, paths_or_corpus, npartitions, options)
+
+
+def _requests_part(group: list[Path] | list[Session], options: dict[str, Any]) -> pd.DataFrame:
+    return sessionkit.requests(_sessions(group), **options, workers=1, progress=False)
+
+
+def _interpreters(policy: str | Sequence[str] | None, nanobot: Any) -> dict[str, str]:
+    """The interpreter of each release the rows may need, found here: ``nanobot`` (one, or
+    a mapping by version) where it holds the release, else where :func:`find_release`
+    looks; one that does not hold it is passed on as given (so every worker says so too)."""
+    names = [policy] if isinstance(policy, str) else list(policy or POLICIES)
+    found = {}
+    for version in sorted({get_policy(name).version for name in names} - {""}):
+        chosen = nanobot.get(version) if isinstance(nanobot, Mapping) else nanobot
+        try:
+            found[version] = os.fspath(find_release(version, chosen))
+        except ReleaseNotInstalled:
+            if chosen is not None:
+                found[version] = os.fspath(chosen)
+    return found
+
+
+def requests(
+    paths_or_corpus: Paths | Corpus | None = None,
+    *,
+    npartitions: int | None = None,
+    workspace: PathLike | None = None,
+    config: PathLike | None = None,
+    nanobot: Any = None,
+    **options: Any,
+) -> dd.DataFrame:
+    """:func:`sessionkit.requests` of every session, partition by partition (columns:
+    :data:`schema.REQUESTS`); rows come partition by partition, as :func:`windows`' do.
+
+    The release interpreters are found here, on the client, and the workspace and config
+    made absolute, so every worker asks for the same kits: the first to need one reads it
+    from the kit cache (or asks the release and keeps it there), the others read it back.
+    Workers need the releases at the same paths and share the kit cache when they share
+    the user's cache folder (``SESSIONKIT_CACHE_DIR``); a release not installed is reported
+    by each worker's warning, in its log.  ``options`` are the other keywords of
+    :func:`sessionkit.requests` except ``workers`` and ``progress``; the rest as
+    :func:`windows`.
+    """
+    options |= {
+        "workspace": Path(workspace).expanduser().resolve() if workspace is not None else None,
+        "config": Path(config).expanduser().resolve() if config is not None else None,
+        "nanobot": _interpreters(options.get("policy"), nanobot),
+    }
+    meta = sessionkit.requests([], **options, workers=1, progress=False)
+    return _per_session(_requests_part, meta, paths_or_corpus, npartitions, options)
 
 
 def to_parquet(frame: dd.DataFrame, path: PathLike, **kwargs: Any) -> None:

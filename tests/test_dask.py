@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +16,10 @@ import sessionkit as sk
 from sessionkit import dask as skd
 from sessionkit import synthetic
 from sessionkit.nanobot.reader import find_session_files
+from sessionkit.store.cachedir import default_cache_dir
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "nanobot"))
+from releases import release  # noqa: E402
 
 GRID = {"max_messages": [20, 120], "max_tokens": [0, 4000], "last_consolidated": ["recorded", 0]}
 
@@ -202,3 +208,48 @@ def test_parquet_round_trip(
         _canonical(pd.read_parquet(tmp_path / "messages").astype(strings)),
         _canonical(generated.messages),
     )
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
+    """A workspace holding four bundled sessions of two channels (one kit per release): three
+    of nanobot 0.2.2 (one of notifications only, no call) and one of 0.3.5."""
+    folder = tmp_path_factory.mktemp("workspace")
+    (folder / "sessions").mkdir()
+    for name in ("telegram_12345", "telegram_777", "telegram_42", "d2VidWk6ZGVmNDU2"):
+        shutil.copyfile(
+            data_dir / "sessions" / f"{name}.jsonl", folder / "sessions" / f"{name}.jsonl"
+        )
+    return folder
+
+
+def _kits_kept() -> list[Path]:
+    """The kit files in this run's cache folder (the workers inherit the same folder)."""
+    return sorted(default_cache_dir().glob("kits-*/*.json"))
+
+
+def test_requests_equal_pandas(client: Client, workspace: Path) -> None:
+    """Workers read the kits this process asked the releases for (none asked again, none
+    made with other inputs) and give pandas' rows, system prompt and tools included."""
+    grid = {"max_messages": [20, 120], "block": 64}
+    want = sk.requests(sk.load(workspace / "sessions"), **grid)
+    kits = _kits_kept()
+    got = skd.requests(workspace / "sessions", npartitions=3, **grid).compute()
+    assert _kits_kept() == kits != []
+    assert len(got) == len(want) > 0
+    assert want["session_key"].nunique() == 3
+    assert (want["system_tokens"] > 0).all() and (want["tools_tokens"] > 0).all()
+    pd.testing.assert_frame_equal(_canonical(got, sort=True), _canonical(want, sort=True))
+
+
+def test_requests_with_one_release_named(client: Client, workspace: Path) -> None:
+    """``nanobot`` naming 0.3.5's interpreter: the 0.2.2 sessions get no kit on any worker
+    (system prompt and tools 0, as sk.requests gives them), the 0.3.5 one gets its kit."""
+    python = release("0.3.5").python
+    with pytest.warns(UserWarning, match="has nanobot-ai 0.3.5, not nanobot-ai 0.2.2"):
+        want = sk.requests(sk.load(workspace / "sessions"), nanobot=python)
+    got = skd.requests(workspace / "sessions", npartitions=2, nanobot=python).compute()
+    fixed = want.set_index("policy")[["system_tokens", "tools_tokens"]]
+    assert (fixed.loc["nanobot-0.3.5"] > 0).all(axis=None)
+    assert (fixed.loc["nanobot-0.2"] == 0).all(axis=None)
+    pd.testing.assert_frame_equal(_canonical(got, sort=True), _canonical(want, sort=True))

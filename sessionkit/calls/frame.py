@@ -159,6 +159,8 @@ def requests(
     block: int | None = None,
     context_window: int | list[int] | None = None,
     max_output: int | list[int] | None = None,
+    workers: int | None = None,
+    progress: bool | None = None,
     **overrides: Unpack[SettingsOverrides],
 ) -> pd.DataFrame:
     """One row per (session, release, setting, turn, step): the request's tokens by part,
@@ -170,7 +172,8 @@ def requests(
     frame covers the grid).  ``nanobot`` names the release's interpreter or venv, or maps
     release versions to them (``{"0.2.2": ...}``; a version left out is found as usual).
     Without an installed release (see ``sessionkit releases install``) the system and tools
-    parts are 0 and a warning says so once.
+    parts are 0 and a warning says so once.  ``workers`` and ``progress`` are those of
+    :func:`sessionkit.windows`.
     """
     sessions = [source] if isinstance(source, Session) else list(source)
     w = windows(
@@ -179,6 +182,8 @@ def requests(
         policy=policy,
         context_window=context_window,
         max_output=max_output,
+        workers=workers,
+        progress=progress,
         **overrides,
     )
     kits = _Kits(
