@@ -10,7 +10,7 @@ Text in any script draws: a CJK font ships with sessionkit and is a fallback aft
 fonts while sessionkit draws (:mod:`sessionkit.plot.style`).  The modules: ``timeline``
 (one session's messages), ``sessions`` (session lengths), ``sweeps`` (settings grids and the
 file cap), ``releases`` (nanobot releases compared), ``requests`` (whole requests: parts
-and prefix cache) and ``style`` (fonts, colours, layout).
+and prefix cache), ``usage`` (reported usage and cost) and ``style`` (fonts, colours, layout).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from sessionkit.plot.sweeps import (
     window_heatmap,
 )
 from sessionkit.plot.timeline import timeline_axes, token_timeline
+from sessionkit.plot.usage import cost_by, cost_heatmap, cumulative_cost, reported_vs_estimated
 
 __all__ = [
     "DEFAULT_CONTEXT_WINDOW",
@@ -39,9 +40,13 @@ __all__ = [
     "SWEEP_VALUES",
     "TRUNCATING_CUTS",
     "cache_ratio",
+    "cost_by",
+    "cost_heatmap",
+    "cumulative_cost",
     "file_cap_curve",
     "release_comparison",
     "release_summary",
+    "reported_vs_estimated",
     "request_composition",
     "session_lengths",
     "timeline_axes",
