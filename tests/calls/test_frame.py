@@ -1,0 +1,257 @@
+"""sk.requests: each row's parts equal the parts of sk.request's call, counted message by
+message as windows count; the prefix a call shares with the session's previous call; block
+rounding; settings grids; the per-session cache; and a store without an installed release."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+import sessionkit as sk
+from sessionkit.calls import turns
+from sessionkit.calls.assembly import count_text, kit_of, turn_calls
+from sessionkit.calls.installs import ReleaseNotInstalled
+
+RELEASE = sk.get_policy("nanobot-0.2")
+KEYS = ("telegram:12345", "telegram:777", "cli:direct")  # two channels: two kits to ask for
+
+
+def _tokens(messages: list[dict[str, Any]]) -> int:
+    """0.2.2's per-message estimates, summed (how windows counts a history)."""
+    return sum(RELEASE.estimate_message_tokens(m) for m in messages)
+
+
+@pytest.fixture(scope="module")
+def corpus(data_dir: Path) -> sk.Corpus:
+    return sk.load(data_dir / "sessions")
+
+
+@pytest.fixture(scope="module")
+def sessions(corpus: sk.Corpus) -> list[sk.Session]:
+    """Three bundled nanobot 0.2.2 sessions (their workspace is data/)."""
+    return [corpus[key] for key in KEYS]
+
+
+@pytest.fixture(scope="module")
+def frame(sessions: list[sk.Session]) -> pd.DataFrame:
+    return sk.requests(sessions)
+
+
+@pytest.fixture(scope="module")
+def no_nanobot(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The interpreter of an empty venv: no nanobot release in it."""
+    folder = tmp_path_factory.mktemp("empty") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
+    return folder / "bin" / "python"
+
+
+def test_each_part_is_the_requests_part(corpus: sk.Corpus, frame: pd.DataFrame) -> None:
+    """For calls across turns and steps: system prompt and tools as the kit holds them, the
+    history, current message and steps of sk.request's call, each message counted alone."""
+    sample = pd.concat([frame.iloc[::97], frame[frame["step"] >= 2].iloc[::9]])
+    assert len(sample) > 40 and sample["step"].max() >= 3
+    stand_ins = 0
+    for row in sample.itertuples():
+        session = corpus[row.session_key]
+        kit, _ = kit_of(RELEASE, session, None, None, None, None)
+        try:
+            calls = turn_calls(session, row.turn, kit)
+        except ValueError:  # a stored form 0.2.2 never sends: the stored message stands in
+            stored = [m for m in session.messages if RELEASE.is_user_turn(m)][row.turn]
+            assert row.inferred and row.current_tokens == _tokens([stored])
+            stand_ins += 1
+            continue
+        request = sk.request(session, row.turn, step=row.step)
+        parts = request.parts.set_index("part")["tokens"]
+        assert row.system_tokens == count_text(kit.system_text) > 0
+        assert row.tools_tokens == parts["tools"] > 0
+        assert row.history_tokens == _tokens(calls.history)
+        assert row.history_messages == len(calls.history)
+        assert row.current_tokens == parts["current"] == _tokens([calls.current])
+        assert row.steps_tokens == _tokens(calls.steps[row.step])
+        assert row.total_tokens == (
+            row.system_tokens
+            + row.tools_tokens
+            + row.history_tokens
+            + row.current_tokens
+            + row.steps_tokens
+        )
+        system = request.parts[request.parts["part"].str.startswith("system")]
+        assert row.inferred == system["inferred"].any()
+    assert stand_ins < len(sample) // 4
+
+
+def test_one_row_per_call(sessions: list[sk.Session], frame: pd.DataFrame) -> None:
+    """Every user turn that called the model, each of its calls once, in turn order."""
+    for session in sessions:
+        rows = frame[frame["session_key"] == session.key]
+        calls = rows.groupby("turn")["step"].agg(["min", "max", "size"])
+        assert (calls["min"] == 0).all() and (calls["max"] + 1 == calls["size"]).all()
+        commands = sum(1 for m in session.messages if m.get("role") == "user" and m.get("_command"))
+        assert len(calls) == session.n_user_turns - commands
+        assert rows["turn"].is_monotonic_increasing
+
+
+def test_the_prefix_is_what_the_previous_call_shares(
+    sessions: list[sk.Session], frame: pd.DataFrame
+) -> None:
+    """0.2.2 sends the current message with its runtime context, which the next history
+    replays without: a turn's first call shares the system prompt, the tools and, while
+    the history still starts where the previous one did, that whole previous history; a
+    later call of the turn shares all of the call before it."""
+    windows = sk.windows(sessions).set_index(["session_key", "turn"])
+    checked = stand_ins = 0
+    for key, rows in frame.groupby("session_key", observed=True):
+        users = [m for m in sessions[KEYS.index(key)].messages if RELEASE.is_user_turn(m)]
+        previous: Any = None
+        for row in rows.itertuples():
+            assert row.cache_ratio == row.prefix_tokens / row.total_tokens
+            if previous is None:
+                assert row.prefix_tokens == 0
+            elif row.step > 0:
+                assert row.prefix_tokens == previous.total_tokens
+            else:
+                before = windows.loc[(key, previous.turn)]
+                now = windows.loc[(key, row.turn)]
+                same = before.start == now.start
+                expected = row.system_tokens + row.tools_tokens
+                expected += previous.history_tokens if same else 0
+                if isinstance(users[previous.turn]["content"], str) or not same:
+                    assert row.prefix_tokens == expected, (key, row.turn)
+                    checked += 1
+                else:  # a stored message stood in, so the history may repeat it and more
+                    tail = previous.current_tokens + previous.steps_tokens
+                    assert expected < row.prefix_tokens <= expected + tail, (key, row.turn)
+                    stand_ins += 1
+            previous = row
+    assert checked > 10 * stand_ins > 0
+    first_calls = frame[frame["step"] == 0]
+    assert (first_calls["prefix_tokens"] > first_calls["system_tokens"]).any()
+
+
+def test_block_rounds_the_prefix_down(sessions: list[sk.Session], frame: pd.DataFrame) -> None:
+    blocked = sk.requests(sessions, block=128)
+    assert (blocked["prefix_tokens"] == frame["prefix_tokens"] // 128 * 128).all()
+    assert (blocked["prefix_tokens"] < frame["prefix_tokens"]).any()
+    assert (blocked["cache_ratio"] == blocked["prefix_tokens"] / blocked["total_tokens"]).all()
+    same = [c for c in frame.columns if c not in ("prefix_tokens", "cache_ratio")]
+    pd.testing.assert_frame_equal(blocked[same], frame[same])
+
+
+def test_a_grid_is_one_block_per_setting(sessions: list[sk.Session]) -> None:
+    grid = sk.requests(sessions, max_messages=[20, 120], max_tokens=[0, 4000])
+    blocks = grid.groupby(["max_messages", "max_tokens"], sort=False).ngroup()
+    assert blocks.is_monotonic_increasing and blocks.nunique() == 4
+    for (messages, budget), rows in grid.groupby(["max_messages", "max_tokens"]):
+        alone = sk.requests(sessions, max_messages=messages, max_tokens=budget)
+        pd.testing.assert_frame_equal(rows.reset_index(drop=True), alone)
+    later = grid[(grid["step"] == 0) & (grid["prefix_tokens"] > 0) & (grid["max_tokens"] == 0)]
+    history_lost = later["prefix_tokens"] == later["system_tokens"] + later["tools_tokens"]
+    lost = history_lost.groupby(later["max_messages"]).mean()
+    assert lost[20] > 0.5 > lost[120]  # a short count window slides at most turns
+
+
+def test_calls_are_kept_until_the_messages_change(corpus: sk.Corpus) -> None:
+    """A second frame reuses each session's calls; a session cut short is counted again."""
+    session = corpus["telegram:777"].copy()
+    turns.clear_cache()
+    first = sk.requests(session)
+    assert len(turns._SLOTS) == 1
+    (slot,) = turns._SLOTS.values()
+    (kept,) = slot.calls.values()
+    pd.testing.assert_frame_equal(sk.requests(session), first)
+    assert next(iter(slot.calls.values())) is kept
+    cut = session.before_user(10)
+    session.messages = cut.messages
+    shorter = sk.requests(session)
+    assert shorter["turn"].max() == 9
+    pd.testing.assert_frame_equal(shorter, first[first["turn"] < 10].reset_index(drop=True))
+
+
+def test_without_the_release_system_and_tools_are_empty(
+    sessions: list[sk.Session], frame: pd.DataFrame, no_nanobot: Path
+) -> None:
+    with pytest.raises(ReleaseNotInstalled, match="has no nanobot-ai, not nanobot-ai 0.2.2"):
+        sk.request(sessions[0], 0, nanobot=no_nanobot)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bare = sk.requests(sessions, nanobot=no_nanobot)
+    assert [str(w.message) for w in caught] == [
+        f"sessionkit.requests: {no_nanobot} has no nanobot-ai, not nanobot-ai 0.2.2: pass the "
+        "interpreter or venv of that release, or install it with `sessionkit releases install "
+        "0.2.2`; system prompt and tools are left empty"
+    ]
+    assert caught[0].filename == __file__
+    assert (bare[["system_tokens", "tools_tokens"]] == 0).all(axis=None)
+    assert bare["inferred"].all()  # the stored user message stands in for the current one
+    stored = [m for s in sessions for m in s.messages if RELEASE.is_user_turn(m)]
+    assert bare["current_tokens"][bare["step"] == 0].sum() == sum(
+        _tokens([m]) for m in stored if not m.get("_command")
+    )
+    same = ["session_key", "turn", "step", "history_tokens", "steps_tokens"]
+    pd.testing.assert_frame_equal(bare[same], frame[same])
+    named = sk.requests(sessions, nanobot={"0.2.2": sys.executable})
+    pd.testing.assert_frame_equal(named, frame)
+
+
+def _handmade(key: str, stamps: bool) -> sk.Session:
+    """Three turns: a tool round, then two plain answers."""
+    call = {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "What is the weather in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "name": "weather", "content": "18C, cloudy"},
+        {"role": "assistant", "content": "It is 18C and cloudy."},
+        {"role": "user", "content": "And tomorrow?"},
+        {"role": "assistant", "content": "Rain, 14C."},
+        {"role": "user", "content": "Thanks."},
+        {"role": "assistant", "content": "You're welcome."},
+    ]
+    if stamps:
+        for minute, message in enumerate(messages):
+            message["timestamp"] = f"2026-03-01T10:{minute:02d}:00"
+    return sk.Session(key=key, messages=messages)
+
+
+def test_a_turn_shares_what_its_history_repeats(no_nanobot: Path) -> None:
+    """Without a kit the stored messages stand in for the current ones, so the next history
+    repeats the previous turn's last call exactly: its user message, assistant tool call and
+    tool result all stay in the prefix."""
+    session = _handmade("cli:handmade", stamps=False)
+    with pytest.warns(UserWarning, match="system prompt and tools are left empty"):
+        got = sk.requests(session, nanobot=no_nanobot)
+    t = [_tokens([m]) for m in session.messages]
+    assert got[["turn", "step"]].values.tolist() == [[0, 0], [0, 1], [1, 0], [2, 0]]
+    assert got["total_tokens"].tolist() == [
+        t[0],
+        t[0] + t[1] + t[2],
+        sum(t[:4]) + t[4],
+        sum(t[:6]) + t[6],
+    ]
+    assert got["prefix_tokens"].tolist() == [0, t[0], sum(t[:3]), sum(t[:5])]
+    with pytest.warns(UserWarning, match="system prompt and tools are left empty"):
+        slid = sk.requests(session, nanobot=no_nanobot, max_messages=2)
+    assert slid["history_tokens"].tolist() == [0, 0, t[3], t[4] + t[5]]  # the tool result
+    # without its call is dropped; then the window moves on by a whole turn
+    assert slid["prefix_tokens"].tolist() == [0, t[0], 0, 0]
+
+
+def test_the_runtime_context_ends_the_shared_prefix(data_dir: Path) -> None:
+    """With 0.2.2's kit the current message carries its runtime context, which the next
+    history replays without: the prefix stops at the previous history."""
+    session = _handmade("cli:handmade", stamps=True)
+    got = sk.requests(session, workspace=data_dir)
+    fixed = int(got["system_tokens"].iloc[0] + got["tools_tokens"].iloc[0])
+    assert fixed > 0
+    assert got["prefix_tokens"].tolist() == [
+        0,
+        got["total_tokens"].iloc[0],
+        fixed,
+        fixed + got["history_tokens"].iloc[2],
+    ]
