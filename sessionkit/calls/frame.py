@@ -25,7 +25,7 @@ import pandas as pd
 from sessionkit.calls.assembly import config_of, count_text, kit_of, workspace_of
 from sessionkit.calls.installs import ReleaseNotInstalled, find_release
 from sessionkit.calls.kits import kit_for
-from sessionkit.calls.turns import SessionCalls, session_calls
+from sessionkit.calls.turns import Item, SessionCalls, all_calls
 from sessionkit.nanobot.kit import Kit
 from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.release import ReplayPolicy
@@ -192,7 +192,7 @@ def requests(
         nanobot,
         runtime,
     )
-    rows = _rows(w, {s.key: s for s in sessions}, kits, block)
+    rows = _rows(w, {s.key: s for s in sessions}, kits, block, workers, progress)
     for message in kits.warnings.values():
         warnings.warn(message, stacklevel=2)
     return rows
@@ -264,7 +264,12 @@ class _Stack:
 
 
 def _rows(
-    w: pd.DataFrame, by_key: Mapping[str, Session], kits: _Kits, block: int | None
+    w: pd.DataFrame,
+    by_key: Mapping[str, Session],
+    kits: _Kits,
+    block: int | None,
+    workers: int | None,
+    progress: bool | None,
 ) -> pd.DataFrame:
     """The requests of the windows frame ``w``: each window's turn, call by call."""
     keys, names = w["session_key"].cat, w["policy"].cat
@@ -274,16 +279,16 @@ def _rows(
     n_policies = max(1, len(names.categories))
     entry, entry_values = _entries(w, policy_codes)
     pair, pairs = pd.factorize(key_codes * n_policies + policy_codes)
-    parts: list[SessionCalls] = []
+    items: list[Item] = []
     fixed = np.zeros((len(pairs), 3), dtype=np.int64)  # system, tools, kit inferred
     for i, code in enumerate(pairs):
         key_code, policy_code = divmod(int(code), n_policies)
         release = get_policy(policy_names[policy_code])
         session = by_key[key_names[key_code]]
         kit, digest, (system, tools, inferred) = kits.of(release, session)
-        parts.append(session_calls(release, session, kit, digest, entry_values[policy_code]))
+        items.append((release, session, kit, digest, entry_values[policy_code]))
         fixed[i] = system, tools, inferred or kit is None
-    stack = _Stack.of(parts)
+    stack = _Stack.of(all_calls(items, workers=workers, progress=progress))
     turn = w["turn"].to_numpy(np.int64)
     has_turn = (turn < np.diff(stack.base)[pair]) & ~w["command"].to_numpy(bool)
     g = np.where(has_turn, stack.base[pair] + turn, stack.base[-1])
@@ -295,8 +300,21 @@ def _rows(
         .to_numpy(np.int64)
     )
     rows = np.flatnonzero(stack.n_steps[g] > 0)
-    rows = rows[np.lexsort((turn[rows], group[rows]))]
+    step = np.diff(group[rows])
+    if not ((step >= 0).all() and (np.diff(turn[rows])[step == 0] > 0).all()):
+        rows = rows[np.lexsort((turn[rows], group[rows]))]  # groups as first met, turns ascending
     return _calls(w, rows, g[rows], group[rows], entry[rows], fixed[pair[rows]], stack, block)
+
+
+def _present(values: pd.Categorical, rows: np.ndarray) -> pd.Categorical:
+    """``values[rows]`` with the categories pandas gives those values (the ones present,
+    sorted), mapped through the few categories instead of every value."""
+    codes = values.codes[rows]
+    present = np.flatnonzero(np.bincount(codes, minlength=len(values.categories)))
+    labels = pd.Categorical(np.asarray(values.categories[present], dtype=object))
+    lookup = np.zeros(len(values.categories), dtype=np.int64)
+    lookup[present] = labels.codes
+    return pd.Categorical.from_codes(lookup[codes], labels.categories)
 
 
 def _calls(
@@ -360,7 +378,7 @@ def _calls(
     for name in _SETTING_COLUMNS:
         values = w[name]
         if isinstance(values.dtype, pd.CategoricalDtype):
-            columns[name] = values.to_numpy(object)[source]  # categories: those present, sorted
+            columns[name] = _present(values.array, source)
         elif isinstance(values.dtype, pd.api.extensions.ExtensionDtype):
             columns[name] = values.array[source]
         else:

@@ -11,23 +11,30 @@ The current message reads attached image files as they are when it is first rebu
 from __future__ import annotations
 
 import itertools
+import os
 import weakref
 from collections.abc import Callable, Sequence
+from concurrent.futures import as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from sessionkit.nanobot.kit import Kit
 from sessionkit.nanobot.release import ReplayPolicy
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS
-from sessionkit.store.counting import count_tokens, token_cache_of
+from sessionkit.store.counting import ReadThroughCache, TokenCache, count_tokens, token_cache_of
+from sessionkit.store.forked import SHARED, can_fork, forked_pool
 from sessionkit.store.index import IndexedSession
 
-__all__ = ["SessionCalls", "clear_cache", "session_calls"]
+__all__ = ["Item", "SessionCalls", "all_calls", "clear_cache"]
 
 Message = dict[str, Any]
+
+_AUTO_PARALLEL_MESSAGES = 50_000
+_AUTO_PROGRESS_MESSAGES = 20_000
 
 
 @dataclass(frozen=True, eq=False)
@@ -89,7 +96,11 @@ def _is_prefix(part: list[Message], whole: list[Message]) -> bool:
 
 
 def _build(
-    policy: ReplayPolicy, session: Session, kit: Kit | None, entries: Sequence[bool]
+    policy: ReplayPolicy,
+    session: Session,
+    kit: Kit | None,
+    entries: Sequence[bool],
+    cache: TokenCache | None,
 ) -> SessionCalls:
     positions, turns = _turns(policy, session, kit)
     batch: list[Message] = []
@@ -98,9 +109,7 @@ def _build(
             current, _, steps = turn
             batch += [current, *steps[-1]]
             batch += [m for step in steps if not _is_prefix(step, steps[-1]) for m in step]
-    counts = iter(
-        count_tokens(batch, cache=token_cache_of([session]), workers=1, policy=policy.name)
-    )
+    counts = iter(count_tokens(batch, cache=cache, workers=1, policy=policy.name))
     current_tokens, inferred, n_steps, steps_tokens, tails = [], [], [], [], []
     for turn in turns:
         if turn is None:
@@ -218,23 +227,69 @@ def clear_cache() -> None:
     _SLOTS.clear()
 
 
-def session_calls(
-    policy: ReplayPolicy,
-    session: Session,
-    kit: Kit | None,
-    kit_digest: str | None,
-    entries: Sequence[bool] = (),
-) -> SessionCalls:
-    """The session's calls under ``policy`` and ``kit`` (``kit_digest`` names its content),
-    with ``matches`` for each entry setting in ``entries``; from the cache or built now."""
-    slot = _slot(session)
-    key = (policy.name, session.key, kit_digest)
-    calls = slot.calls.get(key)
-    if calls is None:
-        calls = slot.calls[key] = _build(policy, session, kit, entries)
+Item = tuple[ReplayPolicy, Session, Kit | None, str | None, Sequence[bool]]
+"""What :func:`all_calls` builds for: release, session, kit, the kit's digest (what names its
+content) and the entry settings whose ``matches`` are wanted."""
+
+
+def _key(item: Item) -> tuple[str, str, str | None]:
+    return item[0].name, item[1].key, item[3]
+
+
+def _complete(item: Item, calls: SessionCalls) -> SessionCalls:
+    """``calls`` with ``matches`` for every entry setting the item wants."""
+    policy, session, kit, _, entries = item
     missing = [e for e in entries if e not in calls.matches]
     if missing:
         positions, turns = _turns(policy, session, kit)
         for entry in missing:
             calls.matches[entry] = _matches(policy, kit, session, positions, turns, entry)
     return calls
+
+
+def _build_chunk(indices: list[int]) -> tuple[list[int], list[SessionCalls], list]:
+    items, delta = SHARED["items"], ReadThroughCache(SHARED["cache"])
+    return indices, [_build(*items[i][:3], items[i][4], delta) for i in indices], delta.fresh
+
+
+def _chunks(sizes: list[int], todo: list[int], n_chunks: int) -> list[list[int]]:
+    """``todo`` in about ``n_chunks`` contiguous groups of similar message counts."""
+    bounds = np.cumsum([sizes[i] for i in todo])
+    cut = np.searchsorted(bounds, np.linspace(0, bounds[-1], n_chunks + 1)[1:-1], side="right")
+    return [g.tolist() for g in np.split(np.array(todo), cut) if len(g)]
+
+
+def all_calls(
+    items: list[Item], *, workers: int | None = None, progress: bool | None = None
+) -> list[SessionCalls]:
+    """Each item's calls: kept ones reused, the rest built and kept, in ``workers`` forked
+    processes (default: every core for large batches; none inside a Dask worker), with a
+    progress bar (default: for large batches)."""
+    found = [_slot(item[1]).calls.get(_key(item)) for item in items]
+    todo = [i for i, calls in enumerate(found) if calls is None]
+    sizes = [len(item[1]) for item in items]
+    total = sum(sizes[i] for i in todo)
+    if workers is None:
+        workers = (os.cpu_count() or 1) if total >= _AUTO_PARALLEL_MESSAGES else 1
+    cache = token_cache_of([items[i][1] for i in todo])
+    show = total >= _AUTO_PROGRESS_MESSAGES if progress is None else progress
+    with tqdm(total=total, unit="msg", desc="rebuilding calls", disable=not show) as bar:
+        if workers <= 1 or len(todo) < 2 or not can_fork():
+            for i in todo:
+                found[i] = _build(*items[i][:3], items[i][4], cache)
+                bar.update(sizes[i])
+        else:
+            chunks = _chunks(sizes, todo, 4 * workers)
+            with forked_pool(workers, items=items, cache=cache) as pool:
+                for job in as_completed([pool.submit(_build_chunk, c) for c in chunks]):
+                    indices, built, fresh = job.result()
+                    if cache is not None and fresh:
+                        cache.update(*zip(*fresh, strict=True))
+                    for i, calls in zip(indices, built, strict=True):
+                        found[i] = calls
+                    bar.update(sum(sizes[i] for i in indices))
+    for i in todo:
+        _slot(items[i][1]).calls[_key(items[i])] = found[i]  # type: ignore[assignment]
+    if cache is not None and todo:
+        cache.flush_soon()
+    return [_complete(item, calls) for item, calls in zip(items, found, strict=True)]  # type: ignore[arg-type]
