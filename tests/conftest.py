@@ -9,8 +9,10 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
 from types import ModuleType
@@ -18,6 +20,7 @@ from types import ModuleType
 import pytest
 from hypothesis import HealthCheck, settings
 from reference import require
+from xdist import is_xdist_controller
 
 settings.register_profile(
     "ci",
@@ -35,15 +38,42 @@ REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "data"
 
 # The persistent index of every load in the run (notebook kernels inherit it): never the
-# user's own cache folder.
+# user's own cache folder.  Each process that imports this file (every xdist worker, and the
+# controller, which runs no test) has its own private folder, removed when it exits.
 _INDEX = tempfile.TemporaryDirectory(prefix="sessionkit-test-index-")
 os.environ["SESSIONKIT_CACHE_DIR"] = _INDEX.name
+
 # The nanobot releases the suite installs (tests/nanobot/releases.py), where sessionkit (and the
 # notebooks' kernels) look for them: the user's own installs are never used.
 os.environ["SESSIONKIT_RELEASES_DIR"] = str(REPO / ".cache" / "nanobot-releases")
 
 # tiktoken's cache entry for cl100k_base: the sha1 of its download URL.
 _BPE_CACHE_NAME = "9b5ad71b2ce5302211f9c61530b329a4922fc6a4"
+
+# The release venvs being built by the xdist controller (see pytest_sessionstart).
+_RELEASE_BUILDS = ThreadPoolExecutor(thread_name_prefix="release-build")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under xdist, the idle controller builds every release venv (``releases.build_release``)
+    while the workers start, so no worker waits for a whole install when it first needs one.
+
+    Builds already done return at once; a failed build is left to the test that needs the
+    release, which tries again and skips with pip's reason.  The file lock in ``releases``
+    makes a worker that needs a release still being built wait for it, never build it twice.
+    """
+    if not is_xdist_controller(session) or session.config.option.collectonly:
+        return
+    sys.path.insert(0, str(Path(__file__).with_name("nanobot")))
+    from releases import VERSIONS, build_release
+
+    for version in VERSIONS:
+        _RELEASE_BUILDS.submit(build_release, version)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Wait for the controller's release builds, so none is cut off half-installed."""
+    _RELEASE_BUILDS.shutdown(wait=True)
 
 
 @pytest.fixture(scope="session")

@@ -14,9 +14,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from releases import Release, release
+from sampling import examples
 from strategies import message_lists
 
 from sessionkit.nanobot import tokens
@@ -532,9 +533,11 @@ def _sessions_030(draw: st.DrawFn) -> tuple[list[Message], int]:
 
 @pytest.fixture(scope="module")
 def generated() -> list[tuple[list[Message], int]]:
-    """Seeded hypothesis sessions (the conftest profile derandomizes), collected for batching."""
+    """Seeded hypothesis sessions (the conftest profile derandomizes; 50 of them unless
+    ``SESSIONKIT_FULL_CHECKS=1``), collected for batching."""
     drawn: list[tuple[list[Message], int]] = []
 
+    @settings(max_examples=examples(150, 50))
     @given(_sessions_030())
     def collect(session: tuple[list[Message], int]) -> None:
         drawn.append(_json(session))
@@ -543,10 +546,12 @@ def generated() -> list[tuple[list[Message], int]]:
     return drawn
 
 
+@pytest.mark.sampled
 def test_history_generated(nb030: Release, generated: list[tuple[list[Message], int]]) -> None:
     cases = [case for ms, offset in generated for case in _history_cases(ms, offset, SMALL_GRID)]
     _check_history(nb030, "get_history, generated", cases, tiktoken=True)
 
 
+@pytest.mark.sampled
 def test_trimming_generated(nb030: Release, generated: list[tuple[list[Message], int]]) -> None:
     _check_trimming(nb030, "generated", generated)

@@ -100,13 +100,15 @@ def test_every_sample_session_matches_the_policy(sample: list[Session]) -> None:
     assert_rows_match(frame[turns], by_key)
 
 
+@pytest.mark.sampled
 def test_agent_setting_every_turn_matches_the_policy(sample: list[Session]) -> None:
     frame = windows(sample, max_tokens=8000, include_timestamps=True, progress=False)
-    assert_rows_match(frame, {s.key: s for s in sample})
+    assert_rows_match(sample_rows(frame, share=0.3), {s.key: s for s in sample})
     assert frame["cut"].isin(["tokens", "count"]).any()
 
 
-@settings(max_examples=60)
+@pytest.mark.sampled
+@settings(max_examples=examples(60, 20))
 @given(sessions())
 def test_generated_sessions_match_the_policy(session: Session) -> None:
     grid = GRID | {"max_messages": [0, 2, 5]}

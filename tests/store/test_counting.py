@@ -9,8 +9,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from sampling import examples
 from strategies import messages
 
 from sessionkit.nanobot.policies import get_policy
@@ -246,7 +247,9 @@ NON_STRING_TEXT = {
 }
 
 
+@pytest.mark.sampled
 @pytest.mark.parametrize("policy", RELEASES)
+@settings(max_examples=examples(150, 50))
 @given(st.lists(messages(), max_size=12))
 def test_count_tokens_equals_each_releases_estimate(
     policy: str, batch: list[dict[str, Any]]
