@@ -274,7 +274,8 @@ def _interpreters(policy: str | Sequence[str] | None, nanobot: Any) -> dict[str,
     """The interpreter of each release the rows may need, found here: ``nanobot`` (one, or
     a mapping by version) where it holds the release, else where :func:`find_release`
     looks; one that does not hold it is passed on as given (so every worker says so too)."""
-    names = [policy] if isinstance(policy, str) else list(policy or POLICIES)
+    requested = policy  # release names, not release objects
+    names = [requested] if isinstance(requested, str) else list(requested or POLICIES)
     found = {}
     for version in sorted({get_policy(name).version for name in names} - {""}):
         chosen = nanobot.get(version) if isinstance(nanobot, Mapping) else nanobot

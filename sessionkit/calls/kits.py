@@ -179,9 +179,11 @@ def _changed_at(raw: Mapping[str, Any], times: Mapping[str, float]) -> float:
     """Newest modification time of the files the kit's prompt holds: the bootstrap files its
     parts name, the long-term memory file and the workspace's skills (the summary journal and
     cursors under ``memory/`` change with every summary but are not the prompt)."""
-    named = [p["part"] for p in raw["system"]]
-    named += [f["part"] for p in raw["system"] for f in p.get("files") or ()]
-    read = {name.split(":", 1)[1] for name in named if name.startswith("bootstrap:")}
+    read = {p["part"].split(":", 1)[1] for p in raw["system"] if p["part"].startswith("bootstrap:")}
+    for part in raw["system"]:
+        for entry in part.get("files") or ():  # a file name, or a {"part": "bootstrap:<name>"}
+            name = entry if isinstance(entry, str) else str(entry.get("part", ""))
+            read.add(name.removeprefix("bootstrap:"))
     read.add(_MEMORY_FILE)
     return max(
         (t for name, t in times.items() if name in read or name.startswith("skills/")),
