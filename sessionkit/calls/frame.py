@@ -10,9 +10,6 @@ windows frame: no request is rebuilt per row.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -22,13 +19,9 @@ from typing import Any, Unpack
 import numpy as np
 import pandas as pd
 
-from sessionkit.calls.assembly import config_of, count_text, kit_of, workspace_of
-from sessionkit.calls.installs import ReleaseNotInstalled, find_release
-from sessionkit.calls.kits import kit_for
+from sessionkit.calls.storekits import Interpreter, StoreKits
 from sessionkit.calls.turns import Item, SessionCalls, all_calls
-from sessionkit.nanobot.kit import Kit
 from sessionkit.nanobot.policies import get_policy
-from sessionkit.nanobot.release import ReplayPolicy
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings, SettingsOverrides
 from sessionkit.schema import REQUESTS, frame
@@ -36,8 +29,6 @@ from sessionkit.simulate.windowing import windows
 from sessionkit.store.corpus import Corpus
 
 __all__ = ["requests"]
-
-Interpreter = str | os.PathLike[str]
 
 _SETTING_COLUMNS = [
     "max_messages",
@@ -49,102 +40,6 @@ _SETTING_COLUMNS = [
     "context_window",
     "max_output",
 ]
-_SIZES: dict[str, tuple[int, int, bool]] = {}
-"""System prompt tokens, tool tokens and whether a system part is inferred, by kit digest."""
-
-
-def _kit_sizes(release: ReplayPolicy, kit: Kit) -> tuple[str, tuple[int, int, bool]]:
-    """The kit's digest (its whole content) and its sizes, counted once per digest."""
-    text = json.dumps([release.name, kit.raw], sort_keys=True, ensure_ascii=False)
-    digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
-    if digest not in _SIZES:
-        system = count_text(kit.system_text) if kit.system_text else 0
-        tools = release.estimate_request([], [dict(t) for t in kit.tools], count_text)
-        _SIZES[digest] = (system, tools if kit.tools else 0, any(p[2] for p in kit.system))
-    return digest, _SIZES[digest]
-
-
-class _Kits:
-    """The kit of each session, asked once per release, workspace, config and channel; a
-    release that is not installed or a session without a workspace warns once."""
-
-    def __init__(
-        self,
-        workspace: Path | None,
-        config: Path | None,
-        nanobot: Interpreter | Mapping[str, Interpreter] | None,
-        runtime: Mapping[str, Any] | None,
-    ) -> None:
-        self.workspace, self.config, self.nanobot, self.runtime = (
-            workspace,
-            config,
-            nanobot,
-            runtime,
-        )
-        self.pythons: dict[str, Path | None] = {}
-        self.places: dict[Any, tuple[Path | None, Path | None]] = {}
-        self.kits: dict[tuple[Any, ...], tuple[Kit, str, tuple[int, int, bool]]] = {}
-        self.warnings: dict[str, str] = {}
-        """What to warn about, once each: a release not installed, a session without a kit."""
-
-    def _warn(self, what: str, message: str) -> None:
-        self.warnings.setdefault(what, f"sessionkit.requests: {message}")
-
-    def _python(self, version: str) -> Path | None:
-        if version not in self.pythons:
-            chosen = self.nanobot
-            if isinstance(chosen, Mapping):
-                chosen = chosen.get(version)
-            try:
-                self.pythons[version] = find_release(version, chosen)
-            except ReleaseNotInstalled as exc:
-                self.pythons[version] = None
-                self._warn(version, f"{exc}; system prompt and tools are left empty")
-        return self.pythons[version]
-
-    def _place(self, session: Session) -> tuple[Path | None, Path | None]:
-        """The session's workspace and config file (found once per session file)."""
-        where = session.path
-        if where not in self.places:
-            root = self.workspace if self.workspace is not None else workspace_of(session)
-            config = self.config
-            if root is not None and config is None:
-                config = config_of(root, session)
-            self.places[where] = root, config
-        return self.places[where]
-
-    def of(
-        self, release: ReplayPolicy, session: Session
-    ) -> tuple[Kit | None, str | None, tuple[int, int, bool]]:
-        """The session's kit, its digest and sizes (None, None, zeros without one)."""
-        python = self._python(release.version)
-        if python is None:
-            return None, None, (0, 0, False)
-        root, config = self._place(session)
-        if root is None:
-            try:
-                kit_of(release, session, None, None, python, self.runtime)
-            except ValueError as exc:  # no workspace: the release's own explanation
-                self._warn(session.key, str(exc))
-            return None, None, (0, 0, False)
-        channel = release.channel(session.key)
-        key = (release.version, release.probe, python, root, config, channel)
-        if key not in self.kits:
-            try:
-                kit = kit_for(
-                    release.version,
-                    release.probe,
-                    python,
-                    root,
-                    config=config,
-                    channel=channel,
-                    runtime=self.runtime,
-                )
-            except ValueError as exc:
-                self._warn(session.key, str(exc))
-                return None, None, (0, 0, False)
-            self.kits[key] = (kit, *_kit_sizes(release, kit))
-        return self.kits[key]
 
 
 def requests(
@@ -186,7 +81,7 @@ def requests(
         progress=progress,
         **overrides,
     )
-    kits = _Kits(
+    kits = StoreKits(
         Path(workspace) if workspace is not None else None,
         Path(config) if config is not None else None,
         nanobot,
@@ -266,7 +161,7 @@ class _Stack:
 def _rows(
     w: pd.DataFrame,
     by_key: Mapping[str, Session],
-    kits: _Kits,
+    kits: StoreKits,
     block: int | None,
     workers: int | None,
     progress: bool | None,
