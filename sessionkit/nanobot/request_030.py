@@ -28,6 +28,7 @@ from hashlib import sha1
 from pathlib import Path, PurePath
 from typing import Any
 
+from sessionkit.nanobot import tokens
 from sessionkit.nanobot.history import RUNTIME_CONTEXT_KEY, find_legal_message_start
 from sessionkit.nanobot.history import public_message as public_user_message
 
@@ -575,31 +576,9 @@ def _within(settings: LoopSettings, messages: list[Message], budget: int) -> tup
 
 def _message_tokens(message: Mapping[str, Any], count: Count) -> int:
     """0.3.0's per-message estimate: content (other blocks as JSON), name, tool call id, tool
-    calls, reasoning, joined by newlines; tokens + 4, or UTF-8 bytes + 4 when counting fails."""
-    parts: list[Any] = []
-    content = message.get("content")
-    if isinstance(content, str):
-        parts.append(content)
-    elif isinstance(content, list):
-        for block in content:
-            if isinstance(block, dict) and block.get("type") == "text":
-                text = block.get("text", "")
-                if text:
-                    parts.append(text)
-            else:
-                parts.append(json.dumps(block, ensure_ascii=False))
-    elif content is not None:
-        parts.append(json.dumps(content, ensure_ascii=False))
-    for key in ("name", "tool_call_id"):
-        value = message.get(key)
-        if isinstance(value, str) and value:
-            parts.append(value)
-    if message.get("tool_calls"):
-        parts.append(json.dumps(message["tool_calls"], ensure_ascii=False))
-    reasoning = message.get("reasoning_content")
-    if isinstance(reasoning, str) and reasoning:
-        parts.append(reasoning)
-    payload = "\n".join(parts)
+    calls, reasoning, joined by newlines (:func:`tokens.message_payload`); tokens + 4, or UTF-8
+    bytes + 4 when counting fails."""
+    payload = tokens.message_payload(dict(message))
     if not payload:
         return _MESSAGE_FRAMING
     try:
