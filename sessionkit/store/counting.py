@@ -320,10 +320,10 @@ def _digest(text: str) -> int:
     return int.from_bytes(blake2b(raw, digest_size=8).digest(), "little")
 
 
-def _message_keys(
-    messages: Sequence[dict[str, Any]], policy: str = DEFAULT_POLICY
-) -> list[int | None]:
-    """Cache keys of many messages, from the fields their payloads are built from.
+def _message_keys(messages: Sequence[dict[str, Any]], policy: str) -> list[int | None]:
+    """Cache keys of many messages under release ``policy`` (its name: every key hashes the
+    release in, so each caller names the one whose counts it keys), from the fields their
+    payloads are built from.
 
     A key is a stable 64-bit BLAKE2 digest of (release, content, tool calls, name,
     tool_call_id, reasoning), the same in every process: non-string content as

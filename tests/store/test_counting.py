@@ -21,6 +21,8 @@ from sessionkit.store.cachedir import write_ipc
 from sessionkit.store.counting import TokenCache, count_tokens
 from sessionkit.store.integrity import SEAL, read_sealed
 
+RELEASE = "nanobot-0.2"
+"""The release whose cache keys the key tests make."""
 TOOL_CALLS = [
     {
         "id": "c1",
@@ -151,7 +153,7 @@ def test_equal_payloads_in_one_batch_are_tokenized_once(encoded: list[str]) -> N
     ],
 )
 def test_different_payloads_get_different_keys(one: dict[str, Any], other: dict[str, Any]) -> None:
-    first, second = counting._message_keys([one, other])
+    first, second = counting._message_keys([one, other], RELEASE)
     assert first is not None and second is not None and first != second
 
 
@@ -165,7 +167,7 @@ def test_different_payloads_get_different_keys(one: dict[str, Any], other: dict[
     ],
 )
 def test_fields_without_faithful_json_get_no_key(message: dict[str, Any]) -> None:
-    assert counting._message_keys([{"content": "ok"}, message])[1] is None
+    assert counting._message_keys([{"content": "ok"}, message], RELEASE)[1] is None
 
 
 def test_equal_fields_get_equal_keys_and_non_strings_count_as_absent() -> None:
@@ -174,7 +176,8 @@ def test_equal_fields_get_equal_keys_and_non_strings_count_as_absent() -> None:
             {"role": "user", "content": "x", "name": 3, "reasoning_content": None},
             {"role": "assistant", "content": "x", "tool_calls": []},
             {"content": "x", "tool_call_id": ["id"]},
-        ]
+        ],
+        RELEASE,
     )
     assert len(set(keys)) == 1 and keys[0] is not None
 
@@ -197,7 +200,7 @@ def test_parallel_path_equals_single_path(monkeypatch: pytest.MonkeyPatch) -> No
     assert pools == [2]
     cache = TokenCache()
     assert count_tokens(messages, cache=cache, workers=2) == single
-    assert len(cache) == len(set(counting._message_keys(messages))) == 47
+    assert len(cache) == len(set(counting._message_keys(messages, RELEASE))) == 47
     assert count_tokens(messages, cache=cache, workers=1) == single
     assert single == [estimate_message_tokens(m) for m in messages]
 
