@@ -3,7 +3,7 @@ tool definitions and the texts and limits its request clean-up uses, as the rele
 
 Runs inside the release's interpreter (``python -I probe_030.py``): a JSON request on stdin
 (``workspace``, ``config``, ``channel``, ``runtime`` overrides, optional ``project``), the kit
-as JSON on stdout.  It imports only the standard library and nanobot (never sessionkit), builds
+as JSON on stdout.  It imports only the standard library, nanobot and its sibling probing.py (never sessionkit), builds
 the agent loop the way ``nanobot agent`` composes it (config, provider, cron service, tool
 registry) with a provider it never calls, and asks the loop's own ``ContextBuilder`` and
 ``ToolRegistry``.  Folders the release creates while being built (the workspace's ``memory/``)
@@ -20,23 +20,24 @@ config selects).
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import platform
-import shutil
 import sys
-import tempfile
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-SENTINEL = "\u0000SK:{}\u0000"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # isolated mode: find probing.py
+from probing import (  # noqa: E402
+    SENTINEL,
+    ProbeError,
+    apply_runtime,
+    bootstrap_files,
+    captured_parts,
+    no_new_folders,
+    serve,
+)
+
 RELEASE = "0.3.0"
-
-
-class ProbeError(RuntimeError):
-    """The release's prompt could not be split or checked as this probe expects."""
 
 
 class _Moment:
@@ -44,42 +45,6 @@ class _Moment:
 
     def isoformat(self) -> str:
         return SENTINEL.format("last_active")
-
-
-@contextlib.contextmanager
-def _no_new_folders() -> Iterator[None]:
-    """Remove again, when empty, every folder created while the release was being built."""
-    created: list[str] = []
-    original = os.mkdir
-
-    def recording_mkdir(path: Any, mode: int = 0o777, *, dir_fd: int | None = None) -> None:
-        original(path, mode, dir_fd=dir_fd)
-        if dir_fd is None:
-            created.append(os.path.abspath(os.fspath(path)))
-
-    os.mkdir = recording_mkdir  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        os.mkdir = original
-        for folder in sorted(created, key=len, reverse=True):
-            with contextlib.suppress(OSError):
-                os.rmdir(folder)
-
-
-def _apply_runtime(runtime: dict[str, Any]) -> None:
-    """Make this process report the overridden facts the release writes into its prompt."""
-    for name in ("system", "machine", "python_version"):
-        if name in runtime:
-            value = str(runtime[name])
-            setattr(platform, name, lambda value=value: value)
-    if "path" in runtime:
-        os.environ["PATH"] = str(runtime["path"])
-    for name, value in (runtime.get("env") or {}).items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = str(value)
 
 
 def _config(path: str | None, workspace: Path) -> Any:
@@ -128,42 +93,6 @@ def _agent(config: Any, scratch: Path) -> tuple[Any, Any]:
     return agent, snapshot
 
 
-def _captured_parts(build: Callable[[], str], code: Any) -> tuple[str, list[str]]:
-    """What ``build`` returned and the ``parts`` list ``code`` held when it returned."""
-    seen: list[list[str]] = []
-
-    def profile(frame: Any, event: str, _arg: Any) -> None:
-        if event == "return" and frame.f_code is code:
-            seen.append(list(frame.f_locals["parts"]))
-
-    previous = sys.getprofile()
-    sys.setprofile(profile)
-    try:
-        text = build()
-    finally:
-        sys.setprofile(previous)
-    if len(seen) != 1:
-        raise ProbeError(f"expected one parts list from {code.co_name}, saw {len(seen)}")
-    return text, seen[0]
-
-
-def _bootstrap_files(context: Any, root: Path, text: str) -> list[dict[str, str]]:
-    """The bootstrap section's files in order, each as the release rendered it."""
-    method = context._load_bootstrap_files
-    _, files = _captured_parts(lambda: method(root), method.__code__)
-    names = list(context.BOOTSTRAP_FILES)
-    out = []
-    for rendered in files:
-        while names and not rendered.startswith(f"## {names[0]}\n\n"):
-            names.pop(0)
-        if not names:
-            raise ProbeError("a bootstrap file's section names no bootstrap file")
-        out.append({"part": f"bootstrap:{names.pop(0)}", "text": rendered})
-    if "\n\n".join(f["text"] for f in out) != text:
-        raise ProbeError("the bootstrap files do not join to the bootstrap section")
-    return out
-
-
 def _parts(context: Any, channel: str | None, root: Path) -> list[dict[str, Any]]:
     """The prompt's parts, each rendered by the release's own builder, in its order."""
     from nanobot.utils.prompt_templates import render_template
@@ -182,7 +111,7 @@ def _parts(context: Any, channel: str | None, root: Path) -> list[dict[str, Any]
                 "part": "bootstrap",
                 "text": bootstrap,
                 "inferred": False,
-                "files": _bootstrap_files(context, root, bootstrap),
+                "files": bootstrap_files(context, root, bootstrap),
                 "separator": "\n\n",
             }
         )
@@ -217,7 +146,7 @@ def _system(agent: Any, config: Any, channel: str | None, root: Path) -> dict[st
     per-session recent-history parts."""
     context = agent.context
     method = context.build_system_prompt
-    text, built = _captured_parts(
+    text, built = captured_parts(
         lambda: method(channel=channel, workspace=root, include_memory_recent_history=False),
         method.__code__,
     )
@@ -225,7 +154,7 @@ def _system(agent: Any, config: Any, channel: str | None, root: Path) -> dict[st
     if [p["text"] for p in parts] != built:
         raise ProbeError(f"expected parts {[p['part'] for p in parts]}, the release built others")
     summary = agent.auto_compact._format_summary(SENTINEL.format("text"), _Moment())
-    summarised, with_summary = _captured_parts(
+    summarised, with_summary = captured_parts(
         lambda: method(
             channel=channel,
             workspace=root,
@@ -365,7 +294,7 @@ def build_kit(request: dict[str, Any], scratch: Path) -> dict[str, Any]:
     from importlib.metadata import version
 
     workspace = Path(request["workspace"])
-    _apply_runtime(dict(request.get("runtime") or {}))
+    apply_runtime(dict(request.get("runtime") or {}))
     config = _config(request.get("config"), workspace)
     agent, snapshot = _agent(config, scratch)
     channel = request.get("channel")
@@ -396,28 +325,14 @@ def build_kit(request: dict[str, Any], scratch: Path) -> dict[str, Any]:
     return kit
 
 
-def main() -> None:
-    request = json.loads(sys.stdin.read())
-    stdout = sys.stdout
-    sys.stdout = sys.stderr  # whatever the release prints must not corrupt the JSON reply
-    scratch = Path(tempfile.mkdtemp(prefix="sk-probe-"))
-    try:
-        from loguru import logger
+def _answer(request: dict[str, Any], scratch: Path) -> dict[str, Any]:
+    """The kit, built with the release's log output silenced and no folder left behind."""
+    from loguru import logger
 
-        logger.remove()
-        with _no_new_folders():
-            kit = build_kit(request, scratch)
-    except ProbeError as exc:
-        sys.stderr.write(f"probe_030: {exc}\n")
-        raise SystemExit(2) from None
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-        sys.stdout = stdout
-    if kit["nanobot"] != RELEASE:
-        sys.stderr.write(f"probe_030: this is nanobot {kit['nanobot']}, not {RELEASE}\n")
-        raise SystemExit(2)
-    sys.stdout.write(json.dumps(kit))
+    logger.remove()
+    with no_new_folders():
+        return build_kit(request, scratch)
 
 
 if __name__ == "__main__":
-    main()
+    serve("probe_030", RELEASE, _answer)

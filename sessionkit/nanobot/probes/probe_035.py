@@ -3,7 +3,7 @@ tool definitions and the texts its request clean-up inserts, as the release itse
 
 Runs inside the release's interpreter (``python -I probe_035.py``): a JSON request on stdin
 (``workspace``, ``config``, ``channel``, ``runtime`` overrides, optional ``project``), the kit
-as JSON on stdout.  It imports only the standard library and nanobot (never sessionkit), builds
+as JSON on stdout.  It imports only the standard library, nanobot and its sibling probing.py (never sessionkit), builds
 the agent loop the way 0.3.5's gateway composes it (config, provider snapshot, cron service,
 trigger store, tool registry) with a provider it never calls, and asks the loop's own
 ``ContextBuilder`` and ``ToolRegistry``.  Folders the release creates while being built (the
@@ -14,59 +14,25 @@ it.  On any mismatch between the parts and the prompt it exits non-zero with a m
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import platform
-import shutil
 import sys
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-SENTINEL = "\u0000SK:{}\u0000"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # isolated mode: find probing.py
+from probing import (  # noqa: E402
+    SENTINEL,
+    ProbeError,
+    apply_runtime,
+    bootstrap_files,
+    captured_parts,
+    no_new_folders,
+    serve,
+)
+
 RELEASE = "0.3.5"
-
-
-class ProbeError(RuntimeError):
-    """The release's prompt could not be split or checked as this probe expects."""
-
-
-@contextlib.contextmanager
-def _no_new_folders() -> Iterator[None]:
-    """Remove again, when empty, every folder created while the release was being built."""
-    created: list[str] = []
-    original = os.mkdir
-
-    def recording_mkdir(path: Any, mode: int = 0o777, *, dir_fd: int | None = None) -> None:
-        original(path, mode, dir_fd=dir_fd)
-        if dir_fd is None:
-            created.append(os.path.abspath(os.fspath(path)))
-
-    os.mkdir = recording_mkdir  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        os.mkdir = original
-        for folder in sorted(created, key=len, reverse=True):
-            with contextlib.suppress(OSError):
-                os.rmdir(folder)
-
-
-def _apply_runtime(runtime: dict[str, Any]) -> None:
-    """Make this process report the overridden facts the release writes into its prompt."""
-    for name in ("system", "machine", "python_version"):
-        if name in runtime:
-            value = str(runtime[name])
-            setattr(platform, name, lambda value=value: value)
-    if "path" in runtime:
-        os.environ["PATH"] = str(runtime["path"])
-    for name, value in (runtime.get("env") or {}).items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = str(value)
 
 
 def _config(path: str | None, workspace: Path, runtime: dict[str, Any]) -> Any:
@@ -143,43 +109,6 @@ def _agent(config: Any, workspace: Path, scratch: Path) -> tuple[Any, Any]:
     return agent, mcp
 
 
-def _captured_parts(build: Callable[[], str], code: Any) -> tuple[str, list[str]]:
-    """What ``build`` returned and the ``parts`` list ``code`` held when it returned."""
-    seen: list[list[str]] = []
-
-    def profile(frame: Any, event: str, _arg: Any) -> None:
-        if event == "return" and frame.f_code is code:
-            seen.append(list(frame.f_locals["parts"]))
-
-    previous = sys.getprofile()
-    sys.setprofile(profile)
-    try:
-        text = build()
-    finally:
-        sys.setprofile(previous)
-    if len(seen) != 1:
-        raise ProbeError(f"expected one parts list from {code.co_name}, saw {len(seen)}")
-    return text, seen[0]
-
-
-def _bootstrap_files(context: Any, root: Path, text: str) -> list[dict[str, str]]:
-    """The bootstrap section's files in order, each as the release rendered it."""
-    _, files = _captured_parts(
-        lambda: context._load_bootstrap_files(root), context._load_bootstrap_files.__code__
-    )
-    names = list(context.BOOTSTRAP_FILES)
-    out = []
-    for rendered in files:
-        while names and not rendered.startswith(f"## {names[0]}\n\n"):
-            names.pop(0)
-        if not names:
-            raise ProbeError("a bootstrap file's section names no bootstrap file")
-        out.append({"part": f"bootstrap:{names.pop(0)}", "text": rendered})
-    if "\n\n".join(f["text"] for f in out) != text:
-        raise ProbeError("the bootstrap files do not join to the bootstrap section")
-    return out
-
-
 def _labels(context: Any, root: Path, workspace: Path) -> list[tuple[str, bool]]:
     """(name, inferred) of each part 0.3.5 puts in this workspace's prompt, in its order."""
     labels = [("identity", True)]
@@ -204,7 +133,7 @@ def _system(context: Any, channel: str | None, root: Path, workspace: Path) -> d
     from nanobot.utils.prompt_templates import render_template
 
     code = context.build_system_prompt.__code__
-    text, parts = _captured_parts(
+    text, parts = captured_parts(
         lambda: context.build_system_prompt(channel=channel, workspace=root), code
     )
     labels = _labels(context, root, workspace)
@@ -221,11 +150,11 @@ def _system(context: Any, channel: str | None, root: Path, workspace: Path) -> d
             raise ProbeError(f"the {name} part is not what the release renders for it")
         entry: dict[str, Any] = {"part": name, "text": part, "inferred": inferred}
         if name == "bootstrap":
-            entry["files"] = _bootstrap_files(context, root, part)
+            entry["files"] = bootstrap_files(context, root, part)
             entry["separator"] = "\n\n"
         system.append(entry)
     summary = {"text": SENTINEL.format("text"), "last_active": SENTINEL.format("last_active")}
-    summarised, with_summary = _captured_parts(
+    summarised, with_summary = captured_parts(
         lambda: context.build_system_prompt(
             channel=channel, workspace=root, session_summary=summary
         ),
@@ -316,7 +245,7 @@ def build_kit(request: dict[str, Any], scratch: Path) -> dict[str, Any]:
 
     workspace = Path(request["workspace"])
     runtime = dict(request.get("runtime") or {})
-    _apply_runtime(runtime)
+    apply_runtime(runtime)
     config = _config(request.get("config"), workspace, runtime)
     agent, mcp = _agent(config, workspace, scratch)
     root = Path(request.get("project") or workspace)
@@ -340,25 +269,11 @@ def build_kit(request: dict[str, Any], scratch: Path) -> dict[str, Any]:
     return kit
 
 
-def main() -> None:
-    request = json.loads(sys.stdin.read())
-    stdout = sys.stdout
-    sys.stdout = sys.stderr  # whatever the release prints must not corrupt the JSON reply
-    scratch = Path(tempfile.mkdtemp(prefix="sk-probe-"))
-    try:
-        with _no_new_folders():
-            kit = build_kit(request, scratch)
-    except ProbeError as exc:
-        sys.stderr.write(f"probe_035: {exc}\n")
-        raise SystemExit(2) from None
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-        sys.stdout = stdout
-    if kit["nanobot"] != RELEASE:
-        sys.stderr.write(f"probe_035: this is nanobot {kit['nanobot']}, not {RELEASE}\n")
-        raise SystemExit(2)
-    sys.stdout.write(json.dumps(kit))
+def _answer(request: dict[str, Any], scratch: Path) -> dict[str, Any]:
+    """The kit, built with no folder left behind."""
+    with no_new_folders():
+        return build_kit(request, scratch)
 
 
 if __name__ == "__main__":
-    main()
+    serve("probe_035", RELEASE, _answer)

@@ -2,7 +2,7 @@
 
 Runs inside the release's interpreter (``python -I probe_035_governor.py``): stdin ``{}``,
 stdout ``{"nanobot": version, "archive": {"role": "user", "content": text}}``.  It imports only
-the standard library and nanobot (never sessionkit) and asks the release's own
+the standard library, nanobot and its sibling probing.py (never sessionkit) and asks the release's own
 ``MemoryArchiver.archive`` for the request it sends, with a provider that records the call and
 answers "nothing to keep" (so nothing is written), in a scratch workspace removed afterwards.
 The probe checks what the summary request is made of: the accepted messages as given, then
@@ -13,20 +13,17 @@ on how many messages are archived.  On any other shape it exits non-zero with a 
 from __future__ import annotations
 
 import asyncio
-import json
-import shutil
+import os
 import sys
-import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # isolated mode: find probing.py
+from probing import ProbeError, serve  # noqa: E402
+
 RELEASE = "0.3.5"
 _TOOLS = [{"type": "function", "function": {"name": "probe", "parameters": {"type": "object"}}}]
-
-
-class ProbeError(RuntimeError):
-    """The summary request did not have the shape this probe expects."""
 
 
 class _Recorder:
@@ -78,31 +75,15 @@ def _archive_request(scratch: Path, archived: int) -> dict[str, Any]:
     return instruction
 
 
-def main() -> None:
+def _answer(_request: dict[str, Any], scratch: Path) -> dict[str, Any]:
+    """The release's version and its archive instruction, checked not to depend on the count."""
     from importlib.metadata import version
 
-    json.loads(sys.stdin.read() or "{}")
-    stdout = sys.stdout
-    sys.stdout = sys.stderr  # whatever the release prints must not corrupt the JSON reply
-    scratch = Path(tempfile.mkdtemp(prefix="sk-probe-"))
-    try:
-        one, several = _archive_request(scratch, 1), _archive_request(scratch, 3)
-        if one != several:
-            raise ProbeError("the archive instruction depends on the number of messages")
-        answer = {"nanobot": version("nanobot-ai"), "archive": one}
-    except ProbeError as exc:
-        sys.stderr.write(f"probe_035_governor: {exc}\n")
-        raise SystemExit(2) from None
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-        sys.stdout = stdout
-    if answer["nanobot"] != RELEASE:
-        sys.stderr.write(
-            f"probe_035_governor: this is nanobot {answer['nanobot']}, not {RELEASE}\n"
-        )
-        raise SystemExit(2)
-    sys.stdout.write(json.dumps(answer))
+    one, several = _archive_request(scratch, 1), _archive_request(scratch, 3)
+    if one != several:
+        raise ProbeError("the archive instruction depends on the number of messages")
+    return {"nanobot": version("nanobot-ai"), "archive": one}
 
 
 if __name__ == "__main__":
-    main()
+    serve("probe_035_governor", RELEASE, _answer)
