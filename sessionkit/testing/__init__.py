@@ -2,6 +2,9 @@
 
 - :mod:`~sessionkit.testing.snapshots`: pin a DataFrame in a small CSV or JSON file beside the
   notebook and compare it cell by cell on rerun (:func:`assert_frame_snapshot`).
+- :mod:`~sessionkit.testing.request_snapshots`: pin each LLM call's size and cost under a
+  history policy in a JSON file; fail when calls grow or get dearer beyond a tolerance
+  (:func:`assert_requests_snapshot`, :func:`requests_data`).
 - :mod:`~sessionkit.testing.figures`: the data a figure draws, as a frame to snapshot
   (:func:`figure_data`, :func:`assert_figure_snapshot`).
 - :mod:`~sessionkit.testing.invariants`: properties every history window of nanobot 0.2.2's
@@ -14,6 +17,7 @@ from sessionkit.testing.invariants import (
     assert_window_invariants,
     check_window_invariants,
 )
+from sessionkit.testing.request_snapshots import assert_requests_snapshot, requests_data
 from sessionkit.testing.snapshots import (
     FLOAT_DIGITS,
     UPDATE_ENV,
@@ -30,7 +34,9 @@ __all__ = [
     "SnapshotMismatch",
     "assert_figure_snapshot",
     "assert_frame_snapshot",
+    "assert_requests_snapshot",
     "assert_window_invariants",
     "check_window_invariants",
     "figure_data",
+    "requests_data",
 ]
