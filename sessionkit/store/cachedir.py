@@ -161,7 +161,7 @@ def write_ipc(target: Path, schema: pa.Schema, parts: Iterable[pa.RecordBatch | 
             os.close(descriptor)
         with pa.OSFile(str(temp), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
             for part in parts:
-                writer.write(part.replace_schema_metadata(schema.metadata))
+                writer.write(part)  # the schema's metadata is written once, in the file's schema
         seal(temp)
         os.replace(temp, target)
     except BaseException:

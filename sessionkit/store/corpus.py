@@ -295,11 +295,10 @@ def load(
     identities = [file_identity(f) if index is not None else None for f in files]
     now = time.time_ns()
     if index is not None:
-        found, from_pack, stale = index.read_entries(store, files, identities)
+        counted = tokens == "tiktoken"
+        found, from_pack, stale = index.read_entries(store, files, identities, counted=counted)
     else:
         found, from_pack, stale = [None] * len(files), 0, 0
-    if tokens == "tiktoken":
-        found = [e if e is None or e.meta["counted"] else None for e in found]
     problems: list[Problem] = []
     fresh: list[Session] = []
     where: list[int] = []

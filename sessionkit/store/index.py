@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, fields
 from datetime import datetime
 from functools import cached_property
@@ -115,11 +116,11 @@ class Item:
 
 
 def _write_pack(target: Path, items: list[Item], schema: pa.Schema) -> None:
-    """Write items as one Arrow IPC file (each item's record batches in turn, the rest in the
-    schema metadata), atomically.  Each item's values are kept as their own exact JSON text
+    """Write items as one Arrow IPC file (their rows in turn, small items joined into shared
+    record batches by :func:`_batches`; the rest in the schema metadata), atomically.  Each
+    item's values are kept as their own exact JSON text
     (:func:`~sessionkit.nanobot.jsontext.dumps_exact`): a session's metadata holding an
     integer past Python's int-string limit, or nested deep, is kept as it is."""
-    parts = [item.table.to_batches() for item in items]
     described = [
         {
             "path": item.path,
@@ -130,7 +131,39 @@ def _write_pack(target: Path, items: list[Item], schema: pa.Schema) -> None:
         for item in items
     ]
     stamped = schema.with_metadata({_KEY: json.dumps({"format": FORMAT, "items": described})})
-    write_ipc(target, stamped, (batch for batches in parts for batch in batches))
+    write_ipc(target, stamped, _batches(item.table for item in items))
+
+
+BATCH_ROWS = 1 << 12
+"""Rows from which items' rows are written as record batches of their own; smaller items
+share batches of about this many rows, so a pack's batches (and the work per batch to
+write, read and slice them) grow with its rows, not with its files, and joining them copies
+at most this many rows at a time."""
+
+
+def _batches(tables: Iterable[pa.Table]) -> Iterator[pa.Table]:
+    """The rows of ``tables`` in order: a table of at least :data:`BATCH_ROWS` rows as it
+    is, runs of smaller ones joined into one batch each."""
+    group: list[pa.Table] = []
+    rows = 0
+    for table in tables:
+        if table.num_rows >= BATCH_ROWS:
+            yield from _joined(group)
+            group, rows = [], 0
+            yield table
+            continue
+        group.append(table)
+        rows += table.num_rows
+        if rows >= BATCH_ROWS:
+            yield from _joined(group)
+            group, rows = [], 0
+    yield from _joined(group)
+
+
+def _joined(tables: list[pa.Table]) -> Iterator[pa.Table]:
+    """``tables`` as one table of one chunk per column (nothing for no tables)."""
+    if tables:
+        yield pa.concat_tables(tables).combine_chunks()
 
 
 def _read_pack(path: Path, schema: pa.Schema) -> tuple[pa.Table, dict[str, Item]]:
@@ -158,8 +191,12 @@ def _read_pack(path: Path, schema: pa.Schema) -> tuple[pa.Table, dict[str, Item]
 def _items(described: list[dict[str, Any]], table: pa.Table) -> dict[str, Item]:
     """A pack's items from its description, checked against its table: paths are strings,
     identities five integers, row counts non-negative and adding up to the table's (a pack
-    whose counts disagree is damaged: raises IntegrityError)."""
+    whose counts disagree is damaged: raises IntegrityError).  Each item's table is a view
+    of the record batches its rows lie in (one slice per batch: no work grows with the
+    pack's number of batches)."""
+    batches = table.to_batches()
     items, start = {}, 0
+    at, offset = 0, 0  # the batch the next item starts in, and its first row there
     for item in described:
         rows, path, identity = item["rows"], item["path"], item["identity"]
         if type(rows) is not int or rows < 0 or type(path) is not str:
@@ -167,7 +204,18 @@ def _items(described: list[dict[str, Any]], table: pa.Table) -> dict[str, Item]:
         if len(identity) != 5 or any(type(v) is not int for v in identity):
             raise IntegrityError("an item with a bad file identity")
         extra = _values(item["extra"])
-        items[path] = Item(path, Identity(*identity), extra, table.slice(start, rows), start)
+        pieces, needed = [], rows
+        while needed:
+            if at == len(batches):
+                raise IntegrityError(f"items hold more rows than the table's {table.num_rows}")
+            taken = min(needed, batches[at].num_rows - offset)
+            if taken:
+                pieces.append(batches[at].slice(offset, taken))
+            needed, offset = needed - taken, offset + taken
+            if offset == batches[at].num_rows:
+                at, offset = at + 1, 0
+        rows_table = pa.Table.from_batches(pieces, schema=table.schema)
+        items[path] = Item(path, Identity(*identity), extra, rows_table, start)
         start += rows
     if start != table.num_rows:
         raise IntegrityError(f"items hold {start} rows, the table {table.num_rows}")
@@ -215,15 +263,35 @@ class Index:
 
     def _own_path(self, store: str, file: Path | str) -> Path:
         """The small pack of one file of ``store`` changed since the store's pack was written."""
-        return self._pack_path("files", f"{store}-{name_digest(os.fsencode(file))}")
+        return self.folder / "files" / _own_name(store, file)
+
+    def _own_names(self, store: str) -> set[str]:
+        """The names of the own packs ``store`` has (one listing of the folder, so a file
+        without one costs no attempt to open it)."""
+        prefix = f"{store}-"
+        try:
+            found = os.scandir(self.folder / "files")
+        except OSError:
+            return set()
+        with found:
+            return {
+                e.name for e in found if e.name.startswith(prefix) and e.name.endswith(".arrow")
+            }
 
     def read_entries(
-        self, store: str, files: list[Path], identities: list[Identity | None]
+        self,
+        store: str,
+        files: list[Path],
+        identities: list[Identity | None],
+        *,
+        counted: bool = False,
     ) -> tuple[list[Entry | None], int, int]:
-        """Each file's entry valid for its identity (None: none), how many came from the
-        store's pack, and how many of that pack's items are for files gone or changed."""
+        """Each file's entry valid for its identity (None: none; with ``counted``, also
+        when its exact token counts were not made), how many came from the store's pack,
+        and how many of that pack's items are for files gone or changed."""
         pack_path = self._pack_path("stores", store)
         _, pack = _read_pack(pack_path, MESSAGE_TABLE)
+        own = self._own_names(store)
         found: list[Entry | None] = []
         from_pack = 0
         for file, identity in zip(files, identities, strict=True):
@@ -232,9 +300,14 @@ class Index:
             in_pack = item is not None and identity is not None and item.identity == identity
             source = pack_path
             if not in_pack and identity is not None:
-                source = self._own_path(store, file)
-                item = _read_pack(source, MESSAGE_TABLE)[1].get(key)
+                item = None
+                if own and (name := _own_name(store, key)) in own:
+                    source = self.folder / "files" / name
+                    item = _read_pack(source, MESSAGE_TABLE)[1].get(key)
             if item is None or identity is None or item.identity != identity:
+                found.append(None)
+                continue
+            if counted and item.extra.get("counted") is not True:
                 found.append(None)
                 continue
             try:
@@ -265,15 +338,12 @@ class Index:
         for one of ``files`` whose entries no longer match their files (another load of
         the same folders may have left valid ones).  Returns how many were removed."""
         folder = self.folder / "files"
-        wanted = {self._own_path(store, f).name for f in files}
-        try:
-            names = [e.name for e in os.scandir(folder)]
-        except OSError:
+        names = self._own_names(store)
+        if not names:
             return 0
+        wanted = {_own_name(store, f) for f in files}
         removed = 0
-        for name in names:
-            if not name.startswith(f"{store}-") or not name.endswith(".arrow") or name in wanted:
-                continue
+        for name in sorted(names - wanted):
             _, items = _read_pack(folder / name, MESSAGE_TABLE)
             if items and all(file_identity(Path(i.path)) == i.identity for i in items.values()):
                 continue
@@ -351,6 +421,11 @@ class Index:
 
     def _replay_path(self, store: str, name: str) -> Path:
         return self._pack_path("replays", f"{store}-{name_digest(name.encode())}")
+
+
+def _own_name(store: str, file: Path | str) -> str:
+    """The file name of the own pack of ``file`` of ``store`` (see :meth:`Index._own_path`)."""
+    return f"{store}-{name_digest(os.fsencode(file))}.arrow"
 
 
 def _stale(pack: dict[str, Item], files: list[Path], from_pack: int) -> int:

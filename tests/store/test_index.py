@@ -14,12 +14,14 @@ from decimal import Decimal
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 import sessionkit
 import sessionkit.simulate.replay
 import sessionkit.store.corpus
 import sessionkit.store.index
+import sessionkit.store.integrity
 from sessionkit import load
 from sessionkit.store.index import IndexedSession, SessionChangedError
 
@@ -270,6 +272,100 @@ def test_a_big_store_is_kept_as_one_pack_and_changes_beside_it(
     _assert_same(load(folder), corpus)
     assert reads == []
     _assert_same(corpus, load(folder, cache=False))
+
+
+def _small_files(folder: Path) -> Path:
+    """A store of :data:`PACK_MIN` files of 1, 2, 3, 1, 2, 3, ... messages, named in order."""
+    folder.mkdir()
+    for n in range(sessionkit.store.corpus.PACK_MIN):
+        _write(folder / f"s_{n:02}.jsonl", f"s:{n}", MESSAGES[: 1 + n % 3])
+    return folder
+
+
+def _batches(cache: Path) -> list[int]:
+    """The rows of each record batch of the store's pack."""
+    (pack,) = cache.glob("index-*/stores/*.arrow")
+    body = sessionkit.store.integrity.open_sealed(pack)[0]
+    reader = pa.ipc.open_file(body)
+    return [reader.get_batch(i).num_rows for i in range(reader.num_record_batches)]
+
+
+def test_small_files_share_record_batches_and_read_back_exactly(
+    tmp_path: Path, cache: Path, reads, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows of files smaller than ``BATCH_ROWS`` share batches (1 + 2 + 3 rows reach 4),
+    so a pack's batches grow with its rows, not with its files; each entry reads back."""
+    monkeypatch.setattr(sessionkit.store.index, "BATCH_ROWS", 4)
+    folder = _small_files(tmp_path / "small")
+    cold = load(folder)
+    assert _batches(cache) == [6] * 10 + [3]
+    reads.clear()
+    warm = load(folder)
+    assert reads == []
+    _assert_same(warm, cold)
+    _assert_same(warm, load(folder, cache=False))
+
+
+def test_an_entry_whose_rows_span_batches_reads_back_exactly(tmp_path: Path) -> None:
+    """A pack item whose rows lie in several batches (a table written as it is, in its
+    chunks) and items sharing one batch each read back as their own rows."""
+    pack = tmp_path / "pack.arrow"
+    schema = pa.schema([("n", pa.int64())])
+    tables = [
+        pa.concat_tables([pa.table({"n": range(k, k + 3)}) for k in range(0, 9000, 3)]),
+        pa.table({"n": [-1]}),
+        pa.table({"n": [-2, -3]}),
+    ]
+    who = sessionkit.store.index.Identity(1, 2, 3, 4, 5)
+    items = [sessionkit.store.index.Item(f"f{n}", who, {"n": n}, t) for n, t in enumerate(tables)]
+    sessionkit.store.index._write_pack(pack, items, schema)
+    table, found = sessionkit.store.index._read_pack(pack, schema)
+    assert table.num_rows == 9003
+    assert [found[f"f{n}"].table.column("n").to_pylist() for n in range(3)] == [
+        list(range(9000)),
+        [-1],
+        [-2, -3],
+    ]
+    assert [found[f"f{n}"].start for n in range(3)] == [0, 9000, 9001]
+    assert [found[f"f{n}"].extra for n in range(3)] == [{"n": 0}, {"n": 1}, {"n": 2}]
+
+
+def test_a_store_indexed_without_tokens_is_packed_again_with_them(
+    tmp_path: Path, cache: Path, reads
+) -> None:
+    """Entries kept without exact counts are read again when counts are asked for, and
+    the store's pack is rewritten whole (not one small pack per file)."""
+    folder = _small_files(tmp_path / "small")
+    load(folder, tokens=None)
+    reads.clear()
+    counted = load(folder)
+    assert len(reads) == sessionkit.store.corpus.PACK_MIN
+    assert [p.parent.name for p in cache.glob("index-*/*/*.arrow")] == ["stores"]
+    reads.clear()
+    _assert_same(load(folder), counted)
+    assert reads == []
+
+
+def test_files_without_a_pack_of_their_own_cost_no_attempt_to_open_one(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened: list[str] = []
+    real = sessionkit.store.index._read_pack
+
+    def counted(path: Path, schema: pa.Schema):  # type: ignore[no-untyped-def]
+        opened.append(path.parent.name)
+        return real(path, schema)
+
+    monkeypatch.setattr(sessionkit.store.index, "_read_pack", counted)
+    folder = _small_files(tmp_path / "small")
+    load(folder)
+    assert opened == ["stores"]
+    with (folder / "s_05.jsonl").open("a") as f:
+        f.write(json.dumps({"role": "assistant", "content": "new"}) + "\n")
+    load(folder)
+    opened.clear()
+    load(folder)
+    assert opened == ["stores", "files"]
 
 
 def _run(code: str, cache: Path) -> str:
