@@ -1,0 +1,224 @@
+"""The bundled 0.3.5 data dir (``data/nanobot-0.3.5``, written by nanobot 0.3.5's own gateway
+loop against the stub: ``scripts/generate_usage_workspace.py``): every logged call attributed
+to the turn and step the scenario ran it in, tokens as the stub reported them, costs as
+genai-prices calculates them; nanobot 0.3.5 loads its files; a fresh generation equals it."""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import shutil
+import sqlite3
+import subprocess
+import sys
+from contextlib import closing
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from genai_prices import Usage, calc_price
+
+from sessionkit.accounting.ledger import usage
+from sessionkit.store.corpus import load
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLE = REPO / "data" / "nanobot-0.3.5"
+SCRIPT = runpy.run_path(str(REPO / "scripts" / "generate_usage_workspace.py"))
+NAMESPACE = f"sessions/{SCRIPT['WORKSPACE_ID']}"
+
+sys.path.insert(0, str(REPO / "tests" / "nanobot"))
+from releases import release  # noqa: E402
+
+FILES = [
+    "config.json",
+    "llm_usage.sqlite3",
+    f"{NAMESPACE}/.workspace",
+    f"{NAMESPACE}/c2xhY2s6QzQy.jsonl",
+    f"{NAMESPACE}/dGVsZWdyYW06YWxpY2U.jsonl",
+    f"{NAMESPACE}/dGVsZWdyYW06Z292.jsonl",
+    "workspace/.nanobot/workspace-id",
+    "workspace/docs/alpha.md",
+    "workspace/docs/beta.md",
+    "workspace/memory/.cursor",
+    "workspace/memory/history.jsonl",
+    "workspace/notes/ideas.txt",
+    "workspace/notes/todo.md",
+]
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+
+
+def _log(db: Path) -> list[tuple[Any, ...]]:
+    """Every row of the log, read without creating anything beside the file."""
+    with closing(sqlite3.connect(f"file:{db}?immutable=1", uri=True)) as conn:
+        return conn.execute("SELECT * FROM llm_calls ORDER BY id").fetchall()
+
+
+def _expected() -> list[tuple[Any, ...]]:
+    """Per call, in the order the scenario makes them: session, turn, step, kind, tokens."""
+    scenario = SCRIPT["SCENARIO"]
+    summary = scenario["summary"]["usage"]
+    seen: dict[str, int] = {}
+    out = []
+    for turn in scenario["turns"]:
+        key = turn["session"]
+        number = seen.get(key, 0)
+        seen[key] = number + 1
+        for step, reply in enumerate(turn["replies"]):
+            for kind, used in (("summary", summary), ("agent", reply["usage"])):
+                if kind == "agent" or step in turn.get("summaries", ()):
+                    tokens = (used["prompt_tokens"], used["completion_tokens"])
+                    out.append((key, number, step, kind, *tokens, used["cached_tokens"]))
+    return out
+
+
+def test_the_folder_holds_what_the_script_writes() -> None:
+    assert _files(SAMPLE) == FILES
+    config = json.loads((SAMPLE / "config.json").read_text(encoding="utf-8"))
+    assert config["agents"]["defaults"] == {
+        "workspace": "workspace",
+        "model": "gpt-4o-mini",
+        "provider": "custom",
+        "timezone": "UTC",
+        "maxTokens": 256,
+        "contextWindowTokens": 10680,
+    }
+    assert (SAMPLE / NAMESPACE / ".workspace").read_text() == "workspace\n"
+
+
+def test_the_log_is_one_checkpointed_file() -> None:
+    """No -wal/-shm needed: every call is in the main file (nanobot's WAL mode kept)."""
+    header = (SAMPLE / "llm_usage.sqlite3").read_bytes()[:20]
+    assert header[:16] == b"SQLite format 3\x00" and (header[18], header[19]) == (2, 2)
+    rows = _log(SAMPLE / "llm_usage.sqlite3")
+    assert [r[0] for r in rows] == list(range(1, 20))
+    assert {(r[3], r[4], r[6]) for r in rows} == {("custom", "gpt-4o-mini", 1)}
+    assert [r[5] for r in rows].count("dream") == 2
+
+
+def test_usage_ties_every_call_to_its_turn_and_step() -> None:
+    frame = usage(SAMPLE, tz="UTC", estimate=False, cache=False)
+    columns = ["session_key", "turn", "step", "kind", "prompt_tokens"]
+    columns += ["completion_tokens", "cached_tokens"]
+    rows = [tuple(r) for r in frame[columns].astype(object).itertuples(index=False)]
+    assert rows == _expected()
+    assert frame.attrs["summary"] == {
+        "calls": 19,
+        "exact": 3,
+        "time": 16,
+        "ambiguous": 0,
+        "outside": 0,
+        "unattributed": 0,
+        "daily_rows": 0,
+        "tz": "UTC",
+    }
+    assert frame["kind"].value_counts().to_dict() == {"agent": 17, "summary": 2, "other": 0}
+    assert frame.groupby("session_key").size().to_dict() == {
+        "slack:C42": 5,
+        "telegram:alice": 6,
+        "telegram:gov": 8,
+    }
+    sums = frame[["prompt_tokens", "completion_tokens", "cached_tokens"]].sum().tolist()
+    assert sums == [160_551, 255, 100_544]
+    assert frame["time"].min() == datetime(2025, 6, 2, 9, 0, 2, tzinfo=UTC)
+    assert frame["time"].max() == datetime(2025, 6, 2, 10, 11, 18, tzinfo=UTC)
+
+
+def test_costs_are_what_genai_prices_calculates() -> None:
+    frame = usage(SAMPLE, tz="UTC", estimate=False, cache=False)
+    expected = [
+        float(
+            calc_price(
+                Usage(input_tokens=p, output_tokens=c, cache_read_tokens=r),
+                "gpt-4o-mini",
+                genai_request_timestamp=t.to_pydatetime(),
+            ).total_price
+        )
+        for p, c, r, t in zip(
+            frame["prompt_tokens"],
+            frame["completion_tokens"],
+            frame["cached_tokens"],
+            frame["time"],
+            strict=True,
+        )
+    ]
+    assert frame["cost_usd"].tolist() == expected
+    assert round(frame["cost_usd"].sum(), 8) == 0.01669485
+    assert frame.attrs["problems"]["reason"].tolist() == [
+        "provider 'custom' is unknown to genai-prices: 'gpt-4o-mini' priced at openai's prices"
+    ]
+
+
+def test_sessionkit_loads_the_workspace_with_its_config_dir() -> None:
+    corpus = load(SAMPLE / "workspace", config_dir=SAMPLE / "config.json", cache=False)
+    assert corpus.sessions["n_messages"].to_dict() == {
+        "slack:C42": 11,
+        "telegram:alice": 12,
+        "telegram:gov": 14,
+    }
+    assert corpus.problems.empty
+
+
+_NANOBOT_LOADS = """
+import json, sys
+from pathlib import Path
+from nanobot.config.loader import load_config
+from nanobot.session.manager import SessionManager
+config = load_config(Path("config.json"))
+manager = SessionManager(config.workspace_path, sessions_root=Path("sessions"))
+keys = sorted(info["key"] for info in manager.list_sessions())
+sessions = {k: manager.get_or_create(k) for k in keys}
+json.dump({
+    "namespace": manager.sessions_dir.name,
+    "sessions": {k: {"messages": s.messages, "metadata": s.metadata,
+                     "last_archived": s.last_archived} for k, s in sessions.items()},
+}, sys.stdout)
+"""
+
+
+@pytest.mark.conformance
+def test_nanobot_0_3_5_loads_the_copy(tmp_path: Path) -> None:
+    """0.3.5's own config loader and SessionManager, started in (a copy of) the folder."""
+    python = release("0.3.5").python
+    copy = tmp_path / "data"
+    shutil.copytree(SAMPLE, copy)
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "TZ": "UTC"}
+    proc = subprocess.run(
+        [str(python), "-I", "-c", _NANOBOT_LOADS],
+        cwd=copy,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout)
+    assert seen["namespace"] == SCRIPT["WORKSPACE_ID"]
+    ours = load(SAMPLE / "workspace", config_dir=SAMPLE, cache=False)
+    assert sorted(seen["sessions"]) == sorted(ours.sessions.index)
+    for key, session in seen["sessions"].items():
+        assert session["messages"] == ours[key].messages
+        assert session["metadata"] == ours[key].metadata
+    hidden = [i for i, m in enumerate(ours["telegram:gov"].messages) if m.get("_hidden_history")]
+    assert hidden == [5, 9]
+    assert seen["sessions"]["telegram:gov"]["last_archived"] == 9
+
+
+@pytest.mark.sampled
+@pytest.mark.conformance
+def test_a_fresh_generation_equals_the_folder(tmp_path: Path) -> None:
+    """The script run again: the same files, byte for byte, and the same log rows."""
+    release("0.3.5")
+    out = tmp_path / "out"
+    SCRIPT["generate"](out, tmp_path / "scratch")
+    assert _files(out) == FILES
+    for name in FILES:
+        if name != "llm_usage.sqlite3":
+            assert (out / name).read_bytes() == (SAMPLE / name).read_bytes(), name
+    assert _log(out / "llm_usage.sqlite3") == _log(SAMPLE / "llm_usage.sqlite3")
