@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import base64
 import copy
-import hashlib
 import json
-import mimetypes
-import re
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -24,6 +21,16 @@ from zoneinfo import ZoneInfo
 
 from sessionkit.nanobot import tokens
 from sessionkit.nanobot.history import find_legal_message_start, tool_call_ids, tool_result_id
+from sessionkit.nanobot.request_rules import (
+    TEXT_TYPES,
+    WIRE_KEYS,
+    fill,
+    image_mime,
+    safe_filename,
+    short_id,
+    text_of_blocks,
+    truncated,
+)
 
 __all__ = [
     "changed_at_save",
@@ -40,7 +47,6 @@ Message = dict[str, Any]
 Kit = Mapping[str, Any]
 Count = Callable[[str], int]
 
-_SENTINEL = re.compile("\u0000SK:(\\w+)\u0000")
 _SAVE_ONLY_KEYS = ("timestamp", "latency_ms")
 # The loop's microcompact: older results of these tools, past the 10 newest, shrink to a
 # one-line marker when they hold at least 500 characters.
@@ -61,25 +67,14 @@ _COMPACT_MIN_CHARS = 500
 _OFFLOAD_EXEMPT_TOOLS = frozenset({"read_file"})
 _PREVIEW_CHARS = 1200
 _RESULTS_DIR = Path(".nanobot") / "tool-results"
-_UNSAFE_NAME = re.compile(r'[<>:"/\\|?*]')
 _SNIP_SAFETY = 1024
 _FALLBACK_MAX_OUTPUT = 4096
-_WIRE_KEYS = frozenset(
-    {"role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content", "extra_content"}
-)
-_EMPTY_TEXT_TYPES = ("text", "input_text", "output_text")
-_MIME_MAGIC = (
-    (b"\x89PNG\r\n\x1a\n", "image/png"),
-    (b"\xff\xd8\xff", "image/jpeg"),
-    (b"GIF87a", "image/gif"),
-    (b"GIF89a", "image/gif"),
-)
 
 
 def _fill(value: Any, values: Mapping[str, str]) -> Any:
     """A copy of ``value`` with every sentinel in its strings replaced, in one pass."""
     if isinstance(value, str):
-        return _SENTINEL.sub(lambda m: values.get(m.group(1), m.group(0)), value)
+        return fill(value, **values)
     if isinstance(value, list):
         return [_fill(item, values) for item in value]
     if isinstance(value, dict):
@@ -120,15 +115,6 @@ def system_prompt(kit: Kit, last_summary: Mapping[str, Any] | None = None) -> st
     return kit["system_text"] + kit["joiner"] + part
 
 
-def _image_mime(raw: bytes, path: str) -> str | None:
-    for magic, mime in _MIME_MAGIC:
-        if raw.startswith(magic):
-            return mime
-    if raw[:4] == b"RIFF" and raw[8:12] == b"WEBP":
-        return "image/webp"
-    return mimetypes.guess_type(path)[0]
-
-
 def _image_urls(media: Any) -> list[tuple[str, str]]:
     """(data URL, path) of each stored media path that is an image file on disk now."""
     found: list[tuple[str, str]] = []
@@ -137,7 +123,7 @@ def _image_urls(media: Any) -> list[tuple[str, str]]:
         if not file.is_file():
             continue
         raw = file.read_bytes()
-        mime = _image_mime(raw, path)
+        mime = image_mime(raw, path)
         if mime and mime.startswith("image/"):
             found.append((f"data:{mime};base64,{base64.b64encode(raw).decode()}", str(file)))
     return found
@@ -290,32 +276,11 @@ def _microcompact(messages: list[Message], kit: Kit) -> list[Message]:
     return out
 
 
-def _text_blocks(content: list[Any]) -> str | None:
-    texts: list[str] = []
-    for block in content:
-        if not isinstance(block, dict) or block.get("type") != "text":
-            return None
-        if not isinstance(block.get("text"), str):
-            return None
-        texts.append(block["text"])
-    return "\n".join(texts)
-
-
-def _safe_name(name: str) -> str:
-    return _UNSAFE_NAME.sub("_", name).strip()
-
-
-def _truncate(text: str, limit: int, kit: Kit) -> str:
-    if limit <= 0 or len(text) <= limit:
-        return text
-    return text[:limit] + kit["markers"]["truncated_suffix"]
-
-
 def _tool_result(content: Any, call_id: str, name: str, where: Mapping[str, Any]) -> Any:
     """A tool result as the loop bounds it before each call (empty-result marker, offload
     of long results to a file under the workspace named by reference, truncation)."""
     kit = where["kit"]
-    text = _text_blocks(content) if isinstance(content, list) else None
+    text = text_of_blocks(content) if isinstance(content, list) else None
     if content is None or (isinstance(content, str) and not content.strip()) or content == []:
         return _fill(kit["markers"]["empty_tool_result"], {"name": name})
     if text is not None and not text.strip():
@@ -325,16 +290,16 @@ def _tool_result(content: Any, call_id: str, name: str, where: Mapping[str, Any]
     limit = kit["settings"]["max_tool_result_chars"]
     payload = content if isinstance(content, str) else text
     if limit > 0 and payload is not None and len(payload) > limit:
-        bucket = _safe_name(where["session_key"] or "default")
+        bucket = safe_filename(where["session_key"] or "default")
         suffix = "txt" if isinstance(content, str) else "json"
         path = Path(kit["settings"]["workspace"]) / _RESULTS_DIR / bucket
-        path = path / f"{_safe_name(call_id)}.{suffix}"
+        path = path / f"{safe_filename(call_id)}.{suffix}"
         more = len(payload) > _PREVIEW_CHARS
         template = kit["markers"]["tool_reference_more" if more else "tool_reference"]
         values = {"path": str(path), "size": str(len(payload))}
         content = _fill(template, {**values, "preview": payload[:_PREVIEW_CHARS]})
     if isinstance(content, str) and len(content) > limit:
-        return _truncate(content, limit, kit)
+        return truncated(content, limit, kit["markers"]["truncated_suffix"])
     return content
 
 
@@ -465,7 +430,7 @@ def _without_empty_content(messages: Sequence[Mapping[str, Any]], kit: Kit) -> l
                 for item in content
                 if not (
                     isinstance(item, dict)
-                    and item.get("type") in _EMPTY_TEXT_TYPES
+                    and item.get("type") in TEXT_TYPES
                     and not item.get("text")
                 )
             ]
@@ -503,14 +468,10 @@ def _call_id(raw: Any, used: set[str], index: int) -> str:
     salt = 1
     while True:
         seed = f"{raw}:{index}:{salt}"
-        candidate = seed if len(seed) == 9 and seed.isalnum() else _short_hash(seed)
+        candidate = short_id(seed)
         if candidate not in used:
             return candidate
         salt += 1
-
-
-def _short_hash(text: str) -> str:
-    return hashlib.sha1(text.encode()).hexdigest()[:9]
 
 
 def _wire_keys(messages: list[Message]) -> list[Message]:
@@ -519,7 +480,7 @@ def _wire_keys(messages: list[Message]) -> list[Message]:
     pending: dict[str, deque[str]] = {}
     out: list[Message] = []
     for message in messages:
-        clean = {k: v for k, v in message.items() if k in _WIRE_KEYS}
+        clean = {k: v for k, v in message.items() if k in WIRE_KEYS}
         if clean.get("role") == "assistant" and "content" not in clean:
             clean["content"] = None
         if isinstance(clean.get("tool_calls"), list):

@@ -18,19 +18,27 @@ from __future__ import annotations
 
 import base64
 import json
-import mimetypes
-import re
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from hashlib import sha1
 from pathlib import Path, PurePath
 from typing import Any
 
 from sessionkit.nanobot import tokens
 from sessionkit.nanobot.history import RUNTIME_CONTEXT_KEY, find_legal_message_start
 from sessionkit.nanobot.history import public_message as public_user_message
+from sessionkit.nanobot.request_rules import (
+    WIRE_KEYS,
+    empty_cleaned,
+    image_mime,
+    safe_filename,
+    short_id,
+    text_of_blocks,
+    truncated,
+    without_surrogates,
+)
+from sessionkit.nanobot.request_rules import fill as _fill
 
 __all__ = [
     "LoopSettings",
@@ -47,27 +55,15 @@ __all__ = [
 Message = dict[str, Any]
 Count = Callable[[str], int]
 
-_SENTINEL = re.compile("\u0000SK:(\\w+)\u0000")
 _META = "_meta"
 _RUNTIME_META = "runtime_context"  # the key of the current message's ``_meta``
 _SAVE_ONLY_KEYS = ("timestamp", "latency_ms")
-_SURROGATE = re.compile("[\ud800-\udfff]")
-_UNSAFE_FILENAME = re.compile(r'[<>:"/\\|?*]')
 _MESSAGE_FRAMING = 4
-_ALLOWED_WIRE_KEYS = frozenset(
-    {"role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content", "extra_content"}
-)
-_TEXT_BLOCK_TYPES = ("text", "input_text", "output_text")
 
 
 class Unreproducible(ValueError):
     """The release made this part of the request from something not on disk (a random id,
     a repaired argument string, runtime-context blocks whose boundaries were not stored)."""
-
-
-def _fill(template: str, **values: str) -> str:
-    """``template`` with each sentinel replaced by its value, in one pass."""
-    return _SENTINEL.sub(lambda m: values.get(m.group(1), m.group(0)), template)
 
 
 # -- the system prompt and the current message -------------------------------------------------
@@ -117,19 +113,6 @@ def _read_file(path: str) -> bytes | None:
     return file.read_bytes() if file.is_file() else None
 
 
-def _image_mime(data: bytes, path: str) -> str | None:
-    """The image type 0.3.0 gives a file: its magic bytes, else its name's guess."""
-    if data[:8] == b"\x89PNG\r\n\x1a\n":
-        return "image/png"
-    if data[:3] == b"\xff\xd8\xff":
-        return "image/jpeg"
-    if data[:6] in (b"GIF87a", b"GIF89a"):
-        return "image/gif"
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image/webp"
-    return mimetypes.guess_type(path)[0]
-
-
 def _user_content(text: Any, media: Any, read: Callable[[str], bytes | None]) -> Any:
     """Text alone, or image blocks (as data URLs, their path under ``_meta``) then the text."""
     if not media:
@@ -139,7 +122,7 @@ def _user_content(text: Any, media: Any, read: Callable[[str], bytes | None]) ->
         data = read(path)
         if data is None:
             continue
-        mime = _image_mime(data, path)
+        mime = image_mime(data, path)
         if not mime or not mime.startswith("image/"):
             continue
         url = f"data:{mime};base64,{base64.b64encode(data).decode()}"
@@ -424,32 +407,12 @@ def _backfill(messages: list[Message], text: str) -> list[Message]:
     return out
 
 
-def _text_blocks(content: list[Any]) -> str | None:
-    """The blocks' texts joined by newlines when every block is a text block, else None."""
-    texts = []
-    for block in content:
-        if not isinstance(block, dict) or block.get("type") != "text":
-            return None
-        if not isinstance(block.get("text"), str):
-            return None
-        texts.append(block["text"])
-    return "\n".join(texts)
-
-
-def _truncated(text: str, limit: int, suffix: str) -> str:
-    return text if limit <= 0 or len(text) <= limit else text[:limit] + suffix
-
-
-def _safe_filename(name: str) -> str:
-    return _UNSAFE_FILENAME.sub("_", name).strip()
-
-
 def _tool_result(settings: LoopSettings, call_id: str, name: str, result: Any) -> Any:
     """A tool result as the governor sends it: never empty, and past the size limit replaced
     by a reference to the file it was saved to (``read_file`` excepted), else truncated."""
     loop = settings.loop
     if isinstance(result, list):
-        joined = _text_blocks(result)
+        joined = text_of_blocks(result)
         blank = not result or (joined is not None and not joined.strip())
     else:
         blank = result is None or (isinstance(result, str) and not result.strip())
@@ -460,7 +423,7 @@ def _tool_result(settings: LoopSettings, call_id: str, name: str, result: Any) -
     content = _offloaded(settings, call_id, result)
     limit = settings.max_tool_result_chars
     if isinstance(content, str) and len(content) > limit:
-        return _truncated(content, limit, loop["truncated_suffix"])
+        return truncated(content, limit, loop["truncated_suffix"])
     return content
 
 
@@ -471,7 +434,7 @@ def _offloaded(settings: LoopSettings, call_id: str, content: Any) -> Any:
     if isinstance(content, str):
         payload, suffix = content, "txt"
     elif isinstance(content, list):
-        joined = _text_blocks(content)
+        joined = text_of_blocks(content)
         if joined is None:
             return content
         payload, suffix = joined, "json"
@@ -480,8 +443,8 @@ def _offloaded(settings: LoopSettings, call_id: str, content: Any) -> Any:
     if len(payload) <= limit:
         return content
     loop = settings.loop
-    bucket = _safe_filename(settings.session_key or "default")
-    path = PurePath(loop["tool_results_root"], bucket, f"{_safe_filename(call_id)}.{suffix}")
+    bucket = safe_filename(settings.session_key or "default")
+    path = PurePath(loop["tool_results_root"], bucket, f"{safe_filename(call_id)}.{suffix}")
     preview_chars = loop["preview_chars"]
     cut = len(payload) > preview_chars
     template = loop["tool_result_reference_cut" if cut else "tool_result_reference"]
@@ -718,57 +681,6 @@ def loop_messages(
 # -- the provider's clean-up ---------------------------------------------------------------------
 
 
-def _scrub_surrogates(value: Any) -> Any:
-    """Every string leaf with surrogate pairs joined and lone surrogates replaced."""
-    if isinstance(value, str):
-        if not _SURROGATE.search(value):
-            return value
-        return value.encode("utf-16-le", errors="surrogatepass").decode(
-            "utf-16-le", errors="replace"
-        )
-    if isinstance(value, list):
-        return [_scrub_surrogates(item) for item in value]
-    if isinstance(value, dict):
-        return {key: _scrub_surrogates(item) for key, item in value.items()}
-    return value
-
-
-def _calls_tools(message: Mapping[str, Any]) -> bool:
-    return _is_assistant(message) and bool(message.get("tool_calls"))
-
-
-def _mark_empty(messages: list[Message], empty: str) -> list[Message]:
-    """``_meta`` dropped, empty text marked (or null beside tool calls), a dict content listed."""
-    out = []
-    for raw in messages:
-        message = {k: v for k, v in raw.items() if k != _META}
-        content = message.get("content")
-        if isinstance(content, str) and not content:
-            message["content"] = None if _calls_tools(message) else empty
-        elif isinstance(content, list):
-            kept = []
-            changed = False
-            for item in content:
-                if (
-                    isinstance(item, dict)
-                    and item.get("type") in _TEXT_BLOCK_TYPES
-                    and not item.get("text")
-                ):
-                    changed = True
-                    continue
-                if isinstance(item, dict) and _META in item:
-                    kept.append({k: v for k, v in item.items() if k != _META})
-                    changed = True
-                else:
-                    kept.append(item)
-            if changed:
-                message["content"] = kept or (None if _calls_tools(message) else empty)
-        elif isinstance(content, dict):
-            message["content"] = [content]
-        out.append(message)
-    return _scrub_surrogates(out)
-
-
 def _arguments_object(arguments: Any, repair: Callable[[str], Any] | None) -> Any:
     if arguments is None or not isinstance(arguments, dict | str):
         return {}
@@ -792,10 +704,6 @@ def _arguments_object(arguments: Any, repair: Callable[[str], Any] | None) -> An
     return parsed if isinstance(parsed, dict) else {}
 
 
-def _short_hash(text: str) -> str:
-    return sha1(text.encode()).hexdigest()[:9]
-
-
 class _CallIds:
     """The provider's tool-call ids: unique within each message, results following them."""
 
@@ -817,9 +725,7 @@ class _CallIds:
         seed = raw if isinstance(raw, str) and raw else base
         while chosen in used:
             candidate = f"{seed}:{index}:{salt}"
-            chosen = (
-                candidate if len(candidate) == 9 and candidate.isalnum() else _short_hash(candidate)
-            )
+            chosen = short_id(candidate)
             salt += 1
         used.add(chosen)
         if isinstance(raw, str) and raw:
@@ -846,7 +752,7 @@ def _provider_keys(
     ids = _CallIds(new_id)
     out = []
     for message in messages:
-        clean = {k: v for k, v in message.items() if k in _ALLOWED_WIRE_KEYS}
+        clean = {k: v for k, v in message.items() if k in WIRE_KEYS}
         if clean.get("role") == "assistant" and "content" not in clean:
             clean["content"] = None
         calls = clean.get("tool_calls")
@@ -927,5 +833,6 @@ def wire_messages(
     valid JSON were repaired by ``json_repair`` (``repair`` does it).  Both raise
     :class:`Unreproducible` when not given.
     """
-    messages = _mark_empty(loop_messages, wire["empty_content"])
+    empty = wire["empty_content"]
+    messages = without_surrogates([empty_cleaned(m, empty) for m in loop_messages])
     return _alternate(_provider_keys(messages, repair, new_id), wire["synthetic_user"])

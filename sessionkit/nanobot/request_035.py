@@ -20,10 +20,7 @@ from __future__ import annotations
 
 import base64
 import copy
-import hashlib
 import json
-import mimetypes
-import re
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
@@ -31,6 +28,16 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from sessionkit.nanobot.history import CONTINUATION_TEXT, Message, is_hidden_history
+from sessionkit.nanobot.request_rules import (
+    WIRE_KEYS,
+    empty_cleaned,
+    image_mime,
+    safe_filename,
+    short_id,
+    text_of_blocks,
+    without_surrogates,
+)
+from sessionkit.nanobot.request_rules import fill as _fill
 
 __all__ = [
     "NotOnDisk",
@@ -47,27 +54,10 @@ RUNTIME_CONTEXT_KEY = "_runtime_context"
 """Where a stored user message keeps its runtime-context marker."""
 META_CONTEXT_KEY = "runtime_context"
 """Where an in-memory message keeps the same marker (under ``_meta``)."""
-_SENTINEL = re.compile("\u0000SK:(\\w+)\u0000")
-_UNSAFE_FILENAME = re.compile(r'[<>:"/\\|?*]')
-_TEXT_TYPES = ("text", "input_text", "output_text")
-_WIRE_KEYS = frozenset(
-    {"role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content", "extra_content"}
-)
-_IMAGE_MAGIC = (
-    (b"\x89PNG\r\n\x1a\n", "image/png"),
-    (b"\xff\xd8\xff", "image/jpeg"),
-    (b"GIF87a", "image/gif"),
-    (b"GIF89a", "image/gif"),
-)
 
 
 class NotOnDisk(ValueError):
     """What the release sent here depends on something its session file does not hold."""
-
-
-def _fill(template: str, **values: str) -> str:
-    """``template`` with each sentinel replaced by its value, in one pass."""
-    return _SENTINEL.sub(lambda m: values.get(m.group(1), m.group(0)), template)
 
 
 # --- the system prompt -----------------------------------------------------------------------
@@ -108,10 +98,7 @@ def system_prompt(
 
 def image_block(path: str, data: bytes) -> Message | None:
     """The image block 0.3.5 builds from one attached file's bytes (``None``: not an image)."""
-    mime = next((m for magic, m in _IMAGE_MAGIC if data.startswith(magic)), None)
-    if mime is None and data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        mime = "image/webp"
-    mime = mime or mimetypes.guess_type(path)[0]
+    mime = image_mime(data, path)
     if not mime or not mime.startswith("image/"):
         return None
     url = f"data:{mime};base64,{base64.b64encode(data).decode()}"
@@ -363,35 +350,19 @@ def _backfill(messages: list[Message], text: str) -> list[Message]:
     return out
 
 
-def _text_of_blocks(content: list[Any]) -> str | None:
-    """The blocks' texts joined by newlines, ``None`` unless all are text blocks."""
-    texts = []
-    for block in content:
-        if not isinstance(block, dict) or block.get("type") != "text":
-            return None
-        if not isinstance(block.get("text"), str):
-            return None
-        texts.append(block["text"])
-    return "\n".join(texts)
-
-
-def _safe_filename(name: str) -> str:
-    return _UNSAFE_FILENAME.sub("_", name).strip()
-
-
 class _ToolResults:
     """0.3.5's tool-result rule: empty results marked, oversized text offloaded to a file
     under the workspace and replaced by a reference to it."""
 
     def __init__(self, rules: Mapping[str, Any], session_key: str | None) -> None:
         self.rules = rules
-        self.folder = f"{rules['tool_results_root']}/{_safe_filename(session_key or 'default')}"
+        self.folder = f"{rules['tool_results_root']}/{safe_filename(session_key or 'default')}"
 
     def _offloaded(self, text: str, call_id: str) -> str:
         limit = self.rules["max_tool_result_chars"]
         if limit <= 0 or len(text) <= limit:
             return text
-        path = f"{self.folder}/{_safe_filename(call_id)}.txt"
+        path = f"{self.folder}/{safe_filename(call_id)}.txt"
         preview_chars = self.rules["preview_chars"]
         cut = len(text) > preview_chars
         template = self.rules["tool_result_reference_cut" if cut else "tool_result_reference"]
@@ -407,7 +378,7 @@ class _ToolResults:
         if isinstance(content, list):
             if not content:
                 return marker
-            text = _text_of_blocks(content)
+            text = text_of_blocks(content)
             if text is not None and not text.strip():
                 return marker
         return content
@@ -604,42 +575,6 @@ def loop_messages(
 # --- the OpenAI-compatible provider's clean-up -----------------------------------------------
 
 
-def _without_surrogates(value: Any) -> Any:
-    """Lone UTF-16 surrogates replaced (pairs rebuilt), in every string leaf."""
-    if isinstance(value, str):
-        if not any(0xD800 <= ord(ch) <= 0xDFFF for ch in value):
-            return value
-        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-    if isinstance(value, list):
-        return [_without_surrogates(item) for item in value]
-    if isinstance(value, dict):
-        return {key: _without_surrogates(item) for key, item in value.items()}
-    return value
-
-
-def _empty_cleaned(message: Message, empty: str) -> Message:
-    clean = {key: value for key, value in message.items() if key != "_meta"}
-    content = clean.get("content")
-    calls = clean.get("role") == "assistant" and clean.get("tool_calls")
-    if isinstance(content, str) and not content:
-        clean["content"] = None if calls else empty
-    elif isinstance(content, list):
-        items, changed = [], False
-        for item in content:
-            if isinstance(item, dict) and item.get("type") in _TEXT_TYPES and not item.get("text"):
-                changed = True
-            elif isinstance(item, dict) and "_meta" in item:
-                items.append({k: v for k, v in item.items() if k != "_meta"})
-                changed = True
-            else:
-                items.append(item)
-        if changed:
-            clean["content"] = items if items else (None if calls else empty)
-    elif isinstance(content, dict):
-        clean["content"] = [content]
-    return clean
-
-
 def _replay_arguments(arguments: Any) -> str:
     """Tool-call arguments as 0.3.5 replays them: a JSON object text."""
     if isinstance(arguments, dict):
@@ -655,19 +590,13 @@ def _replay_arguments(arguments: Any) -> str:
     return json.dumps(parsed, ensure_ascii=False) if isinstance(parsed, dict) else "{}"
 
 
-def _short_id(text: str) -> str:
-    if len(text) == 9 and text.isalnum():
-        return text
-    return hashlib.sha1(text.encode()).hexdigest()[:9]
-
-
 def _unique_id(raw: Any, used: set[str], index: int) -> str:
     if not isinstance(raw, str) or not raw:
         raise NotOnDisk("a tool call without an id: 0.3.5 sends a random one")
     if raw not in used:
         return raw
     salt = 1
-    while (candidate := _short_id(f"{raw}:{index}:{salt}")) in used:
+    while (candidate := short_id(f"{raw}:{index}:{salt}")) in used:
         salt += 1
     return candidate
 
@@ -677,7 +606,7 @@ def _wire_keys(messages: list[Message]) -> list[Message]:
     pending: dict[str, deque[str]] = {}
     out = []
     for message in messages:
-        clean = {key: value for key, value in message.items() if key in _WIRE_KEYS}
+        clean = {key: value for key, value in message.items() if key in WIRE_KEYS}
         if clean.get("role") == "assistant" and "content" not in clean:
             clean["content"] = None
         calls = clean.get("tool_calls")
@@ -763,8 +692,8 @@ def wire_messages(loop_messages: list[Message], *, kit: Mapping[str, Any]) -> li
     DeepSeek/Mistral/Gemini id or reasoning rules, no Anthropic cache markers, Chat
     Completions rather than the Responses API)."""
     texts = kit["wire"]
-    cleaned = [_empty_cleaned(m, texts["empty_content"]) for m in loop_messages]
-    return _alternated(_wire_keys(_without_surrogates(cleaned)), texts["synthetic_user"])
+    cleaned = [empty_cleaned(m, texts["empty_content"]) for m in loop_messages]
+    return _alternated(_wire_keys(without_surrogates(cleaned)), texts["synthetic_user"])
 
 
 # --- the release's estimate ------------------------------------------------------------------

@@ -1,0 +1,134 @@
+"""The request clean-up steps several nanobot releases perform identically.
+
+The release request modules (:mod:`~sessionkit.nanobot.request_022`, ``request_030``,
+``request_035``) share these instead of each keeping a copy; each function says which releases
+use it, and a keyword argument carries the one point where their rules part.  Pure Python: the
+standard library only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mimetypes
+import re
+from typing import Any
+
+__all__ = [
+    "TEXT_TYPES",
+    "WIRE_KEYS",
+    "empty_cleaned",
+    "fill",
+    "image_mime",
+    "safe_filename",
+    "short_id",
+    "text_of_blocks",
+    "truncated",
+    "without_surrogates",
+]
+
+Message = dict[str, Any]
+
+TEXT_TYPES = ("text", "input_text", "output_text")
+"""Block types whose empty text the providers drop (0.2.2, 0.3.0, 0.3.5)."""
+WIRE_KEYS = frozenset(
+    {"role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content", "extra_content"}
+)
+"""The message keys the OpenAI-compatible providers send (0.2.2, 0.3.0, 0.3.5)."""
+_SENTINEL = re.compile("\u0000SK:(\\w+)\u0000")
+_UNSAFE_FILENAME = re.compile(r'[<>:"/\\|?*]')
+_IMAGE_MAGIC = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+)
+
+
+def fill(template: str, /, **values: str) -> str:
+    """``template`` with each kit sentinel replaced by its value, in one pass (0.2.2, 0.3.0,
+    0.3.5); a sentinel without a value stays."""
+    return _SENTINEL.sub(lambda m: values.get(m.group(1), m.group(0)), template)
+
+
+def image_mime(data: bytes, path: str) -> str | None:
+    """The type an attached file is sent as: its magic bytes, else its name's guess (0.2.2,
+    0.3.0, 0.3.5)."""
+    for magic, mime in _IMAGE_MAGIC:
+        if data.startswith(magic):
+            return mime
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return mimetypes.guess_type(path)[0]
+
+
+def text_of_blocks(content: list[Any]) -> str | None:
+    """The blocks' texts joined by newlines, ``None`` unless every block is a text block with
+    a string text (0.2.2, 0.3.0, 0.3.5: a tool result's text)."""
+    texts = []
+    for block in content:
+        if not isinstance(block, dict) or block.get("type") != "text":
+            return None
+        if not isinstance(block.get("text"), str):
+            return None
+        texts.append(block["text"])
+    return "\n".join(texts)
+
+
+def safe_filename(name: str) -> str:
+    """A session key or call id as the file name an offloaded tool result is saved under
+    (0.2.2, 0.3.0, 0.3.5)."""
+    return _UNSAFE_FILENAME.sub("_", name).strip()
+
+
+def truncated(text: str, limit: int, suffix: str) -> str:
+    """``text`` cut to ``limit`` characters with ``suffix`` after the cut; no limit at 0 or
+    below (0.2.2, 0.3.0)."""
+    return text if limit <= 0 or len(text) <= limit else text[:limit] + suffix
+
+
+def short_id(text: str) -> str:
+    """A renamed duplicate tool-call id: ``text`` itself when it is 9 letters or digits, else
+    the first 9 hex digits of its SHA-1 (0.2.2, 0.3.0, 0.3.5)."""
+    if len(text) == 9 and text.isalnum():
+        return text
+    return hashlib.sha1(text.encode()).hexdigest()[:9]
+
+
+def without_surrogates(value: Any) -> Any:
+    """Every string leaf with surrogate pairs joined and lone surrogates replaced (0.3.0,
+    0.3.5: the provider's last pass before the keys)."""
+    if isinstance(value, str):
+        if not any(0xD800 <= ord(ch) <= 0xDFFF for ch in value):
+            return value
+        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    if isinstance(value, list):
+        return [without_surrogates(item) for item in value]
+    if isinstance(value, dict):
+        return {key: without_surrogates(item) for key, item in value.items()}
+    return value
+
+
+def empty_cleaned(message: Message, empty: str) -> Message:
+    """One message as the provider's first pass leaves it (0.3.0, 0.3.5): ``_meta`` keys gone
+    (its own and its blocks'), empty text blocks dropped, empty text sent as ``empty`` (null
+    beside tool calls), a dict content listed."""
+    clean = {key: value for key, value in message.items() if key != "_meta"}
+    content = clean.get("content")
+    calls = clean.get("role") == "assistant" and clean.get("tool_calls")
+    if isinstance(content, str) and not content:
+        clean["content"] = None if calls else empty
+    elif isinstance(content, list):
+        items, changed = [], False
+        for item in content:
+            if isinstance(item, dict) and item.get("type") in TEXT_TYPES and not item.get("text"):
+                changed = True
+            elif isinstance(item, dict) and "_meta" in item:
+                items.append({k: v for k, v in item.items() if k != "_meta"})
+                changed = True
+            else:
+                items.append(item)
+        if changed:
+            clean["content"] = items if items else (None if calls else empty)
+    elif isinstance(content, dict):
+        clean["content"] = [content]
+    return clean
