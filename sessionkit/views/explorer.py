@@ -5,7 +5,9 @@ another nanobot release (``Session.policy``), the statuses and counts come from
 :func:`sessionkit.simulate.states.message_states` and :meth:`~sessionkit.simulate.states.MessageStates.summary`, the
 timeline from :func:`sessionkit.plot.token_timeline`, forks from :func:`sessionkit.fork`, and
 the request of the selected turn (its parts, and the request itself as JSON) from
-:func:`sessionkit.request`, built only when asked for.
+:func:`sessionkit.request`, built only when asked for, and, given a usage frame, what the
+provider reported and charged for the selected turn (:func:`sessionkit.usage` rows, written by
+:mod:`sessionkit.views.usage_panel`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from sessionkit.store.cachedir import default_cache_dir, private_dir_problem
 from sessionkit.store.corpus import Corpus
 from sessionkit.store.text import shown
 from sessionkit.views.transcript import TranscriptWidget, transcript_rows
+from sessionkit.views.usage_panel import TurnUsage, check_usage, own_turn, usage_html
 from sessionkit.writers.forking import fork
 
 __all__ = ["OPTION_CHARS", "SCRATCH_FORK_DIR", "Explorer", "explore", "request_html"]
@@ -183,6 +186,11 @@ class Explorer(widgets.VBox):
     config_dir
         For a 0.3.5 workspace as ``sessions_dir``: the config file nanobot runs with, or its
         folder (default ``~/.nanobot``); forks go where 0.3.5 looks, as with :func:`sessionkit.fork`.
+    usage
+        What the provider reported for each turn: a frame from :func:`sessionkit.usage`, or
+        True to read it for ``corpus`` from ``config_dir`` (its ``llm_usage.sqlite3``); the
+        panel under the request shows the selected turn's calls, tokens and cost (default
+        None: no panel).
     settings
         Initial history settings (a field left ``None``: the release's default); the
         controls change all but ``last_consolidated``.
@@ -197,11 +205,15 @@ class Explorer(widgets.VBox):
         key: str | None = None,
         sessions_dir: str | Path | None = None,
         config_dir: str | Path | None = None,
+        usage: pd.DataFrame | bool | None = None,
         settings: HistorySettings = DEFAULT_SETTINGS,
         **overrides: Unpack[SettingsOverrides],
     ) -> None:
         self.corpus = corpus
         self.config_dir = config_dir
+        self.usage = _usage_frame(corpus, usage, config_dir)
+        self._turn_usage: TurnUsage | None = None
+        self._usage_shown: tuple[Any, ...] | None = None
         self.fork_folder = SCRATCH_FORK_DIR if sessions_dir is None else Path(sessions_dir)
         self._initial = settings.replace(**overrides)
         self._scheduled = False
@@ -276,6 +288,8 @@ class Explorer(widgets.VBox):
         self.request_view = widgets.HTML(layout=_auto())
         self.request_view.add_class("sk-request-view")
         self._request_shown: tuple[Any, ...] | None = None
+        self.usage_view = widgets.HTML(layout=_auto())
+        self.usage_view.add_class("sk-usage-view")
 
         self.fork_info = widgets.HTML(layout=_auto())
         self.fork_info.add_class("sk-fork-info")
@@ -339,12 +353,14 @@ class Explorer(widgets.VBox):
             [self.request_button, self.request_step],
             layout=widgets.Layout(flex_flow="row wrap", align_items="center"),
         )
+        usage = [] if self.usage is None else [self.usage_view]
         return [
             widgets.HBox([picker, controls], layout=widgets.Layout(flex_flow="row wrap")),
             self.summary,
             self.timeline,
             request_bar,
             self.request_view,
+            *usage,
             widgets.HBox([self.transcript, fork_panel]),
         ]
 
@@ -392,6 +408,8 @@ class Explorer(widgets.VBox):
         fork panel."""
         self.session = self.corpus[key]
         self._releases = {self.session.policy: self.session}
+        if self.usage is not None:
+            self._turn_usage = TurnUsage(self.usage, key)
         self._quiet = True
         try:
             self.picker.value = key if any(k == key for _, k in self.picker.options) else None
@@ -476,6 +494,7 @@ class Explorer(widgets.VBox):
         window = counts["window"]
         self.transcript.focus = window[0] if window else max(0, self.states.stop - 1)
         self._request_moved()
+        self._show_usage()
         # Last, so a summary showing the new numbers means every other view has them too.
         self.summary.value = self._summary_html(counts)
 
@@ -616,6 +635,27 @@ class Explorer(widgets.VBox):
         else:
             self.request_view.value = request_html(built)
 
+    # -- the usage of the selected turn ----------------------------------------------------
+
+    def _show_usage(self) -> None:
+        """The selected turn's recorded calls (when given usage), rewritten only when the
+        session, release or turn changed (a dictionary lookup: moves never wait for it)."""
+        if self._turn_usage is None:
+            return
+        subject, turn = self.subject(), self.turn.value
+        shown_for = (self.session.key, subject.policy, turn)
+        if shown_for == self._usage_shown:
+            return
+        self._usage_shown = shown_for
+        if turn >= subject.n_user_turns:
+            self.usage_view.value = (
+                f"<div class='sk-usage-none'>No usage recorded for this turn: turn {turn} is "
+                "the next turn, nothing was sent for it yet.</div>"
+            )
+            return
+        own = own_turn(self.session, subject, turn)
+        self.usage_view.value = usage_html(self._turn_usage.rows(own), self.session.key, turn)
+
     # -- fork -------------------------------------------------------------------------------
 
     def _reset_fork(self) -> None:
@@ -699,12 +739,28 @@ class Explorer(widgets.VBox):
         )
 
 
+def _usage_frame(
+    corpus: Corpus, usage: pd.DataFrame | bool | None, config_dir: str | Path | None
+) -> pd.DataFrame | None:
+    """The usage frame the explorer shows: given, read for ``corpus`` (True), or None."""
+    if usage is None or usage is False:
+        return None
+    if usage is True:
+        from sessionkit.accounting.ledger import usage as read_usage
+
+        return read_usage(corpus, config_dir=config_dir, estimate=False)
+    if isinstance(usage, pd.DataFrame):
+        return check_usage(usage)
+    raise TypeError(f"usage= takes a frame from sessionkit.usage, True or None, not {usage!r}")
+
+
 def explore(
     corpus: Corpus | Session,
     *,
     key: str | None = None,
     sessions_dir: str | Path | None = None,
     config_dir: str | Path | None = None,
+    usage: pd.DataFrame | bool | None = None,
     settings: HistorySettings = DEFAULT_SETTINGS,
     **overrides: Unpack[SettingsOverrides],
 ) -> Explorer:
@@ -712,7 +768,9 @@ def explore(
 
     ``settings`` are the initial history settings and ``overrides`` replace some of them
     (any :class:`~sessionkit.HistorySettings` field by name); forks go to ``sessions_dir`` (default: :data:`SCRATCH_FORK_DIR`),
-    a 0.3.5 workspace's through ``config_dir`` (the config file or its folder).
+    a 0.3.5 workspace's through ``config_dir`` (the config file or its folder).  ``usage``
+    (a frame from :func:`sessionkit.usage`, or True to read it from ``config_dir``) adds a
+    panel with the selected turn's reported calls, tokens and cost.
     """
     if isinstance(corpus, Session):
         corpus = Corpus([corpus])
@@ -721,6 +779,7 @@ def explore(
         key=key,
         sessions_dir=sessions_dir,
         config_dir=config_dir,
+        usage=usage,
         settings=settings,
         **overrides,
     )
