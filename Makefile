@@ -27,18 +27,19 @@ chromium:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium fonts-wqy-zenhei; }
 
-# The nanobot release whose prompt and tools the bundled sample's requests need (notebook 09).
-SAMPLE_RELEASE := 0.2.2
+# The nanobot releases whose prompt and tools the bundled data's requests need: 0.2.2 for
+# data/sessions (notebook 09), 0.3.5 for data/nanobot-0.3.5 (notebook 10).
+SAMPLE_RELEASES := 0.2.2 0.3.5
 
 lab: setup-lab
-	$(BIN)/sessionkit releases install $(SAMPLE_RELEASE) --missing
+	$(BIN)/sessionkit releases install $(SAMPLE_RELEASES) --missing
 	$(BIN)/jupyter trust $(NOTEBOOKS)
 	JUPYTER_CONFIG_PATH=$(LAB_CONFIG) $(BIN)/jupyter lab $(LAB_FLAGS) --LabApp.news_url=None notebooks/
 
 # Run every notebook in place, then drop widget state and run-specific metadata, so the diff
 # shows only what changed in the outputs.
 notebooks: setup-lab
-	$(BIN)/sessionkit releases install $(SAMPLE_RELEASE) --missing
+	$(BIN)/sessionkit releases install $(SAMPLE_RELEASES) --missing
 	$(BIN)/jupyter nbconvert --to notebook --execute --inplace \
 	  --ExecutePreprocessor.store_widget_state=False --ExecutePreprocessor.record_timing=False \
 	  --ExecutePreprocessor.kernel_name=python3 --ExecutePreprocessor.timeout=1200 $(NOTEBOOKS)

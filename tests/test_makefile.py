@@ -95,6 +95,25 @@ def test_the_lab_config_turns_news_and_update_checks_off(
     assert settings == {"checkForUpdates": False, "fetchNews": "false"}
 
 
+@pytest.mark.parametrize("target", ["lab", "notebooks"])
+def test_lab_and_notebooks_install_the_releases_the_bundled_data_needs_first(
+    tmp_path: Path, target: str
+) -> None:
+    """0.2.2 for data/sessions (notebook 09), 0.3.5 for data/nanobot-0.3.5 (notebook 10)."""
+    commands = _dry_run(target, tmp_path)
+    installs = [i for i, c in enumerate(commands) if " releases install " in c]
+    (jupyter,) = [i for i, c in enumerate(commands) if "jupyter lab" in c or "nbconvert" in c]
+    assert len(installs) == 1 and installs[0] < jupyter
+    assert shlex.split(commands[installs[0]]) == [
+        ".venv/bin/sessionkit",
+        "releases",
+        "install",
+        "0.2.2",
+        "0.3.5",
+        "--missing",
+    ]
+
+
 def test_make_notebooks_reexecutes_every_notebook_then_strips_widget_state(
     tmp_path: Path,
 ) -> None:
