@@ -60,7 +60,7 @@ __all__ = [
     "store_key",
 ]
 
-FORMAT = 4
+FORMAT = 5
 """The layout of entries; entries of another format (or sessionkit version) are not read."""
 RACY_NS = 3_000_000_000
 """A file whose mtime or ctime is this close to the moment it was read is not indexed yet:
@@ -117,21 +117,23 @@ class Item:
 
 def _write_pack(target: Path, items: list[Item], schema: pa.Schema) -> None:
     """Write items as one Arrow IPC file (their rows in turn, small items joined into shared
-    record batches by :func:`_batches`; the rest in the schema metadata), atomically.  Each
-    item's values are kept as their own exact JSON text
-    (:func:`~sessionkit.nanobot.jsontext.dumps_exact`): a session's metadata holding an
-    integer past Python's int-string limit, or nested deep, is kept as it is."""
-    described = [
-        {
-            "path": item.path,
-            "identity": list(vars(item.identity).values()),
-            "extra": dumps_exact(item.extra),
-            "rows": item.table.num_rows,
-        }
-        for item in items
-    ]
-    stamped = schema.with_metadata({_KEY: json.dumps({"format": FORMAT, "items": described})})
+    record batches by :func:`_batches`), atomically, described in the schema metadata by
+    one JSON text (:func:`_description`)."""
+    stamped = schema.with_metadata({_KEY: _description(items)})
     write_ipc(target, stamped, _batches(item.table for item in items))
+
+
+def _description(items: list[Item]) -> str:
+    """The JSON text describing a pack's items (path, identity, rows and values), read back
+    in one parse.  Values are written by :func:`~sessionkit.nanobot.jsontext.dumps_exact`:
+    a session's metadata holding an integer past Python's int-string limit, or nested
+    deep, is kept as it is."""
+    described = ",".join(
+        f'{{"path": {json.dumps(item.path)}, "identity": {list(vars(item.identity).values())}, '
+        f'"rows": {item.table.num_rows}, "extra": {dumps_exact(item.extra)}}}'
+        for item in items
+    )
+    return f'{{"format": {FORMAT}, "items": [{described}]}}'
 
 
 BATCH_ROWS = 1 << 12
@@ -183,57 +185,50 @@ def _read_pack(path: Path, schema: pa.Schema) -> tuple[pa.Table, dict[str, Item]
             raise IntegrityError("another schema")
         table = table.replace_schema_metadata(None)
         return table, _items(found["items"], table)
-    except (IntegrityError, pa.ArrowException, KeyError, TypeError, ValueError) as exc:
+    except (
+        IntegrityError,
+        pa.ArrowException,
+        KeyError,
+        TypeError,
+        ValueError,
+        RecursionError,
+    ) as exc:
         discard(path, exc, inode)
         return nothing
 
 
 def _items(described: list[dict[str, Any]], table: pa.Table) -> dict[str, Item]:
     """A pack's items from its description, checked against its table: paths are strings,
-    identities five integers, row counts non-negative and adding up to the table's (a pack
-    whose counts disagree is damaged: raises IntegrityError).  Each item's table is a view
-    of the record batches its rows lie in (one slice per batch: no work grows with the
-    pack's number of batches)."""
+    identities five integers, values JSON objects, row counts non-negative and adding up
+    to the table's (a pack whose description disagrees is damaged: raises IntegrityError).
+    Each item's table is a view of the record batches its rows lie in (one slice per
+    batch: no work grows with the pack's number of batches)."""
     batches = table.to_batches()
+    sizes = [batch.num_rows for batch in batches]
     items, start = {}, 0
     at, offset = 0, 0  # the batch the next item starts in, and its first row there
     for item in described:
-        rows, path, identity = item["rows"], item["path"], item["identity"]
-        if type(rows) is not int or rows < 0 or type(path) is not str:
-            raise IntegrityError("an item with a bad path or row count")
+        rows, path, identity, extra = item["rows"], item["path"], item["identity"], item["extra"]
+        if type(rows) is not int or rows < 0 or type(path) is not str or type(extra) is not dict:
+            raise IntegrityError("an item with a bad path, row count or values")
         if len(identity) != 5 or any(type(v) is not int for v in identity):
             raise IntegrityError("an item with a bad file identity")
-        extra = _values(item["extra"])
         pieces, needed = [], rows
         while needed:
             if at == len(batches):
                 raise IntegrityError(f"items hold more rows than the table's {table.num_rows}")
-            taken = min(needed, batches[at].num_rows - offset)
+            taken = min(needed, sizes[at] - offset)
             if taken:
                 pieces.append(batches[at].slice(offset, taken))
             needed, offset = needed - taken, offset + taken
-            if offset == batches[at].num_rows:
+            if offset == sizes[at]:
                 at, offset = at + 1, 0
-        rows_table = pa.Table.from_batches(pieces, schema=table.schema)
+        rows_table = pa.Table.from_batches(pieces) if pieces else table.schema.empty_table()
         items[path] = Item(path, Identity(*identity), extra, rows_table, start)
         start += rows
     if start != table.num_rows:
         raise IntegrityError(f"items hold {start} rows, the table {table.num_rows}")
     return items
-
-
-def _values(text: Any) -> dict[str, Any]:
-    """An item's values from their JSON text, exactly and from any stack (IntegrityError
-    when they are not a JSON object)."""
-    if type(text) is not str:
-        raise IntegrityError("an item without its values")
-    try:
-        values = loads_exact(text.encode("ascii"))
-    except (ValueError, RecursionError) as exc:
-        raise IntegrityError(f"an item whose values do not read ({type(exc).__name__})") from exc
-    if not isinstance(values, dict):
-        raise IntegrityError("an item without its values")
-    return values
 
 
 REPLAY_TABLE = pa.schema(
