@@ -65,8 +65,14 @@ class _Recorded:
 
 
 def _price_date(date: dt.datetime | dt.date | str) -> str:
-    """The price date as stable text (a date and its midnight read the same)."""
-    return pd.Timestamp(date).isoformat()
+    """The price date as stable text in UTC, as :func:`sessionkit.cost` reads it (a date, its
+    midnight and the same moment in another zone read the same); never "now"."""
+    if date is None:
+        raise ValueError("a request snapshot needs a price date: pass date=")
+    moment = pd.Timestamp(date)
+    if moment.tzinfo is not None:
+        moment = moment.tz_convert("UTC").tz_localize(None)
+    return moment.isoformat()
 
 
 def _cost(value: float) -> float | None:
@@ -320,13 +326,14 @@ def assert_requests_snapshot(
     path = Path(path)
     if path.suffix != ".json":
         raise ValueError(f"request snapshot files end in .json, got {path.as_posix()!r}")
+    when = _price_date(date)
     table = requests_data(
-        frame, model=model, date=date, provider=provider, completion_tokens=completion_tokens
+        frame, model=model, date=when, provider=provider, completion_tokens=completion_tokens
     )
     priced = {
         "model": model,
         "provider": provider,
-        "date": _price_date(date),
+        "date": when,
         "completion_tokens": completion_tokens,
     }
     actual = _Recorded(priced, _settings(frame), table)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import numpy as np
@@ -241,6 +241,9 @@ def test_another_price_is_a_failure_not_a_tolerance(
         "  priced with model 'gpt-4o-mini', now 'gpt-4o': the costs cannot be compared"
         in str(info.value).splitlines()
     )
+    same_moment = datetime(2026, 1, 1, 1, tzinfo=timezone(timedelta(hours=1)))
+    kept = assert_requests_snapshot(frames[20], recorded, **{**PRICED, "date": same_moment})
+    assert kept.status == "matches"
 
 
 def _cut(text: str) -> str:
