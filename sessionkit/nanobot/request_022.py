@@ -20,10 +20,12 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from sessionkit.nanobot import tokens
-from sessionkit.nanobot.history import find_legal_message_start, tool_call_ids, tool_result_id
+from sessionkit.nanobot.history import find_legal_message_start
 from sessionkit.nanobot.request_rules import (
     TEXT_TYPES,
     WIRE_KEYS,
+    backfill,
+    drop_orphan_results,
     fill,
     image_mime,
     safe_filename,
@@ -222,44 +224,6 @@ def _merge_content(left: Any, right: Any) -> Any:
     return blocks(left) + blocks(right)
 
 
-def _drop_orphan_results(messages: list[Message]) -> list[Message]:
-    declared: set[str] = set()
-    kept: list[Message] = []
-    for message in messages:
-        if message.get("role") == "assistant":
-            declared.update(tool_call_ids(message))
-        answered = tool_result_id(message) if message.get("role") == "tool" else None
-        if answered is None or answered in declared:
-            kept.append(message)
-    return kept
-
-
-def _backfill_results(messages: list[Message], kit: Kit) -> list[Message]:
-    declared: list[tuple[int, str, str]] = []
-    answered: set[str] = set()
-    for index, message in enumerate(messages):
-        if message.get("role") == "assistant":
-            for call in message.get("tool_calls") or []:
-                if isinstance(call, dict) and call.get("id"):
-                    function = call.get("function")
-                    name = function.get("name", "") if isinstance(function, dict) else ""
-                    declared.append((index, str(call["id"]), name))
-        elif message.get("role") == "tool" and message.get("tool_call_id"):
-            answered.add(str(message["tool_call_id"]))
-    out = list(messages)
-    added = 0
-    for index, call_id, name in declared:
-        if call_id in answered:
-            continue
-        at = index + 1 + added
-        while at < len(out) and out[at].get("role") == "tool":
-            at += 1
-        filler = kit["markers"]["backfilled_result"]
-        out.insert(at, {"role": "tool", "tool_call_id": call_id, "name": name, "content": filler})
-        added += 1
-    return out
-
-
 def _microcompact(messages: list[Message], kit: Kit) -> list[Message]:
     indices = [
         i
@@ -406,9 +370,10 @@ def loop_messages(
         "tools": list(kit["tools"]),
         "count": count or _cl100k_count,
     }
-    messages = _backfill_results(_drop_orphan_results(messages), kit)
+    filler = kit["markers"]["backfilled_result"]
+    messages = backfill(drop_orphan_results(messages, strict=False), filler, str_names=False)
     messages = _snip(_bound_results(_microcompact(messages, kit), where), where)
-    return _backfill_results(_drop_orphan_results(messages), kit)
+    return backfill(drop_orphan_results(messages, strict=False), filler, str_names=False)
 
 
 def _cl100k_count(text: str) -> int:

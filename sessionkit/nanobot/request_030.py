@@ -30,10 +30,14 @@ from sessionkit.nanobot.history import RUNTIME_CONTEXT_KEY, find_legal_message_s
 from sessionkit.nanobot.history import public_message as public_user_message
 from sessionkit.nanobot.request_rules import (
     WIRE_KEYS,
+    backfill,
+    drop_orphan_results,
     empty_cleaned,
     image_mime,
     safe_filename,
     short_id,
+    strip_malformed_calls,
+    strip_placeholders,
     text_of_blocks,
     truncated,
     without_surrogates,
@@ -318,95 +322,6 @@ def _is_assistant(message: Mapping[str, Any]) -> bool:
     return message.get("role") == "assistant"
 
 
-def _strip_placeholders(messages: list[Message], placeholders: frozenset[str]) -> list[Message]:
-    def placeholder(m: Message) -> bool:
-        content = m.get("content", "")
-        text = content if isinstance(content, str) else ""
-        return text.strip() in placeholders and not m.get("tool_calls")
-
-    return [m for m in messages if not (_is_assistant(m) and placeholder(m))]
-
-
-def _named_call(call: Any) -> bool:
-    if not isinstance(call, dict):
-        return False
-    function = call.get("function")
-    name = function.get("name") if isinstance(function, dict) else call.get("name")
-    return isinstance(name, str) and bool(name)
-
-
-def _strip_malformed_calls(messages: list[Message]) -> list[Message]:
-    out = []
-    for message in messages:
-        calls = message.get("tool_calls") if _is_assistant(message) else None
-        if not calls:
-            out.append(message)
-            continue
-        kept = [call for call in calls if _named_call(call)]
-        if len(kept) == len(calls):
-            out.append(message)
-            continue
-        repaired = dict(message)
-        if kept:
-            repaired["tool_calls"] = kept
-        else:
-            repaired.pop("tool_calls", None)
-        if kept or repaired.get("content"):
-            out.append(repaired)
-    return out
-
-
-def _declared_ids(message: Mapping[str, Any]) -> list[str]:
-    return [
-        str(call["id"])
-        for call in message.get("tool_calls") or []
-        if isinstance(call, dict) and call.get("id")
-    ]
-
-
-def _drop_orphans(messages: list[Message]) -> list[Message]:
-    declared: set[str] = set()
-    fulfilled: set[str] = set()
-    out = []
-    for message in messages:
-        role = message.get("role")
-        if role == "assistant":
-            declared.update(_declared_ids(message))
-        if role == "tool":
-            answered = message.get("tool_call_id")
-            answered = str(answered) if answered else ""
-            if not answered or answered not in declared or answered in fulfilled:
-                continue
-            fulfilled.add(answered)
-        out.append(message)
-    return out
-
-
-def _backfill(messages: list[Message], text: str) -> list[Message]:
-    declared: list[tuple[int, str, Any]] = []
-    fulfilled: set[str] = set()
-    for index, message in enumerate(messages):
-        role = message.get("role")
-        if role == "assistant":
-            for call in message.get("tool_calls") or []:
-                if isinstance(call, dict) and call.get("id"):
-                    function = call.get("function")
-                    name = function.get("name", "") if isinstance(function, dict) else ""
-                    declared.append((index, str(call["id"]), name))
-        elif role == "tool" and message.get("tool_call_id"):
-            fulfilled.add(str(message["tool_call_id"]))
-    missing = [entry for entry in declared if entry[1] not in fulfilled]
-    if not missing:
-        return messages
-    out = list(messages)
-    for offset, (index, call_id, name) in enumerate(missing):
-        at = index + 1 + offset
-        while at < len(out) and out[at].get("role") == "tool":
-            at += 1
-        out.insert(at, {"role": "tool", "tool_call_id": call_id, "name": name, "content": text})
-    return out
-
-
 def _tool_result(settings: LoopSettings, call_id: str, name: str, result: Any) -> Any:
     """A tool result as the governor sends it: never empty, and past the size limit replaced
     by a reference to the file it was saved to (``read_file`` excepted), else truncated."""
@@ -645,15 +560,14 @@ def _governed(
     settings: LoopSettings, messages: list[Message], start: int, compacted: set[str]
 ) -> list[Message]:
     """The copy 0.3.0's context governor makes of the runner's messages for one call."""
-    placeholders = frozenset(settings.loop["placeholder_assistant"])
-    backfill = settings.loop["backfill"]
-    out = _strip_placeholders(messages, placeholders)
-    out = _strip_malformed_calls(out)
-    out = _backfill(_drop_orphans(out), backfill)
+    filler = settings.loop["backfill"]
+    out = strip_placeholders(messages, settings.loop["placeholder_assistant"])
+    out = strip_malformed_calls(out)
+    out = backfill(drop_orphan_results(out, strict=True), filler, str_names=False)
     out = _apply_tool_result_budget(settings, out)
     out = _compact_in_flight(settings, out, start, compacted)
     out = _snip_history(settings, out)
-    return _backfill(_drop_orphans(out), backfill)
+    return backfill(drop_orphan_results(out, strict=True), filler, str_names=False)
 
 
 def loop_messages(

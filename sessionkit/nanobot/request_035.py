@@ -30,10 +30,14 @@ from typing import Any
 from sessionkit.nanobot.history import CONTINUATION_TEXT, Message, is_hidden_history
 from sessionkit.nanobot.request_rules import (
     WIRE_KEYS,
+    backfill,
+    drop_orphan_results,
     empty_cleaned,
     image_mime,
     safe_filename,
     short_id,
+    strip_malformed_calls,
+    strip_placeholders,
     text_of_blocks,
     without_surrogates,
 )
@@ -254,102 +258,6 @@ def turn_steps(turn: list[Message]) -> list[list[Message]]:
 # --- the agent loop's clean-up ---------------------------------------------------------------
 
 
-def _strip_placeholders(messages: list[Message], placeholders: Sequence[str]) -> list[Message]:
-    texts = frozenset(placeholders)
-    kept = []
-    for message in messages:
-        content = message.get("content", "")
-        text = content if isinstance(content, str) else ""
-        if (
-            message.get("role") == "assistant"
-            and text.strip() in texts
-            and not message.get("tool_calls")
-        ):
-            continue
-        kept.append(message)
-    return kept
-
-
-def _named_call(call: Any) -> bool:
-    if not isinstance(call, dict):
-        return False
-    function = call.get("function")
-    name = function.get("name") if isinstance(function, dict) else call.get("name")
-    return isinstance(name, str) and bool(name)
-
-
-def _strip_malformed_calls(messages: list[Message]) -> list[Message]:
-    out = []
-    for message in messages:
-        calls = message.get("tool_calls")
-        if message.get("role") != "assistant" or not calls:
-            out.append(message)
-            continue
-        kept = [call for call in calls if _named_call(call)]
-        if len(kept) == len(calls):
-            out.append(message)
-            continue
-        repaired = dict(message)
-        if kept:
-            repaired["tool_calls"] = kept
-        else:
-            repaired.pop("tool_calls", None)
-            if not repaired.get("content"):
-                continue
-        out.append(repaired)
-    return out
-
-
-def _call_ids(message: Message) -> list[tuple[str, Any]]:
-    """(id, function) of each tool call with an id, as the loop reads them."""
-    return [
-        (str(call["id"]), call.get("function"))
-        for call in message.get("tool_calls") or []
-        if isinstance(call, dict) and call.get("id")
-    ]
-
-
-def _drop_orphan_results(messages: list[Message]) -> list[Message]:
-    declared: set[str] = set()
-    fulfilled: set[str] = set()
-    out = []
-    for message in messages:
-        role = message.get("role")
-        if role == "assistant":
-            declared.update(call_id for call_id, _ in _call_ids(message))
-        if role == "tool":
-            result_id = message.get("tool_call_id")
-            result_id = str(result_id) if result_id else ""
-            if not result_id or result_id not in declared or result_id in fulfilled:
-                continue
-            fulfilled.add(result_id)
-        out.append(message)
-    return out
-
-
-def _backfill(messages: list[Message], text: str) -> list[Message]:
-    declared: list[tuple[int, str, str]] = []
-    fulfilled: set[str] = set()
-    for index, message in enumerate(messages):
-        if message.get("role") == "assistant":
-            for call_id, function in _call_ids(message):
-                name = function.get("name", "") if isinstance(function, dict) else ""
-                declared.append((index, call_id, name if isinstance(name, str) else str(name)))
-        elif message.get("role") == "tool" and message.get("tool_call_id"):
-            fulfilled.add(str(message["tool_call_id"]))
-    out = list(messages)
-    offset = 0
-    for index, call_id, name in declared:
-        if call_id in fulfilled:
-            continue
-        at = index + 1 + offset
-        while at < len(out) and out[at].get("role") == "tool":
-            at += 1
-        out.insert(at, {"role": "tool", "tool_call_id": call_id, "name": name, "content": text})
-        offset += 1
-    return out
-
-
 class _ToolResults:
     """0.3.5's tool-result rule: empty results marked, oversized text offloaded to a file
     under the workspace and replaced by a reference to it."""
@@ -530,10 +438,10 @@ def _cleaned(
     messages: list[Message], rules: Mapping[str, Any], session_key: str | None
 ) -> list[Message]:
     """The loop's clean-up of one list (``prepare_messages_for_model``)."""
-    messages = _strip_placeholders(messages, rules["placeholder_assistant"])
-    messages = _strip_malformed_calls(messages)
-    messages = _drop_orphan_results(messages)
-    messages = _backfill(messages, rules["backfill"])
+    messages = strip_placeholders(messages, rules["placeholder_assistant"])
+    messages = strip_malformed_calls(messages)
+    messages = drop_orphan_results(messages, strict=True)
+    messages = backfill(messages, rules["backfill"], str_names=True)
     messages = _budget_tool_results(messages, rules, session_key)
     return _merge_adjacent_users(messages, rules["continuation"])
 

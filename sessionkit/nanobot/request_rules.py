@@ -11,16 +11,21 @@ from __future__ import annotations
 import hashlib
 import mimetypes
 import re
+from collections.abc import Iterable
 from typing import Any
 
 __all__ = [
     "TEXT_TYPES",
     "WIRE_KEYS",
+    "backfill",
+    "drop_orphan_results",
     "empty_cleaned",
     "fill",
     "image_mime",
     "safe_filename",
     "short_id",
+    "strip_malformed_calls",
+    "strip_placeholders",
     "text_of_blocks",
     "truncated",
     "without_surrogates",
@@ -59,6 +64,121 @@ def image_mime(data: bytes, path: str) -> str | None:
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return "image/webp"
     return mimetypes.guess_type(path)[0]
+
+
+def strip_placeholders(messages: list[Message], placeholders: Iterable[str]) -> list[Message]:
+    """Without the assistant messages whose whole text (stripped) is one of the release's
+    error placeholders and that call no tool (0.3.0, 0.3.5)."""
+    texts = frozenset(placeholders)
+    kept = []
+    for message in messages:
+        content = message.get("content", "")
+        text = content if isinstance(content, str) else ""
+        if (
+            message.get("role") == "assistant"
+            and text.strip() in texts
+            and not message.get("tool_calls")
+        ):
+            continue
+        kept.append(message)
+    return kept
+
+
+def _named_call(call: Any) -> bool:
+    if not isinstance(call, dict):
+        return False
+    function = call.get("function")
+    name = function.get("name") if isinstance(function, dict) else call.get("name")
+    return isinstance(name, str) and bool(name)
+
+
+def strip_malformed_calls(messages: list[Message]) -> list[Message]:
+    """Tool calls without a name removed from assistant messages, and an assistant message
+    left with neither calls nor text removed (0.3.0, 0.3.5)."""
+    out = []
+    for message in messages:
+        calls = message.get("tool_calls")
+        if message.get("role") != "assistant" or not calls:
+            out.append(message)
+            continue
+        kept = [call for call in calls if _named_call(call)]
+        if len(kept) == len(calls):
+            out.append(message)
+            continue
+        repaired = dict(message)
+        if kept:
+            repaired["tool_calls"] = kept
+        else:
+            repaired.pop("tool_calls", None)
+            if not repaired.get("content"):
+                continue
+        out.append(repaired)
+    return out
+
+
+def _declared(message: Message) -> list[tuple[str, Any]]:
+    """(id as a string, function) of each tool call of ``message`` that has an id."""
+    return [
+        (str(call["id"]), call.get("function"))
+        for call in message.get("tool_calls") or []
+        if isinstance(call, dict) and call.get("id")
+    ]
+
+
+def drop_orphan_results(messages: list[Message], *, strict: bool) -> list[Message]:
+    """Without the tool results that answer no earlier tool call (0.2.2, 0.3.0, 0.3.5).
+
+    ``strict`` (0.3.0, 0.3.5) drops as well a result naming no call and a second result for
+    the same call; 0.2.2 (``strict=False``) keeps both.
+    """
+    declared: set[str] = set()
+    answered: set[str] = set()
+    out = []
+    for message in messages:
+        role = message.get("role")
+        if role == "assistant":
+            declared.update(call_id for call_id, _ in _declared(message))
+        if role == "tool":
+            result_id = message.get("tool_call_id")
+            result_id = str(result_id) if result_id else ""
+            if not result_id:
+                if strict:
+                    continue
+            elif result_id not in declared or (strict and result_id in answered):
+                continue
+            answered.add(result_id)
+        out.append(message)
+    return out
+
+
+def backfill(messages: list[Message], text: str, *, str_names: bool) -> list[Message]:
+    """A result ``text`` inserted after the results that follow each tool call no result
+    answers (0.2.2, 0.3.0, 0.3.5); ``messages`` itself when every call is answered.
+
+    The inserted result carries the call's function name; ``str_names`` (0.3.5) makes a name
+    that is not a string its ``str``, 0.2.2 and 0.3.0 (``str_names=False``) keep it as it is.
+    """
+    declared: list[tuple[int, str, Any]] = []
+    answered: set[str] = set()
+    for index, message in enumerate(messages):
+        if message.get("role") == "assistant":
+            for call_id, function in _declared(message):
+                name = function.get("name", "") if isinstance(function, dict) else ""
+                if str_names and not isinstance(name, str):
+                    name = str(name)
+                declared.append((index, call_id, name))
+        elif message.get("role") == "tool" and message.get("tool_call_id"):
+            answered.add(str(message["tool_call_id"]))
+    missing = [entry for entry in declared if entry[1] not in answered]
+    if not missing:
+        return messages
+    out = list(messages)
+    for offset, (index, call_id, name) in enumerate(missing):
+        at = index + 1 + offset
+        while at < len(out) and out[at].get("role") == "tool":
+            at += 1
+        out.insert(at, {"role": "tool", "tool_call_id": call_id, "name": name, "content": text})
+    return out
 
 
 def text_of_blocks(content: list[Any]) -> str | None:
