@@ -219,8 +219,9 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _cache(args: argparse.Namespace) -> int:
-    """``cache info``: the cache folder, its size and files per kind; ``cache clear``: remove
-    sessionkit's own files there (index, token counts), nothing else."""
+    """``cache info``: the cache folder, its size, the index's bytes and files per kind;
+    ``cache clear``: remove sessionkit's own files there (index, token counts), nothing
+    else."""
     from sessionkit.store.cachedir import cache_contents, clear_cache_dir, default_cache_dir
 
     root = (Path(args.cache_dir) if args.cache_dir else default_cache_dir()).expanduser()
@@ -236,6 +237,11 @@ def _cache(args: argparse.Namespace) -> int:
     size = sum(b for _, b in contents.values())
     print(f"folder: {root}{'' if root.is_dir() else ' (not created yet)'}")
     print(f"size:   {size:,} bytes in {files} file(s)")
+    index = [contents.get(kind, (0, 0)) for kind in ("entries", "replays", "derived")]
+    print(
+        f"index:  {sum(b for _, b in index):,} bytes in {sum(n for n, _ in index)} file(s) "
+        "(entries, replays, derived window stacks)"
+    )
     for kind, (n, b) in sorted(contents.items()):
         print(f"  {kind:<9}{n:>7} file(s) {b:>15,} bytes")
     forks = root / "forks"
@@ -469,7 +475,9 @@ def _parser() -> argparse.ArgumentParser:
     use.add_argument("--model", help="model to price 0.2.2/0.3.0 daily totals with")
     use.add_argument("--config-dir", help="data dir of a workspace PATH (default ~/.nanobot)")
     use.set_defaults(run=_usage)
-    cache = add("cache", help="the cache folder: `cache info` (size, files) or `cache clear`")
+    cache = add(
+        "cache", help="the cache folder: `cache info` (size, index bytes, files) or `cache clear`"
+    )
     cache.add_argument("action", choices=["info", "clear"])
     cache.add_argument(
         "--cache-dir", help="the cache folder (default: $SESSIONKIT_CACHE_DIR or the user's)"

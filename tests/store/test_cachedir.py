@@ -224,3 +224,55 @@ def test_the_store_pack_drops_gone_files_but_not_those_a_smaller_load_left_out(
         (store / f"cli_{n}.jsonl").unlink()
     load(store, cache=folder)
     assert packed() == ["cli_0.jsonl"]
+
+
+def test_cache_info_reports_the_index_bytes(
+    tmp_path: Path, settled: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """``sessionkit cache info`` names the bytes of the index (entries, replays, derived
+    window stacks) apart from the token counts."""
+    from sessionkit.cli import main
+
+    monkeypatch.setattr(sessionkit.simulate.replay, "_PERSIST_MIN_MESSAGES", 0)
+    store = _store(tmp_path / "sessions")
+    folder = tmp_path / "cache"
+    corpus = load(store, cache=folder)
+    sessionkit.windows(corpus, max_tokens=[0, 20])
+    corpus.token_cache.flush()
+    index = [p for p in folder.glob("index-*/*/*") if p.is_file()]
+    assert {p.parent.name for p in index} == {"files", "replays", "derived"}
+    assert main(["cache", "info", "--cache-dir", str(folder)]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    size = sum(p.stat().st_size for p in index)
+    assert shown[2] == (
+        f"index:  {size:,} bytes in {len(index)} file(s) (entries, replays, derived window stacks)"
+    )
+    tokens = [p for p in folder.glob("tokens-*/*") if p.is_file()]
+    counted = sum(p.stat().st_size for p in tokens)
+    assert shown[-1] == f"  tokens   {len(tokens):>7} file(s) {counted:>15,} bytes"
+
+
+def test_a_process_with_its_own_cache_folder_or_none_leaves_the_default_untouched(
+    tmp_path: Path,
+) -> None:
+    """``cache=<folder>`` keeps the index and the token counts there, ``cache=False`` keeps
+    nothing anywhere: the default cache folder stays absent through the process's exit
+    (when pending token counts are flushed)."""
+    store = _store(tmp_path / "sessions")
+    chosen = tmp_path / "chosen"
+    code = (
+        "import sessionkit as sk, sessionkit.store.index\n"
+        "sessionkit.store.index.RACY_NS = 0\n"
+        f"for cache in ({str(chosen)!r}, False):\n"
+        f"    corpus = sk.load({str(store)!r}, cache=cache)\n"
+        "    print(corpus.messages['tokens'].sum())\n"
+        "    sk.windows(corpus, max_tokens=[0, 20])\n"
+    )
+    default = tmp_path / "default"
+    env = os.environ | {"SESSIONKIT_CACHE_DIR": str(default)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, **_OUT)
+    first, second = done.stdout.split()
+    assert first == second
+    assert not default.exists()
+    assert sorted(p.name.split("-")[0] for p in chosen.iterdir()) == ["index", "tokens"]
+    assert list(chosen.glob("tokens-*/*.arrow"))
