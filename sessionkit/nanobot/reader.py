@@ -54,6 +54,7 @@ __all__ = [
     "file_kind",
     "find_session_files",
     "leftover_temp_files",
+    "named_like_session",
     "parse_timestamp",
     "read_session_file",
     "split_batches",
@@ -61,6 +62,8 @@ __all__ = [
 
 SESSION_SUFFIXES = (".jsonl", ".json")
 CHECKPOINT_SUFFIX = ".checkpoint.json"
+SIDECAR_NAMES = frozenset({".webui_session_index.json"})
+"""Files 0.3.5 keeps beside its sessions that are not sessions (the WebUI's list index)."""
 MAX_LINE_BYTES = 1 << 28
 """Longer lines are reported, not parsed (nanobot would need several times this in memory)."""
 _GLOB_CHARS = frozenset("*?[")
@@ -94,16 +97,19 @@ class Problem:
     skipped: bool = False
 
 
-def _session_files_in(folder: Path) -> list[Path]:
-    """Every entry named like a session, whatever its kind: reading reports what is not a file.
-
-    0.3.5's ``<stem>.checkpoint.json`` sidecars (a turn's volatile state) are not sessions.
-    """
-    return sorted(
-        p
-        for p in folder.iterdir()
-        if p.suffix in SESSION_SUFFIXES and not p.name.endswith(CHECKPOINT_SUFFIX)
+def named_like_session(name: str) -> bool:
+    """Whether a folder entry's name is a session file's (not 0.3.5's sidecars: a turn's
+    ``<stem>.checkpoint.json`` state, the WebUI's ``.webui_session_index.json``)."""
+    return (
+        os.path.splitext(name)[1] in SESSION_SUFFIXES
+        and not name.endswith(CHECKPOINT_SUFFIX)
+        and name not in SIDECAR_NAMES
     )
+
+
+def _session_files_in(folder: Path) -> list[Path]:
+    """Every entry named like a session, whatever its kind: reading reports what is not a file."""
+    return sorted(p for p in folder.iterdir() if named_like_session(p.name))
 
 
 def _expand(item: str | Path, config_dir: str | Path | None) -> list[Path]:

@@ -38,10 +38,9 @@ from sessionkit.nanobot.loss import LongLine, NanobotLoad, nanobot_load, read_li
 from sessionkit.nanobot.naming import key_from_filename, sessions_folder
 from sessionkit.nanobot.policies import POLICIES, get_policy, is_temp_file
 from sessionkit.nanobot.reader import (
-    CHECKPOINT_SUFFIX,
-    SESSION_SUFFIXES,
     SessionPathError,
     file_kind,
+    named_like_session,
     read_session_file,
 )
 from sessionkit.nanobot.workspace import config_dir_hint
@@ -221,7 +220,7 @@ def _row(path: Path) -> _Row | None:
             problems=f"a {file_kind(mode)}, not a regular file: sessionkit refuses to save here",
             fix="by hand: remove it (nanobot recreates it)",
         )
-    if path.suffix not in SESSION_SUFFIXES or path.name.endswith(CHECKPOINT_SUFFIX):
+    if not named_like_session(path.name):
         return None
     if stat.S_ISLNK(mode):
         try:

@@ -443,6 +443,8 @@ def test_find_files_in_workspace_folder_file_glob_and_list(tmp_path: Path) -> No
     b = write(tmp_path / "ws" / "sessions" / "b.json", b"{}")
     write(tmp_path / "ws" / "sessions" / ".a.jsonl.tmp", b"")
     write(tmp_path / "ws" / "sessions" / "notes.txt", b"")
+    write(tmp_path / "ws" / "sessions" / "a.checkpoint.json", b"{}")  # 0.3.5's sidecars
+    write(tmp_path / "ws" / "sessions" / ".webui_session_index.json", b"{}")
     c = write(tmp_path / "other" / "c.jsonl", jsonl(USER))
     assert find_session_files(tmp_path / "ws") == [a, b]
     assert find_session_files(tmp_path / "ws" / "sessions") == [a, b]

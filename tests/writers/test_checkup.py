@@ -168,6 +168,7 @@ def test_checkpoint_sidecars_are_not_listed(tmp_path, data_dir):
     folder.mkdir()
     shutil.copy(data_dir / "sessions" / "d2VidWk6ZGVmNDU2.jsonl", folder)
     (folder / "d2VidWk6ZGVmNDU2.checkpoint.json").write_text('{"checkpoint": {"step": 1}}')
+    (folder / ".webui_session_index.json").write_text('{"version": 8, "rows": []}')
     report = doctor(folder)
     assert list(report["file"]) == ["d2VidWk6ZGVmNDU2.jsonl"]
     assert list(report["kind"]) == ["session"]
