@@ -10,10 +10,19 @@ WebUI ``round_usages`` (each round's tokens, in order).  Every assignment that e
 most calls is considered; a call tied to the same turn by all of them is attributed, any
 other stays unattributed (``ambiguous``).  ``exact``: the turn's recorded usage confirmed it;
 ``time``: its window and the counts did.
+
+Windows, candidates and the common case (a turn alone in its window whose calls all fit it)
+are array operations; only turns sharing calls, or with recorded usage to match, are searched
+call by call.  Each session's turns are derived once per file version (a session read back
+from the index and unchanged) or per messages list (any other session) and kept, as replays
+and request calls are, so a second :func:`attribute` parses and replays nothing.
 """
 
 from __future__ import annotations
 
+import time
+import weakref
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -32,8 +41,17 @@ from sessionkit.nanobot.usage_records import (
     is_checkpoint,
     last_usage,
 )
+from sessionkit.store.index import IndexedSession
 
-__all__ = ["Attribution", "CallTimes", "attribute", "local_ms"]
+__all__ = [
+    "ATTRIBUTIONS",
+    "KINDS",
+    "Attribution",
+    "CallTimes",
+    "attribute",
+    "clear_cache",
+    "local_ms",
+]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
@@ -42,6 +60,10 @@ _DEPTH = 400
 """Calls of one tangle searched at most (deeper ones stay unattributed)."""
 _ANY_SESSION = frozenset({"cron", "system"})
 """Sources a call of any session's turn may carry (a bound cron job, a subagent's report)."""
+_KEPT_VERSIONS = 50_000
+"""File versions whose turns are kept (the least recently used are dropped first)."""
+KINDS = ("agent", "summary", "other")
+ATTRIBUTIONS = ("exact", "time")
 
 
 def local_ms(stamp: Any, zone: tzinfo | None) -> int | None:
@@ -58,22 +80,6 @@ def local_ms(stamp: Any, zone: tzinfo | None) -> int | None:
     return (moment - _EPOCH) // _MS
 
 
-@dataclass
-class _Turn:
-    """One call-making turn: a user message, or an automation run (``turn`` None)."""
-
-    key: str
-    turn: int | None
-    start: int
-    end: int
-    source: str
-    agent_calls: int
-    summaries: int = 0
-    rounds: tuple[tuple[int, int], ...] | None = None
-    total: tuple[int, int, int] | None = None
-    """``_last_usage``: (request count, input tokens, output tokens)."""
-
-
 def _calls_made(session: Session, region: list[dict[str, Any]], user: dict[str, Any]) -> int:
     """The agent calls a turn made, by what it saved (the release's step rule)."""
     if user.get("_command"):
@@ -85,40 +91,77 @@ def _calls_made(session: Session, region: list[dict[str, Any]], user: dict[str, 
         return len(saved) or (0 if any(m.get("_command") for m in region) else 1)
 
 
-def _ms(stamps: list[Any], zone: tzinfo | None) -> np.ndarray:
-    """Stored naive local timestamps as UTC epoch milliseconds, -1 where none (vectorised
-    :func:`local_ms`; an ambiguous hour of a clock change is read as the earlier one)."""
+def _pandas_ms(stamps: list[Any], zone: tzinfo | None) -> np.ndarray:
+    """Stored naive local timestamps as UTC epoch milliseconds, -1 where none, parsed as one
+    column (an ambiguous hour of a clock change is read as the earlier one); raises when they
+    cannot be."""
+    parsed = pd.to_datetime(pd.Series(stamps, dtype=object), format="ISO8601", errors="coerce")
+    if parsed.dt.tz is None:
+        parsed = parsed.dt.tz_localize(
+            zone or tzlocal(),
+            ambiguous=np.ones(len(parsed), dtype=bool),
+            nonexistent="shift_forward",
+        )
+    values = parsed.dt.tz_convert("UTC").dt.as_unit("ns").astype("int64").to_numpy() // 10**6
+    return np.where(parsed.isna().to_numpy(), -1, values)
+
+
+def _parsed_ms(stamps: list[Any], zone: tzinfo | None) -> np.ndarray:
+    """Vectorised :func:`local_ms` (-1 where none): one column, else stamp by stamp."""
     try:
-        parsed = pd.to_datetime(pd.Series(stamps, dtype=object), format="ISO8601", errors="coerce")
-        if parsed.dt.tz is None:
-            parsed = parsed.dt.tz_localize(
-                zone or tzlocal(),
-                ambiguous=np.ones(len(parsed), dtype=bool),
-                nonexistent="shift_forward",
-            )
-        values = parsed.dt.tz_convert("UTC").dt.as_unit("ns").astype("int64").to_numpy() // 10**6
-        return np.where(parsed.isna().to_numpy(), -1, values)
-    except (ValueError, TypeError, OverflowError):
+        return _pandas_ms(stamps, zone)
+    except (ValueError, TypeError, OverflowError, AttributeError):
         return np.array([-1 if (t := local_ms(x, zone)) is None else t for x in stamps])
 
 
-def _session_turns(sessions: Sequence[Session], zone: tzinfo | None) -> tuple[list[_Turn], int]:
-    """Every session's call-making turns, and how many user messages had no usable time."""
-    turns: list[_Turn] = []
+def _ms(stamps: list[Any], bounds: list[int], zone: tzinfo | None) -> np.ndarray:
+    """:func:`_parsed_ms` of every session's stamps (``bounds``: where each session's
+    begin), parsed together; when they cannot be, each session's apart, so a session's
+    times never depend on the others'."""
+    try:
+        return _pandas_ms(stamps, zone)
+    except (ValueError, TypeError, OverflowError, AttributeError):
+        edges = [*bounds, len(stamps)]
+        parts = [_parsed_ms(stamps[a:b], zone) for a, b in zip(edges, edges[1:], strict=False)]
+        return np.concatenate([*parts, np.empty(0, dtype=np.int64)]).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class _Own:
+    """One session's call-making turns that have a usable time, in message order: user-turn
+    number (-1: an automation run), window (UTC epoch ms) and agent calls saved; the times of
+    its summary checkpoints; how many turns had no usable time."""
+
+    number: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    agent_calls: np.ndarray
+    checkpoints: np.ndarray
+    untimed: int
+
+
+def _own_turns(sessions: Sequence[Session], zone: tzinfo | None) -> list[_Own]:
+    """Each session's :class:`_Own`, every session's timestamps parsed in one go."""
     stamps: list[Any] = []
-    first: list[int] = []
+    bounds: list[int] = []
+    firsts: list[list[int]] = []
+    numbers: list[list[int]] = []
+    made: list[list[int]] = []
+    checkpoints: list[list[int]] = []
     for session in sessions:
         policy = get_policy(session.policy)
         messages = session.messages
         anchors = [
             i for i, m in enumerate(messages) if m.get("role") == "user" and not is_checkpoint(m)
         ]
+        bounds.append(len(stamps))
+        first, number, calls = [], [], []
         visible = 0
-        source = call_source(session.key)
         for n, at in enumerate(anchors):
             user = messages[at]
-            number = visible if policy.is_user_turn(user) else None
-            visible += number is not None
+            counted = policy.is_user_turn(user)
+            number.append(visible if counted else -1)
+            visible += counted
             stop = anchors[n + 1] if n + 1 < len(anchors) else len(messages)
             region = messages[at + 1 : stop]
             first.append(len(stamps))
@@ -128,38 +171,197 @@ def _session_turns(sessions: Sequence[Session], zone: tzinfo | None) -> tuple[li
                 for m in region
                 if not is_checkpoint(m) and not m.get("_channel_delivery")
             )
-            made = _calls_made(session, region, user)
-            turns.append(_Turn(session.key, number, 0, 0, source, made))
-    if not turns:
-        return [], 0
-    ms = _ms(stamps, zone)
-    ends = np.maximum.reduceat(ms, first)
-    kept = []
-    for turn, at, end in zip(turns, first, ends, strict=True):
-        if ms[at] >= 0:
-            turn.start, turn.end = int(ms[at]), int(end)
-            kept.append(turn)
-    _mark(sessions, kept, zone)
-    return kept, len(turns) - len(kept)
+            calls.append(_calls_made(session, region, user))
+        firsts.append(first)
+        numbers.append(number)
+        made.append(calls)
+        checkpoints.append(
+            [
+                at
+                for m in messages
+                if is_checkpoint(m) and (at := local_ms(m.get("timestamp"), zone))
+            ]
+        )
+    ms = _ms(stamps, bounds, zone) if stamps else np.empty(0, dtype=np.int64)
+    flat = [f for first in firsts for f in first]
+    ends = np.maximum.reduceat(ms, flat) if flat else np.empty(0, dtype=np.int64)
+    out = []
+    done = 0
+    for first, number, calls, marks in zip(firsts, numbers, made, checkpoints, strict=True):
+        starts = ms[first] if first else np.empty(0, dtype=np.int64)
+        kept = starts >= 0
+        out.append(
+            _Own(
+                np.array(number, dtype=np.int64)[kept],
+                starts[kept],
+                ends[done : done + len(first)][kept],
+                np.array(calls, dtype=np.int64)[kept],
+                np.array(marks, dtype=np.int64),
+                int(len(first) - kept.sum()),
+            )
+        )
+        done += len(first)
+    return out
 
 
-def _mark(sessions: Sequence[Session], turns: list[_Turn], zone: tzinfo | None) -> None:
-    """Give turns their summary checkpoints (by time) and their sessions' ``_last_usage``."""
-    by_key: dict[str, list[_Turn]] = {}
-    for turn in turns:
-        by_key.setdefault(turn.key, []).append(turn)
+def _zone_key(zone: tzinfo | None) -> Any:
+    """What the turns' times depend on besides the session: the zone (None: this process's
+    local zone as it is set now)."""
+    if zone is None:
+        return ("local", time.tzname, time.timezone, time.altzone, time.daylight)
+    return zone
+
+
+@dataclass
+class _Slot:
+    """The turns kept for a session not read back from the index: valid while it holds
+    ``content`` (kept, so its id cannot be reused) at ``length``."""
+
+    ref: weakref.ref
+    content: object
+    length: int
+    own: dict[Any, _Own] = field(default_factory=dict)
+
+
+_BY_VERSION: OrderedDict[Any, _Own] = OrderedDict()
+_SLOTS: dict[int, _Slot] = {}
+
+
+def clear_cache() -> None:
+    """Forget every session's turns (in this process); needed only after editing messages in
+    place."""
+    _BY_VERSION.clear()
+    _SLOTS.clear()
+
+
+def _slot(session: Session) -> _Slot:
+    key = id(session)
+    slot = _SLOTS.get(key)
+    if (
+        slot is not None
+        and slot.ref() is session
+        and slot.content is session.messages
+        and slot.length == len(session)
+    ):
+        return slot
+
+    def forget(_: weakref.ref, key: int = key) -> None:
+        _SLOTS.pop(key, None)
+
+    slot = _Slot(weakref.ref(session, forget), session.messages, len(session))
+    _SLOTS[key] = slot
+    return slot
+
+
+def _owns(sessions: Sequence[Session], zone: tzinfo | None) -> list[_Own]:
+    """Each session's :class:`_Own`: kept ones reused, the rest derived and kept."""
+    try:
+        zone_key = _zone_key(zone)
+        hash(zone_key)
+    except TypeError:
+        return _own_turns(sessions, zone)
+    found: list[_Own | None] = []
     for session in sessions:
-        own = by_key.get(session.key, [])
-        for message in session.messages:
-            if is_checkpoint(message) and (at := local_ms(message.get("timestamp"), zone)):
-                owner = [t for t in own if t.start <= at]
-                if owner:
-                    owner[-1].summaries += 1
+        if isinstance(session, IndexedSession) and session.pristine:
+            version = (session.identity, session.policy, zone_key)
+            own = _BY_VERSION.get(version)
+            if own is not None:
+                _BY_VERSION.move_to_end(version)
+            found.append(own)
+        else:
+            found.append(_slot(session).own.get((session.policy, zone_key)))
+    todo = [i for i, own in enumerate(found) if own is None]
+    for i, own in zip(todo, _own_turns([sessions[i] for i in todo], zone), strict=True):
+        session = sessions[i]
+        found[i] = own
+        if isinstance(session, IndexedSession) and session.pristine:
+            _BY_VERSION[(session.identity, session.policy, zone_key)] = own
+        else:
+            _slot(session).own[(session.policy, zone_key)] = own
+    while len(_BY_VERSION) > _KEPT_VERSIONS:
+        _BY_VERSION.popitem(last=False)
+    return found  # type: ignore[return-value]
+
+
+@dataclass
+class _Turns:
+    """Every session's call-making turns, as arrays: session key, user-turn number (-1:
+    none), window, source, agent calls saved, summary checkpoints, and per turn the
+    recorded usage to match (``total``: ``_last_usage`` as count, input and output tokens,
+    -1 where none; ``rounds``: WebUI rounds)."""
+
+    key: np.ndarray
+    number: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    source: np.ndarray
+    agent_calls: np.ndarray
+    summaries: np.ndarray
+    total: np.ndarray
+    by_key: dict[str, np.ndarray]
+    rounds: dict[int, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+
+def _session_turns(sessions: Sequence[Session], zone: tzinfo | None) -> tuple[_Turns, int]:
+    """Every session's call-making turns, and how many user messages had no usable time;
+    summary checkpoints and ``_last_usage`` go to the latest turn of the session's key."""
+    owns = _owns(sessions, zone)
+    sizes = [len(own.start) for own in owns]
+    sid = np.repeat(np.arange(len(owns)), sizes)
+    keys = np.array([s.key for s in sessions] + [None], dtype=object)[:-1]
+
+    def joined(name: str) -> np.ndarray:
+        parts = [getattr(own, name) for own in owns]
+        return np.concatenate([*parts, np.empty(0, dtype=np.int64)]).astype(np.int64)
+
+    start, agent = joined("start"), joined("agent_calls")
+    sources = np.array([call_source(str(k)) for k in keys] + [None], dtype=object)[:-1]
+    offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+    members: dict[str, list[int]] = {}
+    for i, session in enumerate(sessions):
+        members.setdefault(session.key, []).append(i)
+    by_key = {
+        key: np.concatenate([np.arange(offsets[i], offsets[i + 1]) for i in group]).astype(np.int64)
+        for key, group in members.items()
+    }
+    summaries = np.zeros(len(start), dtype=np.int64)
+    total = np.full((len(start), 3), -1, dtype=np.int64)
+    for session, own in zip(sessions, owns, strict=True):
+        pooled = by_key[session.key]
+        for at in own.checkpoints:
+            owner = np.flatnonzero(start[pooled] <= at)
+            if len(owner):
+                summaries[pooled[owner[-1]]] += 1
         recorded = last_usage(session.metadata)
-        making = [t for t in own if t.agent_calls]
-        if recorded is not None and making:
+        making = pooled[agent[pooled] > 0]
+        if recorded is not None and len(making):
             counts = (recorded.request_count, recorded.input_tokens, recorded.output_tokens)
-            making[-1].total = counts
+            total[making[-1]] = counts
+    turns = _Turns(
+        key=keys[sid],
+        number=joined("number"),
+        start=start,
+        end=joined("end"),
+        source=sources[sid],
+        agent_calls=agent,
+        summaries=summaries,
+        total=total,
+        by_key=by_key,
+    )
+    return turns, sum(own.untimed for own in owns)
+
+
+@dataclass
+class _Turn:
+    """One turn of a cluster searched call by call."""
+
+    agent_calls: int
+    summaries: int
+    rounds: tuple[tuple[int, int], ...] | None
+    total: tuple[int, int, int] | None
 
 
 @dataclass
@@ -176,13 +378,14 @@ class CallTimes:
 
 @dataclass
 class Attribution:
-    """Per call: session key, turn, step, kind and how it was tied (None: not tied)."""
+    """Per call: session key (None: not tied), turn and step (-1: none), kind (a code into
+    :data:`KINDS`) and how it was tied (a code into :data:`ATTRIBUTIONS`, -1: not tied)."""
 
-    session_key: list[str | None]
-    turn: list[int | None]
-    step: list[int | None]
-    kind: list[str]
-    how: list[str | None]
+    session_key: np.ndarray
+    turn: np.ndarray
+    step: np.ndarray
+    kind: np.ndarray
+    how: np.ndarray
     summary: dict[str, Any] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
@@ -333,70 +536,91 @@ class _Cluster:
         return seen if best[0] >= 0 else None
 
 
-def _union(parent: list[int], a: int, b: int) -> None:
-    while parent[a] != a:
-        a = parent[a]
-    while parent[b] != b:
-        b = parent[b]
+def _union(parent: dict[int, int], a: int, b: int) -> None:
+    a, b = _root(parent, a), _root(parent, b)
     parent[max(a, b)] = min(a, b)
 
 
-def _root(parent: list[int], a: int) -> int:
-    while parent[a] != a:
+def _root(parent: dict[int, int], a: int) -> int:
+    while parent.get(a, a) != a:
         a = parent[a]
     return a
 
 
-def _fits_source(call: str | None, turn: _Turn) -> bool:
-    return call == turn.source or call in _ANY_SESSION
+@dataclass
+class _Calls:
+    """The calls as arrays: source codes (see ``names``), dream / cron / failed flags."""
+
+    source: np.ndarray
+    names: list[str]
+    dream: np.ndarray
+    cron: np.ndarray
+    failed: np.ndarray
+
+    def codes(self, values: np.ndarray) -> np.ndarray:
+        """Source codes of ``values`` (-2 for a source no call has)."""
+        index = {name: i for i, name in enumerate(self.names)}
+        return np.array([index.get(v, -2) for v in values] + [0], dtype=np.int64)[:-1]
 
 
-def _candidates(calls: CallTimes, turns: list[_Turn]) -> list[list[int]]:
-    """Per call, the turns whose window holds it and whose session its source fits."""
-    out: list[list[int]] = [[] for _ in range(len(calls.start))]
-    starts = np.array([t.start for t in turns], dtype=np.int64)
-    ends = np.array([t.end for t in turns], dtype=np.int64)
-    lows = np.searchsorted(calls.start, starts, side="left")
-    highs = np.searchsorted(calls.start, ends, side="right")
-    for k in np.flatnonzero(highs > lows):
-        turn = turns[k]
-        for c in range(lows[k], highs[k]):
-            source = calls.source[c]
-            if (
-                source == "dream"
-                and turn.summaries
-                or source != "dream"
-                and _fits_source(source, turn)
-            ):
-                out[c].append(int(k))
-    return out
+def _call_arrays(calls: CallTimes) -> _Calls:
+    codes, names = pd.factorize(pd.Series(list(calls.source), dtype=object))
+    named = [str(n) for n in names]
+    finish = pd.Series(list(calls.finish), dtype=object)
+    return _Calls(
+        codes.astype(np.int64),
+        named,
+        codes == (named.index("dream") if "dream" in named else -3),
+        codes == (named.index("cron") if "cron" in named else -3),
+        finish.isin(list(FAILED_REASONS)).to_numpy(dtype=bool),
+    )
 
 
-def _attach_rounds(turns: list[_Turn], rounds: list[RoundUsages]) -> list[str]:
+def _candidates(calls: CallTimes, coded: _Calls, turns: _Turns) -> tuple[np.ndarray, np.ndarray]:
+    """(call, turn) pairs, sorted, of the turns whose window holds a call and whose session
+    its source fits (a summary call: a turn with a summary checkpoint)."""
+    lows = np.searchsorted(calls.start, turns.start, side="left")
+    highs = np.searchsorted(calls.start, turns.end, side="right")
+    counts = np.maximum(highs - lows, 0)
+    pair_turn = np.repeat(np.arange(len(turns), dtype=np.int64), counts)
+    firsts = np.cumsum(counts) - counts
+    pair_call = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(lows - firsts, counts)
+    source = coded.source[pair_call]
+    own = coded.codes(turns.source)[pair_turn]
+    any_session = np.isin(source, [coded.names.index(s) for s in _ANY_SESSION if s in coded.names])
+    fits = np.where(
+        coded.dream[pair_call],
+        turns.summaries[pair_turn] > 0,
+        (source >= 0) & ((source == own) | any_session),
+    )
+    pair_call, pair_turn = pair_call[fits], pair_turn[fits]
+    order = np.lexsort((pair_turn, pair_call))
+    return pair_call[order], pair_turn[order]
+
+
+def _attach_rounds(turns: _Turns, rounds: list[RoundUsages]) -> list[str]:
     """Give each WebUI turn_end record's rounds to its turn (the session's latest turn
     started before it was written)."""
-    by_key: dict[str, list[_Turn]] = {}
-    for turn in turns:
-        by_key.setdefault(turn.key, []).append(turn)
     problems = []
     for record in rounds:
-        owner = [t for t in by_key.get(record.session_key, []) if t.start <= record.created_at_ms]
-        if not owner:
+        pooled = turns.by_key.get(record.session_key, np.empty(0, dtype=np.int64))
+        owner = pooled[turns.start[pooled] <= record.created_at_ms]
+        if not len(owner):
             problems.append(f"{record.path}:{record.line_no}: turn_end of no stored turn; unused")
             continue
-        owner[-1].rounds = record.rounds
+        turns.rounds[int(owner[-1])] = record.rounds
     return problems
 
 
-def _offset_hint(times: np.ndarray, turns: list[_Turn], fitted: int) -> str | None:
+def _offset_hint(times: np.ndarray, turns: _Turns, fitted: int) -> str | None:
     """Say so when most agent calls (at ``times``) fall in no turn window but would under
     another whole quarter-hour offset: the session times were read in the wrong zone."""
     wanted = len(times)
-    if not turns or wanted < 4 or fitted * 2 > wanted:
+    if not len(turns) or wanted < 4 or fitted * 2 > wanted:
         return None
-    ordered = sorted(turns, key=lambda t: t.start)
-    starts = np.array([t.start for t in ordered], dtype=np.int64)
-    reach = np.maximum.accumulate(np.array([t.end for t in ordered], dtype=np.int64))
+    order = np.argsort(turns.start, kind="stable")
+    starts = turns.start[order]
+    reach = np.maximum.accumulate(turns.end[order])
     best, best_fit = 0, fitted
     for quarter in range(-14 * 4, 14 * 4 + 1):
         shift = quarter * 15 * 60_000
@@ -413,6 +637,32 @@ def _offset_hint(times: np.ndarray, turns: list[_Turn], fitted: int) -> str | No
     )
 
 
+def _alone_and_fitting(
+    calls: CallTimes, coded: _Calls, turns: _Turns, pair_call: np.ndarray, pair_turn: np.ndarray
+) -> np.ndarray:
+    """The pairs of turns alone in their windows (no call of theirs could be another turn's),
+    with no recorded usage to match, whose calls all fit them: such a turn takes all its
+    calls, the one assignment that ties the most."""
+    m = len(turns)
+    options = np.bincount(pair_call, minlength=len(calls.start))
+    shared = np.zeros(m, dtype=bool)
+    shared[pair_turn[options[pair_call] > 1]] = True
+    plain = (turns.total[:, 0] < 0) & ~np.isin(np.arange(m), list(turns.rounds))
+    chosen = ~shared[pair_turn] & plain[pair_turn]
+    c, k = pair_call[chosen], pair_turn[chosen]
+    order = np.argsort(k, kind="stable")
+    c, k = c[order], k[order]
+    follows = np.flatnonzero(k[1:] == k[:-1]) + 1
+    overlapping = np.zeros(m, dtype=bool)
+    overlapping[k[follows][calls.start[c[follows]] < calls.end[c[follows - 1]]]] = True
+    dreams = np.bincount(k[coded.dream[c]], minlength=m)
+    agents = np.bincount(k[~coded.dream[c] & ~coded.failed[c]], minlength=m)
+    solved = (
+        plain & ~shared & ~overlapping & (dreams <= turns.summaries) & (agents <= turns.agent_calls)
+    )
+    return solved[pair_turn] & chosen
+
+
 def attribute(
     calls: CallTimes,
     sessions: Sequence[Session],
@@ -425,95 +675,118 @@ def attribute(
     if untimed:
         problems.append(f"{untimed} user message(s) without a valid timestamp: no window")
     n = len(calls.start)
-    options = _candidates(calls, turns)
-    parent = list(range(len(turns)))
-    for opts in options:
+    coded = _call_arrays(calls)
+    pair_call, pair_turn = _candidates(calls, coded, turns)
+    owner = np.full(n, -1, dtype=np.int64)
+    how = np.full(n, -1, dtype=np.int64)
+    ambiguous = np.zeros(n, dtype=bool)
+    done = _alone_and_fitting(calls, coded, turns, pair_call, pair_turn)
+    owner[pair_call[done]] = pair_turn[done]
+    how[pair_call[done]] = ATTRIBUTIONS.index("time")
+    rest_call, rest_turn = pair_call[~done], pair_turn[~done]
+    starts = np.searchsorted(rest_call, np.unique(rest_call))
+    options = dict(
+        zip(
+            rest_call[starts].tolist(),
+            [o.tolist() for o in np.split(rest_turn, starts[1:])] if len(starts) else [],
+            strict=True,
+        )
+    )
+    parent: dict[int, int] = {}
+    for opts in options.values():
         for k in opts[1:]:
             _union(parent, opts[0], k)
     groups: dict[int, list[int]] = {}
-    for c, opts in enumerate(options):
-        if opts:
-            groups.setdefault(_root(parent, opts[0]), []).append(c)
-    owner: list[int | None] = [None] * n
-    how: list[str | None] = [None] * n
-    ambiguous: set[int] = set()
+    for c, opts in options.items():
+        groups.setdefault(_root(parent, opts[0]), []).append(c)
     for members in groups.values():
         local = sorted({k for c in members for k in options[c]})
         index = {k: i for i, k in enumerate(local)}
         cluster = _Cluster(
             calls,
-            [turns[k] for k in local],
+            [_searched(turns, k) for k in local],
             members,
             [[index[k] for k in options[c]] for c in members],
         )
         solved = cluster.solve()
         if solved is None:
             problems.append(f"{len(members)} overlapping calls too many to untangle: unattributed")
-            ambiguous.update(members)
+            ambiguous[members] = True
             continue
         seen, level = solved
         for c, ties in zip(members, seen, strict=True):
             if len(ties) != 1:
-                ambiguous.add(c)
+                ambiguous[c] = True
                 continue
             (k,) = ties
             if k is None:
                 continue
-            turn = turns[local[k]]
             owner[c] = local[k]
-            signed = turn.rounds is not None or turn.total is not None
-            how[c] = "exact" if level == 0 and signed and calls.source[c] != "dream" else "time"
-    return _finish(calls, turns, options, owner, how, ambiguous, problems)
+            signed = local[k] in turns.rounds or turns.total[local[k], 0] >= 0
+            exact = level == 0 and signed and not coded.dream[c]
+            how[c] = ATTRIBUTIONS.index("exact" if exact else "time")
+    return _finish(calls, coded, turns, pair_call, pair_turn, owner, how, ambiguous, problems)
+
+
+def _searched(turns: _Turns, k: int) -> _Turn:
+    total = turns.total[k]
+    return _Turn(
+        int(turns.agent_calls[k]),
+        int(turns.summaries[k]),
+        turns.rounds.get(k),
+        None if total[0] < 0 else (int(total[0]), int(total[1]), int(total[2])),
+    )
 
 
 def _finish(
     calls: CallTimes,
-    turns: list[_Turn],
-    options: list[list[int]],
-    owner: list[int | None],
-    how: list[str | None],
-    ambiguous: set[int],
+    coded: _Calls,
+    turns: _Turns,
+    pair_call: np.ndarray,
+    pair_turn: np.ndarray,
+    owner: np.ndarray,
+    how: np.ndarray,
+    ambiguous: np.ndarray,
     problems: list[str],
 ) -> Attribution:
-    """Steps, kinds and the summary line from the owners found."""
-    n = len(calls.start)
-    out = Attribution([None] * n, [None] * n, [None] * n, ["agent"] * n, how, problems=problems)
-    done = [0] * len(turns)
-    unsure = [False] * len(turns)
-    for c in range(n):
-        source = calls.source[c]
-        k = owner[c]
-        if k is None:
-            if c in ambiguous:
-                for t in options[c]:
-                    unsure[t] = True
-            out.kind[c] = (
-                "summary"
-                if c in ambiguous and source == "dream"
-                else (
-                    "other"
-                    if source == "dream" or (source == "cron" and not options[c])
-                    else "agent"
-                )
-            )
-            continue
-        turn = turns[k]
-        out.session_key[c], out.turn[c] = turn.key, turn.turn
-        out.step[c] = None if unsure[k] else done[k]
-        if source == "dream":
-            out.kind[c] = "summary"
-        elif calls.finish[c] not in FAILED_REASONS:
-            done[k] += 1
-    tied = sum(k is not None for k in owner)
-    agent = [c for c in range(n) if calls.source[c] not in ("dream", "cron")]
-    outside = sum(1 for c in agent if not options[c])
+    """Steps, kinds and the summary line from the owners found: a call's step is the agent
+    calls its turn made before it, unknown once a call that may be the turn's stayed
+    ambiguous."""
+    n = len(owner)
+    options = np.bincount(pair_call, minlength=n)
+    tied = np.flatnonzero(owner >= 0)
+    kind = np.where(
+        ambiguous & coded.dream,
+        1,
+        np.where(coded.dream | (coded.cron & (options == 0)), 2, 0),
+    )
+    kind[tied] = np.where(coded.dream[tied], 1, 0)
+    by_turn = tied[np.argsort(owner[tied], kind="stable")]
+    counted = (~coded.dream[by_turn] & ~coded.failed[by_turn]).astype(np.int64)
+    before = np.cumsum(counted) - counted
+    group = owner[by_turn]
+    heads = np.flatnonzero(np.r_[True, group[1:] != group[:-1]]) if len(group) else group
+    before -= np.repeat(before[heads], np.diff(np.r_[heads, len(group)]))
+    first_unsure = np.full(len(turns), n, dtype=np.int64)
+    unsure = ambiguous[pair_call]
+    np.minimum.at(first_unsure, pair_turn[unsure], pair_call[unsure])
+    step = np.full(n, -1, dtype=np.int64)
+    known = first_unsure[group] >= by_turn
+    step[by_turn[known]] = before[known]
+    key = np.full(n, None, dtype=object)
+    key[tied] = turns.key[owner[tied]]
+    number = np.full(n, -1, dtype=np.int64)
+    number[tied] = turns.number[owner[tied]]
+    out = Attribution(key, number, step, kind, how, problems=problems)
+    agent = np.flatnonzero(~coded.dream & ~coded.cron)
+    outside = int(np.sum(options[agent] == 0))
     out.summary = {
         "calls": n,
-        "exact": sum(h == "exact" for h in how),
-        "time": sum(h == "time" for h in how),
-        "ambiguous": len(ambiguous),
+        "exact": int(np.sum(how == ATTRIBUTIONS.index("exact"))),
+        "time": int(np.sum(how == ATTRIBUTIONS.index("time"))),
+        "ambiguous": int(ambiguous.sum()),
         "outside": outside,
-        "unattributed": n - tied,
+        "unattributed": n - len(tied),
     }
     hint = _offset_hint(calls.start[agent], turns, len(agent) - outside)
     if hint:

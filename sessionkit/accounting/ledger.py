@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, tzinfo
 from os import PathLike
 from pathlib import Path
@@ -20,8 +21,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import numpy as np
 import pandas as pd
 
-from sessionkit.accounting.attribution import CallTimes, attribute
-from sessionkit.accounting.logfile import read_log
+from sessionkit.accounting.attribution import ATTRIBUTIONS, KINDS, CallTimes, attribute
+from sessionkit.accounting.logfile import LogRead, read_log
 from sessionkit.accounting.pricing import price_calls
 from sessionkit.nanobot.naming import SessionPathError
 from sessionkit.nanobot.session import Session
@@ -35,13 +36,11 @@ from sessionkit.nanobot.usage_records import (
     round_usages,
 )
 from sessionkit.nanobot.workspace import config_dir_hint, config_folder, recorded_workspace
-from sessionkit.schema import PROBLEMS, USAGE, frame
+from sessionkit.schema import PROBLEMS, USAGE, frame, string_array
 from sessionkit.store.corpus import Corpus, load
+from sessionkit.store.index import file_identity
 
-__all__ = ["usage"]
-
-KINDS = ("agent", "summary", "other")
-ATTRIBUTIONS = ("exact", "time")
+__all__ = ["ATTRIBUTIONS", "KINDS", "usage"]
 
 Group = tuple[Path | None, list[Session]]
 """Sessions of one workspace (None: not known)."""
@@ -148,13 +147,84 @@ def _ints(values: Iterable[int | None]) -> np.ndarray:
     return np.array([-1 if v is None else v for v in values], dtype=np.int64)
 
 
+_LOG_COUNTS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+_KEPT_LOGS = 4
+"""Usage logs whose rows are kept in memory (the least recently read dropped first)."""
+
+
+@dataclass(frozen=True)
+class _Log:
+    """The per-call log as read, and its columns as arrays (counts -1 where unknown)."""
+
+    columns: dict[str, list[Any]]
+    problems: list[tuple[int | None, str]]
+    ms: np.ndarray
+    end: np.ndarray
+    counts: dict[str, np.ndarray]
+    reported: Any
+    texts: dict[str, Any]
+    """model and provider as string columns, source as a Categorical (copied before use)."""
+
+    def __len__(self) -> int:
+        return len(self.ms)
+
+
+def _arrays(read: LogRead) -> _Log:
+    columns, problems = read
+    n = len(columns.get("started_at_ms", []))
+    ints = {c: _ints(columns.get(c, [None] * n)) for c in (*_LOG_COUNTS, "duration_ms")}
+    ints |= {c: _ints(columns.get(c, [None] * n)) for c in ("reported_tokens", "estimated_tokens")}
+    known = ints["input_tokens"] >= 0
+    reported = ~(ints["estimated_tokens"] > 0) | (ints["reported_tokens"] > 0)
+    ms = np.array(columns.get("started_at_ms", []), dtype=np.int64)
+    return _Log(
+        columns,
+        problems,
+        ms,
+        ms + np.maximum(ints["duration_ms"], 0),
+        {c: ints[c] for c in _LOG_COUNTS},
+        pd.arrays.BooleanArray(reported & known, ~known),
+        {
+            "model": string_array(columns.get("model", [])),
+            "provider": string_array(columns.get("provider", [])),
+            "source": pd.Categorical(columns.get("source", [])),
+        },
+    )
+
+
+_LOGS: dict[Path, tuple[tuple[Any, ...], _Log]] = {}
+
+
+def _versions(db: Path) -> tuple[Any, ...]:
+    """The identity (device, inode, size, times) of the log and its WAL files."""
+    return tuple(file_identity(Path(f"{db}{suffix}")) for suffix in ("", "-wal", "-shm"))
+
+
+def _log(data: Path) -> _Log:
+    """The per-call log of ``data``: read once per version of its files (the database and its
+    WAL files unchanged since: same identity), then kept."""
+    db = data / LOG_FILE
+    before = _versions(db)
+    kept = _LOGS.pop(db, None)
+    if kept is not None and kept[0] == before:
+        _LOGS[db] = kept
+        return kept[1]
+    read = _arrays(read_log(data))
+    if _versions(db) == before:
+        _LOGS[db] = (before, read)
+        while len(_LOGS) > _KEPT_LOGS:
+            _LOGS.pop(next(iter(_LOGS)))
+    return read
+
+
 def _estimates(
     groups: list[Group], config: Path | None, problems: list[tuple[str, int | None, str]]
-) -> dict[tuple[str, int, int], int]:
-    """sessionkit's count of each rebuilt agent request, by (session, turn, step)."""
+) -> pd.DataFrame:
+    """sessionkit's count of each rebuilt agent request: session_key, turn, step and
+    total_tokens (a later group's row replaces an earlier one for the same call)."""
     from sessionkit.calls.frame import requests
 
-    out: dict[tuple[str, int, int], int] = {}
+    found = []
     for workspace, sessions in groups:
         if not sessions:
             continue
@@ -182,14 +252,41 @@ def _estimates(
                     "system prompt and tools: estimated_prompt_tokens <NA> for them",
                 )
             )
-        keys = zip(whole["session_key"], whole["turn"], whole["step"], strict=True)
-        out.update(
-            {
-                (str(k), int(t), int(s)): int(v)
-                for (k, t, s), v in zip(keys, whole["total_tokens"], strict=True)
-            }
+        found.append(
+            pd.DataFrame(
+                {
+                    "session_key": whole["session_key"].astype(str).to_numpy(dtype=object),
+                    "turn": whole["turn"].to_numpy(dtype=np.int64),
+                    "step": whole["step"].to_numpy(dtype=np.int64),
+                    "total_tokens": whole["total_tokens"].to_numpy(dtype=np.int64),
+                }
+            )
         )
-    return out
+    if not found:
+        return pd.DataFrame({"session_key": [], "turn": [], "step": [], "total_tokens": []})
+    keys = ["session_key", "turn", "step"]
+    return pd.concat(found, ignore_index=True).drop_duplicates(keys, keep="last")
+
+
+def _estimated(attributed: pd.DataFrame, agent: np.ndarray, found: pd.DataFrame) -> Any:
+    """Per attributed call (columns session_key, turn, step): the rebuilt request's count
+    for ``agent`` calls tied to a step, else <NA>."""
+    out = np.full(len(attributed), -1, dtype=np.int64)
+    wanted = agent & attributed.notna().all(axis=1).to_numpy()
+    if wanted.any() and len(found):
+        known = pd.MultiIndex.from_frame(found[["session_key", "turn", "step"]])
+        chosen = attributed[wanted]
+        asked = pd.MultiIndex.from_arrays(
+            [
+                chosen["session_key"].to_numpy(dtype=object),
+                chosen["turn"].to_numpy(dtype=np.int64),
+                chosen["step"].to_numpy(dtype=np.int64),
+            ]
+        )
+        at = known.get_indexer(asked)
+        totals = found["total_tokens"].to_numpy(dtype=np.int64)
+        out[np.flatnonzero(wanted)] = np.where(at >= 0, totals[np.maximum(at, 0)], -1)
+    return pd.arrays.IntegerArray(out, out < 0)
 
 
 def usage(
@@ -231,37 +328,45 @@ def usage(
     data, groups = _groups(source, config_dir, workspace, cache)
     sessions = [s for _, group in groups for s in group]
     problems: list[tuple[str, int | None, str]] = []
-    log, met = read_log(data)
+    log = _log(data)
     log_path = str(data / LOG_FILE)
-    problems.extend((log_path, row, reason) for row, reason in met)
-    ms = np.array(log.get("started_at_ms", []), dtype=np.int64)
-    n = len(ms)
-    duration = _ints(log.get("duration_ms", [None] * n))
+    problems.extend((log_path, row, reason) for row, reason in log.problems)
+    n = len(log)
     calls = CallTimes(
-        ms,
-        ms + np.maximum(duration, 0),
-        log.get("source", []),
-        log.get("finish_reason", []),
-        log.get("input_tokens", []),
-        log.get("output_tokens", []),
+        log.ms,
+        log.end,
+        log.columns.get("source", []),
+        log.columns.get("finish_reason", []),
+        log.columns.get("input_tokens", []),
+        log.columns.get("output_tokens", []),
     )
     rounds, round_problems = round_usages(data)
     problems.extend((str(p), line or None, r) for p, line, r in round_problems)
     tied = attribute(calls, sessions, rounds, zone)
     problems.extend((log_path, None, r) for r in tied.problems)
-    daily = _daily_rows(data, _covered(ms, data), problems)
-    columns = _call_columns(log, tied, n)
-    _append_daily(columns, daily, model, provider)
+    daily = _daily_rows(data, _covered(log.ms, data), problems)
+    columns = _call_columns(log, tied)
+    if estimate and n:
+        config = data / "config.json"
+        found = _estimates(groups, config if config.is_file() else None, problems)
+        columns["estimated_prompt_tokens"] = _estimated(
+            pd.DataFrame({c: columns[c] for c in ("session_key", "turn", "step")}),
+            tied.kind == KINDS.index("agent"),
+            found,
+        )
+    names = {c: log.columns.get(c, []) for c in ("model", "provider")}
+    if daily:
+        columns = _with_daily(columns, daily, model, provider)
+        names = {c: list(columns[c]) for c in names}
     counts = np.stack(
         [
-            _ints(columns[c])
+            _minus_one(columns[c])
             for c in ("prompt_tokens", "cached_tokens", "cache_write_tokens", "completion_tokens")
         ],
         axis=1,
     ).reshape(-1, 4)
-    priced = price_calls(
-        columns["model"], columns["provider"], np.array(columns["time"], dtype=np.int64), counts
-    )
+    times = np.asarray(columns["time"], dtype=np.int64)
+    priced = price_calls(names["model"], names["provider"], times, counts)
     problems.extend(("genai-prices", None, p) for p in priced.problems)
     if daily and model is None:
         problems.append(
@@ -272,25 +377,13 @@ def usage(
             )
         )
     columns["cost_usd"] = priced.cost
-    if estimate and n:
-        config = data / "config.json"
-        found = _estimates(groups, config if config.is_file() else None, problems)
-        columns["estimated_prompt_tokens"] = [
-            found.get((k, t, s)) if kind == "agent" and None not in (k, t, s) else None
-            for k, t, s, kind in zip(
-                columns["session_key"],
-                columns["turn"],
-                columns["step"],
-                columns["kind"],
-                strict=True,
-            )
-        ]
-    columns["time"] = pd.to_datetime(
-        np.array(columns["time"], dtype=np.int64), unit="ms", utc=True
-    ).astype("datetime64[ns, UTC]")
-    columns["kind"] = pd.Categorical(columns["kind"], categories=KINDS)
-    columns["attribution"] = pd.Categorical(columns["attribution"], categories=ATTRIBUTIONS)
-    columns["source"] = pd.Categorical(columns["source"])
+    columns["time"] = pd.to_datetime(times, unit="ms", utc=True).astype("datetime64[ns, UTC]")
+    columns["kind"] = pd.Categorical.from_codes(np.asarray(columns["kind"], np.int64), KINDS)
+    columns["attribution"] = pd.Categorical.from_codes(
+        np.asarray(columns["attribution"], np.int64), ATTRIBUTIONS
+    )
+    if not isinstance(columns["source"], pd.Categorical):
+        columns["source"] = pd.Categorical(columns["source"])
     out = frame(USAGE, columns).sort_values("time", kind="stable", ignore_index=True)
     out.attrs["problems"] = frame(
         PROBLEMS, {c.name: [p[i] for p in problems] for i, c in enumerate(PROBLEMS)}
@@ -299,44 +392,51 @@ def usage(
     return out
 
 
-def _reported(log: Mapping[str, list[Any]], i: int) -> bool | None:
-    """Whether the provider reported the call's usage (False: nanobot estimated it)."""
-    if log["input_tokens"][i] is None:
-        return None
-    return not (log["estimated_tokens"][i] or 0) > 0 or (log["reported_tokens"][i] or 0) > 0
+def _minus_one(values: Any) -> np.ndarray:
+    """Counts as int64, -1 where unknown."""
+    return pd.array(values, dtype="Int64").to_numpy(dtype=np.int64, na_value=-1)
 
 
-def _call_columns(log: Mapping[str, list[Any]], tied: Any, n: int) -> dict[str, list[Any]]:
-    """The per-call rows, one list per column (time in UTC epoch milliseconds)."""
+def _counted(values: np.ndarray) -> Any:
+    """An Int64 column of counts (-1: <NA>), not sharing ``values``."""
+    return pd.arrays.IntegerArray(values.copy(), values < 0)
+
+
+def _call_columns(log: _Log, tied: Any) -> dict[str, Any]:
+    """The per-call rows, one array per column (time in UTC epoch milliseconds; kind and
+    attribution as codes)."""
+    n = len(log)
     return {
-        "time": list(log.get("started_at_ms", [])),
-        "session_key": tied.session_key,
-        "turn": tied.turn,
-        "step": tied.step,
-        "source": list(log.get("source", [])),
+        "time": log.ms,
+        "session_key": string_array(tied.session_key),
+        "turn": _counted(tied.turn),
+        "step": _counted(tied.step),
+        "source": log.texts["source"].copy(),
         "kind": tied.kind,
-        "model": list(log.get("model", [])),
-        "provider": list(log.get("provider", [])),
-        "prompt_tokens": list(log.get("input_tokens", [])),
-        "completion_tokens": list(log.get("output_tokens", [])),
-        "cached_tokens": list(log.get("cache_read_tokens", [])),
-        "cache_write_tokens": list(log.get("cache_write_tokens", [])),
+        "model": log.texts["model"].copy(),
+        "provider": log.texts["provider"].copy(),
+        "prompt_tokens": _counted(log.counts["input_tokens"]),
+        "completion_tokens": _counted(log.counts["output_tokens"]),
+        "cached_tokens": _counted(log.counts["cache_read_tokens"]),
+        "cache_write_tokens": _counted(log.counts["cache_write_tokens"]),
         "cost_usd": [],
-        "estimated_prompt_tokens": [None] * n,
+        "estimated_prompt_tokens": _counted(np.full(n, -1, dtype=np.int64)),
         "attribution": tied.how,
-        "reported": [_reported(log, i) for i in range(n)],
-        "calls": [1] * n,
-        "call_id": list(log.get("id", [])),
+        "reported": log.reported.copy(),
+        "calls": _counted(np.ones(n, dtype=np.int64)),
+        "call_id": pd.array(log.columns.get("id", []), dtype="Int64"),
     }
 
 
-def _append_daily(
-    columns: dict[str, list[Any]],
+def _with_daily(
+    columns: dict[str, Any],
     daily: list[tuple[datetime, DailyTotal]],
     model: str | None,
     provider: str | None,
-) -> None:
-    """Add one row per (day, source) of the daily totals: no session, no kind."""
+) -> dict[str, Any]:
+    """The columns with one row per (day, source) of the daily totals added: no session, no
+    kind."""
+    out = {name: list(values) for name, values in columns.items() if name != "cost_usd"}
     for at, total in daily:
         estimated = total.estimated_requests
         reported = (
@@ -354,7 +454,12 @@ def _append_daily(
             "cached_tokens": total.cached_tokens,
             "reported": reported,
             "calls": total.requests,
+            "kind": -1,
+            "attribution": -1,
         }
-        for name, values_list in columns.items():
-            if name != "cost_usd":
-                values_list.append(values.get(name))
+        for name, values_list in out.items():
+            values_list.append(values.get(name))
+    out["cost_usd"] = []
+    for name in ("session_key", "model", "provider", "source"):
+        out[name] = [v if isinstance(v, str) else None for v in out[name]]
+    return out

@@ -1,8 +1,9 @@
 """Each session's LLM calls apart from the history, as arrays: the current message's and
 every call's step tokens per user turn, and what the next turn's history repeats of the last
 call.  Rebuilt and counted once per session, release and kit, then kept while the session
-holds the same messages (as :mod:`sessionkit.simulate.replay` keeps replays), so a second
-:func:`sessionkit.requests` is array arithmetic only.
+holds the same messages (as :mod:`sessionkit.simulate.replay` keeps replays) — for a session
+read back from the index, while its file is unchanged, so a store loaded again finds them —
+and a second :func:`sessionkit.requests` is array arithmetic only.
 
 The current message reads attached image files as they are when it is first rebuilt; call
 :func:`clear_cache` after changing them (or after editing messages in place).
@@ -13,6 +14,7 @@ from __future__ import annotations
 import itertools
 import os
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import as_completed
 from dataclasses import dataclass, field
@@ -192,6 +194,10 @@ class _Slot:
 
 
 _SLOTS: dict[int, _Slot] = {}
+_BY_VERSION: OrderedDict[Any, dict[tuple[str, str, str | None], SessionCalls]] = OrderedDict()
+"""Calls of sessions read back from the index and unchanged, by file version: a session
+loaded again from the same file finds them."""
+_KEPT_VERSIONS = 50_000
 
 
 def _content(session: Session) -> object:
@@ -217,14 +223,31 @@ def _slot(session: Session) -> _Slot:
     def forget(_: weakref.ref, key: int = key) -> None:
         _SLOTS.pop(key, None)
 
-    slot = _Slot(weakref.ref(session, forget), content, len(session))
+    slot = _Slot(weakref.ref(session, forget), content, len(session), _by_version(session))
     _SLOTS[key] = slot
     return slot
+
+
+def _by_version(session: Session) -> dict[tuple[str, str, str | None], SessionCalls]:
+    """The calls shared by every load of a file version, for a session read back from the index
+    and unchanged since (the least recently used versions dropped first); else a new dict."""
+    if not (isinstance(session, IndexedSession) and session.pristine):
+        return {}
+    version = session.identity
+    kept = _BY_VERSION.get(version)
+    if kept is not None:
+        _BY_VERSION.move_to_end(version)
+        return kept
+    kept = _BY_VERSION[version] = {}
+    while len(_BY_VERSION) > _KEPT_VERSIONS:
+        _BY_VERSION.popitem(last=False)
+    return kept
 
 
 def clear_cache() -> None:
     """Forget every session's calls (in this process)."""
     _SLOTS.clear()
+    _BY_VERSION.clear()
 
 
 Item = tuple[ReplayPolicy, Session, Kit | None, str | None, Sequence[bool]]
