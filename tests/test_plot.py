@@ -179,6 +179,14 @@ def test_window_heatmap_cells(corpus, sweep, value: str) -> None:
     assert len(ax.texts) == 9
 
 
+def test_window_heatmap_puts_no_count_limit_last(corpus) -> None:
+    ax = plot.window_heatmap(corpus, max_messages=(0, 10), max_tokens=(0,))
+    frame = windows(corpus, max_messages=[0, 10], max_tokens=0)
+    means = frame.groupby("max_messages")["messages_kept"].mean()
+    assert ax.images[0].get_array().tolist() == [[means[10], means[0]]]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["10", "none"]
+
+
 def test_sweeps_take_their_other_settings_from_the_settings_value(corpus, sweep) -> None:
     stamped = plot.window_heatmap(corpus, **GRID)
     assert np.array_equal(

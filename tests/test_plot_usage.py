@@ -275,6 +275,16 @@ def test_cost_heatmap_cells_are_total_costs() -> None:
     assert ax.get_title("left") == "total cost of 2 requests per setting"
 
 
+def test_cost_heatmap_puts_no_limit_last_on_both_axes() -> None:
+    requests = _requests([0, 20], [0, 500], 1)
+    costs = _costs(requests, [float(i) for i in range(len(requests))])
+    ax = plot.cost_heatmap(costs)
+    sums = costs.groupby(["max_tokens", "max_messages"])["cost_usd"].sum()
+    assert ax.images[0].get_array().tolist() == [[sums[(t, m)] for m in (20, 0)] for t in (500, 0)]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["20", "none"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["500", "none"]
+
+
 def test_cost_heatmap_leaves_a_partly_unpriced_cell_blank() -> None:
     requests = _requests([20, 60], [0], 2)
     costs = _costs(requests, [1.0, NAN, 2.0, 3.0])

@@ -93,7 +93,7 @@ def window_heatmap(
     other settings from ``settings`` (``include_timestamps`` overrides it).
     ``value`` is a key of :data:`SWEEP_VALUES`.  ``ax.images[0].get_array()`` is the grid:
     rows are ``max_tokens`` ascending with no budget (0) last, columns ``max_messages``
-    ascending.
+    ascending with no limit (0, "none") last.
     """
     if value not in SWEEP_VALUES:
         raise ValueError(f"value must be one of {', '.join(SWEEP_VALUES)}, not {value!r}")
@@ -102,7 +102,7 @@ def window_heatmap(
     grid = frame.pivot_table(
         index="max_tokens", columns="max_messages", values=value, aggfunc="mean"
     ).astype(float)
-    grid = grid.reindex(_budget_order(grid.index))
+    grid = grid.reindex(index=_budget_order(grid.index), columns=_budget_order(grid.columns))
     if ax is None:
         ax = new_figure(7.0, 4.2).add_subplot()
     share = value == "truncated"
@@ -126,7 +126,7 @@ def window_heatmap(
             fontsize=8,
             color="black" if cell > middle else "white",
         )
-    ax.set_xticks(range(grid.shape[1]), [str(m) for m in grid.columns])
+    ax.set_xticks(range(grid.shape[1]), [_budget_label(m) for m in grid.columns])
     ax.set_yticks(range(grid.shape[0]), [_budget_label(b) for b in grid.index])
     ax.set_xlabel("max_messages")
     ax.set_ylabel("max_tokens")

@@ -197,13 +197,13 @@ def cumulative_cost(
 def cost_heatmap(costs: pd.DataFrame, ax: Axes | None = None) -> Axes:
     """Total cost of a :func:`sessionkit.cost` frame per (max_tokens, max_messages), as a
     heatmap: ``ax.images[0].get_array()`` is the grid, rows ``max_tokens`` ascending with no
-    budget (0) last, columns ``max_messages`` ascending; a cell with any unpriced request
+    budget (0) last, columns ``max_messages`` ascending with no limit (0) last; a cell with any unpriced request
     is NaN (blank, 'n/a'), never a partial sum."""
     _one_setting(costs, "cost_heatmap", _GRID, varying=_GRID)
     cells = costs.groupby(list(_GRID))["cost_usd"]
     total = cells.sum().where(cells.count() == cells.size())
     grid = total.unstack("max_messages").astype(float)
-    grid = grid.reindex(_budget_order(grid.index))
+    grid = grid.reindex(index=_budget_order(grid.index), columns=_budget_order(grid.columns))
     if ax is None:
         ax = new_figure(7.0, 4.2).add_subplot()
     image = ax.imshow(grid.to_numpy(), origin="lower", aspect="auto", cmap="viridis")
@@ -211,7 +211,7 @@ def cost_heatmap(costs: pd.DataFrame, ax: Axes | None = None) -> Axes:
     for (row, col), cell in np.ndenumerate(grid.to_numpy()):
         colour = "black" if cell > middle else "white"
         ax.text(col, row, usd(cell), ha="center", va="center", fontsize=8, color=colour)
-    ax.set_xticks(range(grid.shape[1]), [str(m) for m in grid.columns])
+    ax.set_xticks(range(grid.shape[1]), [_budget_label(m) for m in grid.columns])
     ax.set_yticks(range(grid.shape[0]), [_budget_label(b) for b in grid.index])
     ax.set_xlabel("max_messages")
     ax.set_ylabel("max_tokens")
