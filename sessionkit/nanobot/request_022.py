@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import copy
 import json
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,16 +21,16 @@ from zoneinfo import ZoneInfo
 from sessionkit.nanobot import tokens
 from sessionkit.nanobot.history import find_legal_message_start
 from sessionkit.nanobot.request_rules import (
-    TEXT_TYPES,
-    WIRE_KEYS,
+    alternate,
     backfill,
     drop_orphan_results,
+    empty_cleaned,
     fill,
     image_mime,
     safe_filename,
-    short_id,
     text_of_blocks,
     truncated,
+    wire_keys,
 )
 
 __all__ = [
@@ -380,34 +379,8 @@ def _cl100k_count(text: str) -> int:
     return len(tokens.encoding().encode_ordinary(text))
 
 
-def _without_empty_content(messages: Sequence[Mapping[str, Any]], kit: Kit) -> list[Message]:
-    """The provider's first pass: empty texts filled or nulled, ``_meta`` keys dropped."""
-    out: list[Message] = []
-    for message in messages:
-        content = message.get("content")
-        calls = message.get("role") == "assistant" and message.get("tool_calls")
-        empty = None if calls else kit["markers"]["empty_content"]
-        if isinstance(content, str) and not content:
-            out.append({**message, "content": empty})
-        elif isinstance(content, list):
-            items = [
-                {k: v for k, v in item.items() if k != "_meta"} if isinstance(item, dict) else item
-                for item in content
-                if not (
-                    isinstance(item, dict)
-                    and item.get("type") in TEXT_TYPES
-                    and not item.get("text")
-                )
-            ]
-            changed = len(items) != len(content) or any(
-                isinstance(item, dict) and "_meta" in item for item in content
-            )
-            out.append({**message, "content": (items or empty)} if changed else dict(message))
-        elif isinstance(content, dict):
-            out.append({**message, "content": [content]})
-        else:
-            out.append(dict(message))
-    return out
+def _no_call_id() -> str:
+    raise ValueError("a tool call without an id: 0.2.2 sends a random one")
 
 
 def _replay_arguments(arguments: Any) -> str:
@@ -425,93 +398,6 @@ def _replay_arguments(arguments: Any) -> str:
     return json.dumps(parsed if isinstance(parsed, dict) else {}, ensure_ascii=False)
 
 
-def _call_id(raw: Any, used: set[str], index: int) -> str:
-    if not (isinstance(raw, str) and raw):
-        raise ValueError("a tool call without an id: 0.2.2 sends a random one")
-    if raw not in used:
-        return raw
-    salt = 1
-    while True:
-        seed = f"{raw}:{index}:{salt}"
-        candidate = short_id(seed)
-        if candidate not in used:
-            return candidate
-        salt += 1
-
-
-def _wire_keys(messages: list[Message]) -> list[Message]:
-    """Allowed keys only, tool calls replayed with object arguments and unique ids, assistant
-    text next to tool calls sent as null."""
-    pending: dict[str, deque[str]] = {}
-    out: list[Message] = []
-    for message in messages:
-        clean = {k: v for k, v in message.items() if k in WIRE_KEYS}
-        if clean.get("role") == "assistant" and "content" not in clean:
-            clean["content"] = None
-        if isinstance(clean.get("tool_calls"), list):
-            used: set[str] = set()
-            calls: list[Any] = []
-            for index, call in enumerate(clean["tool_calls"]):
-                if not isinstance(call, dict):
-                    calls.append(call)
-                    continue
-                call = dict(call)
-                raw = call.get("id")
-                call["id"] = _call_id(raw, used, index)
-                used.add(call["id"])
-                pending.setdefault(raw, deque()).append(call["id"])
-                if isinstance(call.get("function"), dict):
-                    function = dict(call["function"])
-                    function["arguments"] = _replay_arguments(function.get("arguments"))
-                    call["function"] = function
-                calls.append(call)
-            clean["tool_calls"] = calls
-            if clean.get("role") == "assistant":
-                clean["content"] = None
-        answered = clean.get("tool_call_id")
-        if answered and isinstance(answered, str) and pending.get(answered):
-            clean["tool_call_id"] = pending[answered].popleft()
-        out.append(clean)
-    return out
-
-
-def _alternate(messages: list[Message], kit: Kit) -> list[Message]:
-    """Consecutive user (or assistant) messages merged, trailing assistants dropped, and a
-    user turn before a leading plain assistant message."""
-    merged: list[Message] = []
-    for message in messages:
-        role = message.get("role")
-        if merged and role in ("user", "assistant") and merged[-1].get("role") == role:
-            if role == "assistant" and message.get("tool_calls"):
-                merged[-1] = dict(message)
-                continue
-            if role == "assistant" and merged[-1].get("tool_calls"):
-                continue
-            before, after = merged[-1].get("content") or "", message.get("content") or ""
-            if isinstance(before, str) and isinstance(after, str):
-                merged[-1]["content"] = (before + "\n\n" + after).strip()
-            else:
-                merged[-1] = dict(message)
-            continue
-        merged.append(dict(message))
-    dropped = None
-    while merged and merged[-1].get("role") == "assistant":
-        dropped = merged.pop()
-    if (
-        merged
-        and dropped is not None
-        and not any(m.get("role") in ("user", "tool") for m in merged)
-    ):
-        merged.append({**dropped, "role": "user"})
-    for index, message in enumerate(merged):
-        if message.get("role") != "system":
-            if message.get("role") == "assistant" and not message.get("tool_calls"):
-                filler = {"role": "user", "content": kit["markers"]["synthetic_user"]}
-                merged.insert(index, filler)
-            break
-    return merged
-
-
 def wire_messages(loop: Sequence[Mapping[str, Any]], *, kit: Kit) -> list[Message]:
     """The ``messages`` of the HTTP body an OpenAI-compatible provider sends for ``loop``.
 
@@ -523,7 +409,12 @@ def wire_messages(loop: Sequence[Mapping[str, Any]], *, kit: Kit) -> list[Messag
     where the release would send what cannot be known (a random id for a call without one,
     arguments repaired by ``json_repair``).
     """
-    return _alternate(_wire_keys(_without_empty_content(loop, kit)), kit)
+    markers = kit["markers"]
+    cleaned = [empty_cleaned(m, markers["empty_content"]) for m in loop]
+    keyed = wire_keys(
+        cleaned, missing_id=_no_call_id, arguments=_replay_arguments, null_text_beside_calls=True
+    )
+    return alternate(keyed, markers["synthetic_user"], merge_user_blocks=False)
 
 
 def estimate_request(

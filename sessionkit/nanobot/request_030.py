@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import json
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,17 +28,17 @@ from sessionkit.nanobot import tokens
 from sessionkit.nanobot.history import RUNTIME_CONTEXT_KEY, find_legal_message_start
 from sessionkit.nanobot.history import public_message as public_user_message
 from sessionkit.nanobot.request_rules import (
-    WIRE_KEYS,
+    alternate,
     backfill,
     drop_orphan_results,
     empty_cleaned,
     image_mime,
     safe_filename,
-    short_id,
     strip_malformed_calls,
     strip_placeholders,
     text_of_blocks,
     truncated,
+    wire_keys,
     without_surrogates,
 )
 from sessionkit.nanobot.request_rules import fill as _fill
@@ -595,6 +594,10 @@ def loop_messages(
 # -- the provider's clean-up ---------------------------------------------------------------------
 
 
+def _no_call_id() -> str:
+    raise Unreproducible("a tool call has no id; 0.3.0 sends a random one (pass new_id=...)")
+
+
 def _arguments_object(arguments: Any, repair: Callable[[str], Any] | None) -> Any:
     if arguments is None or not isinstance(arguments, dict | str):
         return {}
@@ -618,118 +621,6 @@ def _arguments_object(arguments: Any, repair: Callable[[str], Any] | None) -> An
     return parsed if isinstance(parsed, dict) else {}
 
 
-class _CallIds:
-    """The provider's tool-call ids: unique within each message, results following them."""
-
-    def __init__(self, new_id: Callable[[], str] | None) -> None:
-        self._new_id = new_id
-        self._pending: dict[str, deque[str]] = {}
-
-    def declare(self, raw: Any, used: set[str], index: int) -> str:
-        if isinstance(raw, str) and raw:
-            base = raw
-        elif self._new_id is None:
-            raise Unreproducible(
-                "a tool call has no id; 0.3.0 sends a random one (pass new_id=...)"
-            )
-        else:
-            base = self._new_id()
-        chosen = base
-        salt = 1
-        seed = raw if isinstance(raw, str) and raw else base
-        while chosen in used:
-            candidate = f"{seed}:{index}:{salt}"
-            chosen = short_id(candidate)
-            salt += 1
-        used.add(chosen)
-        if isinstance(raw, str) and raw:
-            self._pending.setdefault(raw, deque()).append(chosen)
-        return chosen
-
-    def answer(self, raw: Any) -> Any:
-        if not isinstance(raw, str):
-            return raw
-        queue = self._pending.get(raw)
-        if not queue:
-            return raw
-        chosen = queue.popleft()
-        if not queue:
-            del self._pending[raw]
-        return chosen
-
-
-def _provider_keys(
-    messages: list[Message], repair: Callable[[str], Any] | None, new_id: Callable[[], str] | None
-) -> list[Message]:
-    """Allowed keys only, tool calls re-serialised with unique ids, assistant text beside tool
-    calls dropped."""
-    ids = _CallIds(new_id)
-    out = []
-    for message in messages:
-        clean = {k: v for k, v in message.items() if k in WIRE_KEYS}
-        if clean.get("role") == "assistant" and "content" not in clean:
-            clean["content"] = None
-        calls = clean.get("tool_calls")
-        if isinstance(calls, list):
-            used: set[str] = set()
-            normalized = []
-            for index, call in enumerate(calls):
-                if not isinstance(call, dict):
-                    normalized.append(call)
-                    continue
-                call = {**call, "id": ids.declare(call.get("id"), used, index)}
-                function = call.get("function")
-                if isinstance(function, dict):
-                    arguments = "{}"
-                    if "arguments" in function:
-                        parsed = _arguments_object(function["arguments"], repair)
-                        arguments = json.dumps(parsed, ensure_ascii=False)
-                    call["function"] = {**function, "arguments": arguments}
-                normalized.append(call)
-            clean["tool_calls"] = normalized
-            if clean.get("role") == "assistant":
-                clean["content"] = None
-        if clean.get("tool_call_id"):
-            clean["tool_call_id"] = ids.answer(clean["tool_call_id"])
-        out.append(clean)
-    return out
-
-
-def _alternate(messages: list[Message], synthetic_user: str) -> list[Message]:
-    """Same-role neighbours merged, trailing assistant messages dropped, a lone assistant
-    start given a user message before it."""
-    merged: list[Message] = []
-    for message in messages:
-        role = message.get("role")
-        if merged and role in ("user", "assistant") and merged[-1].get("role") == role:
-            previous = merged[-1]
-            if role == "assistant":
-                if message.get("tool_calls"):
-                    merged[-1] = dict(message)
-                    continue
-                if previous.get("tool_calls"):
-                    continue
-            left = previous.get("content") or ""
-            right = message.get("content") or ""
-            if isinstance(left, str) and isinstance(right, str):
-                previous["content"] = (left + "\n\n" + right).strip()
-            else:
-                merged[-1] = dict(message)
-        else:
-            merged.append(dict(message))
-    popped = None
-    while merged and merged[-1].get("role") == "assistant":
-        popped = merged.pop()
-    if merged and popped is not None and not any(m.get("role") in ("user", "tool") for m in merged):
-        merged.append({**popped, "role": "user"})
-    for index, message in enumerate(merged):
-        if message.get("role") != "system":
-            if message.get("role") == "assistant" and not message.get("tool_calls"):
-                merged.insert(index, {"role": "user", "content": synthetic_user})
-            break
-    return merged
-
-
 def wire_messages(
     loop_messages: list[Message],
     wire: Mapping[str, Any],
@@ -749,4 +640,10 @@ def wire_messages(
     """
     empty = wire["empty_content"]
     messages = without_surrogates([empty_cleaned(m, empty) for m in loop_messages])
-    return _alternate(_provider_keys(messages, repair, new_id), wire["synthetic_user"])
+    keyed = wire_keys(
+        messages,
+        missing_id=new_id or _no_call_id,
+        arguments=lambda raw: json.dumps(_arguments_object(raw, repair), ensure_ascii=False),
+        null_text_beside_calls=True,
+    )
+    return alternate(keyed, wire["synthetic_user"], merge_user_blocks=False)

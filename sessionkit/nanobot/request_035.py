@@ -21,7 +21,6 @@ from __future__ import annotations
 import base64
 import copy
 import json
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path, PurePath
@@ -29,16 +28,16 @@ from typing import Any
 
 from sessionkit.nanobot.history import CONTINUATION_TEXT, Message, is_hidden_history
 from sessionkit.nanobot.request_rules import (
-    WIRE_KEYS,
+    alternate,
     backfill,
     drop_orphan_results,
     empty_cleaned,
     image_mime,
     safe_filename,
-    short_id,
     strip_malformed_calls,
     strip_placeholders,
     text_of_blocks,
+    wire_keys,
     without_surrogates,
 )
 from sessionkit.nanobot.request_rules import fill as _fill
@@ -483,6 +482,10 @@ def loop_messages(
 # --- the OpenAI-compatible provider's clean-up -----------------------------------------------
 
 
+def _no_call_id() -> str:
+    raise NotOnDisk("a tool call without an id: 0.3.5 sends a random one")
+
+
 def _replay_arguments(arguments: Any) -> str:
     """Tool-call arguments as 0.3.5 replays them: a JSON object text."""
     if isinstance(arguments, dict):
@@ -498,110 +501,17 @@ def _replay_arguments(arguments: Any) -> str:
     return json.dumps(parsed, ensure_ascii=False) if isinstance(parsed, dict) else "{}"
 
 
-def _unique_id(raw: Any, used: set[str], index: int) -> str:
-    if not isinstance(raw, str) or not raw:
-        raise NotOnDisk("a tool call without an id: 0.3.5 sends a random one")
-    if raw not in used:
-        return raw
-    salt = 1
-    while (candidate := short_id(f"{raw}:{index}:{salt}")) in used:
-        salt += 1
-    return candidate
-
-
-def _wire_keys(messages: list[Message]) -> list[Message]:
-    """Allowed keys only, tool-call ids made unique per message, arguments re-serialised."""
-    pending: dict[str, deque[str]] = {}
-    out = []
-    for message in messages:
-        clean = {key: value for key, value in message.items() if key in WIRE_KEYS}
-        if clean.get("role") == "assistant" and "content" not in clean:
-            clean["content"] = None
-        calls = clean.get("tool_calls")
-        if isinstance(calls, list):
-            used: set[str] = set()
-            normalized = []
-            for index, call in enumerate(calls):
-                if not isinstance(call, dict):
-                    normalized.append(call)
-                    continue
-                call = dict(call)
-                raw = call.get("id")
-                call["id"] = _unique_id(raw, used, index)
-                used.add(call["id"])
-                pending.setdefault(raw, deque()).append(call["id"])
-                function = call.get("function")
-                if isinstance(function, dict):
-                    function = dict(function)
-                    function["arguments"] = _replay_arguments(function.get("arguments"))
-                    call["function"] = function
-                normalized.append(call)
-            clean["tool_calls"] = normalized
-        result_id = clean.get("tool_call_id")
-        if result_id and isinstance(result_id, str) and pending.get(result_id):
-            clean["tool_call_id"] = pending[result_id].popleft()
-            if not pending[result_id]:
-                del pending[result_id]
-        out.append(clean)
-    return out
-
-
-def _wire_blocks(value: Any) -> list[Any]:
-    if isinstance(value, list):
-        return [
-            dict(item) if isinstance(item, dict) else {"type": "text", "text": str(item)}
-            for item in value
-        ]
-    if value is None:
-        return []
-    return [{"type": "text", "text": str(value)}]
-
-
-def _alternated(messages: list[Message], synthetic_user: str) -> list[Message]:
-    """Consecutive user or assistant messages merged, trailing assistants dropped."""
-    merged: list[Message] = []
-    for message in messages:
-        role = message.get("role")
-        if not (merged and role in ("user", "assistant") and merged[-1].get("role") == role):
-            merged.append(dict(message))
-            continue
-        previous = merged[-1]
-        if role == "assistant":
-            if message.get("tool_calls"):
-                merged[-1] = dict(message)
-                continue
-            if previous.get("tool_calls"):
-                continue
-        left, right = previous.get("content") or "", message.get("content") or ""
-        if isinstance(left, str) and isinstance(right, str):
-            previous["content"] = (left + "\n\n" + right).strip()
-        elif role == "user":
-            combined = dict(message)
-            combined["content"] = [*_wire_blocks(left), *_wire_blocks(right)]
-            merged[-1] = combined
-        else:
-            merged[-1] = dict(message)
-    popped = None
-    while merged and merged[-1].get("role") == "assistant":
-        popped = merged.pop()
-    if merged and popped is not None and not any(m.get("role") in ("user", "tool") for m in merged):
-        merged.append({**popped, "role": "user"})
-    for index, message in enumerate(merged):
-        if message.get("role") != "system":
-            if message.get("role") == "assistant" and not message.get("tool_calls"):
-                merged.insert(index, {"role": "user", "content": synthetic_user})
-            break
-    return merged
-
-
 def wire_messages(loop_messages: list[Message], *, kit: Mapping[str, Any]) -> list[Message]:
     """The ``messages`` of the HTTP body 0.3.5's OpenAI-compatible provider sent for the
     loop's list, for a provider without special rules (``custom`` and the like: no
     DeepSeek/Mistral/Gemini id or reasoning rules, no Anthropic cache markers, Chat
     Completions rather than the Responses API)."""
     texts = kit["wire"]
-    cleaned = [empty_cleaned(m, texts["empty_content"]) for m in loop_messages]
-    return _alternated(_wire_keys(without_surrogates(cleaned)), texts["synthetic_user"])
+    cleaned = without_surrogates([empty_cleaned(m, texts["empty_content"]) for m in loop_messages])
+    keyed = wire_keys(
+        cleaned, missing_id=_no_call_id, arguments=_replay_arguments, null_text_beside_calls=False
+    )
+    return alternate(keyed, texts["synthetic_user"], merge_user_blocks=True)
 
 
 # --- the release's estimate ------------------------------------------------------------------

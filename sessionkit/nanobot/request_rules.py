@@ -11,12 +11,14 @@ from __future__ import annotations
 import hashlib
 import mimetypes
 import re
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Callable, Iterable
 from typing import Any
 
 __all__ = [
     "TEXT_TYPES",
     "WIRE_KEYS",
+    "alternate",
     "backfill",
     "drop_orphan_results",
     "empty_cleaned",
@@ -28,6 +30,8 @@ __all__ = [
     "strip_placeholders",
     "text_of_blocks",
     "truncated",
+    "unique_id",
+    "wire_keys",
     "without_surrogates",
 ]
 
@@ -252,3 +256,123 @@ def empty_cleaned(message: Message, empty: str) -> Message:
     elif isinstance(content, dict):
         clean["content"] = [content]
     return clean
+
+
+def unique_id(raw: str, used: set[str], index: int) -> str:
+    """The id the provider sends for call ``index`` of a message whose earlier calls took the
+    ids in ``used``: ``raw``, else the first ``short_id(f"{raw}:{index}:{salt}")`` for salt
+    1, 2, ... not taken (0.2.2, 0.3.0, 0.3.5)."""
+    if raw not in used:
+        return raw
+    salt = 1
+    while (candidate := short_id(f"{raw}:{index}:{salt}")) in used:
+        salt += 1
+    return candidate
+
+
+def wire_keys(
+    messages: list[Message],
+    *,
+    missing_id: Callable[[], str],
+    arguments: Callable[[Any], str],
+    null_text_beside_calls: bool,
+) -> list[Message]:
+    """The provider's key pass (0.2.2, 0.3.0, 0.3.5): the wire keys only, an assistant's
+    missing content as null, tool-call ids unique within each message (the results that
+    follow take the new id), each call's arguments as ``arguments`` replays them.
+
+    ``missing_id`` gives the id of a call without one (or raises: the release sent a random
+    one); ``null_text_beside_calls`` (0.2.2, 0.3.0) sends an assistant's text beside tool
+    calls as null, where 0.3.5 (``False``) keeps it.
+    """
+    pending: dict[str, deque[str]] = {}
+    out = []
+    for message in messages:
+        clean = {key: value for key, value in message.items() if key in WIRE_KEYS}
+        if clean.get("role") == "assistant" and "content" not in clean:
+            clean["content"] = None
+        calls = clean.get("tool_calls")
+        if isinstance(calls, list):
+            used: set[str] = set()
+            normalized = []
+            for index, call in enumerate(calls):
+                if not isinstance(call, dict):
+                    normalized.append(call)
+                    continue
+                raw = call.get("id")
+                named = isinstance(raw, str) and bool(raw)
+                call = {**call, "id": unique_id(raw if named else missing_id(), used, index)}
+                used.add(call["id"])
+                if named:
+                    pending.setdefault(raw, deque()).append(call["id"])
+                function = call.get("function")
+                if isinstance(function, dict):
+                    replayed = arguments(function.get("arguments"))
+                    call["function"] = {**function, "arguments": replayed}
+                normalized.append(call)
+            clean["tool_calls"] = normalized
+            if null_text_beside_calls and clean.get("role") == "assistant":
+                clean["content"] = None
+        result_id = clean.get("tool_call_id")
+        if result_id and isinstance(result_id, str) and pending.get(result_id):
+            clean["tool_call_id"] = pending[result_id].popleft()
+        out.append(clean)
+    return out
+
+
+def _copied_blocks(value: Any) -> list[Any]:
+    if isinstance(value, list):
+        return [
+            dict(item) if isinstance(item, dict) else {"type": "text", "text": str(item)}
+            for item in value
+        ]
+    if value is None:
+        return []
+    return [{"type": "text", "text": str(value)}]
+
+
+def alternate(
+    messages: list[Message], synthetic_user: str, *, merge_user_blocks: bool
+) -> list[Message]:
+    """The provider's last pass (0.2.2, 0.3.0, 0.3.5): consecutive user (or assistant)
+    messages merged, trailing assistant messages dropped (the last one sent as a user message
+    when nothing else would ask), and ``synthetic_user`` before a leading plain assistant.
+
+    Two same-role texts join with a blank line; where one is not text the later message
+    replaces the earlier, except that ``merge_user_blocks`` (0.3.5) joins two user contents as
+    one block list.  An assistant with tool calls replaces a plain one before it; a plain one
+    after one with tool calls is dropped.
+    """
+    merged: list[Message] = []
+    for message in messages:
+        role = message.get("role")
+        if not (merged and role in ("user", "assistant") and merged[-1].get("role") == role):
+            merged.append(dict(message))
+            continue
+        previous = merged[-1]
+        if role == "assistant":
+            if message.get("tool_calls"):
+                merged[-1] = dict(message)
+                continue
+            if previous.get("tool_calls"):
+                continue
+        left, right = previous.get("content") or "", message.get("content") or ""
+        if isinstance(left, str) and isinstance(right, str):
+            previous["content"] = (left + "\n\n" + right).strip()
+        elif merge_user_blocks and role == "user":
+            combined = dict(message)
+            combined["content"] = [*_copied_blocks(left), *_copied_blocks(right)]
+            merged[-1] = combined
+        else:
+            merged[-1] = dict(message)
+    popped = None
+    while merged and merged[-1].get("role") == "assistant":
+        popped = merged.pop()
+    if merged and popped is not None and not any(m.get("role") in ("user", "tool") for m in merged):
+        merged.append({**popped, "role": "user"})
+    for index, message in enumerate(merged):
+        if message.get("role") != "system":
+            if message.get("role") == "assistant" and not message.get("tool_calls"):
+                merged.insert(index, {"role": "user", "content": synthetic_user})
+            break
+    return merged

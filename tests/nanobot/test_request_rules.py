@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
-from sessionkit.nanobot.request_rules import backfill, drop_orphan_results
+import pytest
+
+from sessionkit.nanobot.request_rules import (
+    alternate,
+    backfill,
+    drop_orphan_results,
+    short_id,
+    unique_id,
+    wire_keys,
+)
 
 CALLS = {
     "role": "assistant",
@@ -71,3 +81,107 @@ def test_backfill_inserts_after_the_results_that_follow_the_call() -> None:
         ("user", "next"),
     ]
     assert backfill(out, "missing", str_names=True) is out
+
+
+def _no_id() -> str:
+    raise ValueError("no id")
+
+
+def _call(call_id: Any, arguments: Any) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": "f", "arguments": arguments}}
+
+
+TWO_CALLS = [
+    {"role": "assistant", "content": "looking", "tool_calls": [_call("x", "{}"), _call("x", 5)]},
+    {"role": "tool", "tool_call_id": "x", "content": "one", "_meta": {"k": 1}},
+    {"role": "tool", "tool_call_id": "x", "content": "two", "timestamp": "t"},
+]
+
+
+def test_wire_keys_nulls_assistant_text_beside_calls_when_asked() -> None:
+    out = wire_keys(TWO_CALLS, missing_id=_no_id, arguments=repr, null_text_beside_calls=True)
+    renamed = hashlib.sha1(b"x:1:1").hexdigest()[:9]
+    assert out == [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [_call("x", "'{}'"), _call(renamed, "5")],
+        },
+        {"role": "tool", "tool_call_id": "x", "content": "one"},
+        {"role": "tool", "tool_call_id": renamed, "content": "two"},
+    ]
+
+
+def test_wire_keys_keeps_assistant_text_beside_calls_otherwise() -> None:
+    out = wire_keys(TWO_CALLS, missing_id=_no_id, arguments=repr, null_text_beside_calls=False)
+    assert out[0]["content"] == "looking"
+    assert [call["id"] for call in out[0]["tool_calls"]] == ["x", short_id("x:1:1")]
+
+
+def test_wire_keys_asks_missing_id_for_a_call_without_one() -> None:
+    message = {"role": "assistant", "tool_calls": [_call(None, None), _call("", None)]}
+    ids = iter(["new", "new"])
+    out = wire_keys(
+        [message], missing_id=lambda: next(ids), arguments=str, null_text_beside_calls=False
+    )
+    assert out == [
+        {
+            "role": "assistant",
+            "tool_calls": [_call("new", "None"), _call(short_id("new:1:1"), "None")],
+            "content": None,
+        }
+    ]
+    with pytest.raises(ValueError, match="no id"):
+        wire_keys([message], missing_id=_no_id, arguments=str, null_text_beside_calls=False)
+
+
+def test_unique_id_takes_the_first_free_salt() -> None:
+    first = short_id("a:2:1")
+    assert unique_id("a", set(), 2) == "a"
+    assert unique_id("a", {"a"}, 2) == first
+    assert unique_id("a", {"a", first}, 2) == short_id("a:2:2")
+    assert short_id("abc123XYZ") == "abc123XYZ"
+    assert short_id("abc") == hashlib.sha1(b"abc").hexdigest()[:9]
+
+
+USERS = [
+    {"role": "system", "content": "sys"},
+    {"role": "user", "content": "text"},
+    {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}}]},
+    {"role": "assistant", "content": "done"},
+]
+
+
+def test_alternate_replaces_a_user_text_by_blocks_without_merge_user_blocks() -> None:
+    out = alternate(USERS, "(go)", merge_user_blocks=False)
+    assert out == [USERS[0], USERS[2]]
+
+
+def test_alternate_joins_user_contents_as_blocks_with_merge_user_blocks() -> None:
+    out = alternate(USERS, "(go)", merge_user_blocks=True)
+    assert out == [
+        USERS[0],
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "text"},
+                {"type": "image_url", "image_url": {"url": "u"}},
+            ],
+        },
+    ]
+    assert out[1]["content"][1] is not USERS[2]["content"][0]
+
+
+@pytest.mark.parametrize("merge_user_blocks", [False, True])
+def test_alternate_joins_texts_and_starts_with_a_user(merge_user_blocks: bool) -> None:
+    messages = [
+        {"role": "assistant", "content": "hello"},
+        {"role": "user", "content": "a"},
+        {"role": "user", "content": "b "},
+        {"role": "assistant", "content": "bye"},
+    ]
+    assert alternate(messages, "(go)", merge_user_blocks=merge_user_blocks) == [
+        {"role": "user", "content": "(go)"},
+        {"role": "assistant", "content": "hello"},
+        {"role": "user", "content": "a\n\nb"},
+    ]
