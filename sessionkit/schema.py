@@ -232,12 +232,29 @@ REQUESTS: tuple[Column, ...] = (
         "system_tokens", "int64", "tokens of the system prompt (0 without an installed release)"
     ),
     Column(
+        "summary_tokens",
+        "int64",
+        "tokens the release adds to the system prompt for this session and call: the archived "
+        "summary (_last_summary; 0.3.0 also the session's recent-history part), as "
+        "sk.request's 'system: archived summary' part",
+    ),
+    Column(
         "tools_tokens", "int64", "tokens of the tool definitions (0 without an installed release)"
     ),
-    Column("history_tokens", "int64", "tokens of the replayed history (windows' tokens_kept)"),
-    Column("history_messages", "int64", "messages of the replayed history"),
+    Column(
+        "history_tokens",
+        "int64",
+        "tokens of the replayed history as the release sends it: windows' tokens_kept after "
+        "the release's per-call clean-up (0.2.2: results bounded, backfilled, older ones "
+        "compacted), each message counted alone",
+    ),
+    Column("history_messages", "int64", "messages of the history as sent (backfills included)"),
     Column("current_tokens", "int64", "tokens of the current message as sent"),
-    Column("steps_tokens", "int64", "tokens of the turn's earlier tool rounds in this call"),
+    Column(
+        "steps_tokens",
+        "int64",
+        "tokens of the turn's earlier tool rounds in this call, after the same clean-up",
+    ),
     Column("total_tokens", "int64", "sum of the parts (per-message estimates, as windows count)"),
     Column(
         "prefix_tokens",
@@ -246,7 +263,18 @@ REQUESTS: tuple[Column, ...] = (
         "(tools and system prompt when unchanged, then whole identical messages)",
     ),
     Column("cache_ratio", "float64", "prefix_tokens / total_tokens"),
-    Column("inferred", "bool", "some system part depends on this process, not on disk"),
+    Column(
+        "inferred",
+        "bool",
+        "some system part (or the archived summary, or the current message) is not on disk",
+    ),
+    Column(
+        "needs_summary",
+        "boolean",
+        "the release's context governor summarises before this call (0.3.5: its whole-request "
+        "estimate at or over context_window - max_output - 1024, as calls.governor.verdicts "
+        "finds it); <NA> for a release without a governor or without a context_window",
+    ),
 )
 
 

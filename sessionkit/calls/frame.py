@@ -4,8 +4,12 @@ provider's prefix cache could reuse from the previous call, for any history sett
 The history part comes from :func:`sessionkit.windows` (index arithmetic and prefix sums);
 system prompt and tools from the release's kit, counted once per kit; the current message
 and the turn's steps from each release's request rules, rebuilt and counted once per session
-(:mod:`sessionkit.calls.turns`, cached).  The rows are then array arithmetic over the
-windows frame: no request is rebuilt per row.
+(:mod:`sessionkit.calls.turns`, cached); the archived summary the release adds to the prompt
+and its per-call clean-up of history and steps (:mod:`sessionkit.calls.extras`) counted once
+per session as per-message prefix sums.  The rows are then array arithmetic over the
+windows frame: no request is rebuilt per row.  Only the context governor's verdict
+(``needs_summary``, for a governed release given a context window) is measured per call, as
+the release measures it (:func:`sessionkit.calls.governor.frame_verdicts`).
 """
 
 from __future__ import annotations
@@ -19,11 +23,19 @@ from typing import Any, Unpack
 import numpy as np
 import pandas as pd
 
+from sessionkit.calls.assembly import workspace_of
+from sessionkit.calls.extras import SessionExtras, session_extras
+from sessionkit.calls.governor import frame_verdicts
 from sessionkit.calls.storekits import Interpreter, StoreKits
 from sessionkit.calls.turns import Item, SessionCalls, all_calls
 from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.session import Session
-from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings, SettingsOverrides
+from sessionkit.nanobot.settings import (
+    DEFAULT_SETTINGS,
+    HistorySettings,
+    Offset,
+    SettingsOverrides,
+)
 from sessionkit.schema import REQUESTS, frame
 from sessionkit.simulate.windowing import windows
 from sessionkit.store.corpus import Corpus
@@ -62,6 +74,13 @@ def requests(
     its total, and ``prefix_tokens``, what it shares exactly with the session's previous
     request (tool definitions and system prompt when unchanged, then whole identical
     messages), rounded down to a multiple of ``block`` when given, with ``cache_ratio``.
+
+    Each part is what the release sends (history and steps after its per-call clean-up:
+    0.2.2 bounds tool results and compacts the older long ones), each message counted alone
+    as windows count, so ``total_tokens`` is the release's own whole-request estimate within
+    a few tokens per message (its count joins the texts).  ``summary_tokens`` is the
+    archived summary the release adds to the system prompt; ``needs_summary`` the context
+    governor's exact verdict before the call (0.3.5, with ``context_window``; <NA> otherwise).
 
     Settings and overrides are those of :func:`sessionkit.windows` (each may be a list: the
     frame covers the grid).  ``nanobot`` names the release's interpreter or venv, or maps
@@ -158,6 +177,67 @@ class _Stack:
         )
 
 
+@dataclass(frozen=True)
+class _Extras:
+    """Every (session, release)'s :class:`SessionExtras` laid end to end: per-message prefix
+    sums carried on from one session to the next (so searches stay in order), per-call
+    arrays in the order of :class:`_Stack`'s steps, then one closing entry."""
+
+    base: np.ndarray
+    weight: np.ndarray
+    history: np.ndarray
+    history_compacted: np.ndarray
+    steps: np.ndarray
+    steps_compacted: np.ndarray
+    fillers: np.ndarray
+    next_long: np.ndarray
+    entry_tokens: dict[bool, np.ndarray]
+    step_raw: np.ndarray
+    step_length: np.ndarray
+    summary: np.ndarray
+    summary_inferred: np.ndarray
+    keep: np.ndarray
+
+    @classmethod
+    def of(cls, parts: list[SessionExtras]) -> _Extras:
+        sizes = [len(p.weight) for p in parts]
+        base = _offsets(sizes)[:-1]
+
+        def carried(name: str, values: Iterable[np.ndarray] | None = None) -> np.ndarray:
+            arrays = list(values) if values is not None else [getattr(p, name) for p in parts]
+            carry = _offsets(a[-1] for a in arrays)
+            shifted = [a + c for a, c in zip(arrays, carry[:-1], strict=False)]
+            return np.concatenate([*shifted, carry[-1:]]).astype(np.int64)
+
+        def joined(name: str, end: Any = 0) -> np.ndarray:
+            return np.concatenate([*(getattr(p, name) for p in parts), [end]])
+
+        return cls(
+            base=base.astype(np.int64),
+            weight=carried("weight"),
+            history=carried("history"),
+            history_compacted=carried("history_compacted"),
+            steps=carried("steps"),
+            steps_compacted=carried("steps_compacted"),
+            fillers=carried("fillers"),
+            next_long=np.concatenate(
+                [*(p.next_long + b for p, b in zip(parts, base, strict=True)), [0]]
+            ).astype(np.int64),
+            entry_tokens={
+                value: carried(
+                    "entry_tokens",
+                    (p.entry_tokens.get(value, np.zeros(len(p.weight), np.int64)) for p in parts),
+                )
+                for value in (False, True)
+            },
+            step_raw=carried("step_raw"),
+            step_length=joined("step_length"),
+            summary=joined("summary"),
+            summary_inferred=joined("summary_inferred", False),
+            keep=np.array([p.keep for p in parts], dtype=np.int64),
+        )
+
+
 def _rows(
     w: pd.DataFrame,
     by_key: Mapping[str, Session],
@@ -183,7 +263,14 @@ def _rows(
         kit, digest, (system, tools, inferred) = kits.of(release, session)
         items.append((release, session, kit, digest, entry_values[policy_code]))
         fixed[i] = system, tools, inferred or kit is None
-    stack = _Stack.of(all_calls(items, workers=workers, progress=progress))
+    built = all_calls(items, workers=workers, progress=progress)
+    stack = _Stack.of(built)
+    extras = _Extras.of(
+        [
+            session_extras(calls, release, session, kit, values, kits.workspace)
+            for calls, (release, session, kit, _, values) in zip(built, items, strict=True)
+        ]
+    )
     turn = w["turn"].to_numpy(np.int64)
     has_turn = (turn < np.diff(stack.base)[pair]) & ~w["command"].to_numpy(bool)
     g = np.where(has_turn, stack.base[pair] + turn, stack.base[-1])
@@ -198,7 +285,61 @@ def _rows(
     step = np.diff(group[rows])
     if not ((step >= 0).all() and (np.diff(turn[rows])[step == 0] > 0).all()):
         rows = rows[np.lexsort((turn[rows], group[rows]))]  # groups as first met, turns ascending
-    return _calls(w, rows, g[rows], group[rows], entry[rows], fixed[pair[rows]], stack, block)
+    found = _Found(rows, g[rows], group[rows], entry[rows], pair[rows])
+    out = _calls(w, found, fixed, stack, extras, block)
+    out["needs_summary"] = _governor(out, by_key, kits)
+    return out
+
+
+def _offset(label: str) -> Offset:
+    """A ``last_consolidated`` label of the frame as the setting it names."""
+    return label if label in ("recorded", "none") else int(label)  # type: ignore[return-value]
+
+
+def _governor(out: pd.DataFrame, by_key: Mapping[str, Session], kits: StoreKits) -> pd.array:
+    """Each call's governor verdict (:func:`~sessionkit.calls.governor.frame_verdicts`):
+    <NA> for a release without a governor, a setting without a context window, a session
+    without a kit, or a turn whose request cannot be rebuilt."""
+    verdict = pd.array(np.full(len(out), pd.NA), dtype="boolean")
+    governed = [name for name in out["policy"].cat.categories if get_policy(name).governed]
+    chosen = out["policy"].isin(governed) & out["context_window"].notna()
+    if not chosen.any():
+        return verdict
+    columns = ["session_key", "policy", *_SETTING_COLUMNS]
+    for values, rows in out[chosen].groupby(columns, observed=True, sort=False).groups.items():
+        setting = dict(zip(columns, values, strict=True))
+        release, session = get_policy(setting["policy"]), by_key[setting["session_key"]]
+        kit, _, _ = kits.of(release, session)
+        if kit is None:
+            continue
+        settings = HistorySettings(
+            max_messages=int(setting["max_messages"]),
+            max_tokens=int(setting["max_tokens"]),
+            include_timestamps=bool(setting["include_timestamps"]),
+            include_runtime_context=bool(setting["include_runtime_context"]),
+            extend_to_user=bool(setting["extend_to_user"]),
+            last_consolidated=_offset(str(setting["last_consolidated"])),
+        )
+        root = kits.workspace if kits.workspace is not None else workspace_of(session)
+        limits = (int(setting["context_window"]), int(setting["max_output"]))
+        found = frame_verdicts(release, session, kit, root, limits, settings)
+        positions = out.index.get_indexer(rows)
+        turns, steps = out["turn"].to_numpy()[positions], out["step"].to_numpy()[positions]
+        for i, turn, step in zip(positions, turns, steps, strict=True):
+            verdict[i] = found.get((int(turn), int(step)), pd.NA)
+    return verdict
+
+
+@dataclass(frozen=True)
+class _Found:
+    """The rows of the windows frame that made calls (in group, then turn order): each one's
+    global turn, setting group, entry setting and (session, release) pair."""
+
+    rows: np.ndarray
+    g: np.ndarray
+    group: np.ndarray
+    entry: np.ndarray
+    pair: np.ndarray
 
 
 def _present(values: pd.Categorical, rows: np.ndarray) -> pd.Categorical:
@@ -212,63 +353,135 @@ def _present(values: pd.Categorical, rows: np.ndarray) -> pd.Categorical:
     return pd.Categorical.from_codes(lookup[codes], labels.categories)
 
 
+def _first_at_or_after(cumulative: np.ndarray, at: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    """Per call, the first message position ``i >= at`` whose count of earlier items from
+    ``at`` (prefix sums ``cumulative``) reaches ``rank``."""
+    return np.maximum(np.searchsorted(cumulative, cumulative[at] + rank, side="left"), at)
+
+
+@dataclass(frozen=True)
+class _Cleaned:
+    """Each call's clean-up, in global message positions: its history ``[s, e)`` compacted
+    on ``[s, qh)``, its steps ``[ss, se)`` compacted on ``[ss, qs)``."""
+
+    s: np.ndarray
+    e: np.ndarray
+    qh: np.ndarray
+    ss: np.ndarray
+    se: np.ndarray
+    qs: np.ndarray
+
+
+def _cleaned(
+    x: _Extras,
+    base: np.ndarray,
+    start: np.ndarray,
+    stop: np.ndarray,
+    at: np.ndarray,
+    length: np.ndarray,
+    keep: np.ndarray,
+) -> _Cleaned:
+    """Where each call's compactable results are compacted: all but the ``keep`` newest of
+    the request (history, then steps)."""
+    s, e = base + start, base + stop
+    ss = base + at + 1
+    se = ss + length
+    in_history = x.weight[e] - x.weight[s]
+    over = np.maximum(in_history + x.weight[se] - x.weight[ss] - keep, 0)
+    qh = np.minimum(_first_at_or_after(x.weight, s, over), e)
+    qs = np.minimum(_first_at_or_after(x.weight, ss, np.maximum(over - in_history, 0)), se)
+    return _Cleaned(s, e, qh, ss, se, qs)
+
+
+def _history_before(x: _Extras, c: _Cleaned, entry: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """Tokens of each call's cleaned history from its start up to position ``p``."""
+    tokens = np.where(entry, x.entry_tokens[True][p], x.entry_tokens[False][p])
+    tokens -= np.where(entry, x.entry_tokens[True][c.s], x.entry_tokens[False][c.s])
+    tokens += x.history[p] - x.history[c.s]
+    return tokens + x.history_compacted[np.minimum(p, c.qh)] - x.history_compacted[c.s]
+
+
+def _steps_before(x: _Extras, c: _Cleaned, p: np.ndarray) -> np.ndarray:
+    """Tokens of each call's cleaned steps up to position ``p``."""
+    tokens = x.step_raw[p] - x.step_raw[c.ss] + x.steps[p] - x.steps[c.ss]
+    return tokens + x.steps_compacted[np.minimum(p, c.qs)] - x.steps_compacted[c.ss]
+
+
+def _changed(x: _Extras, lo: np.ndarray, hi: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per call, the first message with a compacted form in ``[min(lo, hi), max(lo, hi))``
+    and before ``end`` (where one request compacts it and the other does not), else ``end``."""
+    first = x.next_long[np.minimum(lo, hi)]
+    return np.where(first < np.minimum(np.maximum(lo, hi), end), first, end)
+
+
 def _calls(
     w: pd.DataFrame,
-    rows: np.ndarray,
-    g: np.ndarray,
-    group: np.ndarray,
-    entry: np.ndarray,
+    found: _Found,
     fixed: np.ndarray,
     stack: _Stack,
+    x: _Extras,
     block: int | None,
 ) -> pd.DataFrame:
-    """Rows of ``w`` (in order, each group's turns ascending) expanded to one per call.
+    """Rows of ``w`` (in order, each group's turns ascending) expanded to one per call, each
+    part as the release sends it (its per-call clean-up applied).
 
-    A call's prefix: nothing for a session's first call; the previous call's whole request
-    within a turn; at a turn's first call, system prompt and tools, and when the history
-    still starts where the previous turn's did, that history and the leading messages of
-    the previous turn's last call that this history repeats unchanged (those it holds).
+    A call's prefix is what it shares with the session's previous call (nothing for a
+    session's first call): the tools and system prompt while the prompt is unchanged; within
+    a turn, the previous call whole up to the first message the clean-up changed between
+    them (a result compacted in one and not the other); at a turn's first call, while the
+    history still starts where the previous turn's did, that history up to the first such
+    change, then the leading messages of the previous turn's last call that this history
+    repeats unchanged.
     """
-    first = np.ones(len(rows), dtype=bool)
-    first[1:] = group[1:] != group[:-1]
-    start = w["start"].to_numpy(np.int64)[rows]
-    stop = w["stop"].to_numpy(np.int64)[rows]
-    history = w["tokens_kept"].to_numpy(np.int64)[rows]
-    before = np.roll(g, 1)
-    same_start = ~first & (start == np.roll(start, 1))
-    held = np.clip(stop - stack.at[before], 0, stack.tail_length[before])
-    matched = np.where(entry, stack.matches[True][before], stack.matches[False][before])
-    repeated = stack.tail[stack.tail_start[before] + np.minimum(held, matched)]
-    system, tools, inferred = fixed[:, 0], fixed[:, 1], fixed[:, 2].astype(bool)
-    opening = np.where(
-        first, 0, system + tools + np.where(same_start, np.roll(history, 1) + repeated, 0)
-    )
+    rows, g, group, entry = found.rows, found.g, found.group, found.entry
+    first_row = np.ones(len(rows), dtype=bool)
+    first_row[1:] = group[1:] != group[:-1]
     n_steps = stack.n_steps[g]
     call = np.repeat(np.arange(len(rows)), n_steps)
     step = np.arange(len(call)) - (np.cumsum(n_steps) - n_steps)[call]
-    steps = stack.steps[stack.step_start[g][call] + step]
-    total = (system + tools + history + stack.current[g])[call] + steps
-    prefix = np.where(step == 0, opening[call], np.roll(total, 1))
+    index = stack.step_start[g][call] + step
+    source = rows[call]
+    start = w["start"].to_numpy(np.int64)[source]
+    stop = w["stop"].to_numpy(np.int64)[source]
+    at = stack.at[g][call]
+    pair = found.pair[call]
+    c = _cleaned(x, x.base[pair], start, stop, at, x.step_length[index], x.keep[pair])
+    history = w["tokens_kept"].to_numpy(np.int64)[source]
+    history += x.history[c.e] - x.history[c.s] + x.history_compacted[c.qh]
+    history -= x.history_compacted[c.s]
+    steps = stack.steps[index] + x.steps[c.se] - x.steps[c.ss]
+    steps += x.steps_compacted[c.qs] - x.steps_compacted[c.ss]
+    system, tools, inferred = (fixed[found.pair[call], i] for i in range(3))
+    summary = x.summary[index]
+    current = stack.current[g][call]
+    head = system + summary + tools
+    total = head + history + current + steps
+    prefix = _prefix(x, c, stack, g[call], entry[call], step, history, current, head, total)
+    prefix = np.where(np.roll(summary, 1) == summary, prefix, tools)
+    prefix[np.repeat(first_row, n_steps) & (step == 0)] = 0
     if block:
         prefix -= prefix % block
-    source = rows[call]
     columns: dict[str, Any] = {
         "session_key": w["session_key"].cat.codes.to_numpy(np.int64)[source],
         "policy": w["policy"].cat.codes.to_numpy(np.int64)[source],
         "turn": w["turn"].to_numpy(np.int64)[source],
         "step": step,
-        "system_tokens": system[call],
-        "tools_tokens": tools[call],
-        "history_tokens": history[call],
-        "history_messages": w["messages_kept"].to_numpy(np.int64)[source],
-        "current_tokens": stack.current[g][call],
+        "system_tokens": system,
+        "summary_tokens": summary,
+        "tools_tokens": tools,
+        "history_tokens": history,
+        "history_messages": w["messages_kept"].to_numpy(np.int64)[source]
+        + x.fillers[c.e]
+        - x.fillers[c.s],
+        "current_tokens": current,
         "steps_tokens": steps,
         "total_tokens": total,
         "prefix_tokens": prefix,
         "cache_ratio": np.divide(
             prefix, total, out=np.zeros(len(total)), where=total != 0, dtype=np.float64
         ),
-        "inferred": (inferred | stack.inferred[g])[call],
+        "inferred": inferred.astype(bool) | stack.inferred[g][call] | x.summary_inferred[index],
+        "needs_summary": pd.array(np.full(len(call), pd.NA), dtype="boolean"),
     }
     for name in _SETTING_COLUMNS:
         values = w[name]
@@ -280,3 +493,54 @@ def _calls(
             columns[name] = values.to_numpy()[source]
     categories = {name: w[name].cat.categories for name in ("session_key", "policy")}
     return frame(REQUESTS, columns, categories=categories)
+
+
+def _prefix(
+    x: _Extras,
+    c: _Cleaned,
+    stack: _Stack,
+    g: np.ndarray,
+    entry: np.ndarray,
+    step: np.ndarray,
+    history: np.ndarray,
+    current: np.ndarray,
+    head: np.ndarray,
+    total: np.ndarray,
+) -> np.ndarray:
+    """Each call's prefix shared with the call before it (see :func:`_calls`; the first
+    call of each group is the caller's to zero)."""
+    prev = np.roll(np.arange(len(step)), 1)
+    # within a turn: the previous call whole, unless the clean-up changed a message of it
+    in_history = _changed(x, c.qh[prev], c.qh, c.e)
+    in_steps = _changed(x, c.qs[prev], c.qs, c.se[prev])
+    later = np.where(
+        in_history < c.e,
+        head + _history_before(x, c, entry, in_history),
+        np.where(
+            in_steps < c.se[prev],
+            head + history + current + _steps_before(x, c, in_steps),
+            total[prev],
+        ),
+    )
+    # at a turn's start: the previous history up to a change, then what this one repeats
+    same_start = c.s == c.s[prev]
+    before = g[prev]
+    held = np.clip(c.e - (c.ss[prev] - 1), 0, stack.tail_length[before])
+    matched = np.where(entry, stack.matches[True][before], stack.matches[False][before])
+    changed = _changed(x, c.qh[prev], c.qh, c.e[prev])
+    stretch = np.maximum(np.minimum(c.qs[prev], c.qh), c.ss[prev])
+    differs = x.next_long[stretch]
+    differs = np.where(differs < np.maximum(c.qs[prev], c.qh), differs, c.se[prev])
+    repeat = np.minimum(np.minimum(held, matched), np.maximum(differs - c.ss[prev] + 1, 0))
+    repeated = stack.tail[stack.tail_start[before] + repeat]
+    tail_end = c.ss[prev] + np.maximum(repeat - 1, 0)
+    repeated += x.steps[tail_end] - x.steps[c.ss[prev]]
+    repeated += x.steps_compacted[np.minimum(tail_end, c.qs[prev])]
+    repeated -= x.steps_compacted[c.ss[prev]]
+    shared = np.where(
+        changed < c.e[prev],
+        _history_before(x, c, entry, changed),
+        history[prev] + repeated,
+    )
+    opening = head + np.where(same_start, shared, 0)
+    return np.where(step == 0, opening, later)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 import pandas as pd
@@ -35,7 +36,7 @@ from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings
 from sessionkit.nanobot.tokens import has_special_tokens
 from sessionkit.store.corpus import Corpus, resolve_session
 
-__all__ = ["VERDICT_COLUMNS", "verdicts"]
+__all__ = ["VERDICT_COLUMNS", "frame_verdicts", "verdicts"]
 
 VERDICT_COLUMNS: dict[str, str] = {
     "session_key": "string",
@@ -212,29 +213,65 @@ def verdicts(
     if not chosen.governed:
         raise ValueError(f"{chosen.label} has no context governor")
     kit, root = kit_of(chosen, session, workspace, config, nanobot, runtime)
-    texts = chosen.summary_journal(root, session.key)
-    meter = _Meter(chosen, kit)
 
     def archive() -> Mapping[str, Any]:
         return governor_texts(chosen, find_release(chosen.version, nanobot))["archive"]
 
+    rows = _session_rows(
+        chosen,
+        session,
+        kit,
+        root,
+        (context_window, max_output),
+        settings,
+        first=calls == "first",
+        archive=archive if calls == "all" else None,
+    )
+    frame = pd.DataFrame(rows, columns=list(VERDICT_COLUMNS)[1:])
+    frame.insert(0, "session_key", session.key)
+    return frame.astype(VERDICT_COLUMNS)
+
+
+def _session_rows(
+    policy: ReplayPolicy,
+    session: Session,
+    kit: Kit,
+    root: Path | None,
+    limits: tuple[int, int],
+    settings: HistorySettings,
+    *,
+    first: bool,
+    archive: Callable[[], Mapping[str, Any]] | None = None,
+    skip: bool = False,
+) -> list[dict[str, Any]]:
+    """The verdict rows of every turn of one session (``skip``: leave out a turn whose
+    request cannot be rebuilt instead of raising)."""
+    texts = policy.summary_journal(root, session.key) if root is not None else None
+    meter = _Meter(policy, kit)
     rows = []
     for turn in range(session.n_user_turns):
         if session.messages[len(session.before_user(turn).messages)].get("_command"):
             continue  # a command turn: answered without a call
-        found = turn_calls(session, turn, kit, policy=chosen, settings=settings, texts=texts)
-        steps = range(1) if calls == "first" else range(len(found.steps))
-        rows += _turn_rows(
-            chosen,
-            kit,
-            session,
-            turn,
-            found,
-            meter,
-            steps,
-            (context_window, max_output),
-            archive if calls == "all" else None,
-        )
-    frame = pd.DataFrame(rows, columns=list(VERDICT_COLUMNS)[1:])
-    frame.insert(0, "session_key", session.key)
-    return frame.astype(VERDICT_COLUMNS)
+        try:
+            found = turn_calls(session, turn, kit, policy=policy, settings=settings, texts=texts)
+            steps = range(1) if first else range(len(found.steps))
+            rows += _turn_rows(policy, kit, session, turn, found, meter, steps, limits, archive)
+        except ValueError:
+            if not skip:
+                raise
+    return rows
+
+
+def frame_verdicts(
+    policy: ReplayPolicy,
+    session: Session,
+    kit: Kit,
+    root: Path | None,
+    limits: tuple[int, int],
+    settings: HistorySettings,
+) -> dict[tuple[int, int], bool]:
+    """The verdict before each agent call of a session, by (turn, step), as
+    :func:`verdicts` with ``calls="all"`` finds it (turns whose request cannot be rebuilt
+    left out): what :func:`sessionkit.requests` reports as ``needs_summary``."""
+    rows = _session_rows(policy, session, kit, root, limits, settings, first=False, skip=True)
+    return {(row["turn"], row["step"]): bool(row["needs_summary"]) for row in rows}

@@ -394,8 +394,9 @@ def _calls(
 
 
 def _needs_summary(call: _Call, policy: ReplayPolicy, tokens_kept: np.ndarray) -> np.ndarray:
-    """A context governor's verdict per window (1: over budget, 0: not; -1: not applicable:
-    the release has no governor, or no context window was given)."""
+    """A context governor's verdict per window from the history alone (1: over budget, 0:
+    not; -1: not applicable: the release has no governor, or no context window was given);
+    a lower bound of the exact one :func:`sessionkit.requests` gives."""
     if not policy.governed or call.context_window < 0:
         return np.full(len(tokens_kept), -1, dtype=np.int8)
     if call.context_window == 0:  # the governor measures nothing without a context window
@@ -439,9 +440,13 @@ def windows(
     is what that release's agent loop asks for at the turn (``ReplayPolicy.loop_call``): 0.2.2 ``max_messages`` and the budget
     ``ctx - max_output - 1024``; 0.3.0 the count window ``min(2000, max(120, ctx // 100))`` and
     the same budget; 0.3.5 no count window and no budget, with ``needs_summary`` marking where
-    its context governor would have summarised.  That verdict is approximate: 0.3.5 measures
-    the whole request (system prompt, tools, the new message) and prefers the provider's
-    reported usage; here the window's own estimate stands for it (so it can only under-report).
+    its context governor would have summarised.  That verdict is a lower bound: 0.3.5 measures
+    the whole request (system prompt, tools, the new message, earlier tool steps), and those
+    come from the release's kit (its prompt and tool definitions for the workspace), which
+    windows neither has nor asks for; here the window's own estimate stands for the request
+    (so it can only under-report).  :func:`sessionkit.requests` gives the exact verdict before
+    every call (its ``needs_summary``, equal to
+    :func:`sessionkit.calls.governor.verdicts`).
 
     Under 0.3.5, the ``"recorded"`` offset at a turn is the latest hidden checkpoint message
     stored before it (where ``commit_summary_checkpoint`` set ``last_archived``), or the

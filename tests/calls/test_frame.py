@@ -51,12 +51,28 @@ def no_nanobot(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder / "bin" / "python"
 
 
+def _split(request: sk.Request) -> tuple[list[Any], dict[str, Any], list[Any]]:
+    """(history, current, steps) of a 0.2.2 request as its loop sent them, after the loop's
+    clean-up: the current message is the last user message (steps hold none)."""
+    loop = request.loop_messages
+    at = max(i for i, m in enumerate(loop) if m["role"] == "user")
+    return loop[1:at], loop[at], loop[at + 1 :]
+
+
+def _archived(request: sk.Request) -> int:
+    parts = request.parts.set_index("part")["tokens"]
+    return int(parts.get("system: archived summary", 0))
+
+
 def test_each_part_is_the_requests_part(corpus: sk.Corpus, frame: pd.DataFrame) -> None:
-    """For calls across turns and steps: system prompt and tools as the kit holds them, the
-    history, current message and steps of sk.request's call, each message counted alone."""
+    """For calls across turns and steps: system prompt, archived summary and tools as the
+    kit and sk.request hold them; the history, current message and steps of sk.request's
+    call as its loop sent them (0.2.2's clean-up applied: results bounded, older long ones
+    compacted), each message counted alone; the total within a few tokens per message of
+    the release's own estimate (its counts join texts)."""
     sample = pd.concat([frame.iloc[::97], frame[frame["step"] >= 2].iloc[::9]])
     assert len(sample) > 40 and sample["step"].max() >= 3
-    stand_ins = 0
+    stand_ins = cleaned = 0
     for row in sample.itertuples():
         session = corpus[row.session_key]
         kit, _ = kit_of(RELEASE, session, None, None, None, None)
@@ -68,71 +84,100 @@ def test_each_part_is_the_requests_part(corpus: sk.Corpus, frame: pd.DataFrame) 
             stand_ins += 1
             continue
         request = sk.request(session, row.turn, step=row.step)
+        history, current, steps = _split(request)
         parts = request.parts.set_index("part")["tokens"]
         assert row.system_tokens == count_text(kit.system_text) > 0
+        assert row.summary_tokens == _archived(request)
         assert row.tools_tokens == parts["tools"] > 0
-        assert row.history_tokens == _tokens(calls.history)
-        assert row.history_messages == len(calls.history)
-        assert row.current_tokens == parts["current"] == _tokens([calls.current])
-        assert row.steps_tokens == _tokens(calls.steps[row.step])
+        assert row.history_tokens == _tokens(history)
+        assert row.history_messages == len(history) == len(calls.history)
+        assert row.current_tokens == parts["current"] == _tokens([current])
+        assert row.steps_tokens == _tokens(steps)
         assert row.total_tokens == (
             row.system_tokens
+            + row.summary_tokens
             + row.tools_tokens
             + row.history_tokens
             + row.current_tokens
             + row.steps_tokens
         )
+        assert abs(row.total_tokens - request.tokens) <= 2 * len(request.loop_messages)
+        cleaned += row.history_tokens < _tokens(calls.history)
         system = request.parts[request.parts["part"].str.startswith("system")]
         assert row.inferred == system["inferred"].any()
     assert stand_ins < len(sample) // 4
+    assert cleaned > len(sample) // 4  # long tool results compacted in most long histories
+    assert (sample["summary_tokens"] > 0).any()  # telegram:12345 holds a _last_summary
 
 
-def test_one_row_per_call(sessions: list[sk.Session], frame: pd.DataFrame) -> None:
-    """Every user turn that called the model, each of its calls once, in turn order."""
-    for session in sessions:
-        rows = frame[frame["session_key"] == session.key]
-        calls = rows.groupby("turn")["step"].agg(["min", "max", "size"])
-        assert (calls["min"] == 0).all() and (calls["max"] + 1 == calls["size"]).all()
-        commands = sum(1 for m in session.messages if m.get("role") == "user" and m.get("_command"))
-        assert len(calls) == session.n_user_turns - commands
-        assert rows["turn"].is_monotonic_increasing
+def test_a_long_session_counts_what_0_2_2_sends(corpus: sk.Corpus) -> None:
+    """cli:direct turn 138: the replayed history holds 14,896 tokens, but 0.2.2 compacts the
+    older long tool results before each call: the frame counts the 8,680 it sends, and its
+    total is the release's own estimate of that request (18,268) within the joins."""
+    session = corpus["cli:direct"]
+    rows = sk.requests(session)
+    row = rows[(rows["turn"] == 138) & (rows["step"] == 2)].iloc[0]
+    windows = sk.windows(session).set_index("turn")
+    request = sk.request(session, 138, step=2)
+    history, _, steps = _split(request)
+    assert windows.loc[138, "tokens_kept"] == 14_896
+    assert row.history_tokens == _tokens(history) == 8_680
+    assert row.steps_tokens == _tokens(steps) == 538
+    assert request.tokens == 18_268
+    assert row.total_tokens - request.tokens == 6
 
 
+def _shared(before: list[dict[str, Any]], now: list[dict[str, Any]], kit: Any) -> int:
+    """Tokens of the leading messages two calls send identically (as the provider sends
+    each one), each counted alone."""
+    shared = 0
+    for a, b in zip(before, now, strict=False):
+        if a != b and RELEASE.wire_messages(kit, [a]) != RELEASE.wire_messages(kit, [b]):
+            break
+        shared += RELEASE.estimate_message_tokens(b)
+    return shared
+
+
+@pytest.mark.parametrize(
+    ("key", "turns", "setting"),
+    [
+        ("telegram:777", range(0, 90), {}),
+        ("cli:direct", range(120, 142), {}),
+        ("telegram:12345", range(300, 330), {"max_messages": 30, "max_tokens": 3000}),
+    ],
+)
 def test_the_prefix_is_what_the_previous_call_shares(
-    sessions: list[sk.Session], frame: pd.DataFrame
+    corpus: sk.Corpus, key: str, turns: range, setting: dict[str, int]
 ) -> None:
-    """0.2.2 sends the current message with its runtime context, which the next history
-    replays without: a turn's first call shares the system prompt, the tools and, while
-    the history still starts where the previous one did, that whole previous history; a
-    later call of the turn shares all of the call before it."""
-    windows = sk.windows(sessions).set_index(["session_key", "turn"])
-    checked = stand_ins = 0
-    for key, rows in frame.groupby("session_key", observed=True):
-        users = [m for m in sessions[KEYS.index(key)].messages if RELEASE.is_user_turn(m)]
-        previous: Any = None
-        for row in rows.itertuples():
-            assert row.cache_ratio == row.prefix_tokens / row.total_tokens
-            if previous is None:
-                assert row.prefix_tokens == 0
-            elif row.step > 0:
-                assert row.prefix_tokens == previous.total_tokens
-            else:
-                before = windows.loc[(key, previous.turn)]
-                now = windows.loc[(key, row.turn)]
-                same = before.start == now.start
-                expected = row.system_tokens + row.tools_tokens
-                expected += previous.history_tokens if same else 0
-                if isinstance(users[previous.turn]["content"], str) or not same:
-                    assert row.prefix_tokens == expected, (key, row.turn)
-                    checked += 1
-                else:  # a stored message stood in, so the history may repeat it and more
-                    tail = previous.current_tokens + previous.steps_tokens
-                    assert expected < row.prefix_tokens <= expected + tail, (key, row.turn)
-                    stand_ins += 1
-            previous = row
-    assert checked > 10 * stand_ins > 0
-    first_calls = frame[frame["step"] == 0]
-    assert (first_calls["prefix_tokens"] > first_calls["system_tokens"]).any()
+    """Each call's prefix is exactly what it shares with the call before it as sk.request
+    rebuilds both: tools, system prompt, then every leading message sent identically (a
+    result compacted in one call and not the other ends it; 0.2.2's runtime context on the
+    current message ends it at the next turn)."""
+    session = corpus[key]
+    frame = sk.requests(session, **setting)
+    frame = frame[frame["turn"].isin(turns)]
+    settings = sk.HistorySettings(**setting)
+    kit, _ = kit_of(RELEASE, session, None, None, None, None)
+    previous: Any = None
+    checked = within_turn = moved = 0
+    for row in frame.itertuples():
+        assert row.cache_ratio == row.prefix_tokens / row.total_tokens
+        try:
+            request = sk.request(session, row.turn, step=row.step, settings=settings)
+        except ValueError:  # the stored message stands in for the current one
+            previous = None
+            continue
+        loop = request.loop_messages[1:]
+        if previous is not None:
+            head = row.system_tokens + row.summary_tokens + row.tools_tokens
+            assert row.prefix_tokens == head + _shared(previous[1], loop, kit), (row.turn, row.step)
+            checked += 1
+            within_turn += row.step > 0
+            moved += row.step > 0 and row.prefix_tokens < previous[0]
+        previous = (row.total_tokens, loop)
+    assert checked > 20 and within_turn > 5
+    if not setting:
+        assert moved > 0  # a call compacting a result the previous one sent whole
 
 
 def test_block_rounds_the_prefix_down(sessions: list[sk.Session], frame: pd.DataFrame) -> None:
@@ -152,7 +197,8 @@ def test_a_grid_is_one_block_per_setting(sessions: list[sk.Session]) -> None:
         alone = sk.requests(sessions, max_messages=messages, max_tokens=budget)
         pd.testing.assert_frame_equal(rows.reset_index(drop=True), alone)
     later = grid[(grid["step"] == 0) & (grid["prefix_tokens"] > 0) & (grid["max_tokens"] == 0)]
-    history_lost = later["prefix_tokens"] == later["system_tokens"] + later["tools_tokens"]
+    head = later["system_tokens"] + later["summary_tokens"] + later["tools_tokens"]
+    history_lost = later["prefix_tokens"] == head
     lost = history_lost.groupby(later["max_messages"]).mean()
     assert lost[20] > 0.5 > lost[120]  # a short count window slides at most turns
 
@@ -188,14 +234,19 @@ def test_without_the_release_system_and_tools_are_empty(
         "0.2.2`; system prompt and tools are left empty"
     ]
     assert caught[0].filename == __file__
-    assert (bare[["system_tokens", "tools_tokens"]] == 0).all(axis=None)
+    assert (bare[["system_tokens", "summary_tokens", "tools_tokens"]] == 0).all(axis=None)
     assert bare["inferred"].all()  # the stored user message stands in for the current one
     stored = [m for s in sessions for m in s.messages if RELEASE.is_user_turn(m)]
     assert bare["current_tokens"][bare["step"] == 0].sum() == sum(
         _tokens([m]) for m in stored if not m.get("_command")
     )
-    same = ["session_key", "turn", "step", "history_tokens", "steps_tokens"]
+    same = ["session_key", "turn", "step"]
     pd.testing.assert_frame_equal(bare[same], frame[same])
+    # without the release its clean-up is unknown: the history is counted as replayed
+    windows = sk.windows(sessions).set_index(["session_key", "turn"])["tokens_kept"]
+    replayed = windows.loc[list(zip(bare["session_key"], bare["turn"], strict=True))]
+    assert bare["history_tokens"].tolist() == replayed.tolist()
+    assert (bare["history_tokens"] > frame["history_tokens"]).any()
     named = sk.requests(sessions, nanobot={"0.2.2": sys.executable})
     pd.testing.assert_frame_equal(named, frame)
 
