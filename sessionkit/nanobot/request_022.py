@@ -27,6 +27,9 @@ from sessionkit.nanobot.request_rules import (
     empty_cleaned,
     fill,
     image_mime,
+    merge_contents,
+    newest_fitting,
+    request_parts,
     safe_filename,
     text_of_blocks,
     truncated,
@@ -210,19 +213,6 @@ def changed_at_save(message: Mapping[str, Any], kit: Kit) -> bool:
     )
 
 
-def _merge_content(left: Any, right: Any) -> Any:
-    """Two same-role contents in one message, as the context builder merges them."""
-    if isinstance(left, str) and isinstance(right, str):
-        return f"{left}\n\n{right}" if left else right
-
-    def blocks(value: Any) -> list[Any]:
-        if isinstance(value, list):
-            return [b if isinstance(b, dict) else {"type": "text", "text": str(b)} for b in value]
-        return [] if value is None else [{"type": "text", "text": str(value)}]
-
-    return blocks(left) + blocks(right)
-
-
 def _microcompact(messages: list[Message], kit: Kit) -> list[Message]:
     indices = [
         i
@@ -309,15 +299,7 @@ def _snip(messages: list[Message], where: Mapping[str, Any]) -> list[Message]:
         sum(_message_tokens(m, count) for m in system), estimate_request(system, tools, count)
     )
     room = max(0, budget - fixed)
-    kept: list[Message] = []
-    used = 0
-    for message in reversed(rest):
-        cost = _message_tokens(message, count)
-        if kept and used + cost > room:
-            break
-        kept.append(message)
-        used += cost
-    kept.reverse()
+    kept = newest_fitting(rest, room, lambda m: _message_tokens(m, count))
     first_user = next((i for i, m in enumerate(kept) if m.get("role") == "user"), None)
     if first_user is not None:
         kept = kept[first_user:]
@@ -358,7 +340,9 @@ def loop_messages(
     if messages[-1].get("role") == current.get("role"):
         messages[-1] = {
             **messages[-1],
-            "content": _merge_content(messages[-1].get("content"), current.get("content")),
+            "content": merge_contents(
+                messages[-1].get("content"), current.get("content"), drop_empty_right=False
+            ),
         }
     else:
         messages.append(copy.deepcopy(dict(current)))
@@ -425,27 +409,7 @@ def estimate_request(
     the tool definitions as JSON after one more newline, and 4 per message.  0 where the
     release's encoder refuses (special-token text) or a text block's text is not a string,
     as the release returns 0 then (and so never trims the request)."""
-    parts: list[Any] = []
-    for message in messages:
-        content = message.get("content")
-        if isinstance(content, str):
-            parts.append(content)
-        elif isinstance(content, list):
-            parts += [
-                b.get("text", "")
-                for b in content
-                if isinstance(b, dict) and b.get("type") == "text" and b.get("text", "")
-            ]
-        if message.get("tool_calls"):
-            parts.append(json.dumps(message["tool_calls"], ensure_ascii=False))
-        reasoning = message.get("reasoning_content")
-        if isinstance(reasoning, str) and reasoning:
-            parts.append(reasoning)
-        parts += [
-            message[k]
-            for k in ("name", "tool_call_id")
-            if isinstance(message.get(k), str) and message[k]
-        ]
+    parts = request_parts(messages, skip_non_string_text=False)
     if not all(isinstance(part, str) for part in parts):
         return 0
     text = "\n".join(parts)

@@ -24,7 +24,7 @@ from datetime import datetime
 from pathlib import Path, PurePath
 from typing import Any
 
-from sessionkit.nanobot import tokens
+from sessionkit.nanobot import request_rules, tokens
 from sessionkit.nanobot.history import RUNTIME_CONTEXT_KEY, find_legal_message_start
 from sessionkit.nanobot.history import public_message as public_user_message
 from sessionkit.nanobot.request_rules import (
@@ -33,6 +33,9 @@ from sessionkit.nanobot.request_rules import (
     drop_orphan_results,
     empty_cleaned,
     image_mime,
+    merge_contents,
+    newest_fitting,
+    request_parts,
     safe_filename,
     strip_malformed_calls,
     strip_placeholders,
@@ -284,30 +287,12 @@ class LoopSettings:
         return budget if budget > 0 else 0
 
 
-def _merge_contents(left: Any, right: Any) -> Any:
-    """How the context builder joins the current message into a same-role history tail."""
-    if isinstance(left, str) and isinstance(right, str):
-        if not left:
-            return right
-        if not right:
-            return left
-        return f"{left}\n\n{right}"
-
-    def blocks(value: Any) -> list[Any]:
-        if isinstance(value, list):
-            return [b if isinstance(b, dict) else {"type": "text", "text": str(b)} for b in value]
-        if value is None:
-            return []
-        return [{"type": "text", "text": str(value)}]
-
-    return blocks(left) + blocks(right)
-
-
 def _initial(system: str, history: list[Message], current: Message) -> list[Message]:
     messages: list[Message] = [{"role": "system", "content": system}, *history]
     if messages[-1].get("role") == current["role"]:
         last = dict(messages[-1])
-        last["content"] = _merge_contents(last.get("content"), current.get("content"))
+        content = current.get("content")
+        last["content"] = merge_contents(last.get("content"), content, drop_empty_right=True)
         meta = (current.get(_META) or {}).get(_RUNTIME_META)
         if meta is not None:
             last[_META] = {**(last.get(_META) or {}), _RUNTIME_META: meta}
@@ -380,32 +365,6 @@ def _apply_tool_result_budget(settings: LoopSettings, messages: list[Message]) -
     return out
 
 
-def _payload_parts(messages: Sequence[Mapping[str, Any]]) -> list[Any]:
-    """The texts 0.3.0's whole-request estimate joins: content, tool calls, reasoning, name,
-    tool call id, message by message (images and other blocks left out)."""
-    parts: list[Any] = []
-    for message in messages:
-        content = message.get("content")
-        if isinstance(content, str):
-            parts.append(content)
-        elif isinstance(content, list):
-            for block in content:
-                if isinstance(block, dict) and block.get("type") == "text":
-                    text = block.get("text", "")
-                    if text:
-                        parts.append(text)
-        if message.get("tool_calls"):
-            parts.append(json.dumps(message["tool_calls"], ensure_ascii=False))
-        reasoning = message.get("reasoning_content")
-        if isinstance(reasoning, str) and reasoning:
-            parts.append(reasoning)
-        for key in ("name", "tool_call_id"):
-            value = message.get(key)
-            if isinstance(value, str) and value:
-                parts.append(value)
-    return parts
-
-
 def estimate_request(
     messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], count: Count
 ) -> int:
@@ -417,23 +376,14 @@ def estimate_request(
     The release computes it on the list the loop hands its provider (``loop_messages``): the
     governor compares it with the budget, and it stands in for usage a provider did not report.
     """
-    parts = _payload_parts(messages)
-    payload = "\n".join(parts)
-    framing = len(messages) * _MESSAGE_FRAMING
-    rendered = json.dumps(list(tools), ensure_ascii=False) if tools else ""
-    try:
-        tool_tokens = count(("\n" if parts else "") + rendered) if tools else 0
-        return (count(payload) if payload else 0) + tool_tokens + framing
-    except Exception:
-        tail = ("\n" if payload else "") + rendered if tools else ""
-        return len((payload + tail).encode("utf-8")) + framing
+    return request_rules.estimate_request(messages, tools, count, skip_non_string_text=False)
 
 
 def _upper_bound(messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> int:
     """At least :func:`estimate_request` (a token is at least one byte): the bytes it would
     count without a tokenizer, one more for the newline before the tools.  Raises
     ``UnicodeEncodeError`` on a lone surrogate (the estimate itself may then raise too)."""
-    parts = _payload_parts(messages)
+    parts = request_parts(messages, skip_non_string_text=False)
     rendered = json.dumps(list(tools), ensure_ascii=False) if tools else ""
     size = len("\n".join(parts).encode("utf-8")) + len(rendered.encode("utf-8")) + 1
     return size + len(messages) * _MESSAGE_FRAMING
@@ -541,15 +491,7 @@ def _snip_history(settings: LoopSettings, messages: list[Message]) -> list[Messa
         estimate_request(system, settings.tools, count),
     )
     room = max(0, budget - fixed)
-    kept: list[Message] = []
-    used = 0
-    for message in reversed(others):
-        cost = _message_tokens(message, count)
-        if kept and used + cost > room:
-            break
-        kept.append(message)
-        used += cost
-    kept.reverse()
+    kept = newest_fitting(others, room, lambda m: _message_tokens(m, count))
     fallback = kept or others[-1:]
     kept = _user_tail(kept) or _user_tail(others, last=True) or fallback
     return system + kept[find_legal_message_start(kept) :]

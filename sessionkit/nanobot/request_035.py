@@ -26,13 +26,16 @@ from datetime import datetime
 from pathlib import Path, PurePath
 from typing import Any
 
+from sessionkit.nanobot import request_rules
 from sessionkit.nanobot.history import CONTINUATION_TEXT, Message, is_hidden_history
 from sessionkit.nanobot.request_rules import (
     alternate,
+    as_blocks,
     backfill,
     drop_orphan_results,
     empty_cleaned,
     image_mime,
+    merge_contents,
     safe_filename,
     strip_malformed_calls,
     strip_placeholders,
@@ -330,24 +333,6 @@ def _budget_tool_results(
     return out
 
 
-def _as_blocks(value: Any) -> list[Any]:
-    if isinstance(value, list):
-        return [
-            item if isinstance(item, dict) else {"type": "text", "text": str(item)}
-            for item in value
-        ]
-    if value is None:
-        return []
-    return [{"type": "text", "text": str(value)}]
-
-
-def _joined(left: Any, right: Any) -> Any:
-    """The loop's merge of two user contents."""
-    if isinstance(left, str) and isinstance(right, str):
-        return f"{left}\n\n{right}" if left else right
-    return _as_blocks(left) + _as_blocks(right)
-
-
 def _detached(content: Any, marker: Any) -> tuple[Any, list[str], list[Message]] | None:
     """A content with its runtime context taken off (``None`` when it does not end with it)."""
     if marker is None:
@@ -379,7 +364,7 @@ def _reattached(content: Any, sources: list[str], blocks: list[Message]) -> tupl
         suffix = "\n\n".join(b["text"] for b in blocks)
         merged = f"{content}\n\n{suffix}" if content else suffix
         return merged, {"version": 1, "sources": list(sources), "suffix": suffix}
-    visible = _as_blocks(content) if not isinstance(content, list) else list(content)
+    visible = as_blocks(content) if not isinstance(content, list) else list(content)
     return [*visible, *blocks], {"version": 1, "sources": list(sources), "blocks": blocks}
 
 
@@ -406,9 +391,11 @@ def _merged_users(left: Message, right: Message) -> Message:
     detached_left = _detached(merged.get("content"), left_marker)
     detached_right = _detached(right.get("content"), right_marker)
     if detached_left is None or detached_right is None:
-        merged["content"] = _joined(merged.get("content"), right.get("content"))
+        merged["content"] = merge_contents(
+            merged.get("content"), right.get("content"), drop_empty_right=False
+        )
         return merged
-    content = _joined(detached_left[0], detached_right[0])
+    content = merge_contents(detached_left[0], detached_right[0], drop_empty_right=False)
     blocks = [*detached_left[2], *detached_right[2]]
     if blocks:
         content, marker = _reattached(content, [*detached_left[1], *detached_right[1]], blocks)
@@ -525,32 +512,4 @@ def estimate_request(
     JSON, 4 per message; UTF-8 bytes instead when the counter fails (as tiktoken does on
     special-token text, for the whole request).  Its governor measures the loop's list
     (:func:`loop_messages`), not the wire's; ``count`` is a cl100k_base count."""
-    parts: list[str] = []
-    for message in messages:
-        content = message.get("content")
-        if isinstance(content, str):
-            parts.append(content)
-        elif isinstance(content, list):
-            for block in content:
-                if isinstance(block, dict) and block.get("type") == "text":
-                    text = block.get("text", "")
-                    if isinstance(text, str) and text:
-                        parts.append(text)
-        if message.get("tool_calls"):
-            parts.append(json.dumps(message["tool_calls"], ensure_ascii=False))
-        reasoning = message.get("reasoning_content")
-        if isinstance(reasoning, str) and reasoning:
-            parts.append(reasoning)
-        for key in ("name", "tool_call_id"):
-            value = message.get(key)
-            if isinstance(value, str) and value:
-                parts.append(value)
-    payload = "\n".join(parts)
-    framing = 4 * len(messages)
-    tools_json = json.dumps(tools, ensure_ascii=False) if tools else ""
-    try:
-        tool_tokens = count(("\n" if parts else "") + tools_json) if tools else 0
-        return (count(payload) if payload else 0) + tool_tokens + framing
-    except Exception:  # the release falls back on any failure of its encoder
-        fallback = (("\n" if payload else "") + tools_json) if tools else ""
-        return len((payload + fallback).encode("utf-8")) + framing
+    return request_rules.estimate_request(messages, tools, count, skip_non_string_text=True)

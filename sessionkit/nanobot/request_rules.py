@@ -9,21 +9,29 @@ standard library only.
 from __future__ import annotations
 
 import hashlib
+import json
 import mimetypes
 import re
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 __all__ = [
     "TEXT_TYPES",
     "WIRE_KEYS",
     "alternate",
+    "as_blocks",
     "backfill",
+    "call_parts",
     "drop_orphan_results",
     "empty_cleaned",
     "fill",
+    "estimate_request",
     "image_mime",
+    "merge_contents",
+    "named_parts",
+    "newest_fitting",
+    "request_parts",
     "safe_filename",
     "short_id",
     "strip_malformed_calls",
@@ -233,7 +241,7 @@ def without_surrogates(value: Any) -> Any:
 
 
 def empty_cleaned(message: Message, empty: str) -> Message:
-    """One message as the provider's first pass leaves it (0.3.0, 0.3.5): ``_meta`` keys gone
+    """One message as the provider's first pass leaves it (0.2.2, 0.3.0, 0.3.5): ``_meta`` keys gone
     (its own and its blocks'), empty text blocks dropped, empty text sent as ``empty`` (null
     beside tool calls), a dict content listed."""
     clean = {key: value for key, value in message.items() if key != "_meta"}
@@ -320,17 +328,6 @@ def wire_keys(
     return out
 
 
-def _copied_blocks(value: Any) -> list[Any]:
-    if isinstance(value, list):
-        return [
-            dict(item) if isinstance(item, dict) else {"type": "text", "text": str(item)}
-            for item in value
-        ]
-    if value is None:
-        return []
-    return [{"type": "text", "text": str(value)}]
-
-
 def alternate(
     messages: list[Message], synthetic_user: str, *, merge_user_blocks: bool
 ) -> list[Message]:
@@ -361,7 +358,7 @@ def alternate(
             previous["content"] = (left + "\n\n" + right).strip()
         elif merge_user_blocks and role == "user":
             combined = dict(message)
-            combined["content"] = [*_copied_blocks(left), *_copied_blocks(right)]
+            combined["content"] = [dict(block) for block in as_blocks(left) + as_blocks(right)]
             merged[-1] = combined
         else:
             merged[-1] = dict(message)
@@ -376,3 +373,122 @@ def alternate(
                 merged.insert(index, {"role": "user", "content": synthetic_user})
             break
     return merged
+
+
+def as_blocks(value: Any) -> list[Any]:
+    """A content as a block list: a list's dicts kept (others as text blocks), ``None`` none,
+    anything else one text block (0.2.2, 0.3.0, 0.3.5)."""
+    if isinstance(value, list):
+        return [
+            item if isinstance(item, dict) else {"type": "text", "text": str(item)}
+            for item in value
+        ]
+    if value is None:
+        return []
+    return [{"type": "text", "text": str(value)}]
+
+
+def merge_contents(left: Any, right: Any, *, drop_empty_right: bool) -> Any:
+    """Two same-role contents as one: texts joined by a blank line (``right`` alone after an
+    empty ``left``), else both as blocks (0.2.2, 0.3.0, 0.3.5).
+
+    ``drop_empty_right`` (0.3.0's context builder) gives ``left`` alone after it an empty
+    ``right``; 0.2.2 and 0.3.5's loop (``False``) still add the blank line.
+    """
+    if isinstance(left, str) and isinstance(right, str):
+        if not left:
+            return right
+        if drop_empty_right and not right:
+            return left
+        return f"{left}\n\n{right}"
+    return as_blocks(left) + as_blocks(right)
+
+
+def named_parts(message: Mapping[str, Any]) -> list[str]:
+    """The message's ``name`` and ``tool_call_id`` where they are non-empty text: two of the
+    texts every estimate joins (0.2.2, 0.3.0, 0.3.5; per message and whole request)."""
+    parts = []
+    for key in ("name", "tool_call_id"):
+        value = message.get(key)
+        if isinstance(value, str) and value:
+            parts.append(value)
+    return parts
+
+
+def call_parts(message: Mapping[str, Any]) -> list[str]:
+    """The message's tool calls as JSON and its reasoning text, where it has them: two more
+    of the texts every estimate joins (0.2.2, 0.3.0, 0.3.5; per message and whole request)."""
+    parts = []
+    if message.get("tool_calls"):
+        parts.append(json.dumps(message["tool_calls"], ensure_ascii=False))
+    reasoning = message.get("reasoning_content")
+    if isinstance(reasoning, str) and reasoning:
+        parts.append(reasoning)
+    return parts
+
+
+def request_parts(
+    messages: Sequence[Mapping[str, Any]], *, skip_non_string_text: bool
+) -> list[Any]:
+    """The texts a whole-request estimate joins, message by message: the content's text
+    (images and other blocks left out), tool calls, reasoning, name, tool call id (0.2.2,
+    0.3.0, 0.3.5).
+
+    A text block's truthy text that is not a string is kept (0.2.2 and 0.3.0 then fail on it);
+    ``skip_non_string_text`` (0.3.5) leaves it out.
+    """
+    parts: list[Any] = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            for block in content:
+                if isinstance(block, dict) and block.get("type") == "text":
+                    text = block.get("text", "")
+                    if text and (isinstance(text, str) or not skip_non_string_text):
+                        parts.append(text)
+        parts += call_parts(message)
+        parts += named_parts(message)
+    return parts
+
+
+def estimate_request(
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]],
+    count: Callable[[str], int],
+    *,
+    skip_non_string_text: bool,
+) -> int:
+    """The whole-request estimate of 0.3.0 and 0.3.5 (``estimate_prompt_tokens_chain``):
+    ``count`` of the :func:`request_parts` joined by newlines, plus ``count`` of the tools'
+    JSON (after a newline when any part came first), plus 4 per message; UTF-8 bytes instead
+    of tokens when ``count`` raises.  ``skip_non_string_text`` as in :func:`request_parts`
+    (0.3.0 raises ``TypeError`` joining such a text)."""
+    parts = request_parts(messages, skip_non_string_text=skip_non_string_text)
+    payload = "\n".join(parts)
+    framing = 4 * len(messages)
+    rendered = json.dumps(list(tools), ensure_ascii=False) if tools else ""
+    try:
+        tool_tokens = count(("\n" if parts else "") + rendered) if tools else 0
+        return (count(payload) if payload else 0) + tool_tokens + framing
+    except Exception:  # the releases fall back on any failure of their encoder
+        tail = (("\n" if payload else "") + rendered) if tools else ""
+        return len((payload + tail).encode("utf-8")) + framing
+
+
+def newest_fitting(
+    messages: Sequence[Message], room: int, cost: Callable[[Message], int]
+) -> list[Message]:
+    """The newest of ``messages`` whose ``cost`` adds up to at most ``room``, in order; the
+    newest one always (0.2.2, 0.3.0: the history snip)."""
+    kept: list[Message] = []
+    used = 0
+    for message in reversed(messages):
+        price = cost(message)
+        if kept and used + price > room:
+            break
+        kept.append(message)
+        used += price
+    kept.reverse()
+    return kept

@@ -16,6 +16,8 @@ from typing import Any
 import tiktoken
 from tiktoken.load import load_tiktoken_bpe
 
+from sessionkit.nanobot.request_rules import call_parts, named_parts
+
 __all__ = [
     "CL100K_SHA256",
     "FRAMING_TOKENS",
@@ -90,15 +92,8 @@ def message_payload(message: dict[str, Any], *, skip_non_string_text: bool = Fal
                 parts.append(json.dumps(block, ensure_ascii=False))
     elif content is not None:
         parts.append(json.dumps(content, ensure_ascii=False))
-    for field in ("name", "tool_call_id"):
-        value = message.get(field)
-        if isinstance(value, str) and value:
-            parts.append(value)
-    if message.get("tool_calls"):
-        parts.append(json.dumps(message["tool_calls"], ensure_ascii=False))
-    reasoning = message.get("reasoning_content")
-    if isinstance(reasoning, str) and reasoning:
-        parts.append(reasoning)
+    parts += named_parts(message)
+    parts += call_parts(message)
     return "\n".join(parts)
 
 

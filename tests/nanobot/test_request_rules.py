@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 import pytest
@@ -11,6 +12,10 @@ from sessionkit.nanobot.request_rules import (
     alternate,
     backfill,
     drop_orphan_results,
+    estimate_request,
+    merge_contents,
+    newest_fitting,
+    request_parts,
     short_id,
     unique_id,
     wire_keys,
@@ -185,3 +190,84 @@ def test_alternate_joins_texts_and_starts_with_a_user(merge_user_blocks: bool) -
         {"role": "assistant", "content": "hello"},
         {"role": "user", "content": "a\n\nb"},
     ]
+
+
+@pytest.mark.parametrize(
+    ("left", "right", "drop", "expected"),
+    [
+        ("a", "", False, "a\n\n"),
+        ("a", "", True, "a"),
+        ("", "b", True, "b"),
+        ("a", "b", True, "a\n\nb"),
+        (None, "b", True, [{"type": "text", "text": "b"}]),
+        (
+            ["x", {"type": "image_url"}],
+            3,
+            False,
+            [
+                {"type": "text", "text": "x"},
+                {"type": "image_url"},
+                {"type": "text", "text": "3"},
+            ],
+        ),
+    ],
+)
+def test_merge_contents(left: Any, right: Any, drop: bool, expected: Any) -> None:
+    assert merge_contents(left, right, drop_empty_right=drop) == expected
+
+
+IMAGE = {"type": "image_url", "image_url": {"url": "u"}}
+ODD_TEXT = [
+    {
+        "role": "assistant",
+        "content": [{"type": "text", "text": 7}, {"type": "text", "text": "seen"}, IMAGE],
+        "reasoning_content": "why",
+        "tool_calls": [{"id": "c", "function": {"name": "f"}}],
+        "name": "",
+        "tool_call_id": "c0",
+    },
+    {"role": "user", "content": "hi"},
+]
+
+
+def test_request_parts_keeps_or_skips_a_text_that_is_not_a_string() -> None:
+    calls = '[{"id": "c", "function": {"name": "f"}}]'
+    assert request_parts(ODD_TEXT, skip_non_string_text=False) == [
+        7,
+        "seen",
+        calls,
+        "why",
+        "c0",
+        "hi",
+    ]
+    assert request_parts(ODD_TEXT, skip_non_string_text=True) == ["seen", calls, "why", "c0", "hi"]
+
+
+def test_estimate_request_counts_parts_tools_and_framing() -> None:
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    payload = "\n".join(request_parts(ODD_TEXT, skip_non_string_text=True))
+    rendered = "\n" + json.dumps(tools)
+    assert estimate_request(ODD_TEXT, tools, len, skip_non_string_text=True) == (
+        len(payload) + len(rendered) + 8
+    )
+    with pytest.raises(TypeError):
+        estimate_request(ODD_TEXT, tools, len, skip_non_string_text=False)
+
+
+def test_estimate_request_takes_utf8_bytes_when_count_raises() -> None:
+    def refuse(text: str) -> int:
+        raise ValueError(text)
+
+    messages = [{"role": "user", "content": "é"}]
+    assert estimate_request(messages, [], refuse, skip_non_string_text=True) == 2 + 4
+    assert estimate_request(messages, [{"a": 1}], refuse, skip_non_string_text=False) == (
+        len('é\n[{"a": 1}]'.encode()) + 4
+    )
+
+
+def test_newest_fitting_keeps_the_newest_within_room_and_always_one() -> None:
+    messages = [{"n": 5}, {"n": 1}, {"n": 2}, {"n": 3}]
+    assert newest_fitting(messages, 6, lambda m: m["n"]) == [{"n": 1}, {"n": 2}, {"n": 3}]
+    assert newest_fitting(messages, 5, lambda m: m["n"]) == [{"n": 2}, {"n": 3}]
+    assert newest_fitting(messages, 0, lambda m: m["n"]) == [{"n": 3}]
+    assert newest_fitting([], 9, lambda m: m["n"]) == []
