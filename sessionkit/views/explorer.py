@@ -38,6 +38,7 @@ from sessionkit.simulate.states import MessageStates, message_states
 from sessionkit.store.cachedir import default_cache_dir, private_dir_problem
 from sessionkit.store.corpus import Corpus
 from sessionkit.store.text import shown
+from sessionkit.views.timeline_canvas import TimelineCanvas
 from sessionkit.views.transcript import TranscriptWidget, transcript_rows
 from sessionkit.views.usage_panel import TurnUsage, check_usage, own_turn, usage_html
 from sessionkit.writers.forking import fork
@@ -261,6 +262,7 @@ class Explorer(widgets.VBox):
         self._figure = plot.timeline_axes().figure
         # Laid out once (and again only when its texts outgrow the margins): see _draw.
         self._figure.set_layout_engine(KeptLayout())
+        self._canvas = TimelineCanvas(self._figure)
         # At most its own pixel width, so a wide screen does not blow it up (and blur it).
         pixels = round(self._figure.get_figwidth() * self._figure.dpi)
         self.timeline = widgets.Image(
@@ -481,12 +483,13 @@ class Explorer(widgets.VBox):
             loop.call_soon(self._refresh)
 
     def _refresh(self, *, rows: bool = False) -> None:
+        """Every view for the controls' values; the transcript first, so the browser marks
+        its rows while the kernel draws the timeline (the two run side by side)."""
         self._scheduled = False
         self.states: MessageStates = message_states(
             self.subject(), turn=self.turn.value, settings=self.settings()
         )
         counts = self.states.summary()
-        self._draw()
         frame = self.states.frame
         if rows:
             self.transcript.rows = transcript_rows(self.subject(), frame["tokens"].tolist())
@@ -495,6 +498,7 @@ class Explorer(widgets.VBox):
         self.transcript.focus = window[0] if window else max(0, self.states.stop - 1)
         self._request_moved()
         self._show_usage()
+        self._draw()
         # Last, so a summary showing the new numbers means every other view has them too.
         self.summary.value = self._summary_html(counts)
 
@@ -509,13 +513,8 @@ class Explorer(widgets.VBox):
 
     def _draw(self) -> None:
         """The timeline; zoomed, it spans the count window (token cut included) to the turn."""
-        from sessionkit import plot
-        from sessionkit.plot.style import png
-
-        ax = plot.timeline_axes(self._figure)
-        plot.token_timeline(self.states, ax=ax, xlim=self._xlim())
-        # One draw on a kept canvas, in margins laid out once: a third of savefig's time.
-        self.timeline.value = png(self._figure, compress_level=1)
+        # One draw on a kept canvas and kept Axes, in margins laid out once.
+        self.timeline.value = self._canvas.png(self.states, self._xlim())
 
     WARM_DELAY = 0.2
     """Seconds after the explorer is made (once the kernel is idle) before it warms up."""
@@ -554,15 +553,13 @@ class Explorer(widgets.VBox):
         for at, reached in reachable:
             message_states(session, turn=at, settings=reached)
             yield "replay"
-        from sessionkit import plot
-
         # With a token budget, so the budget line, its label and a token cut draw too.
         budget = max(self.max_tokens.step, self.states.tokens_kept // 2)
         if session is not self.subject():
             return
         states = message_states(session, turn=turn, settings=settings.replace(max_tokens=budget))
         yield "replay"
-        plot.token_timeline(states, ax=plot.timeline_axes(self._figure))
+        self._canvas.plot(states, self._xlim())  # its strings drawn where a move draws them
         yield "plot"
         self._figure.canvas.draw()  # the figure is drawn afresh by the next _draw
         yield "draw"

@@ -1,0 +1,100 @@
+"""The explorer's timeline canvas draws the pixels matplotlib draws: kept Axes and kept glyph
+images give the same PNG bytes as token_timeline on a fresh figure and a plain Agg canvas."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+import sessionkit
+from sessionkit import plot
+from sessionkit.plot.style import KeptLayout, font_family, png
+from sessionkit.simulate.states import message_states
+from sessionkit.views.timeline_canvas import TextCanvas, TextImages, TimelineCanvas
+
+KEY = "cli:direct"
+
+
+@pytest.fixture(scope="module")
+def corpus(data_dir) -> sessionkit.Corpus:
+    return sessionkit.load(data_dir)
+
+
+def _figure() -> Figure:
+    figure = plot.timeline_axes().figure
+    figure.set_layout_engine(KeptLayout())
+    return figure
+
+
+def _fresh(figure: Figure, states, xlim) -> bytes:
+    """The timeline as the explorer drew it before: a cleared figure, plain Agg."""
+    plot.token_timeline(states, ax=plot.timeline_axes(figure), xlim=xlim)
+    return png(figure, compress_level=1)
+
+
+def test_kept_axes_and_glyph_images_draw_the_same_png_as_a_fresh_figure(corpus) -> None:
+    session = corpus[KEY]
+    other = dataclasses.replace(session, policy="nanobot-0.3.5")
+    turns = session.n_user_turns
+    cases = [
+        (session, turns, {"max_tokens": 0}, None),
+        (session, turns, {"max_tokens": 3000}, (850.5, 1003.5)),
+        (session, turns - 1, {"max_tokens": 3100}, (851.5, 1001.5)),
+        (session, turns - 1, {"max_messages": 60, "max_tokens": 3100}, (900.5, 1001.5)),
+        (session, turns - 1, {"max_messages": 60, "max_tokens": 3100}, None),
+        (other, 40, {"max_tokens": 5000}, (100.5, 240.5)),
+        (corpus["webui:f00d42"], 3, {}, None),
+        (session, turns, {"max_tokens": 3000}, (850.5, 1003.5)),
+        (session, turns, {"max_tokens": 3000}, (850.5, 1003.5)),
+    ]
+    reference = _figure()
+    FigureCanvasAgg(reference)
+    canvas = TimelineCanvas(_figure())
+    kept = canvas.figure.canvas.text_images
+    misses = []
+    for subject, turn, options, xlim in cases:
+        states = message_states(subject, turn=turn, **options)
+        assert canvas.png(states, xlim) == _fresh(reference, states, xlim)
+        misses.append(kept.misses)
+    assert misses[-1] == misses[-2] > 0, "a drawing made again comes from the kept images"
+    assert len(canvas.figure.axes) == 2, "the Axes and its twin are kept, never added again"
+
+
+def test_text_moved_by_whole_and_fractional_pixels_draws_as_agg_draws_it() -> None:
+    """Kept glyph images are reused only at the same sub-pixel offset, shifted whole pixels."""
+    texts = ["max_tokens 3,000 (right axis)", "1.25k", "会話の履歴", "tool", "$x^2$"]
+
+    family = font_family()
+
+    def drawn(canvas_class, shift: float) -> list[bytes]:
+        figure = Figure(figsize=(4, 2), dpi=100)
+        canvas = canvas_class(figure)
+        for k, text in enumerate(texts):
+            rotation = 90 if k == 3 else 0
+            figure.text(0.1 + 0.0137 * k, 0.19 * k + 0.05, text, rotation=rotation, family=family)
+        images = []
+        for step in range(3):
+            for k, artist in enumerate(figure.texts):
+                artist.set_x(0.1 + 0.0137 * k + step * shift / 400)
+            canvas.draw()
+            images.append(bytes(canvas.buffer_rgba()))
+        return images
+
+    for shift in (3.0, 0.37):
+        assert drawn(TextCanvas, shift) == drawn(FigureCanvasAgg, shift)
+
+
+def test_kept_images_are_bounded() -> None:
+    figure = Figure(figsize=(4, 2), dpi=100)
+    canvas = TextCanvas(figure)
+    kept: TextImages = canvas.text_images
+    kept.LIMIT = 5
+    label = figure.text(0.1, 0.5, "")
+    for k in range(12):
+        label.set_text(f"label {k}")
+        canvas.draw()
+    assert len(kept.kept) == 5
+    assert [key[0] for key in kept.kept] == [f"label {k}" for k in range(7, 12)]
