@@ -57,8 +57,9 @@ PathLike = str | Path
 
 @contextmanager
 def _no_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector: loading allocates millions of acyclic dicts, and
-    repeated full collections over them would cost more than the parse itself."""
+    """Pause the cyclic garbage collector: loading allocates millions of acyclic dicts (and
+    objects per session, entry and column chunk, even from the index), and repeated full
+    collections over them would cost more than the parse itself."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -189,12 +190,14 @@ class Corpus:
     @cached_property
     def messages(self) -> pd.DataFrame:
         """One row per message (see :data:`sessionkit.schema.MESSAGES`)."""
-        return messages_frame(self.entries, tokens=self.token_method)
+        with _no_gc():
+            return messages_frame(self.entries, tokens=self.token_method)
 
     @cached_property
     def sessions(self) -> pd.DataFrame:
         """One row per session (see :data:`sessionkit.schema.SESSIONS`)."""
-        return sessions_frame(self.entries, tokens=self.token_method)
+        with _no_gc():
+            return sessions_frame(self.entries, tokens=self.token_method)
 
     @cached_property
     def problems(self) -> pd.DataFrame:
@@ -288,22 +291,22 @@ def load(
     source = default_data_dir() if path is None else path
     check_source(source)
     chosen = None if policy is None else get_policy(policy).name
-    files = find_session_files(source, config_dir)
-    index = _index(cache, source, config_dir)
-    counts = None if index is None else _token_cache(cache, index)
-    store = store_key(files)
-    identities = [file_identity(f) if index is not None else None for f in files]
-    now = time.time_ns()
-    if index is not None:
-        counted = tokens == "tiktoken"
-        found, from_pack, stale = index.read_entries(store, files, identities, counted=counted)
-    else:
-        found, from_pack, stale = [None] * len(files), 0, 0
-    problems: list[Problem] = []
-    fresh: list[Session] = []
-    where: list[int] = []
-    read: list[Problem] = []
-    with _no_gc():
+    with _no_gc():  # the whole load: see _no_gc
+        files = find_session_files(source, config_dir)
+        index = _index(cache, source, config_dir)
+        counts = None if index is None else _token_cache(cache, index)
+        store = store_key(files)
+        identities = [file_identity(f) if index is not None else None for f in files]
+        now = time.time_ns()
+        if index is not None:
+            counted = tokens == "tiktoken"
+            found, from_pack, stale = index.read_entries(store, files, identities, counted=counted)
+        else:
+            found, from_pack, stale = [None] * len(files), 0, 0
+        problems: list[Problem] = []
+        fresh: list[Session] = []
+        where: list[int] = []
+        read: list[Problem] = []
         for i, file in enumerate(files):
             if found[i] is not None:
                 continue
@@ -315,18 +318,18 @@ def load(
             fresh.append(session)
             where.append(i)
         built = build_entries(fresh, _by_path(read), tokens=tokens, cache=counts)
-    for i, entry in zip(where, built, strict=True):
-        found[i] = entry
-    if index is not None:
-        _keep(index, store, files, identities, found, (from_pack, stale), now)
-        counts.sweep()  # type: ignore[union-attr]
-    entries = [e for e in found if e is not None]
-    for entry in entries:
-        entry.session.policy = chosen or entry.meta["policy"]
-    problems.extend(leftover_temp_files(source, config_dir))
-    if counts is not DEFAULT_CACHE:
-        bind_token_cache((e.session for e in entries), counts)
-    return Corpus._of_entries(entries, problems, tokens, counts)
+        for i, entry in zip(where, built, strict=True):
+            found[i] = entry
+        if index is not None:
+            _keep(index, store, files, identities, found, (from_pack, stale), now)
+            counts.sweep()  # type: ignore[union-attr]
+        entries = [e for e in found if e is not None]
+        for entry in entries:
+            entry.session.policy = chosen or entry.meta["policy"]
+        problems.extend(leftover_temp_files(source, config_dir))
+        if counts is not DEFAULT_CACHE:
+            bind_token_cache((e.session for e in entries), counts)
+        return Corpus._of_entries(entries, problems, tokens, counts)
 
 
 def _token_cache(cache: bool | PathLike, index: Index) -> TokenCache:
