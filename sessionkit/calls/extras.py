@@ -40,7 +40,9 @@ class SessionExtras:
     ``changes``: messages the clean-up touches (prefix sums, as the others);
     ``long``: position of the next message with a compacted form (``n`` when none);
     ``entry_tokens[value]``: prefix sums of the replayed entries' tokens under that entry
-    setting; ``step_raw``: prefix sums of the stored messages' tokens as steps.
+    setting; ``step_raw``: prefix sums of the stored messages' tokens as steps.  Where the
+    model cannot say (``regular`` False, a ``user`` message last in a history, a request near
+    ``budget``) the frame rebuilds the call (:mod:`sessionkit.calls.rebuilt`).
     """
 
     weight: np.ndarray
@@ -56,6 +58,9 @@ class SessionExtras:
     step_length: np.ndarray
     summary: np.ndarray
     summary_inferred: np.ndarray
+    user: np.ndarray
+    """Per stored message, whether the release would merge a current message into it were it
+    the history's last (a user message under a modelled clean-up; never without one)."""
     keep: int
     budget: int
     regular: bool
@@ -199,6 +204,9 @@ def _build(
         step_length=np.array(_step_lengths(policy, session), dtype=np.int64),
         summary=np.array(summary, dtype=np.int64),
         summary_inferred=np.array(summary_inferred, dtype=bool),
+        user=np.array(
+            [forms is not None and m.get("role") == "user" for m in messages] + [False], dtype=bool
+        ),
         keep=forms.keep if forms is not None else 0,
         budget=(forms.budget or 0) if forms is not None else 0,
         regular=forms.regular if forms is not None else True,

@@ -26,6 +26,7 @@ import pandas as pd
 from sessionkit.calls.assembly import workspace_of
 from sessionkit.calls.extras import SessionExtras, session_extras
 from sessionkit.calls.governor import frame_verdicts
+from sessionkit.calls.rebuilt import Call, rebuild, shared
 from sessionkit.calls.storekits import Interpreter, StoreKits
 from sessionkit.calls.turns import Item, SessionCalls, all_calls
 from sessionkit.nanobot.policies import get_policy
@@ -197,6 +198,9 @@ class _Extras:
     summary: np.ndarray
     summary_inferred: np.ndarray
     keep: np.ndarray
+    budget: np.ndarray
+    regular: np.ndarray
+    user: np.ndarray
 
     @classmethod
     def of(cls, parts: list[SessionExtras]) -> _Extras:
@@ -235,6 +239,9 @@ class _Extras:
             summary=joined("summary"),
             summary_inferred=joined("summary_inferred", False),
             keep=np.array([p.keep for p in parts], dtype=np.int64),
+            budget=np.array([p.budget for p in parts], dtype=np.int64),
+            regular=np.array([p.regular for p in parts], dtype=bool),
+            user=joined("user", False),
         )
 
 
@@ -286,7 +293,7 @@ def _rows(
     if not ((step >= 0).all() and (np.diff(turn[rows])[step == 0] > 0).all()):
         rows = rows[np.lexsort((turn[rows], group[rows]))]  # groups as first met, turns ascending
     found = _Found(rows, g[rows], group[rows], entry[rows], pair[rows])
-    out = _calls(w, found, fixed, stack, extras, block)
+    out = _calls(w, items, found, fixed, stack, extras, block)
     out["needs_summary"] = _governor(out, by_key, kits)
     return out
 
@@ -416,6 +423,7 @@ def _changed(x: _Extras, lo: np.ndarray, hi: np.ndarray, end: np.ndarray) -> np.
 
 def _calls(
     w: pd.DataFrame,
+    items: list[Item],
     found: _Found,
     fixed: np.ndarray,
     stack: _Stack,
@@ -458,7 +466,21 @@ def _calls(
     total = head + history + current + steps
     prefix = _prefix(x, c, stack, g[call], entry[call], step, history, current, head, total)
     prefix = np.where(np.roll(summary, 1) == summary, prefix, tools)
-    prefix[np.repeat(first_row, n_steps) & (step == 0)] = 0
+    first = np.repeat(first_row, n_steps) & (step == 0)
+    prefix[first] = 0
+    messages = w["messages_kept"].to_numpy(np.int64)[source] + x.fillers[c.e] - x.fillers[c.s]
+    margin = 8 * (messages + c.se - c.ss + 2) + 64
+    unsure = ~x.regular[pair] | ((messages > 0) & x.user[c.e - 1])
+    unsure |= (x.budget[pair] > 0) & (total + margin >= x.budget[pair])
+    if unsure.any():
+        parts = {"history": history, "history_messages": messages, "current": current}
+        parts |= {"steps": steps, "prefix": prefix, "head": head, "tools": tools}
+        _rebuilt(items, np.flatnonzero(unsure), first, pair, c, x, entry[call], step, at, parts)
+        history, messages, current, steps = (
+            parts[k] for k in ("history", "history_messages", "current", "steps")
+        )
+        total = head + history + current + steps
+        prefix = parts["prefix"]
     if block:
         prefix -= prefix % block
     columns: dict[str, Any] = {
@@ -470,9 +492,7 @@ def _calls(
         "summary_tokens": summary,
         "tools_tokens": tools,
         "history_tokens": history,
-        "history_messages": w["messages_kept"].to_numpy(np.int64)[source]
-        + x.fillers[c.e]
-        - x.fillers[c.s],
+        "history_messages": messages,
         "current_tokens": current,
         "steps_tokens": steps,
         "total_tokens": total,
@@ -544,3 +564,57 @@ def _prefix(
     )
     opening = head + np.where(same_start, shared, 0)
     return np.where(step == 0, opening, later)
+
+
+def _rebuilt(
+    items: list[Item],
+    unsure: np.ndarray,
+    first: np.ndarray,
+    pair: np.ndarray,
+    c: _Cleaned,
+    x: _Extras,
+    entry: np.ndarray,
+    step: np.ndarray,
+    at: np.ndarray,
+    parts: dict[str, np.ndarray],
+) -> None:
+    """Rebuild the calls the model cannot say (and measure the prefix of each one's next
+    call), updating ``parts`` in place (:mod:`sessionkit.calls.rebuilt`)."""
+    after = unsure + 1
+    after = after[(after < len(first)) & ~first[np.minimum(after, len(first) - 1)]]
+    measured = np.union1d(unsure, after)
+    wanted = np.union1d(measured, (measured - 1)[~first[measured]])
+    base = x.base[pair]
+    loops: dict[int, list[dict[str, Any]]] = {}
+    for p in np.unique(pair[wanted]):
+        release, session, kit, _, _ = items[p]
+        if kit is None:
+            continue
+        mine = wanted[pair[wanted] == p]
+        calls = [
+            Call(
+                int(c.s[i] - base[i]),
+                int(c.e[i] - base[i]),
+                int(at[i]),
+                int(step[i]),
+                bool(entry[i]),
+            )
+            for i in mine
+        ]
+        system = release.system_prompt(kit, session)
+        for i, done in zip(mine, rebuild(release, session, kit, system, calls), strict=True):
+            loops[int(i)] = done.loop
+            if i in unsure:
+                parts["history"][i], parts["history_messages"][i] = (
+                    done.history,
+                    done.history_messages,
+                )
+                parts["current"][i], parts["steps"][i] = done.current, done.steps
+        for i in measured[pair[measured] == p]:
+            if first[i] or int(i) not in loops or int(i) - 1 not in loops:
+                continue
+            before, now = loops[int(i) - 1], loops[int(i)]
+            if before[0] != now[0]:  # another system prompt: only the tools are shared
+                parts["prefix"][i] = parts["tools"][i]
+            else:
+                parts["prefix"][i] = parts["head"][i] + shared(release, kit, before, now)

@@ -4,6 +4,7 @@ rounding; settings grids; the per-session cache; and a store without an installe
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import warnings
@@ -306,3 +307,127 @@ def test_the_runtime_context_ends_the_shared_prefix(data_dir: Path) -> None:
         fixed,
         fixed + got["history_tokens"].iloc[2],
     ]
+
+
+def _tool_session() -> sk.Session:
+    """Four turns of tool rounds: twelve long shell results, then an empty result and a call
+    left unanswered (0.2.2 backfills a result for it), then more long results."""
+    messages: list[dict[str, Any]] = []
+
+    def call(i: int, name: str) -> dict[str, Any]:
+        arguments = f'{{"command": "step {i}"}}'
+        return {
+            "id": f"c{i}",
+            "type": "function",
+            "function": {"name": name, "arguments": arguments},
+        }
+
+    def result(i: int, name: str, text: str) -> dict[str, Any]:
+        return {"role": "tool", "tool_call_id": f"c{i}", "name": name, "content": text}
+
+    messages.append({"role": "user", "content": "Run the twelve checks."})
+    messages.append(
+        {"role": "assistant", "content": "", "tool_calls": [call(i, "exec") for i in range(12)]}
+    )
+    messages += [result(i, "exec", f"line {i}: " + "ok " * (200 + i)) for i in range(12)]
+    messages.append({"role": "assistant", "content": "All twelve passed."})
+    messages.append({"role": "user", "content": "Now the empty one, then read the log."})
+    messages.append({"role": "assistant", "content": "", "tool_calls": [call(12, "exec")]})
+    messages.append(result(12, "exec", ""))
+    messages.append({"role": "assistant", "content": "", "tool_calls": [call(13, "read_file")]})
+    messages.append({"role": "assistant", "content": "The log could not be read."})
+    messages.append({"role": "user", "content": "Thanks."})
+    messages.append({"role": "assistant", "content": "You're welcome."})
+    messages.append({"role": "user", "content": "Three more checks, please."})
+    messages.append(
+        {"role": "assistant", "content": "", "tool_calls": [call(i, "exec") for i in (14, 15, 16)]}
+    )
+    messages += [result(i, "exec", f"check {i}: " + "fine " * 150) for i in (14, 15, 16)]
+    messages.append({"role": "assistant", "content": "Done."})
+    for minute, message in enumerate(messages):
+        message["timestamp"] = f"2026-03-01T10:{minute:02d}:00"
+    return sk.Session(key="cli:tools", messages=messages)
+
+
+def _check_calls(session: sk.Session, got: pd.DataFrame, **where: Any) -> None:
+    """Each row's parts and prefix equal to sk.request's call and the one before it."""
+    kit, _ = kit_of(RELEASE, session, where["workspace"], where.get("config"), None, None)
+    previous: Any = None
+    for row in got.itertuples():
+        request = sk.request(session, row.turn, step=row.step, **where)
+        history, current, steps = _split(request)
+        assert (row.history_tokens, row.history_messages) == (_tokens(history), len(history))
+        assert (row.current_tokens, row.steps_tokens) == (_tokens([current]), _tokens(steps))
+        loop = request.loop_messages[1:]
+        head = row.system_tokens + row.summary_tokens + row.tools_tokens
+        shared = 0 if previous is None else head + _shared(previous, loop, kit)
+        assert row.prefix_tokens == shared, (row.turn, row.step)
+        previous = loop
+
+
+def test_the_clean_up_of_a_tool_heavy_session(data_dir: Path) -> None:
+    """Every call of a hand-made session whose requests compact results (the two oldest of
+    fourteen, then more as the turns add results), mark an empty result and backfill an
+    unanswered call: each part and each prefix equal to sk.request's calls."""
+    session = _tool_session()
+    got = sk.requests(session, workspace=data_dir)
+    windows = sk.windows(session).set_index("turn")
+    assert got[["turn", "step"]].values.tolist() == [
+        [0, 0],
+        [0, 1],
+        [1, 0],
+        [1, 1],
+        [1, 2],
+        [2, 0],
+        [3, 0],
+        [3, 1],
+    ]
+    _check_calls(session, got, workspace=data_dir)
+    kept = windows.loc[got["turn"], "tokens_kept"].to_numpy()
+    assert (got["history_tokens"].to_numpy() < kept)[got["turn"] >= 1].all()  # compacted
+    later = got[got["turn"] >= 2]
+    backfilled = windows.loc[later["turn"], "messages_kept"].to_numpy() + 1
+    assert (later["history_messages"] == backfilled).all()
+
+
+def test_calls_the_model_cannot_say_are_rebuilt(data_dir: Path) -> None:
+    """A turn left unanswered (the next current message is merged into it) and a call id
+    answered in another turn (backfilling then depends on the request): those calls are
+    rebuilt with the release's loop, equal to sk.request's."""
+    call = {"id": "c1", "type": "function", "function": {"name": "exec", "arguments": "{}"}}
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "hello?"},
+        {"role": "user", "content": "Are you there? Run the check."},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "name": "exec", "content": "ok " * 300},
+        {"role": "assistant", "content": "Done."},
+        {"role": "user", "content": "Once more."},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "assistant", "content": "It did not run."},
+        {"role": "user", "content": "Thanks."},
+        {"role": "assistant", "content": "Welcome."},
+    ]
+    for minute, message in enumerate(messages):
+        message["timestamp"] = f"2026-03-01T11:{minute:02d}:00"
+    session = sk.Session(key="cli:odd", messages=messages)
+    got = sk.requests(session, workspace=data_dir)
+    assert got[["turn", "step"]].values.tolist() == [[0, 0], [1, 0], [1, 1], [2, 0], [2, 1], [3, 0]]
+    _check_calls(session, got, workspace=data_dir)
+    merged = got[(got["turn"] == 1)].iloc[0]
+    assert merged["history_messages"] == 0  # the unanswered message went out with the current
+
+
+def test_calls_over_the_release_budget_are_rebuilt(data_dir: Path, tmp_path: Path) -> None:
+    """Under a configured context window the release trims a request over its budget
+    itself: those calls (and the ones near it) are rebuilt, equal to sk.request's."""
+    session = _tool_session()
+    roomy = sk.requests(session, workspace=data_dir)
+    head = int(roomy["system_tokens"].iloc[0] + roomy["tools_tokens"].iloc[0])
+    budget = head + int(roomy["history_tokens"].median())
+    config = tmp_path / "config.json"
+    defaults = {"contextWindowTokens": budget + 512 + 1024, "maxTokens": 512}
+    config.write_text(json.dumps({"agents": {"defaults": defaults}}))
+    got = sk.requests(session, workspace=data_dir, config=config)
+    _check_calls(session, got, workspace=data_dir, config=config)
+    trimmed = got["history_tokens"] < roomy["history_tokens"]
+    assert trimmed.any() and not trimmed.all()
