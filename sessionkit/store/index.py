@@ -322,8 +322,10 @@ class Index:
         items = [Item(e.meta["path"], i, e.meta, e.table) for e, i in entries]
         if whole:
             _write_pack(self._pack_path("stores", store), items, MESSAGE_TABLE)
-            for item in items:
-                self._own_path(store, item.path).unlink(missing_ok=True)
+            own = self._own_names(store)  # listed once: most files have none
+            if own:
+                for name in own & {_own_name(store, item.path) for item in items}:
+                    (self.folder / "files" / name).unlink(missing_ok=True)
             return
         for item in items:
             _write_pack(self._own_path(store, item.path), [item], MESSAGE_TABLE)

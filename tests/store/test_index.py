@@ -368,6 +368,29 @@ def test_files_without_a_pack_of_their_own_cost_no_attempt_to_open_one(
     assert opened == ["stores", "files"]
 
 
+def test_a_pack_rewritten_whole_drops_the_own_packs_it_replaces(
+    tmp_path: Path, cache: Path, reads, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = _small_files(tmp_path / "small")
+    load(folder)
+    for n in (5, 6):
+        with (folder / f"s_{n:02}.jsonl").open("a") as f:
+            f.write(json.dumps({"role": "assistant", "content": "new"}) + "\n")
+    load(folder)
+    assert len(list(cache.glob("index-*/files/*.arrow"))) == 2
+    monkeypatch.setattr(sessionkit.store.corpus, "PACK_MIN", 3)  # a tenth of 32 files: 3
+    with (folder / "s_07.jsonl").open("a") as f:
+        f.write(json.dumps({"role": "assistant", "content": "new"}) + "\n")
+    reads.clear()
+    corpus = load(folder)
+    assert reads == ["s_07.jsonl"]
+    assert [p.parent.name for p in cache.glob("index-*/*/*.arrow")] == ["stores"]
+    reads.clear()
+    _assert_same(load(folder), corpus)
+    assert reads == []
+    _assert_same(corpus, load(folder, cache=False))
+
+
 def _run(code: str, cache: Path) -> str:
     env = os.environ | {"SESSIONKIT_CACHE_DIR": str(cache)}
     done = subprocess.run(
