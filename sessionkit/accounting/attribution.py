@@ -324,20 +324,25 @@ def _session_turns(sessions: Sequence[Session], zone: tzinfo | None) -> tuple[_T
     for i, session in enumerate(sessions):
         members.setdefault(session.key, []).append(i)
     by_key = {
-        key: np.concatenate([np.arange(offsets[i], offsets[i + 1]) for i in group]).astype(np.int64)
+        key: np.arange(offsets[group[0]], offsets[group[0] + 1])
+        if len(group) == 1
+        else np.concatenate([np.arange(offsets[i], offsets[i + 1]) for i in group])
         for key, group in members.items()
     }
     summaries = np.zeros(len(start), dtype=np.int64)
     total = np.full((len(start), 3), -1, dtype=np.int64)
     for session, own in zip(sessions, owns, strict=True):
-        pooled = by_key[session.key]
         for at in own.checkpoints:
+            pooled = by_key[session.key]
             owner = np.flatnonzero(start[pooled] <= at)
             if len(owner):
                 summaries[pooled[owner[-1]]] += 1
         recorded = last_usage(session.metadata)
+        if recorded is None:
+            continue
+        pooled = by_key[session.key]
         making = pooled[agent[pooled] > 0]
-        if recorded is not None and len(making):
+        if len(making):
             counts = (recorded.request_count, recorded.input_tokens, recorded.output_tokens)
             total[making[-1]] = counts
     turns = _Turns(
@@ -366,14 +371,15 @@ class _Turn:
 
 @dataclass
 class CallTimes:
-    """The logged calls, sorted by start: times (UTC epoch ms), source, outcome and tokens."""
+    """The logged calls, sorted by start: times (UTC epoch ms), source, outcome and input and
+    output tokens (-1 where unknown)."""
 
     start: np.ndarray
     end: np.ndarray
     source: Sequence[str | None]
     finish: Sequence[str | None]
-    prompt: Sequence[int | None]
-    completion: Sequence[int | None]
+    prompt: np.ndarray
+    completion: np.ndarray
 
 
 @dataclass
@@ -434,8 +440,8 @@ class _Cluster:
             return True
         if state.agent[k] >= turn.agent_calls:
             return False
-        prompt, completion = calls.prompt[c], calls.completion[c]
-        if self.level == 0 and prompt is not None and completion is not None:
+        prompt, completion = int(calls.prompt[c]), int(calls.completion[c])
+        if self.level == 0 and prompt >= 0 and completion >= 0:
             if turn.rounds is not None:
                 pos = state.seq[k]
                 return pos < len(turn.rounds) and turn.rounds[pos] == (prompt, completion)
@@ -450,8 +456,8 @@ class _Cluster:
             state.summary[k] += sign
         elif calls.finish[c] not in FAILED_REASONS:
             state.agent[k] += sign
-            prompt, completion = calls.prompt[c], calls.completion[c]
-            if prompt is not None and completion is not None:
+            prompt, completion = int(calls.prompt[c]), int(calls.completion[c])
+            if prompt >= 0 and completion >= 0:
                 state.seq[k] += sign
                 p, o = state.tokens[k]
                 state.tokens[k] = (p + sign * prompt, o + sign * completion)
@@ -564,9 +570,9 @@ class _Calls:
 
 
 def _call_arrays(calls: CallTimes) -> _Calls:
-    codes, names = pd.factorize(pd.Series(list(calls.source), dtype=object))
+    codes, names = pd.factorize(pd.Series(calls.source, dtype=object))
     named = [str(n) for n in names]
-    finish = pd.Series(list(calls.finish), dtype=object)
+    finish = pd.Series(calls.finish, dtype=object)
     return _Calls(
         codes.astype(np.int64),
         named,
@@ -640,14 +646,15 @@ def _offset_hint(times: np.ndarray, turns: _Turns, fitted: int) -> str | None:
 def _alone_and_fitting(
     calls: CallTimes, coded: _Calls, turns: _Turns, pair_call: np.ndarray, pair_turn: np.ndarray
 ) -> np.ndarray:
-    """The pairs of turns alone in their windows (no call of theirs could be another turn's),
-    with no recorded usage to match, whose calls all fit them: such a turn takes all its
-    calls, the one assignment that ties the most."""
+    """The pairs of turns alone in their windows (no call of theirs could be another turn's)
+    and without WebUI rounds to match, whose calls all fit them with every constraint kept:
+    such a turn takes all its calls, the one assignment that ties the most.  A turn with
+    ``_last_usage`` fits when its calls with usage add up to it exactly."""
     m = len(turns)
     options = np.bincount(pair_call, minlength=len(calls.start))
     shared = np.zeros(m, dtype=bool)
     shared[pair_turn[options[pair_call] > 1]] = True
-    plain = (turns.total[:, 0] < 0) & ~np.isin(np.arange(m), list(turns.rounds))
+    plain = ~np.isin(np.arange(m), list(turns.rounds))
     chosen = ~shared[pair_turn] & plain[pair_turn]
     c, k = pair_call[chosen], pair_turn[chosen]
     order = np.argsort(k, kind="stable")
@@ -656,10 +663,20 @@ def _alone_and_fitting(
     overlapping = np.zeros(m, dtype=bool)
     overlapping[k[follows][calls.start[c[follows]] < calls.end[c[follows - 1]]]] = True
     dreams = np.bincount(k[coded.dream[c]], minlength=m)
-    agents = np.bincount(k[~coded.dream[c] & ~coded.failed[c]], minlength=m)
-    solved = (
-        plain & ~shared & ~overlapping & (dreams <= turns.summaries) & (agents <= turns.agent_calls)
+    agent = ~coded.dream[c] & ~coded.failed[c]
+    prompt, completion = calls.prompt[c], calls.completion[c]
+    signed = agent & (prompt >= 0) & (completion >= 0)
+    counted = np.stack(
+        [
+            np.bincount(k[signed], minlength=m),
+            np.bincount(k[signed], weights=prompt[signed], minlength=m),
+            np.bincount(k[signed], weights=completion[signed], minlength=m),
+        ],
+        axis=1,
     )
+    usage = (turns.total[:, 0] < 0) | (counted == turns.total).all(axis=1)
+    fits = (dreams <= turns.summaries) & (np.bincount(k[agent], minlength=m) <= turns.agent_calls)
+    solved = plain & ~shared & ~overlapping & fits & usage
     return solved[pair_turn] & chosen
 
 
@@ -681,17 +698,13 @@ def attribute(
     how = np.full(n, -1, dtype=np.int64)
     ambiguous = np.zeros(n, dtype=bool)
     done = _alone_and_fitting(calls, coded, turns, pair_call, pair_turn)
-    owner[pair_call[done]] = pair_turn[done]
-    how[pair_call[done]] = ATTRIBUTIONS.index("time")
-    rest_call, rest_turn = pair_call[~done], pair_turn[~done]
-    starts = np.searchsorted(rest_call, np.unique(rest_call))
-    options = dict(
-        zip(
-            rest_call[starts].tolist(),
-            [o.tolist() for o in np.split(rest_turn, starts[1:])] if len(starts) else [],
-            strict=True,
-        )
-    )
+    tied_call, tied_turn = pair_call[done], pair_turn[done]
+    owner[tied_call] = tied_turn
+    exact = (turns.total[tied_turn, 0] >= 0) & ~coded.dream[tied_call]
+    how[tied_call] = np.where(exact, ATTRIBUTIONS.index("exact"), ATTRIBUTIONS.index("time"))
+    options: dict[int, list[int]] = {}
+    for c, k in zip(pair_call[~done].tolist(), pair_turn[~done].tolist(), strict=True):
+        options.setdefault(c, []).append(k)
     parent: dict[int, int] = {}
     for opts in options.values():
         for k in opts[1:]:

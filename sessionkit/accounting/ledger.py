@@ -154,19 +154,28 @@ _KEPT_LOGS = 4
 
 @dataclass(frozen=True)
 class _Log:
-    """The per-call log as read, and its columns as arrays (counts -1 where unknown)."""
+    """The per-call log as arrays (counts -1 where unknown; object arrays where the
+    attribution reads values one by one), and the problems met reading it."""
 
-    columns: dict[str, list[Any]]
     problems: list[tuple[int | None, str]]
+    ids: np.ndarray
     ms: np.ndarray
     end: np.ndarray
     counts: dict[str, np.ndarray]
+    values: dict[str, np.ndarray]
+    """source, finish_reason, model and provider (None where unknown)."""
     reported: Any
     texts: dict[str, Any]
     """model and provider as string columns, source as a Categorical (copied before use)."""
 
     def __len__(self) -> int:
         return len(self.ms)
+
+
+def _objects(values: list[Any]) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
 
 
 def _arrays(read: LogRead) -> _Log:
@@ -177,12 +186,14 @@ def _arrays(read: LogRead) -> _Log:
     known = ints["input_tokens"] >= 0
     reported = ~(ints["estimated_tokens"] > 0) | (ints["reported_tokens"] > 0)
     ms = np.array(columns.get("started_at_ms", []), dtype=np.int64)
+    named = ("source", "finish_reason", "model", "provider")
     return _Log(
-        columns,
         problems,
+        np.array(columns.get("id", []), dtype=np.int64),
         ms,
         ms + np.maximum(ints["duration_ms"], 0),
         {c: ints[c] for c in _LOG_COUNTS},
+        {c: _objects(columns.get(c, [None] * n)) for c in named},
         pd.arrays.BooleanArray(reported & known, ~known),
         {
             "model": string_array(columns.get("model", [])),
@@ -335,10 +346,10 @@ def usage(
     calls = CallTimes(
         log.ms,
         log.end,
-        log.columns.get("source", []),
-        log.columns.get("finish_reason", []),
-        log.columns.get("input_tokens", []),
-        log.columns.get("output_tokens", []),
+        log.values["source"],
+        log.values["finish_reason"],
+        log.counts["input_tokens"],
+        log.counts["output_tokens"],
     )
     rounds, round_problems = round_usages(data)
     problems.extend((str(p), line or None, r) for p, line, r in round_problems)
@@ -354,10 +365,11 @@ def usage(
             tied.kind == KINDS.index("agent"),
             found,
         )
-    names = {c: log.columns.get(c, []) for c in ("model", "provider")}
     if daily:
         columns = _with_daily(columns, daily, model, provider)
-        names = {c: list(columns[c]) for c in names}
+    names = {
+        c: pd.Series(columns[c], dtype=object).where(pd.notna, None) for c in ("model", "provider")
+    }
     counts = np.stack(
         [
             _minus_one(columns[c])
@@ -424,7 +436,7 @@ def _call_columns(log: _Log, tied: Any) -> dict[str, Any]:
         "attribution": tied.how,
         "reported": log.reported.copy(),
         "calls": _counted(np.ones(n, dtype=np.int64)),
-        "call_id": pd.array(log.columns.get("id", []), dtype="Int64"),
+        "call_id": _counted(log.ids),
     }
 
 
