@@ -75,15 +75,18 @@ class Unreproducible(ValueError):
 # -- the system prompt and the current message -------------------------------------------------
 
 
+def _session_prompt(kit: Mapping[str, Any], session_key: str) -> str:
+    """The kit's prompt with this session's recent-history part (as of the probe)."""
+    recent = (kit.get("recent_history") or {}).get(session_key)
+    return kit["system_text"] + kit["joiner"] + recent if recent else kit["system_text"]
+
+
 def system_prompt(kit: Mapping[str, Any], session_key: str, metadata: Mapping[str, Any]) -> str:
     """The system prompt of a turn of session ``session_key`` whose metadata (as the turn
     started) is ``metadata``: the kit's prompt, then this session's recent-history part (as of
     the probe), then the archived summary when ``_last_summary`` is set."""
-    text = kit["system_text"]
+    text = _session_prompt(kit, session_key)
     joiner = kit["joiner"]
-    recent = (kit.get("recent_history") or {}).get(session_key)
-    if recent:
-        text += joiner + recent
     summary = metadata.get("_last_summary")
     if isinstance(summary, Mapping) and kit.get("summary"):
         moment = datetime.fromisoformat(summary["last_active"]).isoformat()
@@ -101,11 +104,8 @@ def consolidation_messages(
     stand-in current message, merged into a trailing user message as a turn's current message
     is.  Its channel is the session key's prefix; its prompt is the agent workspace's (a
     project scope does not apply)."""
-    text = kit["system_text"]
+    text = _session_prompt(kit, session_key)
     joiner = kit["joiner"]
-    recent = (kit.get("recent_history") or {}).get(session_key)
-    if recent:
-        text += joiner + recent
     summary = metadata.get("_last_summary")
     bare = summary.get("text") if isinstance(summary, Mapping) else summary
     if bare and isinstance(summary, Mapping | str):

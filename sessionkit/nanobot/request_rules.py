@@ -23,6 +23,7 @@ __all__ = [
     "as_blocks",
     "backfill",
     "call_parts",
+    "content_parts",
     "drop_orphan_results",
     "empty_cleaned",
     "fill",
@@ -427,6 +428,30 @@ def call_parts(message: Mapping[str, Any]) -> list[str]:
     return parts
 
 
+def content_parts(content: Any, *, skip_non_string_text: bool, other_blocks: bool) -> list[Any]:
+    """The texts a content adds to an estimate: a text itself, each text block's truthy text
+    (0.2.2, 0.3.0, 0.3.5; per message and whole request).
+
+    ``skip_non_string_text`` (0.3.5) leaves out a truthy text that is not a string, which the
+    others keep (and then fail to join); ``other_blocks`` (the per-message estimate) adds any
+    other block, and a content that is neither text nor a list, as JSON.
+    """
+    if isinstance(content, str):
+        return [content]
+    parts: list[Any] = []
+    if isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "text":
+                text = block.get("text", "")
+                if text and (isinstance(text, str) or not skip_non_string_text):
+                    parts.append(text)
+            elif other_blocks:
+                parts.append(json.dumps(block, ensure_ascii=False))
+    elif other_blocks and content is not None:
+        parts.append(json.dumps(content, ensure_ascii=False))
+    return parts
+
+
 def request_parts(
     messages: Sequence[Mapping[str, Any]], *, skip_non_string_text: bool
 ) -> list[Any]:
@@ -440,14 +465,9 @@ def request_parts(
     parts: list[Any] = []
     for message in messages:
         content = message.get("content")
-        if isinstance(content, str):
-            parts.append(content)
-        elif isinstance(content, list):
-            for block in content:
-                if isinstance(block, dict) and block.get("type") == "text":
-                    text = block.get("text", "")
-                    if text and (isinstance(text, str) or not skip_non_string_text):
-                        parts.append(text)
+        parts += content_parts(
+            content, skip_non_string_text=skip_non_string_text, other_blocks=False
+        )
         parts += call_parts(message)
         parts += named_parts(message)
     return parts

@@ -8,7 +8,6 @@ falls back to ``len(payload) // 4 + 4``.
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import tiktoken
 from tiktoken.load import load_tiktoken_bpe
 
-from sessionkit.nanobot.request_rules import call_parts, named_parts
+from sessionkit.nanobot.request_rules import call_parts, content_parts, named_parts
 
 __all__ = [
     "CL100K_SHA256",
@@ -79,19 +78,7 @@ def message_payload(message: dict[str, Any], *, skip_non_string_text: bool = Fal
         or message.get("reasoning_content")
     ):
         return content  # the common plain message: nothing else joins the payload
-    parts: list[Any] = []
-    if isinstance(content, str):
-        parts.append(content)
-    elif isinstance(content, list):
-        for block in content:
-            if isinstance(block, dict) and block.get("type") == "text":
-                text = block.get("text", "")
-                if text and (isinstance(text, str) or not skip_non_string_text):
-                    parts.append(text)
-            else:
-                parts.append(json.dumps(block, ensure_ascii=False))
-    elif content is not None:
-        parts.append(json.dumps(content, ensure_ascii=False))
+    parts = content_parts(content, skip_non_string_text=skip_non_string_text, other_blocks=True)
     parts += named_parts(message)
     parts += call_parts(message)
     return "\n".join(parts)

@@ -11,6 +11,7 @@ import pytest
 from sessionkit.nanobot.request_rules import (
     alternate,
     backfill,
+    content_parts,
     drop_orphan_results,
     estimate_request,
     merge_contents,
@@ -271,3 +272,23 @@ def test_newest_fitting_keeps_the_newest_within_room_and_always_one() -> None:
     assert newest_fitting(messages, 5, lambda m: m["n"]) == [{"n": 2}, {"n": 3}]
     assert newest_fitting(messages, 0, lambda m: m["n"]) == [{"n": 3}]
     assert newest_fitting([], 9, lambda m: m["n"]) == []
+
+
+BLOCKS = [{"type": "text", "text": 7}, {"type": "text", "text": ""}, {"type": "text"}, "x", IMAGE]
+
+
+@pytest.mark.parametrize(
+    ("content", "skip", "other", "expected"),
+    [
+        ("", False, True, [""]),
+        (BLOCKS, False, False, [7]),
+        (BLOCKS, True, False, []),
+        (BLOCKS, False, True, [7, '"x"', json.dumps(IMAGE)]),
+        (BLOCKS, True, True, ['"x"', json.dumps(IMAGE)]),
+        ({"k": "é"}, False, True, ['{"k": "é"}']),
+        ({"k": "é"}, False, False, []),
+        (None, False, True, []),
+    ],
+)
+def test_content_parts(content: Any, skip: bool, other: bool, expected: list[Any]) -> None:
+    assert content_parts(content, skip_non_string_text=skip, other_blocks=other) == expected
