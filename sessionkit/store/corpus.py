@@ -8,6 +8,7 @@ import time
 import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from datetime import tzinfo
 from functools import cached_property
 from pathlib import Path
 
@@ -25,6 +26,8 @@ from sessionkit.nanobot.reader import (
     read_session_file,
 )
 from sessionkit.nanobot.session import Session
+from sessionkit.nanobot.usage_records import namespaces
+from sessionkit.nanobot.workspace import recorded_workspace
 from sessionkit.store.cachedir import cache_dir_problem
 from sessionkit.store.counting import (
     DEFAULT_CACHE,
@@ -123,6 +126,10 @@ class Corpus:
         self.token_method = tokens
         self.token_cache = token_cache
         """Where this corpus's token counts are remembered (None: nowhere, as ``cache=False``)."""
+        self.loaded_from: tuple[Path, ...] = ()
+        """The paths :func:`load` read (none for a corpus built in memory)."""
+        self.config_dir: Path | None = None
+        """The ``config_dir`` :func:`load` was given (None: not given)."""
 
     @classmethod
     def _of_entries(
@@ -186,6 +193,50 @@ class Corpus:
                     sessions, _by_path(read), tokens=self.token_method, cache=self.token_cache
                 )
         return self._entries
+
+    def _origin(self) -> tuple[Path | None, Path | None]:
+        """The data dir and workspace this corpus's load names: its ``config_dir``, else the
+        data dir of a 0.3.5 session folder (``<data dir>/sessions/<workspace id>/``) with the
+        workspace it records; a workspace, or a sessions folder's workspace."""
+        if len(self.loaded_from) != 1 or not self.loaded_from[0].is_dir():
+            return self.config_dir, None
+        path = self.loaded_from[0]
+        data = path.parent.parent
+        if path.parent.name == "sessions" and path in namespaces(data):
+            return self.config_dir or data, recorded_workspace(path)
+        return self.config_dir, path.parent if path.name == "sessions" else path
+
+    def usage(
+        self,
+        *,
+        config_dir: PathLike | None = None,
+        workspace: PathLike | None = None,
+        tz: str | tzinfo | None = None,
+        model: str | None = None,
+        provider: str | None = None,
+        estimate: bool = True,
+    ) -> pd.DataFrame:
+        """Every LLM call nanobot recorded, tied to this corpus's sessions, turns and steps,
+        priced: :func:`sessionkit.usage` of this corpus (same columns and arguments).
+
+        The usage records are read from ``config_dir``: by default the one this corpus was
+        loaded with, else, for a corpus loaded from a 0.3.5 session folder
+        (``<data dir>/sessions/<workspace id>/``), that data dir, else ``~/.nanobot``.
+        ``workspace`` (the prompt files of ``estimated_prompt_tokens``) defaults to the
+        workspace it was loaded from.  Calls of sessions not in this corpus stay unattributed.
+        """
+        from sessionkit.accounting.ledger import usage
+
+        data, found = self._origin()
+        return usage(
+            self,
+            config_dir=config_dir if config_dir is not None else data,
+            workspace=workspace if workspace is not None else found,
+            tz=tz,
+            model=model,
+            provider=provider,
+            estimate=estimate,
+        )
 
     @cached_property
     def messages(self) -> pd.DataFrame:
@@ -329,7 +380,11 @@ def load(
         problems.extend(leftover_temp_files(source, config_dir))
         if counts is not DEFAULT_CACHE:
             bind_token_cache((e.session for e in entries), counts)
-        return Corpus._of_entries(entries, problems, tokens, counts)
+        corpus = Corpus._of_entries(entries, problems, tokens, counts)
+    named = source if isinstance(source, list | tuple) else [source]
+    corpus.loaded_from = tuple(Path(p).expanduser() for p in named)
+    corpus.config_dir = None if config_dir is None else Path(config_dir).expanduser()
+    return corpus
 
 
 def _token_cache(cache: bool | PathLike, index: Index) -> TokenCache:
