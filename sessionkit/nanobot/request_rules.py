@@ -1,9 +1,10 @@
 """The request clean-up steps several nanobot releases perform identically.
 
 The release request modules (:mod:`~sessionkit.nanobot.request_022`, ``request_030``,
-``request_035``) share these instead of each keeping a copy; each function says which releases
-use it, and a keyword argument carries the one point where their rules part.  Pure Python: the
-standard library only.
+``request_035``) and the per-message estimate (:mod:`~sessionkit.nanobot.tokens`) share these
+instead of each keeping a copy.  Each function says which releases use it; where their rules
+part, a keyword argument (a flag, or the release's own function) carries the difference.  Pure
+Python: the standard library only.
 """
 
 from __future__ import annotations
