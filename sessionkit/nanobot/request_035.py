@@ -242,7 +242,8 @@ def turn_steps(turn: list[Message]) -> list[list[Message]]:
     changed and cannot be undone from disk: inline images in tool results became
     ``[image: path]`` text; a follow-up id was dropped; a provider-state mark on an assistant
     (Responses-style providers only) was dropped.  A turn whose calls all failed saved
-    nothing: one call.  A turn answered by a command made none.
+    nothing: one call.  A turn answered by a command made none.  Each held message is a copy of
+    the stored one, made once and shared by the steps that hold it (as the loop's list grew).
     """
     held: list[Message] = []
     steps: list[list[Message]] = []
@@ -250,7 +251,7 @@ def turn_steps(turn: list[Message]) -> list[list[Message]]:
         if not _in_loop(message):
             continue
         if message.get("role") == "assistant":
-            steps.append(copy.deepcopy(held))
+            steps.append(list(held))
         held.append(_as_held(message))
     if steps:
         return steps
