@@ -12,10 +12,12 @@ Interactions, in turn: ``max_tokens`` (readout typed), ``turn`` (one turn back),
 ``max_messages`` and a click on a user message in the transcript; each trial starts with the
 next one, so every kind is the first interaction of some trials.
 
-``--modes before,after``: ``after`` is the explorer as it is; ``before`` is the same kernel
-with the explorer's drawing of before its redraws were made cheap (``savefig`` on a new
-canvas with constrained layout on every draw) and no warm-up, patched in by the notebook's
-cell, so both run in the same JupyterLab, alternately, under the same load.
+``--modes previous,after``: ``after`` is the explorer as it is; ``previous`` is the same
+kernel with the explorer's redraw of before the timeline was kept (a cleared figure on plain
+Agg each move, the timeline drawn before the transcript is sent); ``before`` the drawing of
+before that (``savefig`` on a new canvas with constrained layout on every draw) and no
+warm-up.  Each is patched in by the notebook's cell, so the modes run in the same JupyterLab,
+alternately, under the same load.
 
 Run: ``python benchmarks/bench_explorer.py`` (``--help`` for options).  Prints the medians
 and writes JSON to ``benchmarks/results/bench_explorer.json``.
@@ -72,6 +74,48 @@ _explorer.Explorer._draw = _draw_before
 _explorer.Explorer._warm_up = lambda self: None
 """
 
+# The explorer's redraw before the timeline was kept (sessionkit.views.timeline_canvas): a
+# cleared figure on a plain Agg canvas each move, the timeline drawn before the transcript.
+PREVIOUS = """
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from sessionkit import plot
+from sessionkit.plot.style import png
+from sessionkit.simulate.states import message_states
+from sessionkit.views import explorer as _explorer
+from sessionkit.views.transcript import transcript_rows
+
+class _FreshCanvas:
+    def __init__(self, figure):
+        self.figure = figure
+        FigureCanvasAgg(figure)
+
+    def plot(self, states, xlim=None):  # the warm-up's drawing: the whole session
+        plot.token_timeline(states, ax=plot.timeline_axes(self.figure))
+
+    def png(self, states, xlim=None):
+        plot.token_timeline(states, ax=plot.timeline_axes(self.figure), xlim=xlim)
+        return png(self.figure, compress_level=1)
+
+def _refresh_previous(self, *, rows=False):
+    self._scheduled = False
+    self.states = message_states(self.subject(), turn=self.turn.value, settings=self.settings())
+    counts = self.states.summary()
+    self._draw()
+    frame = self.states.frame
+    if rows:
+        self.transcript.rows = transcript_rows(self.subject(), frame["tokens"].tolist())
+    self.transcript.status = frame["status"].astype(str).tolist()
+    window = counts["window"]
+    self.transcript.focus = window[0] if window else max(0, self.states.stop - 1)
+    self._request_moved()
+    self.summary.value = self._summary_html(counts)
+
+_explorer.TimelineCanvas = _FreshCanvas
+_explorer.Explorer._refresh = _refresh_previous
+"""
+
+PATCHES = {"before": BEFORE, "previous": PREVIOUS, "after": ""}
+
 EXPLORE = "import sessionkit as sk\n\nsk.explore(sk.load())"
 
 # Arms the timer: t0 at the trigger (the Enter that sets a readout, or a mouse press),
@@ -102,7 +146,7 @@ ARM_JS = """
 
 
 def _notebook(root: Path, name: str, mode: str) -> None:
-    code = (BEFORE + "\n" if mode == "before" else "") + EXPLORE
+    code = PATCHES[mode] + "\n" + EXPLORE
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
     nb.metadata["kernelspec"] = {
         "name": "python3",
@@ -216,7 +260,9 @@ def main() -> None:
         default=1.5,
         help="seconds between the explorer showing and the first interaction (default 1.5)",
     )
-    parser.add_argument("--modes", default="before,after", help="comma-separated: before, after")
+    parser.add_argument(
+        "--modes", default="previous,after", help="comma-separated: before, previous, after"
+    )
     args = parser.parse_args()
     modes = [m for m in args.modes.split(",") if m]
     if not Path(CHROMIUM).exists():
