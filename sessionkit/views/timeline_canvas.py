@@ -11,6 +11,8 @@ glyph by glyph on each draw), and most strings come back from one move to the ne
 same place: the title, legend entries, tick labels of an axis whose range stayed.  The
 canvas keeps the glyph images Agg drew for each string at each sub-pixel offset and
 composites them again (:class:`TextImages`), so the pixels are the ones Agg would draw.
+Its renderer also keeps each font's height metrics, which matplotlib otherwise looks up in the
+font's tables every time it measures a string (several times per string per draw).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
 from matplotlib.figure import Figure
+from matplotlib.font_manager import fontManager, get_font
 
 from sessionkit.simulate.states import MessageStates
 
@@ -75,6 +78,7 @@ class TextImages:
         self.kept: OrderedDict[tuple[Any, ...], list[tuple[np.ndarray, int, int]]] = OrderedDict()
         self.hits = 0
         self.misses = 0
+        self.heights: dict[tuple[Any, ...], tuple[float | None, ...]] = {}
 
     def draw(
         self, renderer: RendererAgg, gc: Any, x: float, y: float, s: str, prop: Any, mtext: Any
@@ -91,7 +95,7 @@ class TextImages:
             gc.get_antialiased(),
             getattr(mtext, "get_fontfeatures", lambda: None)(),
             getattr(mtext, "get_language", lambda: None)(),
-            *(str(mpl.rcParams[name]) for name in _FONT_PARAMS),
+            *_font_params(),
         )
         images = self.kept.get(key)
         surface = renderer._renderer
@@ -114,10 +118,42 @@ class TextImages:
                 self.kept.popitem(last=False)
 
 
+def _font_params() -> tuple[Any, ...]:
+    """The :data:`_FONT_PARAMS` in force, hashable."""
+    values = (mpl.rcParams[name] for name in _FONT_PARAMS)
+    return tuple(tuple(value) if isinstance(value, list) else value for value in values)
+
+
+def _font_heights(prop: Any, dpi: float) -> tuple[float | None, float | None, float | None]:
+    """``prop``'s ascent, descent and line gap in pixels, read from its font's OS/2 or hhea
+    table as matplotlib's ``Text`` reads them (None: neither table; it measures instead)."""
+    font = get_font(fontManager._find_fonts_by_props(prop))
+    for table_name, gap, ascent, descent in (
+        ("OS/2", "sTypoLineGap", "sTypoAscender", "sTypoDescender"),
+        ("hhea", "lineGap", "ascent", "descent"),
+    ):
+        table = font.get_sfnt_table(table_name)
+        if table is None:
+            continue
+        fontsize = prop.get_size_in_points()
+        scale = 1 / font.get_sfnt_table("head")["unitsPerEm"] * fontsize * dpi / 72
+        return table[ascent] * scale, -table[descent] * scale, table[gap] * scale
+    return None, None, None
+
+
 class _TextRenderer(RendererAgg):
-    """Agg, its unrotated plain strings drawn through :class:`TextImages`."""
+    """Agg, its unrotated plain strings drawn through :class:`TextImages`, its fonts' height
+    metrics kept there too."""
 
     text_images: TextImages
+
+    def _get_font_height_metrics(self, prop: Any) -> tuple[float | None, ...]:
+        """What ``Text`` asks a renderer for before it reads the font's tables itself."""
+        key = (hash(prop), self.dpi, *_font_params())
+        heights = self.text_images.heights
+        if key not in heights:
+            heights[key] = _font_heights(prop, self.dpi)
+        return heights[key]
 
     def draw_text(
         self,

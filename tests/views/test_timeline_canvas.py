@@ -60,6 +60,7 @@ def test_kept_axes_and_glyph_images_draw_the_same_png_as_a_fresh_figure(corpus) 
         assert canvas.png(states, xlim) == _fresh(reference, states, xlim)
         misses.append(kept.misses)
     assert misses[-1] == misses[-2] > 0, "a drawing made again comes from the kept images"
+    assert len(kept.heights) >= 2, "each font size's height metrics looked up once"
     assert len(canvas.figure.axes) == 2, "the Axes and its twin are kept, never added again"
 
 
