@@ -340,6 +340,9 @@ def phase_usage(folder: Path, repeats: int) -> dict[str, Any]:
             return sk.usage(data, tz="UTC", estimate=estimate)
 
         cold_s, cold_cpu, frame = _timed(call)
+        if estimate and frame["estimated_prompt_tokens"].isna().all():
+            reasons = frame.attrs["problems"]["reason"].tolist()
+            raise RuntimeError(f"no request rebuilt (is nanobot-ai 0.3.5 installed?): {reasons}")
         warm = [_timed(call)[0] for _ in range(repeats)]
         name = "estimate" if estimate else "plain"
         out[name] = {
@@ -467,7 +470,12 @@ def run_phase(name: str, args: argparse.Namespace, cache: Path, workspace: Path)
     command = [sys.executable, __file__, "--phase", name, "--calls", str(args.calls)]
     command += ["--seed", str(args.seed), "--repeats", str(args.repeats)]
     command += ["--workspace", str(workspace)]
-    env = os.environ | {"SESSIONKIT_CACHE_DIR": str(cache)}
+    from sessionkit.calls.installs import releases_dir
+
+    env = os.environ | {
+        "SESSIONKIT_CACHE_DIR": str(cache),
+        "SESSIONKIT_RELEASES_DIR": str(releases_dir()),  # the releases of the usual cache
+    }
     load = os.getloadavg()[0]
     done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     if done.returncode != 0:
@@ -545,6 +553,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.phase == "nanobot":
         print(json.dumps(phase_nanobot(folder, args.repeats)))
         return
+    from sessionkit.calls.installs import find_release
+
+    find_release("0.3.5")  # its kit rebuilds the requests; its usage store is compared
     ensure_usage_dir(folder, args.calls, args.seed)
     ensure_corpus(store, 1000, 400_000, 0)
     result: dict[str, Any] = {"when": time.strftime("%Y-%m-%dT%H:%M:%S"), "data": str(folder)}

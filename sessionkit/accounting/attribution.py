@@ -51,6 +51,7 @@ __all__ = [
     "attribute",
     "clear_cache",
     "local_ms",
+    "zone_key",
 ]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -204,7 +205,7 @@ def _own_turns(sessions: Sequence[Session], zone: tzinfo | None) -> list[_Own]:
     return out
 
 
-def _zone_key(zone: tzinfo | None) -> Any:
+def zone_key(zone: tzinfo | None) -> Any:
     """What the turns' times depend on besides the session: the zone (None: this process's
     local zone as it is set now)."""
     if zone is None:
@@ -256,28 +257,28 @@ def _slot(session: Session) -> _Slot:
 def _owns(sessions: Sequence[Session], zone: tzinfo | None) -> list[_Own]:
     """Each session's :class:`_Own`: kept ones reused, the rest derived and kept."""
     try:
-        zone_key = _zone_key(zone)
-        hash(zone_key)
+        zoned = zone_key(zone)
+        hash(zoned)
     except TypeError:
         return _own_turns(sessions, zone)
     found: list[_Own | None] = []
     for session in sessions:
         if isinstance(session, IndexedSession) and session.pristine:
-            version = (session.identity, session.policy, zone_key)
+            version = (session.identity, session.policy, zoned)
             own = _BY_VERSION.get(version)
             if own is not None:
                 _BY_VERSION.move_to_end(version)
             found.append(own)
         else:
-            found.append(_slot(session).own.get((session.policy, zone_key)))
+            found.append(_slot(session).own.get((session.policy, zoned)))
     todo = [i for i, own in enumerate(found) if own is None]
     for i, own in zip(todo, _own_turns([sessions[i] for i in todo], zone), strict=True):
         session = sessions[i]
         found[i] = own
         if isinstance(session, IndexedSession) and session.pristine:
-            _BY_VERSION[(session.identity, session.policy, zone_key)] = own
+            _BY_VERSION[(session.identity, session.policy, zoned)] = own
         else:
-            _slot(session).own[(session.policy, zone_key)] = own
+            _slot(session).own[(session.policy, zoned)] = own
     while len(_BY_VERSION) > _KEPT_VERSIONS:
         _BY_VERSION.popitem(last=False)
     return found  # type: ignore[return-value]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, tzinfo
@@ -21,7 +22,14 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import numpy as np
 import pandas as pd
 
-from sessionkit.accounting.attribution import ATTRIBUTIONS, KINDS, CallTimes, attribute
+from sessionkit.accounting.attribution import (
+    ATTRIBUTIONS,
+    KINDS,
+    Attribution,
+    CallTimes,
+    attribute,
+    zone_key,
+)
 from sessionkit.accounting.logfile import LogRead, read_log
 from sessionkit.accounting.pricing import price_calls
 from sessionkit.nanobot.naming import SessionPathError
@@ -30,15 +38,17 @@ from sessionkit.nanobot.usage_records import (
     DAILY_FILE,
     LOG_FILE,
     DailyTotal,
+    RoundUsages,
     config_defaults,
     daily_totals,
+    last_usage,
     namespaces,
     round_usages,
 )
 from sessionkit.nanobot.workspace import config_dir_hint, config_folder, recorded_workspace
 from sessionkit.schema import PROBLEMS, USAGE, frame, string_array
 from sessionkit.store.corpus import Corpus, load
-from sessionkit.store.index import file_identity
+from sessionkit.store.index import IndexedSession, file_identity
 
 __all__ = ["ATTRIBUTIONS", "KINDS", "usage"]
 
@@ -158,6 +168,8 @@ class _Log:
     attribution reads values one by one), and the problems met reading it."""
 
     problems: list[tuple[int | None, str]]
+    version: tuple[Any, ...] | None
+    """The identity of the files it was read from (None: they changed while read)."""
     ids: np.ndarray
     ms: np.ndarray
     end: np.ndarray
@@ -178,7 +190,7 @@ def _objects(values: list[Any]) -> np.ndarray:
     return out
 
 
-def _arrays(read: LogRead) -> _Log:
+def _arrays(read: LogRead, version: tuple[Any, ...] | None) -> _Log:
     columns, problems = read
     n = len(columns.get("started_at_ms", []))
     ints = {c: _ints(columns.get(c, [None] * n)) for c in (*_LOG_COUNTS, "duration_ms")}
@@ -189,6 +201,7 @@ def _arrays(read: LogRead) -> _Log:
     named = ("source", "finish_reason", "model", "provider")
     return _Log(
         problems,
+        version,
         np.array(columns.get("id", []), dtype=np.int64),
         ms,
         ms + np.maximum(ints["duration_ms"], 0),
@@ -220,12 +233,53 @@ def _log(data: Path) -> _Log:
     if kept is not None and kept[0] == before:
         _LOGS[db] = kept
         return kept[1]
-    read = _arrays(read_log(data))
-    if _versions(db) == before:
+    found = read_log(data)
+    steady = _versions(db) == before
+    read = _arrays(found, before if steady else None)
+    if steady:
         _LOGS[db] = (before, read)
         while len(_LOGS) > _KEPT_LOGS:
             _LOGS.pop(next(iter(_LOGS)))
     return read
+
+
+_TIED: OrderedDict[Any, Attribution] = OrderedDict()
+_KEPT_ATTRIBUTIONS = 8
+
+
+def _attribution(
+    log: _Log,
+    calls: CallTimes,
+    sessions: list[Session],
+    rounds: list[RoundUsages],
+    zone: tzinfo | None,
+) -> Attribution:
+    """:func:`attribute`, kept for the same inputs: the same version of the log, sessions read
+    back from the index and unchanged (with the same ``_last_usage``), WebUI records and
+    zone."""
+    key: Any = None
+    if log.version is not None and all(
+        isinstance(s, IndexedSession) and s.pristine for s in sessions
+    ):
+        key = (
+            log.version,
+            tuple((s.identity, s.policy, s.key, last_usage(s.metadata)) for s in sessions),  # type: ignore[attr-defined]
+            tuple(rounds),
+            zone_key(zone),
+        )
+        try:
+            found = _TIED.get(key)
+        except TypeError:
+            key = found = None
+        if found is not None:
+            _TIED.move_to_end(key)
+            return found
+    tied = attribute(calls, sessions, rounds, zone)
+    if key is not None:
+        _TIED[key] = tied
+        while len(_TIED) > _KEPT_ATTRIBUTIONS:
+            _TIED.popitem(last=False)
+    return tied
 
 
 def _estimates(
@@ -313,6 +367,11 @@ def usage(
 ) -> pd.DataFrame:
     """One row per LLM call nanobot recorded (columns: :data:`sessionkit.schema.USAGE`).
 
+    What is derived from files is kept in this process per file version: the log's rows (the
+    database and its WAL files unchanged), each session's turn windows (a session read back
+    from the index and unchanged, or the same messages list) and rebuilt requests, so a second
+    call on unchanged files reads, parses and replays nothing.
+
     Parameters
     ----------
     source
@@ -353,7 +412,7 @@ def usage(
     )
     rounds, round_problems = round_usages(data)
     problems.extend((str(p), line or None, r) for p, line, r in round_problems)
-    tied = attribute(calls, sessions, rounds, zone)
+    tied = _attribution(log, calls, sessions, rounds, zone)
     problems.extend((log_path, None, r) for r in tied.problems)
     daily = _daily_rows(data, _covered(log.ms, data), problems)
     columns = _call_columns(log, tied)
@@ -424,7 +483,7 @@ def _call_columns(log: _Log, tied: Any) -> dict[str, Any]:
         "turn": _counted(tied.turn),
         "step": _counted(tied.step),
         "source": log.texts["source"].copy(),
-        "kind": tied.kind,
+        "kind": tied.kind.copy(),
         "model": log.texts["model"].copy(),
         "provider": log.texts["provider"].copy(),
         "prompt_tokens": _counted(log.counts["input_tokens"]),
@@ -433,7 +492,7 @@ def _call_columns(log: _Log, tied: Any) -> dict[str, Any]:
         "cache_write_tokens": _counted(log.counts["cache_write_tokens"]),
         "cost_usd": [],
         "estimated_prompt_tokens": _counted(np.full(n, -1, dtype=np.int64)),
-        "attribution": tied.how,
+        "attribution": tied.how.copy(),
         "reported": log.reported.copy(),
         "calls": _counted(np.ones(n, dtype=np.int64)),
         "call_id": _counted(log.ids),
