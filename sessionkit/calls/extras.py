@@ -23,6 +23,7 @@ from sessionkit.nanobot.kit import Kit
 from sessionkit.nanobot.release import ReplayPolicy
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS
+from sessionkit.simulate import replay
 from sessionkit.store.counting import count_tokens, token_cache_of
 
 __all__ = ["SessionExtras", "session_extras"]
@@ -37,7 +38,6 @@ class SessionExtras:
     ``steps``: tokens its plain cleaned form adds to the replayed entry / the stored step
     (backfilled results included); ``history_compacted`` / ``steps_compacted``: what its
     compacted form adds to the plain one; ``fillers``: backfilled results after it;
-    ``changes``: messages the clean-up touches (prefix sums, as the others);
     ``long``: position of the next message with a compacted form (``n`` when none);
     ``entry_tokens[value]``: prefix sums of the replayed entries' tokens under that entry
     setting; ``step_raw``: prefix sums of the stored messages' tokens as steps.  Where the
@@ -51,7 +51,6 @@ class SessionExtras:
     steps: np.ndarray
     steps_compacted: np.ndarray
     fillers: np.ndarray
-    changes: np.ndarray
     next_long: np.ndarray
     entry_tokens: dict[bool, np.ndarray]
     step_raw: np.ndarray
@@ -80,11 +79,12 @@ def _prefix(values: Sequence[int] | np.ndarray) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(np.asarray(values, dtype=np.int64))]).astype(np.int64)
 
 
-def _summaries(
+def _per_call(
     policy: ReplayPolicy, kit: Kit | None, session: Session, root: Path | None
-) -> tuple[list[int], list[bool]]:
+) -> tuple[list[int], list[bool], list[int]]:
     """Per call (turn by turn, step by step): tokens of the system prompt beyond the kit's own
-    (the archived summary the release adds) and whether that summary is inferred."""
+    (the archived summary the release adds), whether that summary is inferred, and the
+    stored messages the call's steps hold."""
     messages = session.messages
     positions = [i for i, m in enumerate(messages) if policy.is_user_turn(m)]
     ends = [*positions[1:], len(messages)]
@@ -93,8 +93,11 @@ def _summaries(
     plain: int | None = None
     tokens: list[int] = []
     inferred: list[bool] = []
+    lengths: list[int] = []
     for at, stop in zip(positions, ends, strict=True):
-        n_steps = len(policy.turn_steps(messages[at + 1 : stop]))
+        steps = policy.turn_steps(messages[at + 1 : stop])
+        lengths += map(len, steps)
+        n_steps = len(steps)
         if kit is None or not n_steps:
             tokens += [0] * n_steps
             inferred += [False] * n_steps
@@ -117,19 +120,7 @@ def _summaries(
             summarised = plan.summary_step is not None and step >= plan.summary_step
             tokens.append(after if summarised else before)
             inferred.append(after_inferred if summarised else bool(plan.last_summary_inferred))
-    return tokens, inferred
-
-
-def _step_lengths(policy: ReplayPolicy, session: Session) -> list[int]:
-    """Per call (turn by turn, step by step): the stored messages its steps hold."""
-    messages = session.messages
-    positions = [i for i, m in enumerate(messages) if policy.is_user_turn(m)]
-    ends = [*positions[1:], len(messages)]
-    return [
-        len(step)
-        for at, stop in zip(positions, ends, strict=True)
-        for step in policy.turn_steps(messages[at + 1 : stop])
-    ]
+    return tokens, inferred, lengths
 
 
 def _build(
@@ -145,51 +136,41 @@ def _build(
     entry = policy.entry_function(DEFAULT_SETTINGS)
     forms = None if kit is None else call_forms(kit, messages, entry, session.key)
     changed = forms.changed if forms is not None else {}
-    steps_stored = [
-        {k: v for k, v in m.items() if k not in ("timestamp", "latency_ms")} for m in messages
-    ]
+    raw_steps = replay.stored_tokens(session, policy.name)  # a step's payload is the stored one's
+    entry_tokens = {}
+    for value in entries:
+        variant = DEFAULT_SETTINGS.replace(**{policy.entry_setting: value})
+        replayed = replay.replay(session, variant, cache, policy=policy.name)
+        tokens = np.zeros(n, dtype=np.int64)
+        tokens[replayed.kept] = replayed.tokens
+        entry_tokens[value] = _prefix(tokens)
+    own = np.diff(next(iter(entry_tokens.values()))) if entry_tokens else np.zeros(n, np.int64)
     batch: list[dict[str, Any]] = []
     spans: list[tuple[int, int]] = []
-    for i, (_, history, history_compacted, step, step_compacted) in changed.items():
-        own = entry(messages[i])
-        for form in (
-            [own] if own is not None else [],
-            history,
-            history_compacted or [],
-            step,
-            step_compacted or [],
-        ):
-            spans.append((len(batch), len(batch) + len(form)))
-            batch += form
+    for _, *shapes in changed.values():
+        for form in shapes:
+            spans.append((len(batch), len(batch) + len(form or [])))
+            batch += form or []
     counts = _prefix(count_tokens(batch, cache=cache, workers=1, policy=policy.name))
     weight, fillers, long = (np.zeros(n, np.int64) for _ in range(3))
-    h_plain, h_comp, s_plain, s_comp, touched = (np.zeros(n, np.int64) for _ in range(5))
-    raw_steps = np.array(
-        count_tokens(steps_stored, cache=cache, workers=1, policy=policy.name), dtype=np.int64
-    )
+    h_plain, h_comp, s_plain, s_comp = (np.zeros(n, np.int64) for _ in range(4))
     parts = iter(spans)
-    for i, (w, history, history_compacted, _, step_compacted) in changed.items():
-        own_t, hist_t, hist_c, step_t, step_c = (
-            int(counts[b] - counts[a]) for a, b in (next(parts) for _ in range(5))
+    for i, (w, history, history_compacted, step, step_compacted) in changed.items():
+        hist_t, hist_c, step_t, step_c = (
+            int(counts[b] - counts[a]) for a, b in (next(parts) for _ in range(4))
         )
+        hist_t = int(own[i]) if history is None else hist_t  # entries of other kinds: none
+        step_t = int(raw_steps[i]) if step is None else step_t
         weight[i] = w
-        fillers[i] = len(history) - (entry(messages[i]) is not None)
-        h_plain[i] = hist_t - own_t
+        fillers[i] = 0 if history is None else len(history) - (entry(messages[i]) is not None)
+        h_plain[i] = hist_t - int(own[i])
         s_plain[i] = step_t - int(raw_steps[i])
         h_comp[i] = hist_c - hist_t if history_compacted is not None else 0
         s_comp[i] = step_c - step_t if step_compacted is not None else 0
         long[i] = history_compacted is not None or step_compacted is not None
-        touched[i] = bool(h_plain[i] or s_plain[i] or long[i] or fillers[i])
     at_long = np.flatnonzero(long)
     next_long = np.append(at_long, n)[np.searchsorted(at_long, np.arange(n + 1))]
-    entry_tokens = {}
-    for value in entries:
-        rewrite = policy.entry_function(DEFAULT_SETTINGS.replace(**{policy.entry_setting: value}))
-        replayed = [rewrite(m) for m in messages]
-        kept = [m for m in replayed if m is not None]
-        kept_counts = iter(count_tokens(kept, cache=cache, workers=1, policy=policy.name))
-        entry_tokens[value] = _prefix([0 if m is None else next(kept_counts) for m in replayed])
-    summary, summary_inferred = _summaries(policy, kit, session, root)
+    summary, summary_inferred, lengths = _per_call(policy, kit, session, root)
     return SessionExtras(
         weight=_prefix(weight),
         history=_prefix(h_plain),
@@ -197,11 +178,10 @@ def _build(
         steps=_prefix(s_plain),
         steps_compacted=_prefix(s_comp),
         fillers=_prefix(fillers),
-        changes=_prefix(touched),
         next_long=next_long.astype(np.int64),
         entry_tokens=entry_tokens,
         step_raw=_prefix(raw_steps),
-        step_length=np.array(_step_lengths(policy, session), dtype=np.int64),
+        step_length=np.array(lengths, dtype=np.int64),
         summary=np.array(summary, dtype=np.int64),
         summary_inferred=np.array(summary_inferred, dtype=bool),
         user=np.array(

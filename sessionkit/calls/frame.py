@@ -15,6 +15,7 @@ the release measures it (:func:`sessionkit.calls.governor.frame_verdicts`).
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -245,6 +246,27 @@ class _Extras:
         )
 
 
+_LAID_OUT: list[Any] = []
+"""The last :func:`_laid_out` result and weak references to the parts it was made of."""
+
+
+def _laid_out(built: list[SessionCalls], parts: list[SessionExtras]) -> tuple[_Stack, _Extras]:
+    """The calls and extras stacked end to end; the previous stacks again when made of the
+    same parts (a warm call on the same store)."""
+    entries = [len(calls.matches) for calls in built]  # matches gain entry settings in place
+    if _LAID_OUT:
+        refs, known, stacks = _LAID_OUT
+        if (
+            known == entries
+            and len(refs) == len(built) + len(parts)
+            and all(ref() is part for ref, part in zip(refs, [*built, *parts], strict=True))
+        ):
+            return stacks
+    stacks = (_Stack.of(built), _Extras.of(parts))
+    _LAID_OUT[:] = [[weakref.ref(part) for part in [*built, *parts]], entries, stacks]
+    return stacks
+
+
 def _rows(
     w: pd.DataFrame,
     by_key: Mapping[str, Session],
@@ -271,13 +293,11 @@ def _rows(
         items.append((release, session, kit, digest, entry_values[policy_code]))
         fixed[i] = system, tools, inferred or kit is None
     built = all_calls(items, workers=workers, progress=progress)
-    stack = _Stack.of(built)
-    extras = _Extras.of(
-        [
-            session_extras(calls, release, session, kit, values, kits.workspace)
-            for calls, (release, session, kit, _, values) in zip(built, items, strict=True)
-        ]
-    )
+    parts = [
+        session_extras(calls, release, session, kit, values, kits.workspace)
+        for calls, (release, session, kit, _, values) in zip(built, items, strict=True)
+    ]
+    stack, extras = _laid_out(built, parts)
     turn = w["turn"].to_numpy(np.int64)
     has_turn = (turn < np.diff(stack.base)[pair]) & ~w["command"].to_numpy(bool)
     g = np.where(has_turn, stack.base[pair] + turn, stack.base[-1])
@@ -307,11 +327,11 @@ def _governor(out: pd.DataFrame, by_key: Mapping[str, Session], kits: StoreKits)
     """Each call's governor verdict (:func:`~sessionkit.calls.governor.frame_verdicts`):
     <NA> for a release without a governor, a setting without a context window, a session
     without a kit, or a turn whose request cannot be rebuilt."""
-    verdict = pd.array(np.full(len(out), pd.NA), dtype="boolean")
+    verdict = out["needs_summary"].array.copy()
     governed = [name for name in out["policy"].cat.categories if get_policy(name).governed]
-    chosen = out["policy"].isin(governed) & out["context_window"].notna()
-    if not chosen.any():
+    if not governed:
         return verdict
+    chosen = out["policy"].isin(governed) & out["context_window"].notna()
     columns = ["session_key", "policy", *_SETTING_COLUMNS]
     for values, rows in out[chosen].groupby(columns, observed=True, sort=False).groups.items():
         setting = dict(zip(columns, values, strict=True))
@@ -400,18 +420,22 @@ def _cleaned(
     return _Cleaned(s, e, qh, ss, se, qs)
 
 
-def _history_before(x: _Extras, c: _Cleaned, entry: np.ndarray, p: np.ndarray) -> np.ndarray:
-    """Tokens of each call's cleaned history from its start up to position ``p``."""
-    tokens = np.where(entry, x.entry_tokens[True][p], x.entry_tokens[False][p])
-    tokens -= np.where(entry, x.entry_tokens[True][c.s], x.entry_tokens[False][c.s])
-    tokens += x.history[p] - x.history[c.s]
-    return tokens + x.history_compacted[np.minimum(p, c.qh)] - x.history_compacted[c.s]
+def _history_before(
+    x: _Extras, c: _Cleaned, entry: np.ndarray, i: np.ndarray, p: np.ndarray
+) -> np.ndarray:
+    """Tokens of calls ``i``'s cleaned histories from their starts up to positions ``p``."""
+    s, chosen = c.s[i], entry[i]
+    tokens = np.where(chosen, x.entry_tokens[True][p], x.entry_tokens[False][p])
+    tokens -= np.where(chosen, x.entry_tokens[True][s], x.entry_tokens[False][s])
+    tokens += x.history[p] - x.history[s]
+    return tokens + x.history_compacted[np.minimum(p, c.qh[i])] - x.history_compacted[s]
 
 
-def _steps_before(x: _Extras, c: _Cleaned, p: np.ndarray) -> np.ndarray:
-    """Tokens of each call's cleaned steps up to position ``p``."""
-    tokens = x.step_raw[p] - x.step_raw[c.ss] + x.steps[p] - x.steps[c.ss]
-    return tokens + x.steps_compacted[np.minimum(p, c.qs)] - x.steps_compacted[c.ss]
+def _steps_before(x: _Extras, c: _Cleaned, i: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """Tokens of calls ``i``'s cleaned steps up to positions ``p``."""
+    ss = c.ss[i]
+    tokens = x.step_raw[p] - x.step_raw[ss] + x.steps[p] - x.steps[ss]
+    return tokens + x.steps_compacted[np.minimum(p, c.qs[i])] - x.steps_compacted[ss]
 
 
 def _changed(x: _Extras, lo: np.ndarray, hi: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -501,7 +525,9 @@ def _calls(
             prefix, total, out=np.zeros(len(total)), where=total != 0, dtype=np.float64
         ),
         "inferred": inferred.astype(bool) | stack.inferred[g][call] | x.summary_inferred[index],
-        "needs_summary": pd.array(np.full(len(call), pd.NA), dtype="boolean"),
+        "needs_summary": pd.arrays.BooleanArray(
+            np.zeros(len(call), dtype=bool), np.ones(len(call), dtype=bool)
+        ),
     }
     for name in _SETTING_COLUMNS:
         values = w[name]
@@ -529,41 +555,41 @@ def _prefix(
 ) -> np.ndarray:
     """Each call's prefix shared with the call before it (see :func:`_calls`; the first
     call of each group is the caller's to zero)."""
-    prev = np.roll(np.arange(len(step)), 1)
-    # within a turn: the previous call whole, unless the clean-up changed a message of it
-    in_history = _changed(x, c.qh[prev], c.qh, c.e)
-    in_steps = _changed(x, c.qs[prev], c.qs, c.se[prev])
-    later = np.where(
-        in_history < c.e,
-        head + _history_before(x, c, entry, in_history),
-        np.where(
-            in_steps < c.se[prev],
-            head + history + current + _steps_before(x, c, in_steps),
-            total[prev],
-        ),
-    )
+    prefix = np.roll(total, 1)  # within a turn: the previous call whole, unless ...
+    i = np.flatnonzero(step > 0)
+    j = i - 1
+    cut = _changed(x, c.qh[j], c.qh[i], c.e[i])  # ... it compacted a history message
+    hit = cut < c.e[i]
+    prefix[i[hit]] = head[i[hit]] + _history_before(x, c, entry, i[hit], cut[hit])
+    i, j = i[~hit], j[~hit]
+    cut = _changed(x, c.qs[j], c.qs[i], c.se[j])  # ... or a step's
+    hit = cut < c.se[j]
+    i, cut = i[hit], cut[hit]
+    prefix[i] = head[i] + history[i] + current[i] + _steps_before(x, c, i, cut)
     # at a turn's start: the previous history up to a change, then what this one repeats
-    same_start = c.s == c.s[prev]
-    before = g[prev]
-    held = np.clip(c.e - (c.ss[prev] - 1), 0, stack.tail_length[before])
-    matched = np.where(entry, stack.matches[True][before], stack.matches[False][before])
-    changed = _changed(x, c.qh[prev], c.qh, c.e[prev])
-    stretch = np.maximum(np.minimum(c.qs[prev], c.qh), c.ss[prev])
+    i = np.flatnonzero(step == 0)
+    j = np.roll(np.arange(len(step)), 1)[i]
+    prefix[i] = head[i]
+    same = c.s[i] == c.s[j]
+    i, j = i[same], j[same]
+    cut = _changed(x, c.qh[j], c.qh[i], c.e[j])
+    hit = cut < c.e[j]
+    prefix[i[hit]] += _history_before(x, c, entry, i[hit], cut[hit])
+    i, j = i[~hit], j[~hit]
+    before = g[j]
+    ss_before, qs_before = c.ss[j], c.qs[j]
+    held = np.clip(c.e[i] - (ss_before - 1), 0, stack.tail_length[before])
+    matched = np.where(entry[i], stack.matches[True][before], stack.matches[False][before])
+    stretch = np.maximum(np.minimum(qs_before, c.qh[i]), ss_before)
     differs = x.next_long[stretch]
-    differs = np.where(differs < np.maximum(c.qs[prev], c.qh), differs, c.se[prev])
-    repeat = np.minimum(np.minimum(held, matched), np.maximum(differs - c.ss[prev] + 1, 0))
+    differs = np.where(differs < np.maximum(qs_before, c.qh[i]), differs, c.se[j])
+    repeat = np.minimum(np.minimum(held, matched), np.maximum(differs - ss_before + 1, 0))
     repeated = stack.tail[stack.tail_start[before] + repeat]
-    tail_end = c.ss[prev] + np.maximum(repeat - 1, 0)
-    repeated += x.steps[tail_end] - x.steps[c.ss[prev]]
-    repeated += x.steps_compacted[np.minimum(tail_end, c.qs[prev])]
-    repeated -= x.steps_compacted[c.ss[prev]]
-    shared = np.where(
-        changed < c.e[prev],
-        _history_before(x, c, entry, changed),
-        history[prev] + repeated,
-    )
-    opening = head + np.where(same_start, shared, 0)
-    return np.where(step == 0, opening, later)
+    tail_end = ss_before + np.maximum(repeat - 1, 0)
+    repeated += x.steps[tail_end] - x.steps[ss_before]
+    repeated += x.steps_compacted[np.minimum(tail_end, qs_before)] - x.steps_compacted[ss_before]
+    prefix[i] += history[j] + repeated
+    return prefix
 
 
 def _rebuilt(

@@ -37,11 +37,12 @@ class CallForms:
     ``changed[i]`` is ``(weight, history, history_compacted, step, step_compacted)`` for
     message ``i``: how many results of compactable tools it puts in a request (itself and
     the backfilled results after it), its plain forms as a history entry and as a step of
-    the running turn, and their compacted forms (``None``: never compacted).  Messages not
-    listed are sent as they are.
+    the running turn (``None``: sent as replayed / as stored), and their compacted forms
+    (``None``: never compacted).  Messages not listed are sent as they are and count for
+    nothing.
     """
 
-    changed: dict[int, tuple[int, Form, Form | None, Form, Form | None]]
+    changed: dict[int, tuple[int, Form | None, Form | None, Form | None, Form | None]]
     keep: int
     """How many of the newest compactable results every request keeps whole."""
     budget: int | None
@@ -77,7 +78,7 @@ def _forms_022(
     where = {"kit": raw, "session_key": session_key}
     marker = raw["markers"]["backfilled_result"]
     compactable = request_022._COMPACTABLE_TOOLS
-    changed: dict[int, tuple[int, Form, Form | None, Form, Form | None]] = {}
+    changed: dict[int, tuple[int, Form | None, Form | None, Form | None, Form | None]] = {}
     regular = True
     answered_at: dict[str, list[int]] = {}
     for i, message in enumerate(messages):
@@ -134,9 +135,10 @@ def _forms_022(
                 compacted = [{**own, "content": stand_in}, *extra]
             if is_tool and not own.get("tool_call_id") and plain[0] != own:
                 regular = False  # bounded by a name made from its place in the request
-            forms += [plain, compacted]
-        history, history_compacted, step, step_compacted = forms
-        changed[i] = (weight, history or [], history_compacted, step or [], step_compacted)
+            forms += [None if plain == [own] else plain, compacted]
+        if weight or any(form is not None for form in forms):
+            history, history_compacted, step, step_compacted = forms
+            changed[i] = (weight, history, history_compacted, step, step_compacted)
     return CallForms(changed, request_022._COMPACT_KEEP, _budget(raw), regular)
 
 
