@@ -32,18 +32,10 @@ from sessionkit.simulate.states import MessageStates
 
 __all__ = ["TextCanvas", "TextImages", "TimelineCanvas"]
 
-_FONT_PARAMS = (
-    "font.family",
-    "font.sans-serif",
-    "font.serif",
-    "font.monospace",
-    "font.cursive",
-    "font.fantasy",
-    "text.hinting",
-    "text.hinting_factor",
-    "text.kerning_factor",
-)
-"""rcParams that change which font, or which glyph images, a string is drawn with."""
+_FONT_LISTS = ("font.sans-serif", "font.serif", "font.monospace", "font.cursive", "font.fantasy")
+_GLYPH_PARAMS = ("text.hinting", "text.hinting_factor", "text.kerning_factor")
+"""rcParams that change which font (the families a generic one names; a string's own
+families are in its FontProperties), or which glyph images, a string is drawn with."""
 
 
 class _Recorder:
@@ -119,9 +111,9 @@ class TextImages:
 
 
 def _font_params() -> tuple[Any, ...]:
-    """The :data:`_FONT_PARAMS` in force, hashable."""
-    values = (mpl.rcParams[name] for name in _FONT_PARAMS)
-    return tuple(tuple(value) if isinstance(value, list) else value for value in values)
+    """The :data:`_FONT_LISTS` and :data:`_GLYPH_PARAMS` in force, hashable."""
+    rc = mpl.rcParams
+    return (*[tuple(rc[name]) for name in _FONT_LISTS], *[rc[name] for name in _GLYPH_PARAMS])
 
 
 def _font_heights(prop: Any, dpi: float) -> tuple[float | None, float | None, float | None]:

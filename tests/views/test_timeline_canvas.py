@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import matplotlib as mpl
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -99,3 +100,22 @@ def test_kept_images_are_bounded() -> None:
         canvas.draw()
     assert len(kept.kept) == 5
     assert [key[0] for key in kept.kept] == [f"label {k}" for k in range(7, 12)]
+
+
+def test_a_changed_font_setting_draws_afresh() -> None:
+    """Kept images and heights belong to the font settings they were drawn under."""
+
+    def drawn(canvas_class) -> list[bytes]:
+        figure = Figure(figsize=(3, 1), dpi=100)
+        canvas = canvas_class(figure)
+        figure.text(0.1, 0.4, "tokens sent 1.25k", family="sans-serif")
+        images = []
+        for first in ("DejaVu Sans", "Noto Sans CJK JP", "DejaVu Sans"):
+            with mpl.rc_context({"font.sans-serif": [first, "DejaVu Sans"]}):
+                canvas.draw()
+                images.append(bytes(canvas.buffer_rgba()))
+        return images
+
+    kept, plain = drawn(TextCanvas), drawn(FigureCanvasAgg)
+    assert kept == plain
+    assert kept[0] != kept[1] and kept[0] == kept[2]
