@@ -312,14 +312,14 @@ def _session_turns(sessions: Sequence[Session], zone: tzinfo | None) -> tuple[_T
     owns = _owns(sessions, zone)
     sizes = [len(own.start) for own in owns]
     sid = np.repeat(np.arange(len(owns)), sizes)
-    keys = np.array([s.key for s in sessions] + [None], dtype=object)[:-1]
+    keys = np.array([s.key for s in sessions], dtype=object)
 
     def joined(name: str) -> np.ndarray:
         parts = [getattr(own, name) for own in owns]
         return np.concatenate([*parts, np.empty(0, dtype=np.int64)]).astype(np.int64)
 
     start, agent = joined("start"), joined("agent_calls")
-    sources = np.array([call_source(str(k)) for k in keys] + [None], dtype=object)[:-1]
+    sources = np.array([call_source(str(k)) for k in keys], dtype=object)
     offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
     members: dict[str, list[int]] = {}
     for i, session in enumerate(sessions):
@@ -567,7 +567,7 @@ class _Calls:
     def codes(self, values: np.ndarray) -> np.ndarray:
         """Source codes of ``values`` (-2 for a source no call has)."""
         index = {name: i for i, name in enumerate(self.names)}
-        return np.array([index.get(v, -2) for v in values] + [0], dtype=np.int64)[:-1]
+        return np.array([index.get(v, -2) for v in values], dtype=np.int64)
 
 
 def _call_arrays(calls: CallTimes) -> _Calls:

@@ -16,12 +16,14 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, tzinfo
 from os import PathLike
 from pathlib import Path
+from time import time_ns
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import numpy as np
 import pandas as pd
 
+from sessionkit.accounting import attribution
 from sessionkit.accounting.attribution import (
     ATTRIBUTIONS,
     KINDS,
@@ -50,7 +52,7 @@ from sessionkit.schema import PROBLEMS, USAGE, frame, string_array
 from sessionkit.store.corpus import Corpus, load
 from sessionkit.store.index import IndexedSession, file_identity
 
-__all__ = ["ATTRIBUTIONS", "KINDS", "usage"]
+__all__ = ["ATTRIBUTIONS", "KINDS", "clear_cache", "usage"]
 
 Group = tuple[Path | None, list[Session]]
 """Sessions of one workspace (None: not known)."""
@@ -226,15 +228,18 @@ def _versions(db: Path) -> tuple[Any, ...]:
 
 def _log(data: Path) -> _Log:
     """The per-call log of ``data``: read once per version of its files (the database and its
-    WAL files unchanged since: same identity), then kept."""
+    WAL files unchanged since: same identity; files changed too recently to tell are read
+    again, as the session index does), then kept."""
     db = data / LOG_FILE
     before = _versions(db)
     kept = _LOGS.pop(db, None)
     if kept is not None and kept[0] == before:
         _LOGS[db] = kept
         return kept[1]
+    now = time_ns()
     found = read_log(data)
-    steady = _versions(db) == before
+    recent = any(v is not None and v.racy(now) for v in before)
+    steady = _versions(db) == before and not recent
     read = _arrays(found, before if steady else None)
     if steady:
         _LOGS[db] = (before, read)
@@ -245,6 +250,13 @@ def _log(data: Path) -> _Log:
 
 _TIED: OrderedDict[Any, Attribution] = OrderedDict()
 _KEPT_ATTRIBUTIONS = 8
+
+
+def clear_cache() -> None:
+    """Forget the usage logs, turns and attributions kept (in this process)."""
+    _LOGS.clear()
+    _TIED.clear()
+    attribution.clear_cache()
 
 
 def _attribution(
