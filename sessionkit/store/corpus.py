@@ -225,10 +225,10 @@ class Corpus:
         ``workspace`` (the prompt files of ``estimated_prompt_tokens``) defaults to the
         workspace it was loaded from.  Calls of sessions not in this corpus stay unattributed.
         """
-        from sessionkit.accounting.ledger import usage
+        import sessionkit  # the public function: the ledger sits above the store
 
         data, found = self._origin()
-        return usage(
+        return sessionkit.usage(
             self,
             config_dir=config_dir if config_dir is not None else data,
             workspace=workspace if workspace is not None else found,
