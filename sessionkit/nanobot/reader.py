@@ -107,31 +107,57 @@ def named_like_session(name: str) -> bool:
     )
 
 
-def _session_files_in(folder: Path) -> list[Path]:
-    """Every entry named like a session, whatever its kind: reading reports what is not a file."""
-    return sorted(p for p in folder.iterdir() if named_like_session(p.name))
+def _session_files_in(folder: Path, folders: dict[Path, Path]) -> list[Path]:
+    """Every entry named like a session, whatever its kind (reading reports what is not a
+    file), in name order, as :func:`_identity` names it.  One listing gives each entry's
+    kind, so a regular file costs no ``stat`` and the folder is resolved once."""
+    with os.scandir(folder) as listing:
+        found = sorted(
+            (
+                (e.name, e.is_file(follow_symlinks=False))
+                for e in listing
+                if named_like_session(e.name)
+            ),
+        )
+    if not found:
+        return []
+    resolved = _resolved(folder, folders)
+    return [
+        resolved / name if regular else _identity(folder / name, folders) for name, regular in found
+    ]
 
 
-def _expand(item: str | Path, config_dir: str | Path | None) -> list[Path]:
+def _expand(
+    item: str | Path, config_dir: str | Path | None, folders: dict[Path, Path]
+) -> list[Path]:
+    """The files ``item`` names, each as :func:`_identity` names it."""
     path = Path(item).expanduser()
     hint = config_dir_hint(path)
     if hint is not None:
         raise SessionPathError(hint)
     if path.is_dir():
         folder = sessions_folder(path, config_dir)
-        files = _session_files_in(folder)
+        files = _session_files_in(folder, folders)
         if not files:
             raise SessionPathError(f"{folder} holds no session files (*.jsonl or *.json)")
         return files
     if os.path.lexists(path):
-        return [path]  # a file, or a FIFO, device or broken link that reading will report
+        # a file, or a FIFO, device or broken link that reading will report
+        return [_identity(path, folders)]
     if _GLOB_CHARS & set(str(item)):
         matches = sorted(Path(m) for m in glob.glob(str(path), recursive=True))
-        files = [m for m in matches if m.suffix in SESSION_SUFFIXES]
+        files = [_identity(m, folders) for m in matches if m.suffix in SESSION_SUFFIXES]
         if not files:
             raise SessionPathError(f"glob {str(item)!r} matches no session files")
         return files
     raise SessionPathError(f"no such file or folder: {path}")
+
+
+def _resolved(folder: Path, folders: dict[Path, Path]) -> Path:
+    """``folder`` resolved, once per folder (``folders`` remembers)."""
+    if folder not in folders:
+        folders[folder] = folder.resolve()
+    return folders[folder]
 
 
 def _identity(path: Path, folders: dict[Path, Path]) -> Path:
@@ -143,10 +169,7 @@ def _identity(path: Path, folders: dict[Path, Path]) -> Path:
     except OSError:
         return path.absolute()
     if stat.S_ISREG(mode):
-        parent = path.parent
-        if parent not in folders:
-            folders[parent] = parent.resolve()
-        return folders[parent] / path.name
+        return _resolved(path.parent, folders) / path.name
     return path.resolve() if path.is_file() else path.absolute()
 
 
@@ -171,8 +194,7 @@ def find_session_files(
     seen: dict[Path, None] = {}
     folders: dict[Path, Path] = {}
     for item in _items(path):
-        for file in _expand(item, config_dir):
-            seen.setdefault(_identity(file, folders), None)
+        seen.update(dict.fromkeys(_expand(item, config_dir, folders)))
     return list(seen)
 
 
@@ -193,9 +215,15 @@ def leftover_temp_files(
             f"leftover temp file of an interrupted save ({_size(temp)}); not read",
         )
         for folder in folders
-        for temp in sorted(folder.iterdir())
-        if is_temp_file(temp.name)
+        for temp in _temp_files_in(folder)
     ]
+
+
+def _temp_files_in(folder: Path) -> list[Path]:
+    """The temp files in ``folder``, in name order (only they are sorted)."""
+    with os.scandir(folder) as listing:
+        names = sorted(e.name for e in listing if is_temp_file(e.name))
+    return [folder / name for name in names]
 
 
 def _size(path: Path) -> str:

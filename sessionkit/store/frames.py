@@ -7,12 +7,14 @@ whether its entries were just built or read back from disk.
 
 from __future__ import annotations
 
+import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from itertools import chain, repeat
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,7 +26,12 @@ from sessionkit import schema
 from sessionkit.nanobot.history import RUNTIME_CONTEXT_KEY, is_hidden_history
 from sessionkit.nanobot.listing import flatten_content, session_preview, session_title
 from sessionkit.nanobot.policies import POLICIES, get_policy
-from sessionkit.nanobot.reader import Problem, parse_timestamp, runtime_checkpoint
+from sessionkit.nanobot.reader import (
+    CHECKPOINT_SUFFIX,
+    Problem,
+    parse_timestamp,
+    runtime_checkpoint,
+)
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.uncountable import counts_or_missing, uncountable_reason
 from sessionkit.store.counting import Method, TokenCache, count_tokens
@@ -84,7 +91,8 @@ def _to_datetime(values: list[Any]) -> np.ndarray:
                 low, high = (np.datetime64(t, "us") for t in FRAME_TIMES)
                 stamps[(stamps < low) | (stamps > high)] = np.datetime64("NaT")
                 return stamps.astype("datetime64[ns]")
-    parsed = [_framed(parse_timestamp(s)) for s in strings]
+    times = {s: _framed(parse_timestamp(s)) for s in dict.fromkeys(strings)}
+    parsed = list(map(times.__getitem__, strings))
     return pd.Series(parsed, dtype="datetime64[ns]").to_numpy()
 
 
@@ -185,14 +193,66 @@ def _token_counts(
     return np.array([-1 if n is None else n for n in counts], dtype=np.int64)
 
 
-def _sum_or_none(counts: np.ndarray) -> int | None:
-    valid = counts[counts >= 0]
-    return int(valid.sum()) if len(valid) else None
+def _per_session(values: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> list[int]:
+    """The sum of ``values`` over each session's rows."""
+    total = np.concatenate(([0], np.cumsum(values, dtype=np.int64)))
+    return (total[stops] - total[starts]).tolist()
 
 
-def _session_problems(session: Session, read: list[Problem]) -> list[Problem]:
+def _sums_or_none(counts: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> list[int | None]:
+    """Each session's total of its counted messages (None: none counted)."""
+    valid = counts >= 0
+    sums = _per_session(np.where(valid, counts, 0), starts, stops)
+    found = _per_session(valid, starts, stops)
+    return [total if n else None for total, n in zip(sums, found, strict=True)]
+
+
+def _extremes(
+    stamps: np.ndarray, starts: np.ndarray, lengths: np.ndarray
+) -> tuple[list[int | None], list[int | None]]:
+    """Each session's earliest and latest message time (None: it has none)."""
+    valid = stamps != _NAT
+    found = _per_session(valid, starts, starts + lengths)
+    low = np.zeros(len(starts), dtype=np.int64)
+    high = np.zeros(len(starts), dtype=np.int64)
+    rows = lengths > 0
+    if rows.any():
+        at = starts[rows]
+        low[rows] = np.minimum.reduceat(np.where(valid, stamps, np.iinfo(np.int64).max), at)
+        high[rows] = np.maximum.reduceat(stamps, at)  # NaT is int64's minimum
+    first = [t if n else None for t, n in zip(low.tolist(), found, strict=True)]
+    last = [t if n else None for t, n in zip(high.tolist(), found, strict=True)]
+    return first, last
+
+
+def _grouped(rows: Iterable[int], stops: np.ndarray) -> dict[int, list[int]]:
+    """Rows of all sessions' messages (ascending) by the session holding them (its
+    position): one pass over the rows, however many sessions there are."""
+    found = np.fromiter(rows, dtype=np.int64)
+    grouped: dict[int, list[int]] = {}
+    owners = np.searchsorted(stops, found, side="right").tolist()
+    for owner, row in zip(owners, found.tolist(), strict=True):
+        grouped.setdefault(owner, []).append(row)
+    return grouped
+
+
+def _outside_rows(values: list[Any]) -> list[int]:
+    """The rows whose timestamp is a valid time a frame cannot hold (:func:`_stamp_outside`;
+    each distinct value parsed once)."""
+    outside: dict[str, bool] = {}
+    rows = []
+    for row, value in enumerate(values):
+        if type(value) is str and not "1678" <= value[:4] <= "2261":
+            if value not in outside:
+                outside[value] = _stamp_outside(value)
+            if outside[value]:
+                rows.append(row)
+    return rows
+
+
+def _session_problems(session: Session, read: list[Problem], outside: list[int]) -> list[Problem]:
     """What reading found, then each message nanobot cannot count, then each time a frame
-    cannot hold."""
+    cannot hold (``outside``: those messages' positions)."""
     path = str(session.path)
     lines = session.line_numbers or [None] * len(session.messages)
     found = list(read)
@@ -208,11 +268,14 @@ def _session_problems(session: Session, read: list[Problem]) -> list[Problem]:
                 frame="sessions"
             )
             found.append(Problem(path, None, reason))
-    stamps = message_field(session.messages, "timestamp")
     found += [
-        Problem(path, line_no, f"timestamp {stamp!r} " + _OUT_OF_FRAME.format(frame="messages"))
-        for stamp, line_no in zip(stamps, lines, strict=True)
-        if _stamp_outside(stamp)
+        Problem(
+            path,
+            lines[i],
+            f"timestamp {session.messages[i].get('timestamp')!r} "
+            + _OUT_OF_FRAME.format(frame="messages"),
+        )
+        for i in outside
     ]
     return found
 
@@ -268,7 +331,8 @@ def build_entries(
     counted = tokens == "tiktoken"
     exact = _token_counts(msgs, "tiktoken", cache) if counted else np.full(total, -1, np.int64)
     estimate = _token_counts(msgs, "fallback", cache)
-    stamps = _to_datetime(message_field(msgs, "timestamp")).view(np.int64)
+    raw_stamps = message_field(msgs, "timestamp")
+    stamps = _to_datetime(raw_stamps).view(np.int64)
     strings = {
         "text": _arrow_strings(text),
         "tool_call_id": _arrow_strings(message_field(msgs, "tool_call_id")),
@@ -291,11 +355,24 @@ def build_entries(
         "runtime_context": _is_instance(message_field(msgs, RUNTIME_CONTEXT_KEY), dict),
     }
     table = pa.table(columns, schema=MESSAGE_TABLE)
+    stops = starts + lengths
+    turns = {
+        name: _per_session(
+            np.fromiter(map(policy.is_user_turn, msgs), dtype=bool, count=total), starts, stops
+        )
+        for name, policy in POLICIES.items()
+    }
+    exact_sums = _sums_or_none(exact, starts, stops)
+    estimate_sums = _sums_or_none(estimate, starts, stops)
+    firsts, lasts = _extremes(stamps, starts, lengths)
+    outside = _grouped(_outside_rows(raw_stamps), stops)
+    odd_rows = {name: _grouped(odd, stops) for name, (_, odd) in strings.items()}
     entries = []
-    for session, start, n in zip(sessions, starts.tolist(), lengths.tolist(), strict=True):
-        stop = start + n
-        found = _session_problems(session, read.get(str(session.path), []))
-        times = stamps[start:stop][stamps[start:stop] != _NAT]
+    for i, (session, start, n) in enumerate(
+        zip(sessions, starts.tolist(), lengths.tolist(), strict=True)
+    ):
+        own = [row - start for row in outside.get(i, ())]
+        found = _session_problems(session, read.get(str(session.path), []), own)
         meta = {
             "key": session.key,
             "path": None if session.path is None else str(session.path),
@@ -313,20 +390,17 @@ def build_entries(
                 first_damaged_line=_first_damaged_line(found),
             ),
             "n_messages": n,
-            "turns": {
-                name: sum(map(policy.is_user_turn, session.messages))
-                for name, policy in POLICIES.items()
-            },
+            "turns": {name: counts[i] for name, counts in turns.items()},
             "problems": [[p.line_no, p.reason, p.skipped] for p in found],
             "escapes": {
-                name: {str(row - start): value for row, value in odd.items() if start <= row < stop}
+                name: {str(row - start): odd[row] for row in odd_rows[name].get(i, ())}
                 for name, (_, odd) in strings.items()
             },
             "counted": counted,
-            "tokens": _sum_or_none(exact[start:stop]),
-            "tokens_fallback": _sum_or_none(estimate[start:stop]),
-            "first_message_at": int(times.min()) if len(times) else None,
-            "last_message_at": int(times.max()) if len(times) else None,
+            "tokens": exact_sums[i],
+            "tokens_fallback": estimate_sums[i],
+            "first_message_at": firsts[i],
+            "last_message_at": lasts[i],
         }
         entries.append(Entry(session, table.slice(start, n), meta))
     return entries
@@ -340,24 +414,24 @@ def entry_problems(entry: Entry) -> list[Problem]:
     ]
 
 
-def _column(entries: Sequence[Entry], name: str) -> pa.ChunkedArray:
-    """One column of every entry, their chunks side by side (nothing copied)."""
-    chunks = [chunk for e in entries for chunk in e.table.column(name).chunks]
-    return pa.chunked_array(chunks, type=MESSAGE_TABLE.field(name).type)
+def _joined(entries: Sequence[Entry]) -> pa.Table:
+    """Every entry's table, their chunks side by side (nothing copied): one call gathers
+    all columns, where a column at a time per entry costs Python work per entry and column."""
+    return pa.concat_tables([e.table for e in entries])
 
 
-def _numbers(entries: Sequence[Entry], name: str) -> np.ndarray:
-    return _column(entries, name).to_numpy()
+def _numbers(table: pa.Table, name: str) -> np.ndarray:
+    return table.column(name).to_numpy()
 
 
 def _nullable(values: np.ndarray) -> pd.arrays.IntegerArray:
     return pd.arrays.IntegerArray(values, values < 0)
 
 
-def _frame_strings(entries: Sequence[Entry], name: str) -> Any:
+def _frame_strings(entries: Sequence[Entry], table: pa.Table, name: str) -> Any:
     """A string column: Arrow's buffers as they are, unless an entry holds a string Arrow
     cannot (then Python strings, with those put back)."""
-    column = _column(entries, name)
+    column = table.column(name)
     if not any(e.meta["escapes"][name] for e in entries):
         return pd.arrays.ArrowStringArray(column)
     values = column.to_numpy(zero_copy_only=False).astype(object)
@@ -369,9 +443,9 @@ def _frame_strings(entries: Sequence[Entry], name: str) -> Any:
     return schema.string_array(list(values))
 
 
-def _roles(entries: Sequence[Entry]) -> tuple[np.ndarray, list[str]]:
+def _roles(table: pa.Table) -> tuple[np.ndarray, list[str]]:
     """Role codes and categories in order of first appearance (-1: missing)."""
-    column = _column(entries, "role")
+    column = table.column("role")
     categories = [r for r in pc.unique(column).to_pylist() if r is not None]
     codes = pc.index_in(column, value_set=pa.array(categories, type=pa.large_string()))
     return codes.fill_null(-1).to_numpy().astype(np.int64), categories
@@ -379,6 +453,7 @@ def _roles(entries: Sequence[Entry]) -> tuple[np.ndarray, list[str]]:
 
 def _user_index(
     entries: Sequence[Entry],
+    hidden: np.ndarray,
     role_codes: np.ndarray,
     roles: list[str],
     lengths: np.ndarray,
@@ -388,7 +463,7 @@ def _user_index(
     messages, less the hidden ones a release does not count as turns."""
     is_user = role_codes == (roles.index("user") if "user" in roles else -2)
     counted = np.repeat([get_policy(e.session.policy).hidden_turns for e in entries], lengths)
-    turn = is_user & (counted | ~_numbers(entries, "hidden").astype(bool))
+    turn = is_user & (counted | ~hidden)
     before = np.concatenate(([0], np.cumsum(turn)))
     return before[1:] - np.repeat(before[starts], lengths) - 1
 
@@ -407,9 +482,11 @@ def messages_frame(entries: Sequence[Entry], *, tokens: Method | None = "tiktoke
     idx = np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)
     offsets = np.repeat([e.session.last_consolidated for e in entries], lengths)
     keys = [e.session.key for e in entries]
-    role_codes, roles = _roles(entries)
+    table = _joined(entries)
+    role_codes, roles = _roles(table)
+    hidden = _numbers(table, "hidden").astype(bool)
     counts = (
-        _numbers(entries, "tokens" if tokens == "tiktoken" else "tokens_fallback")
+        _numbers(table, "tokens" if tokens == "tiktoken" else "tokens_fallback")
         if tokens
         else np.full(total, -1, dtype=np.int64)
     )
@@ -421,21 +498,21 @@ def messages_frame(entries: Sequence[Entry], *, tokens: Method | None = "tiktoke
                 categories=pd.Index(keys, dtype=object),
             ),
             "idx": idx,
-            "line_no": _nullable(_numbers(entries, "line_no")),
+            "line_no": _nullable(_numbers(table, "line_no")),
             "role": role_codes,
-            "text": _frame_strings(entries, "text"),
-            "timestamp": _numbers(entries, "timestamp").view("datetime64[ns]"),
+            "text": _frame_strings(entries, table, "text"),
+            "timestamp": _numbers(table, "timestamp").view("datetime64[ns]"),
             "tokens": _nullable(counts),
-            "is_command": _numbers(entries, "is_command").astype(bool),
-            "is_channel_delivery": _numbers(entries, "is_channel_delivery").astype(bool),
-            "n_tool_calls": _numbers(entries, "n_tool_calls"),
-            "tool_call_id": _frame_strings(entries, "tool_call_id"),
-            "name": _frame_strings(entries, "name"),
-            "has_media": _numbers(entries, "has_media").astype(bool),
-            "hidden": _numbers(entries, "hidden").astype(bool),
-            "runtime_context": _numbers(entries, "runtime_context").astype(bool),
+            "is_command": _numbers(table, "is_command").astype(bool),
+            "is_channel_delivery": _numbers(table, "is_channel_delivery").astype(bool),
+            "n_tool_calls": _numbers(table, "n_tool_calls"),
+            "tool_call_id": _frame_strings(entries, table, "tool_call_id"),
+            "name": _frame_strings(entries, table, "name"),
+            "has_media": _numbers(table, "has_media").astype(bool),
+            "hidden": hidden,
+            "runtime_context": _numbers(table, "runtime_context").astype(bool),
             "consolidated": idx < offsets,
-            "user_index": _user_index(entries, role_codes, roles, lengths, starts),
+            "user_index": _user_index(entries, hidden, role_codes, roles, lengths, starts),
         },
         categories={"role": roles},
     )
@@ -484,7 +561,7 @@ def sessions_frame(entries: Sequence[Entry], *, tokens: Method | None = "tiktoke
                 s.last_consolidated if get_policy(s.policy).checkpoints else None for s in sessions
             ],
             "has_provider_state": [bool(m["records"]) for m in metas],
-            "runtime_checkpoint": [runtime_checkpoint(s.path) for s in sessions],
+            "runtime_checkpoint": _checkpoints([s.path for s in sessions]),
             "tokens": [None if total is None else m[total] for m in metas],
             "first_message_at": _stamps([m["first_message_at"] for m in metas]),
             "last_message_at": _stamps([m["last_message_at"] for m in metas]),
@@ -492,6 +569,33 @@ def sessions_frame(entries: Sequence[Entry], *, tokens: Method | None = "tiktoke
     )
     frame.index = pd.Index(keys, dtype=object)
     return frame
+
+
+def _checkpoints(paths: list[Path | None]) -> list[dict[str, Any] | None]:
+    """Each path's :func:`runtime_checkpoint`, read only for a file whose folder holds its
+    sidecar's name (one listing per folder, not a ``stat`` per file)."""
+    listed: dict[Path, set[str] | None] = {}
+    found: list[dict[str, Any] | None] = []
+    for path in paths:
+        if path is None:
+            found.append(None)
+            continue
+        folder = path.parent
+        if folder not in listed:
+            listed[folder] = _sidecar_names(folder)
+        names = listed[folder]
+        has = names is None or path.stem + CHECKPOINT_SUFFIX in names
+        found.append(runtime_checkpoint(path) if has else None)
+    return found
+
+
+def _sidecar_names(folder: Path) -> set[str] | None:
+    """The names of sidecar checkpoints in ``folder`` (None: it cannot be listed)."""
+    try:
+        with os.scandir(folder) as listing:
+            return {e.name for e in listing if e.name.endswith(CHECKPOINT_SUFFIX)}
+    except OSError:
+        return None
 
 
 def _stamps(values: list[int | None]) -> np.ndarray:

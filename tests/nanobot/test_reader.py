@@ -201,6 +201,43 @@ def test_special_files_are_listed_so_reading_reports_them(tmp_path: Path) -> Non
     assert find_session_files(good) == [good]
 
 
+def test_a_folder_lists_each_kind_in_name_order_as_it_is_read(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    write(real / "b.jsonl", jsonl(USER))
+    write(real / "a.json", b"{}")
+    write(real / "c.jsonl.tmp", b"")
+    write(real / ".c.0123456789ab.tmp", b"")
+    write(real / "c.checkpoint.json", b"{}")
+    write(real / "notes.txt", b"")
+    os.mkfifo(real / "0fifo.jsonl")
+    (real / "z-link.jsonl").symlink_to(real / "b.jsonl")
+    (real / "y-gone.jsonl").symlink_to("nowhere.jsonl")
+    (tmp_path / "alias").symlink_to(real)
+    resolved = real.resolve()
+    expected = [
+        (tmp_path / "alias" / "0fifo.jsonl").absolute(),
+        resolved / "a.json",
+        resolved / "b.jsonl",
+        (tmp_path / "alias" / "y-gone.jsonl").absolute(),
+    ]
+    assert find_session_files(tmp_path / "alias") == expected
+    assert find_session_files([real / "b.jsonl", tmp_path / "alias", real]) == [
+        resolved / "b.jsonl",
+        expected[0],
+        resolved / "a.json",
+        expected[3],
+        real / "0fifo.jsonl",
+        real / "y-gone.jsonl",
+    ]
+    assert [p.reason for p in leftover_temp_files(tmp_path / "alias")] == [
+        "leftover temp file of an interrupted save (0 bytes); not read"
+    ] * 2
+    assert [p.path for p in leftover_temp_files(real)] == [
+        str(real / ".c.0123456789ab.tmp"),
+        str(real / "c.jsonl.tmp"),
+    ]
+
+
 def test_leftover_temp_files_are_problems(tmp_path: Path) -> None:
     write(tmp_path / "sessions" / "cli_x.jsonl", jsonl(USER))
     ours = write(tmp_path / "sessions" / ".cli_x.0123456789ab.tmp", b"12345")

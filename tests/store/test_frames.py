@@ -1,0 +1,123 @@
+"""Entries and frames built for many sessions at once hold each session's own values: per-session
+sums, times, turns, escapes and problems are gathered in one pass, never mixed across sessions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from sessionkit.nanobot.reader import read_session_file
+from sessionkit.nanobot.session import Session
+from sessionkit.store.frames import build_entries, messages_frame, sessions_frame
+
+BAD = "bad \ud800 text"
+STAMP = "2026-01-01T10:00:0{}"
+
+
+def _meta(n: int) -> dict[str, Any]:
+    return {
+        "_type": "metadata",
+        "key": f"cli:{n}",
+        "created_at": "2026-01-01T10:00:00",
+        "updated_at": "2026-01-01T10:01:00",
+        "metadata": {},
+        "last_consolidated": 0,
+    }
+
+
+SESSIONS: list[list[dict[str, Any]]] = [
+    [
+        {"role": "user", "content": "hi", "timestamp": STAMP.format(3)},
+        {"role": "assistant", "content": BAD, "timestamp": STAMP.format(1)},
+    ],
+    [],
+    [
+        {"role": "user", "content": BAD, "timestamp": "t1", "name": "n\udcff"},
+        {"role": "tool", "content": "ok", "timestamp": "9999-01-01T00:00:00", "tool_call_id": "i"},
+        {"role": "user", "content": BAD, "timestamp": None},
+    ],
+    [{"role": "assistant", "content": "no time", "timestamp": "t2"}],
+    [{"role": "user", "content": "tail", "timestamp": STAMP.format(5)}],
+]
+
+
+def _read(folder: Path) -> tuple[list[Session], dict[str, Any]]:
+    folder.mkdir(exist_ok=True)
+    sessions, problems = [], {}
+    for n, messages in enumerate(SESSIONS):
+        path = folder / f"cli_{n}.jsonl"
+        lines = "".join(json.dumps(r) + "\n" for r in [_meta(n), *messages])
+        path.write_bytes(lines.encode("utf-8", "surrogatepass"))
+        session, found = read_session_file(path)
+        assert session is not None
+        sessions.append(session)
+        problems[str(path)] = found
+    return sessions, problems
+
+
+def test_entries_built_together_equal_each_built_alone(tmp_path: Path) -> None:
+    sessions, problems = _read(tmp_path)
+    together = build_entries(sessions, problems, tokens="fallback")
+    alone = [build_entries([s], problems, tokens="fallback")[0] for s in sessions]
+    for joint, own in zip(together, alone, strict=True):
+        assert joint.table.equals(own.table)
+        assert json.dumps(joint.meta) == json.dumps(own.meta)
+    metas = [e.meta for e in together]
+    assert [m["escapes"] for m in metas] == [
+        {"text": {"1": BAD}, "tool_call_id": {}, "name": {}},
+        {"text": {}, "tool_call_id": {}, "name": {}},
+        {"text": {"0": BAD, "2": BAD}, "tool_call_id": {}, "name": {"0": "n\udcff"}},
+        {"text": {}, "tool_call_id": {}, "name": {}},
+        {"text": {}, "tool_call_id": {}, "name": {}},
+    ]
+    stamp = pd.Timestamp
+    assert [(m["first_message_at"], m["last_message_at"]) for m in metas] == [
+        (stamp(STAMP.format(1)).value, stamp(STAMP.format(3)).value),
+        (None, None),
+        (None, None),
+        (None, None),
+        (stamp(STAMP.format(5)).value, stamp(STAMP.format(5)).value),
+    ]
+    assert [m["tokens"] for m in metas] == [None] * 5
+    assert [m["tokens_fallback"] is None for m in metas] == [False, True, False, False, False]
+    assert [m["turns"]["nanobot-0.2"] for m in metas] == [1, 0, 2, 0, 1]
+    outside = [p for p in metas[2]["problems"] if "9999" in p[1]]
+    assert [(p[0], p[1].split(" is outside")[0]) for p in outside] == [
+        (3, "timestamp '9999-01-01T00:00:00'")
+    ]
+    assert [len(m["problems"]) for m in metas] == [
+        len(build_entries([s], problems, tokens="fallback")[0].meta["problems"]) for s in sessions
+    ]
+
+
+def test_the_messages_frame_puts_every_sessions_escapes_back_in_order(tmp_path: Path) -> None:
+    sessions, problems = _read(tmp_path)
+    frame = messages_frame(build_entries(sessions, problems, tokens="fallback"))
+    texts = [m["content"] for messages in SESSIONS for m in messages]
+    assert frame["text"].tolist() == texts
+    names = frame["name"].tolist()
+    assert [None if v is pd.NA else v for v in names] == [
+        m.get("name") for ms in SESSIONS for m in ms
+    ]
+    assert frame["session_key"].tolist() == [
+        f"cli:{n}" for n, ms in enumerate(SESSIONS) for _ in ms
+    ]
+    assert frame["user_index"].tolist() == [0, 0, 0, 0, 1, -1, 0]
+
+
+@pytest.mark.parametrize("sidecar_kind", ["file", "folder"])
+def test_only_a_sidecar_that_is_there_is_read(tmp_path: Path, sidecar_kind: str) -> None:
+    sessions, problems = _read(tmp_path / "sessions")
+    sidecar = tmp_path / "sessions" / "cli_3.checkpoint.json"
+    if sidecar_kind == "file":
+        sidecar.write_text('{"step": 2}', encoding="utf-8")
+    else:
+        sidecar.mkdir()
+    (tmp_path / "sessions" / "cli_9.checkpoint.json").write_text('{"x": 1}', encoding="utf-8")
+    frame = sessions_frame(build_entries(sessions, problems, tokens="fallback"))
+    found = {"step": 2} if sidecar_kind == "file" else None
+    assert frame["runtime_checkpoint"].tolist() == [None, None, None, found, None]
