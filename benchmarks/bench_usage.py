@@ -343,12 +343,14 @@ def phase_usage(folder: Path, repeats: int) -> dict[str, Any]:
         if estimate and frame["estimated_prompt_tokens"].isna().all():
             reasons = frame.attrs["problems"]["reason"].tolist()
             raise RuntimeError(f"no request rebuilt (is nanobot-ai 0.3.5 installed?): {reasons}")
-        warm = [_timed(call)[0] for _ in range(repeats)]
+        runs = [_timed(call)[:2] for _ in range(repeats)]
+        warm = [wall for wall, _ in runs]
         name = "estimate" if estimate else "plain"
         out[name] = {
             "cold_s": cold_s,
             "cold_cpu_s": cold_cpu,
             "warm_s": min(warm),
+            "warm_cpu_s": min(cpu for _, cpu in runs),
             "warm_median_s": statistics.median(warm),
             "peak_rss_mib": _peak_rss_mib(),
             "estimated": int(frame["estimated_prompt_tokens"].notna().sum()),
@@ -394,7 +396,8 @@ def phase_cost(corpus: Path, workspace: Path, repeats: int) -> dict[str, Any]:
         return sk.cost(grid, model=MODELS[0][0], provider=MODELS[0][1], date=PRICE_DATE)
 
     cold_s, cold_cpu, priced = _timed(call)
-    warm = [_timed(call)[0] for _ in range(repeats)]
+    runs = [_timed(call)[:2] for _ in range(repeats)]
+    warm = [wall for wall, _ in runs]
     per_setting = priced.groupby(["max_messages", "max_tokens"])["cost_usd"].sum()
     return {
         "messages": int(sum(len(s) for s in sessions)),
@@ -403,6 +406,7 @@ def phase_cost(corpus: Path, workspace: Path, repeats: int) -> dict[str, Any]:
         "cold_s": cold_s,
         "cold_cpu_s": cold_cpu,
         "warm_s": min(warm),
+        "warm_cpu_s": min(cpu for _, cpu in runs),
         "warm_median_s": statistics.median(warm),
         "cost_per_setting_usd": {f"{m}/{t}": float(v) for (m, t), v in per_setting.items()},
         "peak_rss_mib": _peak_rss_mib(),
@@ -497,16 +501,16 @@ def _report(result: dict[str, Any]) -> str:
         f"{u['summary']['unattributed']:,} unattributed; against the truth: {acc['right']:,} "
         f"right, {acc['wrong']:,} wrong, {acc['unattributed']:,} left untied",
         "",
-        "                              |    cold (cpu)        |   warm  | target",
+        "                              |    cold (cpu)        |   warm (cpu)     | target",
         f"sk.usage                      | {plain['cold_s']:>7.1f} s ({plain['cold_cpu_s']:>5.0f} s) "
-        f"| {plain['warm_s']:>5.2f} s | < {TARGET_WARM_S:.0f} s "
+        f"| {plain['warm_s']:>5.2f} s ({plain['warm_cpu_s']:.2f} s) | < {TARGET_WARM_S:.0f} s "
         + ("ok" if plain["warm_s"] < TARGET_WARM_S else "MISSED"),
         f"sk.usage, requests rebuilt    | {rebuilt['cold_s']:>7.1f} s ({rebuilt['cold_cpu_s']:>5.0f} s) "
-        f"| {rebuilt['warm_s']:>5.2f} s | < {TARGET_WARM_S:.0f} s "
+        f"| {rebuilt['warm_s']:>5.2f} s ({rebuilt['warm_cpu_s']:.2f} s) | < {TARGET_WARM_S:.0f} s "
         + ("ok" if rebuilt["warm_s"] < TARGET_WARM_S else "MISSED"),
         f"sk.cost, 3x3 grid ({c['requests_rows']:,} requests of {c['messages']:,} messages) "
-        f"| {c['cold_s']:>5.2f} s | {c['warm_s']:>5.2f} s | < {TARGET_WARM_S:.0f} s "
-        + ("ok" if c["warm_s"] < TARGET_WARM_S else "MISSED"),
+        f"| {c['cold_s']:>5.2f} s | {c['warm_s']:>5.2f} s ({c['warm_cpu_s']:.2f} s) | "
+        f"< {TARGET_WARM_S:.0f} s " + ("ok" if c["warm_s"] < TARGET_WARM_S else "MISSED"),
         "",
         f"new process on the disk caches: sk.usage {r['first_s']:.1f} s (sessions parsed, "
         f"turns derived), then {r['warm_s']:.2f} s",
@@ -515,14 +519,15 @@ def _report(result: dict[str, Any]) -> str:
         f"for a new store, {n['usage_payload_warm_s'] * 1e3:.1f} ms from its cache; "
         f"recent_calls(1000) {n['recent_calls_1000_s'] * 1e3:.1f} ms; its daily totals "
         + ("equal the ledger's" if same_days else "DIFFER from the ledger's")
-        + f" ({len(n['daily'])} days); sk.usage warm / usage_payload cold: "
-        f"{plain['warm_s'] / n['usage_payload_cold_s']:.1f}x",
+        + f" ({len(n['daily'])} days); usage_payload cold takes "
+        f"{n['usage_payload_cold_s'] / plain['warm_s']:.1f}x sk.usage warm",
         f"genai-prices calc_price per call: {genai['seconds_per_call'] * 1e3:.2f} ms "
         f"({genai['calls']:,} sampled, costs {'equal' if genai['equal'] else 'DIFFER'}), "
         f"~{genai_all:.0f} s for every call: {genai_all / plain['warm_s']:,.0f}x sk.usage warm",
-        f"peak RSS: usage {u['estimate']['peak_rss_mib']:,.0f} MiB (without requests "
-        f"{plain['peak_rss_mib']:,.0f} MiB), reopen {r['peak_rss_mib']:,.0f} MiB, cost "
-        f"{c['peak_rss_mib']:,.0f} MiB",
+        f"peak RSS: usage {plain['peak_rss_mib']:,.0f} MiB after the calls without requests, "
+        f"{rebuilt['peak_rss_mib']:,.0f} MiB after those rebuilding them; reopen "
+        f"{r['peak_rss_mib']:,.0f} MiB; cost {c['peak_rss_mib']:,.0f} MiB (the grid's requests "
+        "built in it)",
         "",
         "where the warm sk.usage call spends its time (cProfile, cumulative):",
     ]
