@@ -574,22 +574,22 @@ def sessions_frame(entries: Sequence[Entry], *, tokens: Method | None = "tiktoke
 def _checkpoints(paths: list[Path | None]) -> list[dict[str, Any] | None]:
     """Each path's :func:`runtime_checkpoint`, read only for a file whose folder holds its
     sidecar's name (one listing per folder, not a ``stat`` per file)."""
-    listed: dict[Path, set[str] | None] = {}
+    listed: dict[str, set[str] | None] = {}
     found: list[dict[str, Any] | None] = []
     for path in paths:
         if path is None:
             found.append(None)
             continue
-        folder = path.parent
+        folder = os.path.dirname(path) or "."
         if folder not in listed:
             listed[folder] = _sidecar_names(folder)
         names = listed[folder]
-        has = names is None or path.stem + CHECKPOINT_SUFFIX in names
+        has = names is None or (bool(names) and path.stem + CHECKPOINT_SUFFIX in names)
         found.append(runtime_checkpoint(path) if has else None)
     return found
 
 
-def _sidecar_names(folder: Path) -> set[str] | None:
+def _sidecar_names(folder: str) -> set[str] | None:
     """The names of sidecar checkpoints in ``folder`` (None: it cannot be listed)."""
     try:
         with os.scandir(folder) as listing:
