@@ -332,7 +332,7 @@ def _estimates(
         found.append(
             pd.DataFrame(
                 {
-                    "session_key": whole["session_key"].astype(str).to_numpy(dtype=object),
+                    "session_key": _texts(whole["session_key"]),
                     "turn": whole["turn"].to_numpy(dtype=np.int64),
                     "step": whole["step"].to_numpy(dtype=np.int64),
                     "total_tokens": whole["total_tokens"].to_numpy(dtype=np.int64),
@@ -345,22 +345,39 @@ def _estimates(
     return pd.concat(found, ignore_index=True).drop_duplicates(keys, keep="last")
 
 
+def _texts(column: pd.Series) -> np.ndarray:
+    """A categorical or string column's values as an object array of str."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        names = np.array([str(c) for c in column.cat.categories], dtype=object)
+        return names[column.cat.codes.to_numpy()]
+    return column.astype(str).to_numpy(dtype=object)
+
+
 def _estimated(attributed: pd.DataFrame, agent: np.ndarray, found: pd.DataFrame) -> Any:
     """Per attributed call (columns session_key, turn, step): the rebuilt request's count
-    for ``agent`` calls tied to a step, else <NA>."""
+    for ``agent`` calls tied to a step, else <NA> (keys matched as one integer each)."""
     out = np.full(len(attributed), -1, dtype=np.int64)
     wanted = agent & attributed.notna().all(axis=1).to_numpy()
     if wanted.any() and len(found):
-        known = pd.MultiIndex.from_frame(found[["session_key", "turn", "step"]])
         chosen = attributed[wanted]
-        asked = pd.MultiIndex.from_arrays(
-            [
-                chosen["session_key"].to_numpy(dtype=object),
-                chosen["turn"].to_numpy(dtype=np.int64),
-                chosen["step"].to_numpy(dtype=np.int64),
-            ]
+        codes, _ = pd.factorize(
+            np.concatenate(
+                [found["session_key"].to_numpy(dtype=object), _texts(chosen["session_key"])]
+            )
         )
-        at = known.get_indexer(asked)
+        turns = np.concatenate(
+            [found["turn"].to_numpy(dtype=np.int64), chosen["turn"].to_numpy(dtype=np.int64)]
+        )
+        steps = np.concatenate(
+            [found["step"].to_numpy(dtype=np.int64), chosen["step"].to_numpy(dtype=np.int64)]
+        )
+        n = len(found)
+        if turns.max() < 2**24 and steps.max() < 2**16:
+            joined = (codes.astype(np.int64) << 40) | (turns << 16) | steps
+            at = pd.Index(joined[:n]).get_indexer(joined[n:])
+        else:
+            known = pd.MultiIndex.from_arrays([codes[:n], turns[:n], steps[:n]])
+            at = known.get_indexer(pd.MultiIndex.from_arrays([codes[n:], turns[n:], steps[n:]]))
         totals = found["total_tokens"].to_numpy(dtype=np.int64)
         out[np.flatnonzero(wanted)] = np.where(at >= 0, totals[np.maximum(at, 0)], -1)
     return pd.arrays.IntegerArray(out, out < 0)
