@@ -1,6 +1,6 @@
 """What :func:`sessionkit.requests` adds to each session's calls, per session and kit: the
 archived-summary part of each call's system prompt, and the release's per-call clean-up as
-per-message arrays (:mod:`sessionkit.nanobot.call_forms`), counted once per session.
+per-message arrays (the release's ``call_forms``), counted once per session.
 
 Kept as long as the session's calls (:mod:`sessionkit.calls.turns`) are: keyed by that
 object, so a session whose messages change gets both rebuilt.
@@ -18,7 +18,6 @@ import numpy as np
 
 from sessionkit.calls.assembly import count_text, workspace_of
 from sessionkit.calls.turns import SessionCalls
-from sessionkit.nanobot.call_forms import call_forms
 from sessionkit.nanobot.kit import Kit
 from sessionkit.nanobot.release import ReplayPolicy
 from sessionkit.nanobot.session import Session
@@ -134,7 +133,7 @@ def _build(
     n = len(messages)
     cache = token_cache_of([session])
     entry = policy.entry_function(DEFAULT_SETTINGS)
-    forms = None if kit is None else call_forms(kit, messages, entry, session.key)
+    forms = None if kit is None else policy.call_forms(kit, messages, entry, session.key)
     changed = forms.changed if forms is not None else {}
     raw_steps = replay.stored_tokens(session, policy.name)  # a step's payload is the stored one's
     entry_tokens = {}

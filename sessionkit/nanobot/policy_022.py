@@ -8,11 +8,12 @@ media, CLI-app and MCP-preset attachments are spelled out; the no-tiktoken estim
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sessionkit.nanobot import request_022, tokens
+from sessionkit.nanobot import call_forms_022, request_022, tokens
+from sessionkit.nanobot.call_forms import CallForms
 from sessionkit.nanobot.history import (
     Message,
     replayed_entry,
@@ -105,6 +106,17 @@ class Policy(CappedPolicy):
     ) -> int:
         """0.2.2's whole-request estimate."""
         return request_022.estimate_request(messages, tools, count)
+
+    def call_forms(
+        self,
+        kit: Kit,
+        messages: Sequence[Message],
+        entry: Callable[[Message], Message | None],
+        session_key: str,
+    ) -> CallForms:
+        """What 0.2.2's per-call clean-up (bounded, backfilled, compacted results) makes of
+        each stored message."""
+        return call_forms_022.call_forms(kit, messages, entry, session_key)
 
     def estimate_message_tokens(self, message: Message) -> int:
         """0.2.2's estimate: cl100k_base tokens + 4, characters // 4 + 4 on special tokens."""

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from sessionkit.nanobot import tokens
+from sessionkit.nanobot.call_forms import CallForms
 from sessionkit.nanobot.history import (
     FORK_VOLATILE_METADATA_KEYS,
     Message,
@@ -213,6 +214,18 @@ class ReplayPolicy:
     ) -> int:
         """The release's own estimate of a whole request (``count``: cl100k tokens)."""
         raise NotImplementedError(f"{self.label} has no request rules")
+
+    def call_forms(
+        self,
+        kit: Kit,
+        messages: Sequence[Message],
+        entry: Callable[[Message], Message | None],
+        session_key: str,
+    ) -> CallForms | None:
+        """What this release's per-call clean-up makes of each stored message (``entry``: its
+        history rewrite of one), for frames that add requests up; None where the clean-up is
+        not modelled (messages then count as replayed)."""
+        return None
 
     def governed_turn(
         self,
