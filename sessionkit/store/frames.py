@@ -523,9 +523,13 @@ def _split_key(key: str) -> tuple[str, str | None]:
     return channel, chat_id if sep else None
 
 
-def _time_of(meta: dict[str, Any], field: str) -> datetime | None:
-    value = meta[field]
-    return None if value is None else _framed(datetime.fromisoformat(value))
+def _times_of(metas: list[dict[str, Any]], field: str) -> list[datetime | None]:
+    """Each entry's time ``field`` as a frame shows it (each distinct value parsed once)."""
+    values = [m[field] for m in metas]
+    parsed = {
+        v: None if v is None else _framed(datetime.fromisoformat(v)) for v in dict.fromkeys(values)
+    }
+    return list(map(parsed.__getitem__, values))
 
 
 def sessions_frame(entries: Sequence[Entry], *, tokens: Method | None = "tiktoken") -> pd.DataFrame:
@@ -549,8 +553,8 @@ def sessions_frame(entries: Sequence[Entry], *, tokens: Method | None = "tiktoke
             "chat_id": [c for _, c in split],
             "path": [str(s.path) if s.path else None for s in sessions],
             "format": [m["format"] for m in metas],
-            "created_at": [_time_of(m, "created_at") for m in metas],
-            "updated_at": [_time_of(m, "updated_at") for m in metas],
+            "created_at": _times_of(metas, "created_at"),
+            "updated_at": _times_of(metas, "updated_at"),
             "title": [m["title"] for m in metas],
             "preview": [m["preview"] for m in metas],
             "n_messages": [m["n_messages"] for m in metas],
@@ -580,7 +584,8 @@ def _checkpoints(paths: list[Path | None]) -> list[dict[str, Any] | None]:
         if path is None:
             found.append(None)
             continue
-        folder = os.path.dirname(path) or "."
+        named = os.fspath(path)
+        folder = named[: named.rfind(os.sep) + 1] or "."
         if folder not in listed:
             listed[folder] = _sidecar_names(folder)
         names = listed[folder]
