@@ -176,7 +176,8 @@ WINDOWS: tuple[Column, ...] = (
         "boolean",
         "0.3.5 with a context_window: the window's estimate reaches the governor's budget "
         "(context_window - max_output - 1024), so a real 0.3.5 would have summarised here "
-        "(approximate: 0.3.5 measures the whole request); <NA> otherwise",
+        "(a lower bound from the history alone: 0.3.5 measures the whole request, which "
+        "sessionkit.requests' needs_summary does exactly); <NA> otherwise",
     ),
 )
 

@@ -89,6 +89,7 @@ def test_composition_bars_are_the_parts_of_each_call(one) -> None:
     assert [t.get_text() for t in ax.get_legend().get_texts()] == [
         "tool definitions",
         "system prompt",
+        "archived summary",
         "history",
         "current message",
         "earlier tool steps",

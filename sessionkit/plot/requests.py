@@ -30,6 +30,7 @@ __all__ = ["PART_COLORS", "SETTING_COLUMNS", "cache_ratio", "request_composition
 PART_COLORS: dict[str, str] = {
     "tools_tokens": "#8c8c8c",
     "system_tokens": "#4c72b0",
+    "summary_tokens": "#8172b3",
     "history_tokens": "#dd8452",
     "current_tokens": "#55a868",
     "steps_tokens": "#c44e52",
@@ -39,6 +40,7 @@ PART_COLORS: dict[str, str] = {
 _PART_LABELS = {
     "tools_tokens": "tool definitions",
     "system_tokens": "system prompt",
+    "summary_tokens": "archived summary",
     "history_tokens": "history",
     "current_tokens": "current message",
     "steps_tokens": "earlier tool steps",
