@@ -112,19 +112,22 @@ def _session_files_in(folder: Path, folders: dict[Path, Path]) -> list[Path]:
     file), in name order, as :func:`_identity` names it.  One listing gives each entry's
     kind, so a regular file costs no ``stat`` and the folder is resolved once."""
     with os.scandir(folder) as listing:
-        found = sorted(
-            (
-                (e.name, e.is_file(follow_symlinks=False))
-                for e in listing
-                if named_like_session(e.name)
-            ),
-        )
+        found = sorted((e.name, _regular(e)) for e in listing if named_like_session(e.name))
     if not found:
         return []
     resolved = _resolved(folder, folders)
     return [
         resolved / name if regular else _identity(folder / name, folders) for name, regular in found
     ]
+
+
+def _regular(entry: os.DirEntry[str]) -> bool:
+    """Whether a folder entry is a regular file (not following links), from the listing's
+    kind where it has one; False when that cannot be told (:func:`_identity` looks again)."""
+    try:
+        return entry.is_file(follow_symlinks=False)
+    except OSError:
+        return False
 
 
 def _expand(
