@@ -428,12 +428,39 @@ def _nullable(values: np.ndarray) -> pd.arrays.IntegerArray:
     return pd.arrays.IntegerArray(values, values < 0)
 
 
-def _frame_strings(entries: Sequence[Entry], table: pa.Table, name: str) -> Any:
-    """A string column: Arrow's buffers as they are, unless an entry holds a string Arrow
-    cannot (then Python strings, with those put back)."""
+SMALL_ENTRY_ROWS = 64
+"""Runs of entries of fewer rows (tiny sessions) are joined into one chunk in a string
+column: work on a column costs per chunk, so a store of many tiny files would otherwise
+make every string operation on its messages frame slow; larger entries' chunks stay as
+they are, uncopied."""
+
+
+def _gathered(column: pa.ChunkedArray, lengths: np.ndarray) -> pa.ChunkedArray:
+    """``column`` (the entries' rows in turn, ``lengths`` each) with each run of entries
+    under :data:`SMALL_ENTRY_ROWS` rows joined into one chunk (only their rows are copied):
+    work per run, not per entry."""
+    small = lengths < SMALL_ENTRY_ROWS
+    runs = np.concatenate(([0], np.flatnonzero(np.diff(small)) + 1))  # each run's first entry
+    offsets = np.concatenate(([0], np.cumsum(lengths)))
+    bounds = offsets[np.append(runs, len(lengths))].tolist()
+    chunks: list[pa.Array] = []
+    for i, first in enumerate(runs.tolist()):
+        rows = column.slice(bounds[i], bounds[i + 1] - bounds[i])
+        if small[first] and len(rows):
+            chunks.append(rows.combine_chunks())
+        else:
+            chunks.extend(rows.chunks)
+    return pa.chunked_array(chunks, type=column.type)
+
+
+def _frame_strings(
+    entries: Sequence[Entry], table: pa.Table, lengths: np.ndarray, name: str
+) -> Any:
+    """A string column: Arrow's buffers (tiny entries' joined, see :func:`_gathered`),
+    unless an entry holds a string Arrow cannot (then Python strings, with those put back)."""
     column = table.column(name)
     if not any(e.meta["escapes"][name] for e in entries):
-        return pd.arrays.ArrowStringArray(column)
+        return pd.arrays.ArrowStringArray(_gathered(column, lengths))
     values = column.to_numpy(zero_copy_only=False).astype(object)
     start = 0
     for entry in entries:
@@ -500,14 +527,14 @@ def messages_frame(entries: Sequence[Entry], *, tokens: Method | None = "tiktoke
             "idx": idx,
             "line_no": _nullable(_numbers(table, "line_no")),
             "role": role_codes,
-            "text": _frame_strings(entries, table, "text"),
+            "text": _frame_strings(entries, table, lengths, "text"),
             "timestamp": _numbers(table, "timestamp").view("datetime64[ns]"),
             "tokens": _nullable(counts),
             "is_command": _numbers(table, "is_command").astype(bool),
             "is_channel_delivery": _numbers(table, "is_channel_delivery").astype(bool),
             "n_tool_calls": _numbers(table, "n_tool_calls"),
-            "tool_call_id": _frame_strings(entries, table, "tool_call_id"),
-            "name": _frame_strings(entries, table, "name"),
+            "tool_call_id": _frame_strings(entries, table, lengths, "tool_call_id"),
+            "name": _frame_strings(entries, table, lengths, "name"),
             "has_media": _numbers(table, "has_media").astype(bool),
             "hidden": hidden,
             "runtime_context": _numbers(table, "runtime_context").astype(bool),

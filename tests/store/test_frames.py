@@ -121,3 +121,21 @@ def test_only_a_sidecar_that_is_there_is_read(tmp_path: Path, sidecar_kind: str)
     frame = sessions_frame(build_entries(sessions, problems, tokens="fallback"))
     found = {"step": 2} if sidecar_kind == "file" else None
     assert frame["runtime_checkpoint"].tolist() == [None, None, None, found, None]
+
+
+def test_tiny_entries_share_a_string_chunk_and_large_ones_stay_uncopied(tmp_path: Path) -> None:
+    sizes = [2, 1, 70, 0, 3, 1]
+    sessions = []
+    for n, size in enumerate(sizes):
+        path = tmp_path / f"cli_{n}.jsonl"
+        messages = [{"role": "user", "content": f"{n}.{i}"} for i in range(size)]
+        path.write_text("".join(json.dumps(r) + "\n" for r in [_meta(n), *messages]))
+        session, _ = read_session_file(path)
+        assert session is not None
+        sessions.append(session)
+    entries = build_entries(sessions, tokens="fallback")
+    text = messages_frame(entries)["text"].array._pa_array
+    assert text.to_pylist() == [f"{n}.{i}" for n, size in enumerate(sizes) for i in range(size)]
+    assert [len(chunk) for chunk in text.chunks] == [3, 70, 4]
+    large = entries[2].table.column("text").chunks[0]
+    assert text.chunks[1].buffers()[2].address == large.buffers()[2].address
