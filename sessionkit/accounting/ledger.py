@@ -99,11 +99,11 @@ def _groups(
         sessions = list(load(path, tokens=None, config_dir=config_dir, cache=cache))
         return config_folder(config_dir), [(chosen or path, sessions)]
     data = config_folder(path)
-    found = [(recorded_workspace(ns), _loaded(ns, cache)) for ns in namespaces(data)]
+    found = [(chosen or recorded_workspace(ns), _loaded(ns, cache)) for ns in namespaces(data)]
     if not found:
         configured = config_defaults(data)[1]
         if (configured / "sessions").is_dir():
-            found = [(configured, _loaded(configured / "sessions", cache))]
+            found = [(chosen or configured, _loaded(configured / "sessions", cache))]
     return data, found
 
 
@@ -410,7 +410,9 @@ def usage(
     config_dir
         The data dir of a workspace or Corpus source (default ``~/.nanobot``).
     workspace
-        The workspace of a Corpus source (for ``estimated_prompt_tokens``).
+        The workspace whose prompt files rebuild each request (``estimated_prompt_tokens``):
+        a Corpus source's; for a data dir, in place of the one each session folder records
+        (a relative ``.workspace`` marker is read against the current folder, as nanobot does).
     tz
         The zone nanobot ran in (an IANA name or tzinfo): session timestamps are naive local
         time of that process, the log UTC.  Default: this machine's local zone.

@@ -108,3 +108,18 @@ def test_a_workspace_source_reads_the_usage_records_of_its_config_dir(tmp_path: 
     assert frame[["call_id", "session_key", "turn", "step"]].values.tolist() == [
         [1, "telegram:a", 0, 0]
     ]
+
+
+def test_a_workspace_given_for_a_data_dir_replaces_the_recorded_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bundled data dir records its workspace as a relative marker (read against the
+    current folder, as nanobot does); ``workspace=`` names the right one from anywhere."""
+    from sessionkit.accounting import ledger as ledger_module
+
+    sample = Path(__file__).resolve().parents[2] / "data" / "nanobot-0.3.5"
+    monkeypatch.chdir(tmp_path)
+    _, recorded = ledger_module._groups(sample, None, None, False)
+    assert [(where, len(sessions)) for where, sessions in recorded] == [(tmp_path / "workspace", 3)]
+    _, given = ledger_module._groups(sample, None, sample / "workspace", False)
+    assert [(where, len(sessions)) for where, sessions in given] == [(sample / "workspace", 3)]
