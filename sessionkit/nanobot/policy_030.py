@@ -10,11 +10,12 @@ such a marker, and MCP-preset breadcrumbs are gone; the token fallback counts UT
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sessionkit.nanobot import request_030, tokens
+from sessionkit.nanobot import call_forms_03x, request_030, tokens
+from sessionkit.nanobot.call_forms import CallForms
 from sessionkit.nanobot.history import (
     RUNTIME_CONTEXT_KEY,
     Trim,
@@ -148,6 +149,30 @@ class Policy030(CappedPolicy):
             kit.raw, session_key=session_key, count=tokens.count_cl100k
         )
         return request_030.loop_messages(system, history, current, steps, settings)
+
+    def call_forms(
+        self,
+        kit: Kit,
+        messages: Sequence[Message],
+        entry: Callable[[Message], Message | None],
+        session_key: str,
+    ) -> CallForms:
+        """What 0.3.0's governor makes of each stored message under its budget (over it, the
+        frame rebuilds the call)."""
+        settings = request_030.LoopSettings.from_kit(
+            kit.raw, session_key=session_key, count=tokens.count_cl100k
+        )
+        unbudgeted = request_030.LoopSettings.from_kit(
+            kit.raw, session_key=session_key, count=tokens.count_cl100k, context_window_tokens=0
+        )
+        return call_forms_03x.call_forms(
+            messages,
+            entry,
+            request_030._in_memory,
+            lambda listed: request_030._governed(unbudgeted, listed, 0, set()),
+            budget=settings.budget or None,
+            merges_users=False,
+        )
 
     def wire_messages(self, kit: Kit, loop: list[Message]) -> list[Message]:
         """0.3.0's OpenAI-compatible provider clean-up."""

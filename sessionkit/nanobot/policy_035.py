@@ -19,7 +19,8 @@ from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import Any
 
-from sessionkit.nanobot import governor_035, request_035, tokens
+from sessionkit.nanobot import call_forms_03x, governor_035, request_035, tokens
+from sessionkit.nanobot.call_forms import CallForms
 from sessionkit.nanobot.history import (
     CONTINUATION_TEXT,
     FORK_VOLATILE_METADATA_KEYS,
@@ -142,6 +143,24 @@ class Policy035(ReplayPolicy):
         """0.3.5's runner clean-up for one call."""
         return request_035.loop_messages(
             system, history, current, steps, kit=kit.raw, session_key=session_key
+        )
+
+    def call_forms(
+        self,
+        kit: Kit,
+        messages: Sequence[Message],
+        entry: Callable[[Message], Message | None],
+        session_key: str,
+    ) -> CallForms:
+        """What 0.3.5's loop clean-up makes of each stored message."""
+        rules = kit.raw["loop"]
+        return call_forms_03x.call_forms(
+            messages,
+            entry,
+            lambda m: request_035._as_held(m) if request_035._in_loop(m) else None,
+            lambda listed: request_035._cleaned(listed, rules, session_key),
+            budget=None,
+            merges_users=True,
         )
 
     def wire_messages(self, kit: Kit, loop: list[Message]) -> list[Message]:
