@@ -1,0 +1,75 @@
+"""sk.requests under nanobot 0.3.0 and 0.3.5: each call's history and steps are what
+sk.request's call sends after the release's per-call clean-up (empty results marked, orphan
+results dropped, unanswered calls backfilled, long results offloaded), counted message by
+message as windows count."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+import sessionkit as sk
+from sessionkit.calls.assembly import kit_of, turn_calls
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nanobot"))
+from releases import release  # noqa: E402
+
+KEYS = ("telegram:777", "cli:direct", "discord:987")
+ESTIMATE = sk.get_policy("nanobot-0.2")
+
+
+def _tokens(messages: list[dict[str, Any]]) -> int:
+    return sum(ESTIMATE.estimate_message_tokens(m) for m in messages)
+
+
+def _split(request: sk.Request) -> tuple[list[Any], list[Any]]:
+    """(history, steps) of a request as its loop sent them (the current message is the last
+    user message; steps hold none)."""
+    loop = request.loop_messages
+    at = max(i for i, m in enumerate(loop) if m["role"] == "user")
+    return loop[1:at], loop[at + 1 :]
+
+
+@pytest.fixture(scope="module")
+def corpus(data_dir: Path) -> sk.Corpus:
+    return sk.load(data_dir / "sessions")
+
+
+@pytest.mark.parametrize("version", ["0.3.0", "0.3.5"])
+def test_each_history_and_steps_are_the_requests(corpus: sk.Corpus, version: str) -> None:
+    """For a sample of calls of three sessions: history and steps tokens and the history's
+    messages equal sk.request's after the release's clean-up, which changes many of them
+    from the stored messages (telegram:777 turn 19: an empty grep result marked)."""
+    release(version)
+    name = f"nanobot-{version}"
+    policy = sk.get_policy(name)
+    checked = cleaned = 0
+    for key in KEYS:
+        session = corpus[key]
+        kit, _ = kit_of(policy, session, None, None, None, None)
+        rows = sk.requests(session, policy=name)
+        every = len(rows) // 8 + 1
+        sample = pd.concat([rows.iloc[::every], rows[rows["step"] >= 1].iloc[:: every // 2]])
+        for row in sample.itertuples():
+            try:
+                request = sk.request(session, row.turn, step=row.step, policy=name)
+            except ValueError:  # a turn whose input was not stored: no request to compare
+                assert row.inferred
+                continue
+            history, steps = _split(request)
+            assert row.history_tokens == _tokens(history)
+            assert row.history_messages == len(history)
+            assert row.steps_tokens == _tokens(steps)
+            calls = turn_calls(session, row.turn, kit, policy=policy)
+            stored = _tokens(calls.history) + _tokens(calls.steps[row.step])
+            cleaned += row.history_tokens + row.steps_tokens != stored
+            checked += 1
+    assert checked > 25
+    assert cleaned > checked // 4
+    rows = sk.requests(corpus["telegram:777"], policy=name).set_index(["turn", "step"])
+    history, _ = _split(sk.request(corpus["telegram:777"], 19, step=1, policy=name))
+    assert rows.loc[(19, 1), "history_tokens"] == _tokens(history) == 2_036
