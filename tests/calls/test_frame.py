@@ -114,7 +114,8 @@ def test_each_part_is_the_requests_part(corpus: sk.Corpus, frame: pd.DataFrame) 
 def test_a_long_session_counts_what_0_2_2_sends(corpus: sk.Corpus) -> None:
     """cli:direct turn 138: the replayed history holds 14,896 tokens, but 0.2.2 compacts the
     older long tool results before each call: the frame counts the 8,680 it sends, and its
-    total is the release's own estimate of that request (18,268) within the joins."""
+    total is the release's own estimate of that request within the joins (the total itself
+    depends on the checkout's path, which the system prompt names: 18,268 in /work/main)."""
     session = corpus["cli:direct"]
     rows = sk.requests(session)
     row = rows[(rows["turn"] == 138) & (rows["step"] == 2)].iloc[0]
@@ -124,7 +125,6 @@ def test_a_long_session_counts_what_0_2_2_sends(corpus: sk.Corpus) -> None:
     assert windows.loc[138, "tokens_kept"] == 14_896
     assert row.history_tokens == _tokens(history) == 8_680
     assert row.steps_tokens == _tokens(steps) == 538
-    assert request.tokens == 18_268
     assert row.total_tokens - request.tokens == 6
 
 
