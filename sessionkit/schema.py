@@ -24,6 +24,7 @@ __all__ = [
     "REQUESTS",
     "REQUEST_COSTS",
     "REQUEST_PARTS",
+    "REQUEST_SETTINGS",
     "SESSIONS",
     "STATES",
     "STATUSES",
@@ -277,6 +278,18 @@ REQUESTS: tuple[Column, ...] = (
         "finds it); <NA> for a release without a governor or without a context_window",
     ),
 )
+
+REQUEST_SETTINGS: tuple[str, ...] = (
+    "max_messages",
+    "max_tokens",
+    "include_timestamps",
+    "include_runtime_context",
+    "extend_to_user",
+    "last_consolidated",
+    "context_window",
+    "max_output",
+)
+"""The columns of a requests frame that name its history setting, in order."""
 
 
 @dataclass(frozen=True)

@@ -133,3 +133,9 @@ def test_string_columns_are_arrow_backed_unless_a_value_is_no_valid_unicode() ->
     odd = schema.string_array(["a", "b\udc80", None])
     assert odd.dtype == pd.StringDtype("python")
     assert odd.tolist() == ["a", "b\udc80", pd.NA]
+
+
+def test_the_request_settings_are_request_columns_in_their_order() -> None:
+    names = [c.name for c in schema.REQUESTS]
+    assert [n for n in names if n in schema.REQUEST_SETTINGS] == list(schema.REQUEST_SETTINGS)
+    assert len(schema.REQUEST_SETTINGS) == 8

@@ -38,22 +38,11 @@ from sessionkit.nanobot.settings import (
     Offset,
     SettingsOverrides,
 )
-from sessionkit.schema import REQUESTS, frame
+from sessionkit.schema import REQUEST_SETTINGS, REQUESTS, frame
 from sessionkit.simulate.windowing import windows
 from sessionkit.store.corpus import Corpus
 
 __all__ = ["requests"]
-
-_SETTING_COLUMNS = [
-    "max_messages",
-    "max_tokens",
-    "include_timestamps",
-    "include_runtime_context",
-    "extend_to_user",
-    "last_consolidated",
-    "context_window",
-    "max_output",
-]
 
 
 def requests(
@@ -303,7 +292,7 @@ def _rows(
     g = np.where(has_turn, stack.base[pair] + turn, stack.base[-1])
     group = (
         w.groupby(
-            ["session_key", "policy", *_SETTING_COLUMNS], observed=True, sort=False, dropna=False
+            ["session_key", "policy", *REQUEST_SETTINGS], observed=True, sort=False, dropna=False
         )
         .ngroup()
         .to_numpy(np.int64)
@@ -332,7 +321,7 @@ def _governor(out: pd.DataFrame, by_key: Mapping[str, Session], kits: StoreKits)
     if not governed:
         return verdict
     chosen = out["policy"].isin(governed) & out["context_window"].notna()
-    columns = ["session_key", "policy", *_SETTING_COLUMNS]
+    columns = ["session_key", "policy", *REQUEST_SETTINGS]
     for values, rows in out[chosen].groupby(columns, observed=True, sort=False).groups.items():
         setting = dict(zip(columns, values, strict=True))
         release, session = get_policy(setting["policy"]), by_key[setting["session_key"]]
@@ -529,7 +518,7 @@ def _calls(
             np.zeros(len(call), dtype=bool), np.ones(len(call), dtype=bool)
         ),
     }
-    for name in _SETTING_COLUMNS:
+    for name in REQUEST_SETTINGS:
         values = w[name]
         if isinstance(values.dtype, pd.CategoricalDtype):
             columns[name] = _present(values.array, source)

@@ -22,7 +22,7 @@ from matplotlib.ticker import FuncFormatter, PercentFormatter
 from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.release import DEFAULT_MAX_OUTPUT, SAFETY_BUFFER
 from sessionkit.plot.style import compact, count_axis, legend_beside, new_figure, plotting
-from sessionkit.schema import REQUESTS
+from sessionkit.schema import REQUEST_SETTINGS, REQUESTS
 from sessionkit.store.text import plot_label
 
 __all__ = ["PART_COLORS", "SETTING_COLUMNS", "cache_ratio", "request_composition"]
@@ -45,16 +45,7 @@ _PART_LABELS = {
     "current_tokens": "current message",
     "steps_tokens": "earlier tool steps",
 }
-SETTING_COLUMNS = (
-    "max_messages",
-    "max_tokens",
-    "include_timestamps",
-    "include_runtime_context",
-    "extend_to_user",
-    "last_consolidated",
-    "context_window",
-    "max_output",
-)
+SETTING_COLUMNS = REQUEST_SETTINGS
 """The columns of a requests frame that name its setting (what ``cache_ratio`` lines vary)."""
 _NONE_AT_ZERO = ("max_messages", "max_tokens")
 """Settings whose 0 means no limit."""

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from sessionkit.accounting.pricing import cost
+from sessionkit.schema import REQUEST_SETTINGS
 from sessionkit.testing.snapshots import (
     FLOAT_DIGITS,
     UPDATE_ENV,
@@ -41,17 +42,7 @@ CHECKED = ("total_tokens", "cost_usd")
 """The pinned numbers held to the tolerance (how large, how dear); the parts explain them."""
 
 _FORMAT = "sessionkit requests snapshot 1"
-_SETTINGS = (
-    "policy",
-    "max_messages",
-    "max_tokens",
-    "include_timestamps",
-    "include_runtime_context",
-    "extend_to_user",
-    "last_consolidated",
-    "context_window",
-    "max_output",
-)
+_SETTINGS = ("policy", *REQUEST_SETTINGS)
 _LISTED = 12
 
 
