@@ -60,6 +60,8 @@ __all__ = [
 ]
 
 Method = Literal["tiktoken", "fallback"]
+Progress = Callable[[int], object]
+"""Told how many more messages are counted (a progress bar's ``update``)."""
 T = TypeVar("T")
 _PARALLEL_MIN_MESSAGES = 20_000
 
@@ -473,27 +475,47 @@ def _forked(
     workers: int,
     policy: str,
     cache: TokenCache | None = None,
+    progress: Progress | None = None,
 ) -> list[T]:
     """``task`` over ranges of ``messages`` in forked workers that inherit them (and
-    ``cache``), results in order."""
+    ``cache``), results in order; ``progress`` hears of each range as it arrives."""
     step = max(1, -(-len(messages) // (workers * 16)))
     starts = list(range(0, len(messages), step))
     stops = [min(len(messages), s + step) for s in starts]
     _counter()  # load the ranks once; the workers inherit them
+    results = []
     with forked_pool(workers, messages=messages, cache=cache) as pool:
-        return list(pool.map(task, starts, stops, repeat(policy)))
+        for start, stop, result in zip(
+            starts, stops, pool.map(task, starts, stops, repeat(policy)), strict=True
+        ):
+            results.append(result)
+            if progress is not None:
+                progress(stop - start)
+    return results
 
 
-def _uncached_counts(messages: Sequence[dict[str, Any]], workers: int, policy: str) -> list[int]:
+def _uncached_counts(
+    messages: Sequence[dict[str, Any]],
+    workers: int,
+    policy: str,
+    progress: Progress | None = None,
+) -> list[int]:
     """Exact counts, in forked workers when the batch is large enough to repay them."""
     if _parallel(len(messages), workers):
-        parts = _forked(_count_shared_range, messages, workers, policy)
+        parts = _forked(_count_shared_range, messages, workers, policy, progress=progress)
         return [n for part in parts for n in part]
-    return _payload_counts(messages, policy)
+    counts = _payload_counts(messages, policy)
+    if progress is not None:
+        progress(len(messages))
+    return counts
 
 
 def _cached_counts(
-    messages: Sequence[dict[str, Any]], cache: TokenCache, workers: int, policy: str
+    messages: Sequence[dict[str, Any]],
+    cache: TokenCache,
+    workers: int,
+    policy: str,
+    progress: Progress | None = None,
 ) -> list[int]:
     """Counts looked up by key; each missing distinct key tokenized once and recorded.
 
@@ -503,19 +525,21 @@ def _cached_counts(
     """
     if _parallel(len(messages), workers):
         cache.get_many([])  # map the files on disk once; the workers inherit them
-        parts = _forked(_keyed_shared_range, messages, workers, policy, cache)
+        parts = _forked(_keyed_shared_range, messages, workers, policy, cache, progress)
         for _, fresh in parts:
             cache.update((k for k, _ in fresh), (n for _, n in fresh))
         cache.flush_soon()
         return [n for counts, _ in parts for n in counts]
     keys = _message_keys(messages, policy)
     counts = cache.get_many(keys)
-    if None not in counts:
-        return counts  # type: ignore[return-value]
     todo = [i for i, n in enumerate(counts) if n is None]
     first: dict[int, int] = {}
     fresh = [i for i in todo if keys[i] is None or first.setdefault(keys[i], i) == i]  # type: ignore[index]
-    fresh_counts = _uncached_counts([messages[i] for i in fresh], workers, policy)
+    if progress is not None:
+        progress(len(messages) - len(fresh))  # found in the cache, or a repeat of a fresh one
+    if not todo:
+        return counts  # type: ignore[return-value]
+    fresh_counts = _uncached_counts([messages[i] for i in fresh], workers, policy, progress)
     for i, n in zip(fresh, fresh_counts, strict=True):
         counts[i] = n
     for i in todo:
@@ -534,6 +558,7 @@ def count_tokens(
     cache: TokenCache | None = DEFAULT_CACHE,
     workers: int | None = None,
     policy: str = DEFAULT_POLICY,
+    progress: Progress | None = None,
 ) -> list[int]:
     """Token counts for many messages at once: batched, parallel and cached.
 
@@ -556,6 +581,9 @@ def count_tokens(
     policy
         The release whose estimate to reproduce (``"nanobot-0.2"``, ``"nanobot-0.3.0"``,
         ``"nanobot-0.3.5"``).
+    progress
+        Called with how many more messages are counted as parts finish (a progress bar's
+        ``update``); the calls add up to ``len(messages)``.
 
     Raises
     ------
@@ -575,10 +603,13 @@ def count_tokens(
         )
     release = get_policy(policy)
     if method == "fallback":
-        return [release.fallback_message_tokens(m) for m in batch]
+        estimates = [release.fallback_message_tokens(m) for m in batch]
+        if progress is not None:
+            progress(len(batch))
+        return estimates
     if method != "tiktoken":
         raise ValueError(f"unknown token method {method!r}; use 'tiktoken' or 'fallback'")
     workers = workers or os.cpu_count() or 1
     if cache is None:
-        return _uncached_counts(batch, workers, policy)
-    return _cached_counts(batch, cache, workers, policy)
+        return _uncached_counts(batch, workers, policy, progress)
+    return _cached_counts(batch, cache, workers, policy, progress)

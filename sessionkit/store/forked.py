@@ -2,12 +2,14 @@
 
 Workers are forked, so they inherit the parent's sessions, messages and token cache through
 :data:`SHARED` instead of receiving pickles.  A process that may not have children (a Dask or
-multiprocessing worker is a daemon) does the work itself.
+multiprocessing worker is a daemon) does the work itself.  Workers ignore Ctrl-C: the parent
+takes the KeyboardInterrupt and ends them (see :func:`forked_pool`).
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import signal
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
@@ -28,12 +30,36 @@ def can_fork() -> bool:
     )
 
 
+def _ignore_interrupts() -> None:
+    """Leave Ctrl-C to the parent: a terminal sends SIGINT to the whole process group, and a
+    worker interrupted mid-task would only report it back (or print a traceback when idle)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _terminate(pool: ProcessPoolExecutor) -> None:
+    """End the pool's workers now, dropping queued tasks (waiting for them would make Ctrl-C,
+    or an error in the caller, wait for the whole batch)."""
+    for process in list((pool._processes or {}).values()):  # no public way before 3.14
+        process.terminate()
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
 @contextmanager
 def forked_pool(workers: int, **shared: Any) -> Iterator[ProcessPoolExecutor]:
-    """A pool of ``workers`` forked processes that inherit ``shared`` as :data:`SHARED`."""
+    """A pool of ``workers`` forked processes that inherit ``shared`` as :data:`SHARED`.
+
+    Leaving the block normally waits for the tasks submitted; leaving it by any exception
+    (a KeyboardInterrupt included, even one raised while waiting) terminates the workers
+    at once and re-raises."""
     SHARED.update(shared)
+    context = multiprocessing.get_context("fork")
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_ignore_interrupts)
+    finished = False
     try:
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            yield pool
+        yield pool
+        pool.shutdown(wait=True)
+        finished = True
     finally:
+        if not finished:
+            _terminate(pool)
         SHARED.clear()

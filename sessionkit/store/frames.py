@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+from tqdm.auto import tqdm
 
 from sessionkit import schema
 from sessionkit.nanobot.history import RUNTIME_CONTEXT_KEY, is_hidden_history
@@ -164,12 +165,23 @@ class Entry:
     """One session's columnar copy: what every frame and window needs without its dicts.
 
     ``table`` has :data:`MESSAGE_TABLE`'s columns, one row per message; ``meta`` the session's
-    own values (see :func:`build_entries`), JSON-ready.
+    own values (see :func:`build_entries`), JSON-ready.  An entry read back from a pack
+    holds ``span`` instead (the pack's table and its first row there) and slices it on first
+    use: frames join runs of such entries with one slice (:func:`_joined`).
     """
 
     session: Session
-    table: pa.Table
+    _table: pa.Table | None
     meta: dict[str, Any]
+    span: tuple[pa.Table, int] | None = None
+
+    @property
+    def table(self) -> pa.Table:
+        """The session's rows."""
+        if self._table is None:
+            whole, start = self.span  # type: ignore[misc]
+            self._table = whole.slice(start, self.meta["n_messages"])
+        return self._table
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -306,12 +318,14 @@ def build_entries(
     *,
     tokens: Method | None = "tiktoken",
     cache: TokenCache | None = None,
+    progress: bool = False,
 ) -> list[Entry]:
     """Each session's :class:`Entry`, its columns built for all sessions at once.
 
     ``problems`` maps a file to what reading it found.  Both token counts are kept: 0.2.2's
     exact one (only with ``tokens="tiktoken"``; else -1, and ``meta["counted"]`` is False) and
-    its no-tiktoken estimate.
+    its no-tiktoken estimate.  ``progress`` shows a bar (messages) over the exact counting,
+    most of a cold load's time.
     """
     read = problems or {}
     lengths = np.fromiter((len(s.messages) for s in sessions), dtype=np.int64, count=len(sessions))
@@ -329,7 +343,20 @@ def build_entries(
     for i in np.flatnonzero(~_is_instance(text, str)):
         text[i] = flatten_content(text[i])
     counted = tokens == "tiktoken"
-    exact = _token_counts(msgs, "tiktoken", cache) if counted else np.full(total, -1, np.int64)
+    with tqdm(
+        total=total,
+        desc="counting tokens",
+        unit="msg",
+        disable=not (progress and counted and total),
+    ) as bar:
+
+        def count(batch: list[dict[str, Any]]) -> list[int]:
+            bar.reset(total=len(batch))  # counts_or_missing may count a second, smaller batch
+            return count_tokens(batch, method="tiktoken", cache=cache, progress=bar.update)
+
+        exact = np.full(total, -1, np.int64)
+        if counted:
+            exact[:] = [-1 if n is None else n for n in counts_or_missing(msgs, count)]
     estimate = _token_counts(msgs, "fallback", cache)
     raw_stamps = message_field(msgs, "timestamp")
     stamps = _to_datetime(raw_stamps).view(np.int64)
@@ -416,8 +443,28 @@ def entry_problems(entry: Entry) -> list[Problem]:
 
 def _joined(entries: Sequence[Entry]) -> pa.Table:
     """Every entry's table, their chunks side by side (nothing copied): one call gathers
-    all columns, where a column at a time per entry costs Python work per entry and column."""
-    return pa.concat_tables([e.table for e in entries])
+    all columns, where a column at a time per entry costs Python work per entry and column.
+    A run of entries that lie one after another in one pack (see :class:`Entry`) is one
+    slice of it."""
+    tables: list[pa.Table] = []
+    run: tuple[pa.Table, int, int] | None = None  # a pack, the run's first row, its end
+    for entry in entries:
+        if entry._table is None and entry.span is not None:
+            whole, start = entry.span
+            if run is not None and run[0] is whole and run[2] == start:
+                run = (whole, run[1], start + entry.meta["n_messages"])
+                continue
+            if run is not None:
+                tables.append(run[0].slice(run[1], run[2] - run[1]))
+            run = (whole, start, start + entry.meta["n_messages"])
+            continue
+        if run is not None:
+            tables.append(run[0].slice(run[1], run[2] - run[1]))
+            run = None
+        tables.append(entry.table)
+    if run is not None:
+        tables.append(run[0].slice(run[1], run[2] - run[1]))
+    return pa.concat_tables(tables)
 
 
 def _numbers(table: pa.Table, name: str) -> np.ndarray:
