@@ -1,0 +1,50 @@
+"""The forked pool: workers leave Ctrl-C to the parent, and leaving the pool by an exception
+ends them at once instead of waiting for the tasks submitted."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+
+import psutil
+import pytest
+
+from sessionkit.store.forked import SHARED, forked_pool
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="fork")
+
+
+def _shared(name: str) -> object:
+    return SHARED[name]
+
+
+def test_workers_inherit_shared_values_and_ignore_sigint() -> None:
+    with forked_pool(2, answer=42) as pool:
+        assert pool.submit(_shared, "answer").result() == 42
+        assert pool.submit(signal.getsignal, signal.SIGINT).result() == signal.SIG_IGN
+    assert SHARED == {}
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the parent's own
+
+
+def test_leaving_by_an_exception_terminates_busy_workers_at_once() -> None:
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt), forked_pool(2, answer=42) as pool:
+        jobs = [pool.submit(time.sleep, 30) for _ in range(6)]
+        while not all(job.running() for job in jobs[:2]):
+            time.sleep(0.01)
+        workers = psutil.Process().children()
+        raise KeyboardInterrupt
+    assert time.monotonic() - started < 5  # not the 90 s the six sleeps would take
+    assert len(workers) == 2
+    assert psutil.wait_procs(workers, timeout=3)[1] == []
+    assert jobs[-1].cancelled()  # still waiting to be queued: dropped
+    broken = [type(job.exception()).__name__ for job in jobs[:2]]
+    assert broken == ["BrokenProcessPool"] * 2  # the running ones end with their workers
+    assert SHARED == {}
+
+
+def test_leaving_normally_waits_for_the_tasks() -> None:
+    with forked_pool(2) as pool:
+        jobs = [pool.submit(time.sleep, 0.2) for _ in range(4)]
+    assert [job.done() and job.exception() is None for job in jobs] == [True] * 4
