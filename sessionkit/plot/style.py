@@ -39,6 +39,7 @@ __all__ = [
     "KeptLayout",
     "compact",
     "count_axis",
+    "drawn",
     "font_family",
     "legend_beside",
     "new_figure",
@@ -317,17 +318,23 @@ def _legends_of(fig: Figure) -> list[Legend]:
     return [legend for legend in [*legends, *fig.legends] if legend is not None]
 
 
-def png(fig: Figure, **pil_kwargs: Any) -> bytes:
-    """``fig`` as PNG bytes, drawn once on a canvas kept with the figure (its renderer, and so
-    matplotlib's text measurements, are reused from one call to the next; ``savefig`` makes a
-    new canvas and, with a layout engine, draws twice).  Under :class:`KeptLayout`, drawn
-    again after a fresh layout when the kept one no longer fits (:meth:`KeptLayout.misfit`)."""
+def drawn(fig: Figure) -> FigureCanvasAgg:
+    """``fig`` drawn once on a canvas kept with the figure (its renderer, and so matplotlib's
+    text measurements, are reused from one call to the next; ``savefig`` makes a new canvas
+    and, with a layout engine, draws twice).  Under :class:`KeptLayout`, drawn again after a
+    fresh layout when the kept one no longer fits (:meth:`KeptLayout.misfit`)."""
     canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)
     canvas.draw()
     engine = fig.get_layout_engine()
     if isinstance(engine, KeptLayout) and engine.misfit(fig):
         engine.forget()
         canvas.draw()
+    return canvas
+
+
+def png(fig: Figure, **pil_kwargs: Any) -> bytes:
+    """``fig`` as PNG bytes, :func:`drawn` (Pillow's encoder, given ``pil_kwargs``)."""
+    canvas = drawn(fig)
     buffer = io.BytesIO()
     imsave(
         buffer,

@@ -4,17 +4,20 @@ images give the same PNG bytes as token_timeline on a fresh figure and a plain A
 from __future__ import annotations
 
 import dataclasses
+import io
 
 import matplotlib as mpl
+import numpy as np
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from PIL import Image
 
 import sessionkit
 from sessionkit import plot
 from sessionkit.plot.style import KeptLayout, font_family, png
 from sessionkit.simulate.states import message_states
-from sessionkit.views.timeline_canvas import TextCanvas, TextImages, TimelineCanvas
+from sessionkit.views.timeline_canvas import TextCanvas, TextImages, TimelineCanvas, rgba_png
 
 KEY = "cli:direct"
 
@@ -31,9 +34,17 @@ def _figure() -> Figure:
 
 
 def _fresh(figure: Figure, states, xlim) -> bytes:
-    """The timeline as the explorer drew it before: a cleared figure, plain Agg."""
+    """The timeline as the explorer drew it before: a cleared figure, plain Agg, its PNG
+    decoded (Pillow's encoding of it) to RGBA bytes."""
     plot.token_timeline(states, ax=plot.timeline_axes(figure), xlim=xlim)
-    return png(figure, compress_level=1)
+    return _pixels(png(figure, compress_level=1))
+
+
+def _pixels(data: bytes) -> bytes:
+    """A PNG's pixels as RGBA bytes (its size checked against the timeline's)."""
+    image = Image.open(io.BytesIO(data))
+    assert (image.mode, image.size) == ("RGBA", (1000, 400))
+    return image.tobytes()
 
 
 def test_kept_axes_and_glyph_images_draw_the_same_png_as_a_fresh_figure(corpus) -> None:
@@ -58,7 +69,7 @@ def test_kept_axes_and_glyph_images_draw_the_same_png_as_a_fresh_figure(corpus) 
     misses = []
     for subject, turn, options, xlim in cases:
         states = message_states(subject, turn=turn, **options)
-        assert canvas.png(states, xlim) == _fresh(reference, states, xlim)
+        assert _pixels(canvas.png(states, xlim)) == _fresh(reference, states, xlim)
         misses.append(kept.misses)
     assert misses[-1] == misses[-2] > 0, "a drawing made again comes from the kept images"
     assert len(kept.heights) >= 2, "each font size's height metrics looked up once"
@@ -119,3 +130,17 @@ def test_a_changed_font_setting_draws_afresh() -> None:
     kept, plain = drawn(TextCanvas), drawn(FigureCanvasAgg)
     assert kept == plain
     assert kept[0] != kept[1] and kept[0] == kept[2]
+
+
+def test_rgba_png_decodes_to_the_pixels_it_was_given() -> None:
+    """Every byte value in every channel (alpha too), odd sizes, and a deflate level kept."""
+    rng = np.random.default_rng(7)
+    for height, width in ((1, 1), (3, 257), (40, 9)):
+        rgba = rng.integers(0, 256, size=(height, width, 4), dtype=np.uint8)
+        rgba[0, 0] = (0, 0, 0, 0)
+        data = rgba_png(rgba, level=6)
+        image = Image.open(io.BytesIO(data))
+        assert (image.mode, image.size) == ("RGBA", (width, height))
+        assert image.tobytes() == rgba.tobytes()
+    flat = np.full((400, 1000, 4), 255, np.uint8)
+    assert len(rgba_png(flat)) < len(rgba_png(flat, level=0)) // 100, "level passed to zlib"
