@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from functools import cache
 
 from sessionkit.nanobot.history import (
     FORK_VOLATILE_METADATA_KEYS,
@@ -80,5 +81,13 @@ def release_of_temp_file(path: str | os.PathLike[str]) -> str | None:
 
 def is_temp_file(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is named like a temporary file an interrupted save left behind
-    (sessionkit's own, or any release's)."""
-    return release_of_temp_file(path) is not None
+    (sessionkit's own, or any release's): one match against every writer's pattern at once,
+    as a folder's every name is asked."""
+    return _any_temp_name().fullmatch(os.path.basename(os.fspath(path))) is not None
+
+
+@cache
+def _any_temp_name() -> re.Pattern[str]:
+    """One pattern matching sessionkit's temp file names and every release's."""
+    names = [SESSIONKIT_TEMP_NAME.pattern, *(r.temp_name for r in POLICIES.values())]
+    return re.compile("|".join(f"(?:{n})" for n in names), re.DOTALL)

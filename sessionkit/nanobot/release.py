@@ -92,6 +92,11 @@ class ReplayPolicy:
     """The file naming scheme a fork of this release's session uses (``sessionkit.nanobot.naming``)."""
     temp_name: str = r"[^/]*\.jsonl\.tmp"
     """The name of the temporary file this release's save writes (a regex, matched whole)."""
+    plain_count: str = "cl100k_base+4"
+    """How this release counts a plain message exactly (``content`` a string or missing, no
+    ``<|`` in any field): its payload's cl100k_base tokens plus 4 framing tokens.  Releases
+    naming the same rule share those counts in the token cache (a grid over releases counts
+    each such message once)."""
     fork_volatile_keys: frozenset[str] = FORK_VOLATILE_METADATA_KEYS
     entry_setting: str = "include_timestamps"
     """The one :class:`HistorySettings` field replayed entries depend on (0.2.2:

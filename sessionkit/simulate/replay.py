@@ -416,7 +416,7 @@ def _stored(sessions: list[Session], keys: list[ReplayKey], todo: list[int]) -> 
                 item = items.get(os.fsdecode(sessions[i].path))  # type: ignore[arg-type]
                 if item is None or item.identity != sessions[i].identity:  # type: ignore[attr-defined]
                     continue
-                start, stop = item.start, item.start + item.table.num_rows
+                start, stop = item.start, item.start + item.n_rows
                 arrays = {c: columns[c][start:stop] for c in _PER_MESSAGE}
                 end = start + item.extra["entries"]
                 arrays |= {c: columns[c][start:end] for c in _PER_ENTRY}

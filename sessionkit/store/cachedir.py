@@ -145,11 +145,18 @@ def remove_dead_temp_files(folder: Path) -> int:
     return removed
 
 
-def write_ipc(target: Path, schema: pa.Schema, parts: Iterable[pa.RecordBatch | pa.Table]) -> None:
+def write_ipc(
+    target: Path,
+    schema: pa.Schema,
+    parts: Iterable[pa.RecordBatch | pa.Table],
+    *,
+    last: tuple[pa.RecordBatch, dict[bytes, str]] | None = None,
+) -> None:
     """Write an Arrow IPC file atomically: a temp file beside ``target`` (created 0600, the
     user's only), sealed with its checksum (:func:`sessionkit.store.integrity.seal`), then a
-    rename, so a reader sees the old file or the new one.  Not fsynced: a cache file cut
-    short by a crash fails its seal, and such files are rebuilt."""
+    rename, so a reader sees the old file or the new one.  ``last``: a batch written after
+    ``parts`` with its own custom metadata.  Not fsynced: a cache file cut short by a crash
+    fails its seal, and such files are rebuilt."""
     make_private_dir(target.parent)
     temp = target.with_name(f".{target.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
     try:
@@ -161,7 +168,9 @@ def write_ipc(target: Path, schema: pa.Schema, parts: Iterable[pa.RecordBatch | 
             os.close(descriptor)
         with pa.OSFile(str(temp), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
             for part in parts:
-                writer.write(part)  # the schema's metadata is written once, in the file's schema
+                writer.write(part)
+            if last is not None:
+                writer.write_batch(last[0], custom_metadata=last[1])
         seal(temp)
         os.replace(temp, target)
     except BaseException:

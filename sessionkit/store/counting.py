@@ -306,15 +306,21 @@ def _text(value: str | None) -> str:
 
 def _key_text(
     policy: str,
+    plain: str,
     content: str | tuple[bytes] | None,
     calls: bytes | None,
     name: str | None,
     call_id: str | None,
     reasoning: str | None,
 ) -> str:
-    """The fields a key digests, each length-prefixed (so no two field tuples share a text)."""
+    """The fields a key digests, each length-prefixed (so no two field tuples share a text),
+    after the release's name, or for a plain message (content not JSON of a non-string, no
+    ``<|`` anywhere, so no special-token text in the payload) the rule every release
+    counting it alike names (``plain``: :attr:`~sessionkit.nanobot.release.ReplayPolicy.plain_count`)."""
     head = f"s{len(content)}:{content}" if type(content) is str else f"j{content!r}"
-    return f"{policy}|{head}|{calls!r}|{_text(name)}|{_text(call_id)}|{_text(reasoning)}"
+    fields = f"{head}|{calls!r}|{_text(name)}|{_text(call_id)}|{_text(reasoning)}"
+    shared = type(content) is not tuple and "<|" not in fields
+    return f"{plain if shared else policy}|{fields}"
 
 
 def _digest(text: str) -> int:
@@ -323,9 +329,10 @@ def _digest(text: str) -> int:
 
 
 def _message_keys(messages: Sequence[dict[str, Any]], policy: str) -> list[int | None]:
-    """Cache keys of many messages under release ``policy`` (its name: every key hashes the
-    release in, so each caller names the one whose counts it keys), from the fields their
-    payloads are built from.
+    """Cache keys of many messages under release ``policy`` (its name: a key hashes the
+    release in, or for a plain message the counting rule releases share, see
+    :func:`_key_text`, so each caller names the one whose counts it keys), from the fields
+    their payloads are built from.
 
     A key is a stable 64-bit BLAKE2 digest of (release, content, tool calls, name,
     tool_call_id, reasoning), the same in every process: non-string content as
@@ -358,7 +365,8 @@ def _message_keys(messages: Sequence[dict[str, Any]], policy: str) -> list[int |
     for column in (names, ids, reasonings):
         if not STR_OR_NONE.issuperset(map(type, column)):
             column[:] = [v if type(v) is str else None for v in column]
-    texts = map(_key_text, repeat(policy), contents, calls, names, ids, reasonings)
+    plain = f"*{get_policy(policy).plain_count}"
+    texts = map(_key_text, repeat(policy), repeat(plain), contents, calls, names, ids, reasonings)
     keys: list[int | None] = list(map(_digest, texts))
     for i in no_key:
         keys[i] = None
@@ -519,7 +527,8 @@ def _cached_counts(
 ) -> list[int]:
     """Counts looked up by key; each missing distinct key tokenized once and recorded.
 
-    Keys hash the release in, so one cache never serves one release's count for another.
+    Keys hash the release in, so one cache never serves one release's count for another,
+    except for plain messages, which every release sharing a counting rule counts alike.
     A large batch is keyed and counted in forked workers, a range each, reading through
     ``cache``.  New counts are flushed to the cache's folder, if it has one.
     """

@@ -44,7 +44,12 @@ from sessionkit.store.cachedir import (
     write_ipc,
 )
 from sessionkit.store.frames import MESSAGE_TABLE, Entry
-from sessionkit.store.integrity import IntegrityError, discard, read_sealed_or_none
+from sessionkit.store.integrity import (
+    IntegrityError,
+    discard,
+    open_sealed_or_none,
+    read_sealed_or_none,
+)
 
 __all__ = [
     "FORMAT",
@@ -60,7 +65,7 @@ __all__ = [
     "store_key",
 ]
 
-FORMAT = 5
+FORMAT = 6
 """The layout of entries; entries of another format (or sessionkit version) are not read."""
 RACY_NS = 3_000_000_000
 """A file whose mtime or ctime is this close to the moment it was read is not indexed yet:
@@ -106,34 +111,65 @@ def store_key(files: list[Path]) -> str:
 @dataclass(frozen=True)
 class Item:
     """One file's part of a pack: its path, the identity it is valid for, its values
-    (``extra``), its table, and where that table starts in the pack's (``start``)."""
+    (``extra``), its rows (``own``, or rows ``start`` .. ``start + rows`` of the pack's
+    table ``whole``, sliced only when asked for: a slice costs more than the rest of
+    reading an item back)."""
 
     path: str
     identity: Identity
     extra: dict[str, Any]
-    table: pa.Table
+    own: pa.Table | None = None
     start: int = 0
+    rows: int = 0
+    whole: pa.Table | None = None
+
+    @property
+    def table(self) -> pa.Table:
+        """The item's rows."""
+        if self.own is not None:
+            return self.own
+        return self.whole.slice(self.start, self.rows)  # type: ignore[union-attr]
+
+    @property
+    def n_rows(self) -> int:
+        """How many rows the item holds."""
+        return self.own.num_rows if self.own is not None else self.rows
 
 
 def _write_pack(target: Path, items: list[Item], schema: pa.Schema) -> None:
     """Write items as one Arrow IPC file (their rows in turn, small items joined into shared
-    record batches by :func:`_batches`), atomically, described in the schema metadata by
-    one JSON text (:func:`_description`)."""
-    stamped = schema.with_metadata({_KEY: _description(items)})
-    write_ipc(target, stamped, _batches(item.table for item in items))
+    record batches by :func:`_batches`), atomically.  The items are described by one JSON
+    text (:func:`_description`) in the custom metadata of a last, empty batch: written once
+    (a schema's metadata is written twice, at the file's start and in its footer)."""
+    described = pa.RecordBatch.from_pylist([], schema=schema)
+    parts = _batches(item.table for item in items)
+    write_ipc(target, schema, parts, last=(described, {_KEY: _description(items)}))
 
 
 def _description(items: list[Item]) -> str:
-    """The JSON text describing a pack's items (path, identity, rows and values), read back
-    in one parse.  Values are written by :func:`~sessionkit.nanobot.jsontext.dumps_exact`:
-    a session's metadata holding an integer past Python's int-string limit, or nested
-    deep, is kept as it is."""
-    described = ",".join(
-        f'{{"path": {json.dumps(item.path)}, "identity": {list(vars(item.identity).values())}, '
-        f'"rows": {item.table.num_rows}, "extra": {dumps_exact(item.extra)}}}'
-        for item in items
-    )
-    return f'{{"format": {FORMAT}, "items": [{described}]}}'
+    """The JSON text describing a pack's items as parallel lists (paths, identities, row
+    counts, values), read back in one parse.  Written by one ``json.dumps`` where it can,
+    else by :func:`~sessionkit.nanobot.jsontext.dumps_exact`: a session's metadata holding
+    an integer past Python's int-string limit, or nested deep, is kept as it is.  An item's
+    values leave out its path, which the paths list holds (:func:`_lean`)."""
+    described = {
+        "format": FORMAT,
+        "paths": [item.path for item in items],
+        "identities": [list(vars(item.identity).values()) for item in items],
+        "rows": [item.n_rows for item in items],
+        "extras": [_lean(item) for item in items],
+    }
+    try:
+        return json.dumps(described)
+    except (ValueError, RecursionError):
+        return dumps_exact(described)
+
+
+def _lean(item: Item) -> dict[str, Any]:
+    """An item's values as described: an entry's own ``path`` (its item's) left out."""
+    if item.extra.get("path") != item.path:
+        return item.extra
+    return {k: v for k, v in item.extra.items() if k != "path"}
 
 
 BATCH_ROWS = 1 << 12
@@ -173,21 +209,27 @@ def _read_pack(path: Path, schema: pa.Schema) -> tuple[pa.Table, dict[str, Item]
     missing or of another format.  A pack that fails its seal or whose description does
     not match its table (:func:`_items`) is removed with a warning (:func:`discard`)."""
     nothing = (schema.empty_table(), {})
-    sealed = read_sealed_or_none(path)
+    sealed = open_sealed_or_none(path)
     if sealed is None:
         return nothing
-    table, inode = sealed
+    body, inode = sealed
     try:
-        found = loads_exact(table.schema.metadata[_KEY])
+        reader = pa.ipc.open_file(body)
+        count = reader.num_record_batches
+        if count == 0:
+            raise IntegrityError("no description")
+        last, metadata = reader.get_batch_with_custom_metadata(count - 1)
+        found = loads_exact(metadata[_KEY])
         if found["format"] != FORMAT:
             return nothing
-        if table.schema.remove_metadata() != schema:
+        if reader.schema.remove_metadata() != schema or last.num_rows:
             raise IntegrityError("another schema")
-        table = table.replace_schema_metadata(None)
-        return table, _items(found["items"], table)
+        table = pa.Table.from_batches([reader.get_batch(i) for i in range(count - 1)], schema)
+        return table, _items(found, table)
     except (
         IntegrityError,
         pa.ArrowException,
+        OSError,
         KeyError,
         TypeError,
         ValueError,
@@ -197,35 +239,23 @@ def _read_pack(path: Path, schema: pa.Schema) -> tuple[pa.Table, dict[str, Item]
         return nothing
 
 
-def _items(described: list[dict[str, Any]], table: pa.Table) -> dict[str, Item]:
+def _items(described: dict[str, Any], table: pa.Table) -> dict[str, Item]:
     """A pack's items from its description, checked against its table: paths are strings,
     identities five integers, values JSON objects, row counts non-negative and adding up
     to the table's (a pack whose description disagrees is damaged: raises IntegrityError).
-    Each item's table is a view of the record batches its rows lie in (one slice per
-    batch: no work grows with the pack's number of batches)."""
-    batches = table.to_batches()
-    sizes = [batch.num_rows for batch in batches]
+    Each item's rows are a span of the table, sliced only when used (:class:`Item`)."""
+    paths, identities = described["paths"], described["identities"]
+    rows, extras = described["rows"], described["extras"]
+    if not len(paths) == len(identities) == len(rows) == len(extras):
+        raise IntegrityError("a description whose lists disagree in length")
     items, start = {}, 0
-    at, offset = 0, 0  # the batch the next item starts in, and its first row there
-    for item in described:
-        rows, path, identity, extra = item["rows"], item["path"], item["identity"], item["extra"]
-        if type(rows) is not int or rows < 0 or type(path) is not str or type(extra) is not dict:
+    for path, identity, n, extra in zip(paths, identities, rows, extras, strict=True):
+        if type(n) is not int or n < 0 or type(path) is not str or type(extra) is not dict:
             raise IntegrityError("an item with a bad path, row count or values")
         if len(identity) != 5 or any(type(v) is not int for v in identity):
             raise IntegrityError("an item with a bad file identity")
-        pieces, needed = [], rows
-        while needed:
-            if at == len(batches):
-                raise IntegrityError(f"items hold more rows than the table's {table.num_rows}")
-            taken = min(needed, sizes[at] - offset)
-            if taken:
-                pieces.append(batches[at].slice(offset, taken))
-            needed, offset = needed - taken, offset + taken
-            if offset == sizes[at]:
-                at, offset = at + 1, 0
-        rows_table = pa.Table.from_batches(pieces) if pieces else table.schema.empty_table()
-        items[path] = Item(path, Identity(*identity), extra, rows_table, start)
-        start += rows
+        items[path] = Item(path, Identity(*identity), extra, None, start, n, table)
+        start += n
     if start != table.num_rows:
         raise IntegrityError(f"items hold {start} rows, the table {table.num_rows}")
     return items
@@ -445,10 +475,13 @@ def _entry(item: Item, file: Path, identity: Identity, index: Index, store: str)
     """The entry an item describes, its values checked against its table (IntegrityError
     when they disagree: a damaged pack)."""
     meta = item.extra
-    if meta["n_messages"] != item.table.num_rows or meta["path"] != item.path:
+    meta["path"] = item.path
+    if meta["n_messages"] != item.n_rows:
         raise IntegrityError("an entry whose values disagree with its table")
     session = IndexedSession.restored(meta, file, identity, index, store)
-    return Entry(session, item.table, meta)
+    if item.own is not None:
+        return Entry(session, item.own, meta)
+    return Entry(session, None, meta, (item.whole, item.start))
 
 
 class IndexedSession(Session):

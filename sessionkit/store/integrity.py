@@ -16,7 +16,9 @@ import struct
 import time
 import warnings
 import zlib
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pyarrow as pa
 
@@ -25,6 +27,7 @@ __all__ = [
     "IntegrityError",
     "discard",
     "open_sealed",
+    "open_sealed_or_none",
     "read_sealed",
     "read_sealed_or_none",
     "seal",
@@ -34,6 +37,7 @@ _SEAL = struct.Struct("<4sIQ")
 SEAL = _SEAL.size
 """Bytes of the seal after the Arrow bytes: magic, CRC-32 and length of what it covers."""
 _MAGIC = b"SKC1"
+T = TypeVar("T")
 
 
 class IntegrityError(ValueError):
@@ -113,8 +117,19 @@ def read_sealed(path: Path) -> tuple[pa.Table, int]:
 def read_sealed_or_none(path: Path) -> tuple[pa.Table, int] | None:
     """:func:`read_sealed`, or None when the file is missing, unreadable or damaged (a
     damaged one is removed with a warning, :func:`discard`, so it is rebuilt)."""
+    return _or_none(read_sealed, path)
+
+
+def open_sealed_or_none(path: Path) -> tuple[pa.Buffer, int] | None:
+    """:func:`open_sealed`, or None as :func:`read_sealed_or_none`."""
+    return _or_none(open_sealed, path)
+
+
+def _or_none(read: Callable[[Path], T], path: Path) -> T | None:
+    """``read(path)``, or None when the file is missing, unreadable or damaged (a damaged
+    one is removed with a warning, :func:`discard`)."""
     try:
-        return read_sealed(path)
+        return read(path)
     except FileNotFoundError:
         return None
     except IntegrityError as exc:

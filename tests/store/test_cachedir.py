@@ -19,6 +19,7 @@ import sessionkit.store.corpus
 import sessionkit.store.index
 from sessionkit import load
 from sessionkit.store import cachedir, counting
+from sessionkit.store.frames import MESSAGE_TABLE
 from sessionkit.store.integrity import read_sealed
 
 
@@ -190,8 +191,8 @@ def test_entries_and_replays_of_a_deleted_file_are_dropped(
     sessionkit.windows(load(store), max_tokens=[0, 20])
     assert len(list(own.iterdir())) == 2
     (replays,) = folder.glob("index-*/replays/*.arrow")
-    described = json.loads(read_sealed(replays)[0].schema.metadata[b"sessionkit"])
-    kept = [Path(item["path"]).name for item in described["items"]]
+    _, items = sessionkit.store.index._read_pack(replays, sessionkit.store.index.REPLAY_TABLE)
+    kept = [Path(path).name for path in items]
     assert sorted(kept) == ["cli_0.jsonl", "cli_1.jsonl"]
 
 
@@ -216,8 +217,8 @@ def test_the_store_pack_drops_gone_files_but_not_those_a_smaller_load_left_out(
     (pack,) = folder.glob("index-*/stores/*.arrow")
 
     def packed() -> list[str]:
-        described = json.loads(read_sealed(pack)[0].schema.metadata[b"sessionkit"])
-        return sorted(Path(item["path"]).name for item in described["items"])
+        _, items = sessionkit.store.index._read_pack(pack, MESSAGE_TABLE)
+        return sorted(Path(path).name for path in items)
 
     assert packed() == ["cli_0.jsonl", "cli_1.jsonl", "cli_2.jsonl", "cli_3.jsonl"]
     for n in (1, 2, 3):

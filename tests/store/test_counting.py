@@ -309,6 +309,38 @@ def test_one_cache_never_serves_one_releases_count_for_another() -> None:
         count_tokens([NON_STRING_TEXT], cache=cache, policy="nanobot-0.3.0")
 
 
+def test_a_plain_message_is_tokenized_once_for_every_release(encoded: list[str]) -> None:
+    """Releases sharing a counting rule share plain messages' counts: a grid over releases
+    tokenizes each once; special-token text and non-string content stay per release."""
+    cache = TokenCache()
+    plain = [{"role": "user", "content": "hello world"}, {"content": "x", "name": "read"}]
+    for policy in RELEASES:
+        assert count_tokens(plain, cache=cache, workers=1, policy=policy) == [6, 7]
+    assert encoded == ["hello world", "x\nread"]
+    assert len(cache) == 2
+    special = [{"content": "a <|endoftext|>"}, {"content": "a <", "name": "|b"}]  # "<|" in the key
+    for policy in RELEASES:
+        count_tokens(special, cache=cache, workers=1, policy=policy)
+    assert len(cache) == 2 + 2 * 3
+
+
+@pytest.mark.sampled
+@settings(max_examples=examples(150, 40))
+@given(st.lists(messages(), max_size=12), st.permutations(RELEASES))
+def test_one_cache_across_releases_equals_each_release_alone(
+    batch: list[dict[str, Any]], order: list[str]
+) -> None:
+    """Counts from one cache filled by every release in turn (any order) equal each
+    release's own count without a cache: a shared key never serves a wrong count."""
+    cache = TokenCache()
+    for policy in order:
+        estimate = get_policy(policy).estimate_message_tokens
+        countable = [m for m in batch if _counts(lambda m=m, e=estimate: e(m))]
+        assert count_tokens(countable, cache=cache, workers=1, policy=policy) == count_tokens(
+            countable, cache=None, workers=1, policy=policy
+        )
+
+
 @pytest.mark.parametrize("policy", RELEASES)
 def test_where_a_release_raises_so_does_count_tokens(policy: str) -> None:
     estimate = get_policy(policy).estimate_message_tokens
