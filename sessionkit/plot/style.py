@@ -120,10 +120,19 @@ def plotting(function: Callable[P, R]) -> Callable[P, R]:
             family = font_family()
         figure = result if isinstance(result, Figure) else result.figure
         for ax in figure.axes:
-            ax.tick_params(labelfontfamily=family)
+            if not _tick_fonts_are(ax, family):
+                ax.tick_params(labelfontfamily=family)
         return result
 
     return draw
+
+
+def _tick_fonts_are(ax: Axes, family: list[str]) -> bool:
+    """Whether ``ax``'s major tick labels, those it has and those it will make, are already in
+    ``family`` (a redrawn plot's: ``tick_params`` would restyle every tick again)."""
+    return all(
+        axis._major_tick_kw.get("labelfontfamily") == family for axis in (ax.xaxis, ax.yaxis)
+    )
 
 
 class PlotFigure(Figure):

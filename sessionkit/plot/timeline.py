@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.layout_engine import ConstrainedLayoutEngine
-from matplotlib.patches import Patch, StepPatch
+from matplotlib.patches import Patch, Rectangle, StepPatch
 
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings, SettingsOverrides
@@ -66,9 +66,20 @@ def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True))
 
 
-def _span(ax: Axes, start: float, stop: float, gid: str, label: str, **style: object) -> None:
-    patch = ax.axvspan(start - 0.5, stop - 0.5, label=label, zorder=0, **style)
-    patch.set_gid(gid)
+def _span(ax: Axes, start: float, stop: float, gid: str, label: str, **style: Any) -> None:
+    """Messages ``start`` to ``stop`` shaded full height, the rectangle ``ax.axvspan`` draws;
+    added as an artist: the limits are set below (``axvspan`` would update them in vain)."""
+    patch = Rectangle(
+        (start - 0.5, 0.0),
+        stop - start,
+        1.0,
+        transform=ax.get_xaxis_transform(which="grid"),
+        label=label,
+        zorder=0,
+        gid=gid,
+        **style,
+    )
+    ax.add_artist(patch)
 
 
 def _chip(color: str) -> Patch:

@@ -272,6 +272,18 @@ def _flat_top(ax: Axes) -> bool:
         )
     )
 
+    def get_tightbbox(self, renderer: Any = None, *, for_layout_only: bool = False) -> Any:
+        """Measured as matplotlib does, outside a draw too with the ticks found, and their
+        labels measured, once (matplotlib does both twice)."""
+        measure = super().get_tightbbox  # type: ignore[misc]
+        if self.axes.memo is not None:
+            return measure(renderer, for_layout_only=for_layout_only)
+        self.axes.memo = {}
+        try:
+            return measure(renderer, for_layout_only=for_layout_only)
+        finally:
+            self.axes.memo = None
+
 
 class _OnceXAxis(_OnceAxis, XAxis):
     pass
