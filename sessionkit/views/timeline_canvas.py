@@ -27,6 +27,7 @@ import math
 import struct
 import zlib
 from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import matplotlib as mpl
@@ -38,6 +39,7 @@ from matplotlib.figure import Figure
 from matplotlib.font_manager import fontManager, get_font
 from matplotlib.legend import Legend
 from matplotlib.offsetbox import OffsetBox, PackerBase
+from matplotlib.text import Text
 from matplotlib.ticker import FuncFormatter
 
 from sessionkit.simulate.states import MessageStates
@@ -246,7 +248,8 @@ class _OnceAxis:
 def _measure_once(legend: Legend | None) -> list[tuple[OffsetBox, str]]:
     """Have each box of ``legend`` measure itself once (per renderer) until the names
     returned are deleted from the boxes: a legend's packers measure all the boxes inside
-    them again at each level, each entry's text five times a draw, none of which changes."""
+    them again at each level, each entry's text five times a draw, and the sizes stay while
+    its texts do (a layout moves the legend, never resizes its boxes)."""
     measured = []
     boxes = [] if legend is None else [legend._legend_box]
     while boxes:
@@ -256,6 +259,48 @@ def _measure_once(legend: Legend | None) -> list[tuple[OffsetBox, str]]:
         measured.append((box, name))
         boxes += [child for child in box.get_children() if isinstance(child, OffsetBox)]
     return measured
+
+
+def _texts(figure: Figure) -> Iterator[Text]:
+    """The texts of ``figure``'s Axes: titles, axis and tick labels, offsets, legend, others."""
+    for ax in figure.axes:
+        yield from (ax.title, ax._left_title, ax._right_title, *ax.texts)
+        for axis in (ax.xaxis, ax.yaxis):
+            yield from (axis.label, axis.offsetText)
+            for tick in (*axis.majorTicks, *axis.minorTicks):
+                yield from (tick.label1, tick.label2)
+        legend = ax.get_legend()
+        if legend is not None:
+            yield from (legend.get_title(), *legend.texts)
+
+
+def _lay_out_once(figure: Figure) -> list[tuple[Text, str]]:
+    """Have each text of ``figure`` lay its string out once (per renderer and string) until
+    the names returned are deleted from the texts: matplotlib lays a string out each time it
+    draws or measures it (two to four times a draw), and the layout, made relative to the
+    text's position, stays while the string does (a draw changes tick labels' strings and
+    positions only)."""
+    laid_out = []
+    for text in _texts(figure):
+        if text.get_wrap() or text.get_transform_rotates_text() or "_get_layout" in vars(text):
+            continue
+        text._get_layout = _once(text)  # type: ignore[method-assign]
+        laid_out.append((text, "_get_layout"))
+    return laid_out
+
+
+def _once(text: Text) -> Callable[[Any], Any]:
+    """``text._get_layout``, kept by renderer and string."""
+    lay_out = text._get_layout
+    kept: dict[tuple[int, str], Any] = {}
+
+    def layout(renderer: Any) -> Any:
+        key = (id(renderer), text.get_text())
+        if key not in kept:
+            kept[key] = lay_out(renderer)
+        return kept[key]
+
+    return layout
 
 
 def _flat_top(ax: Axes) -> bool:
@@ -333,14 +378,11 @@ class _DrawnOnce(Axes):
         memo: dict[tuple[Any, ...], Any] = {}
         for ax in together:
             ax.memo = memo
-        measured = _measure_once(self.get_legend())
         try:
             super().draw(renderer)
         finally:
             for ax in together:
                 ax.memo = None
-            for box, name in measured:
-                delattr(box, name)
 
 
 class _KeptAxes(_DrawnOnce):
@@ -386,8 +428,15 @@ class TimelineCanvas:
         :func:`~sessionkit.plot.style.drawn`)."""
         from sessionkit.plot.style import drawn
 
-        self.plot(states, xlim)
-        return rgba_png(np.asarray(drawn(self.figure).buffer_rgba()))
+        legend = self.plot(states, xlim).get_legend()
+        # For the draw, and the check that the drawing fits.
+        measured = _measure_once(legend) + _lay_out_once(self.figure)
+        try:
+            canvas = drawn(self.figure)
+        finally:
+            for artist, name in measured:
+                delattr(artist, name)
+        return rgba_png(np.asarray(canvas.buffer_rgba()))
 
 
 def _chunk(kind: bytes, data: bytes) -> bytes:
