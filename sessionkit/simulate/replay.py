@@ -51,8 +51,10 @@ __all__ = [
     "clear_cache",
     "derived",
     "prepared",
+    "prepared_each",
     "replay",
     "replay_all",
+    "replay_jobs",
     "stored_tokens",
 ]
 
@@ -290,7 +292,7 @@ def _derived_name(
         return None
     (index, store) = homes.pop()  # type: ignore[misc]
     paths = [os.fsdecode(s.path) for s in sessions]  # type: ignore[arg-type]
-    versions = [list(vars(s.identity).values()) for s in sessions]  # type: ignore[attr-defined]
+    versions = [list(s.identity) for s in sessions]  # type: ignore[attr-defined]
     name = f"{store}-{kind}-{name_digest(repr((key, paths)))}"
     return index, name, name_digest(repr(versions))
 
@@ -312,13 +314,9 @@ def prepared(
     from them), so a new process reads it instead of replaying anything."""
     key = (policy, get_policy(policy).entry_key(settings))
     home = _derived_name(sessions, key, kind)
-    if home is not None:
-        index, name, stamp = home
-        if (name, stamp) in _PREPARED:
-            return _PREPARED[name, stamp]
-        arrays = index.read_arrays(name, stamp)
-        if arrays is not None:
-            return _remember((name, stamp), codec[1](arrays))
+    kept = _kept(home, codec)
+    if kept is not None:
+        return kept
     replays = replay_all(
         sessions, settings, policy=policy, workers=workers, progress=progress, cache=cache
     )
@@ -329,6 +327,59 @@ def prepared(
             index.write_arrays(name, stamp, codec[0](value))
         _remember((name, stamp), value)
     return value
+
+
+def prepared_each(
+    requests: list[tuple[list[Session], HistorySettings, str]],
+    build: Callable[[list[Replay]], T],
+    codec: tuple[Callable[[T], dict[str, np.ndarray]], Callable[[dict[str, np.ndarray]], T]],
+    *,
+    kind: str,
+    workers: int | None = None,
+    progress: bool | None = None,
+    cache: TokenCache | None = DEFAULT_CACHE,
+) -> list[T]:
+    """:func:`prepared` of each request (sessions, settings, policy), in order; the replays
+    none of them keeps yet are computed first in one pass per set of sessions
+    (:func:`replay_jobs`), so a grid over releases parses each session once."""
+    pending: dict[int, list[int]] = {}  # by id of the request's sessions list
+    for r, (subset, settings, policy) in enumerate(requests):
+        key = (policy, get_policy(policy).entry_key(settings))
+        if _kept(_derived_name(subset, key, kind), codec) is None:
+            pending.setdefault(id(subset), []).append(r)
+    for group in pending.values():
+        subset = requests[group[0]][0]
+        jobs: list[Job] = [(requests[r][2], requests[r][1]) for r in group]
+        replay_jobs(subset, jobs, workers=workers, progress=progress, cache=cache)
+    return [
+        prepared(
+            subset,
+            settings,
+            build,
+            codec,
+            kind=kind,
+            policy=policy,
+            workers=workers,
+            progress=progress,
+            cache=cache,
+        )
+        for subset, settings, policy in requests
+    ]
+
+
+def _kept(
+    home: tuple[Index, str, str] | None,
+    codec: tuple[Callable[[T], dict[str, np.ndarray]], Callable[[dict[str, np.ndarray]], T]],
+) -> T | None:
+    """What :func:`prepared` derived and keeps at ``home`` (see :func:`_derived_name`), from
+    this process or the index; None when nothing is kept there."""
+    if home is None:
+        return None
+    index, name, stamp = home
+    if (name, stamp) in _PREPARED:
+        return _PREPARED[name, stamp]
+    arrays = index.read_arrays(name, stamp)
+    return None if arrays is None else _remember((name, stamp), codec[1](arrays))
 
 
 _PREPARED: dict[tuple[str, str], Any] = {}
@@ -343,17 +394,23 @@ def _remember(name: tuple[str, str], value: T) -> T:
     return value
 
 
-def _compute_chunk(indices: list[int]) -> tuple[list[int], list[Replay], list]:
-    sessions, policy, settings = SHARED["sessions"], SHARED["policy"], SHARED["settings"]
+def _compute_chunk(indices: list[int]) -> tuple[list[int], list[list[Replay]], list]:
+    """In a worker: each session's missing replays, one per job it lacks (its messages
+    parsed once for all of them)."""
+    sessions, jobs, missing = SHARED["sessions"], SHARED["jobs"], SHARED["missing"]
     delta = ReadThroughCache(SHARED["cache"])
     replays = [
-        _compute(sessions[i], _policy(sessions[i], policy), settings, delta) for i in indices
+        [
+            _compute(sessions[i], _policy(sessions[i], jobs[j][0]), jobs[j][1], delta)
+            for j in missing[i]
+        ]
+        for i in indices
     ]
     return indices, replays, delta.fresh
 
 
 def _chunks(sizes: list[int], todo: list[int], n_chunks: int) -> list[list[int]]:
-    """Split ``todo`` into about ``n_chunks`` groups of similar message counts."""
+    """Split ``todo`` into about ``n_chunks`` groups of similar work (``sizes``)."""
     order = sorted(todo, key=lambda i: -sizes[i])
     groups: list[list[int]] = [[] for _ in range(max(1, n_chunks))]
     loads = [0] * len(groups)
@@ -366,18 +423,18 @@ def _chunks(sizes: list[int], todo: list[int], n_chunks: int) -> list[list[int]]
 
 def _compute_in_workers(
     sessions: list[Session],
-    policy: str | None,
-    settings: HistorySettings,
+    jobs: list[Job],
+    missing: dict[int, list[int]],
     cache: TokenCache | None,
     chunks: list[list[int]],
     workers: int,
-) -> Iterator[tuple[list[int], list[Replay]]]:
+) -> Iterator[tuple[list[int], list[list[Replay]]]]:
     """Replay chunks of sessions in forked workers; their new token counts join ``cache``."""
-    shared = {"sessions": sessions, "policy": policy, "settings": settings, "cache": cache}
+    shared = {"sessions": sessions, "jobs": jobs, "missing": missing, "cache": cache}
     with forked_pool(workers, **shared) as pool:
-        jobs = [pool.submit(_compute_chunk, chunk) for chunk in chunks]
-        for job in as_completed(jobs):
-            indices, replays, fresh = job.result()
+        futures = [pool.submit(_compute_chunk, chunk) for chunk in chunks]
+        for future in as_completed(futures):
+            indices, replays, fresh = future.result()
             if cache is not None and fresh:
                 cache.update(*zip(*fresh, strict=True))
             yield indices, replays
@@ -479,36 +536,77 @@ def replay_all(
         the load the sessions came from: none for ``cache=False``, see
         :func:`~sessionkit.store.counting.token_cache_of`).
     """
+    return replay_jobs(
+        sessions, [(policy, settings)], workers=workers, progress=progress, cache=cache
+    )[0]
+
+
+Job = tuple[str | None, HistorySettings]
+"""A replay asked for: the release (None: each session's own) and the history settings."""
+
+
+def replay_jobs(
+    sessions: list[Session],
+    jobs: list[Job],
+    *,
+    workers: int | None = None,
+    progress: bool | None = None,
+    cache: TokenCache | None = DEFAULT_CACHE,
+) -> list[list[Replay]]:
+    """:func:`replay_all` of the sessions under each job, in order: what is missing is
+    computed in one pass over the sessions, so each session's messages are parsed once for
+    every release and setting (a session read back from the index is parsed on first use)."""
     if cache is DEFAULT_CACHE:
         cache = token_cache_of(sessions)
-    keys = [_key(s, policy, settings) for s in sessions]
-    found = [_cached(s, key) for s, key in zip(sessions, keys, strict=True)]
-    for i, stored in _stored(sessions, keys, [i for i, r in enumerate(found) if r is None]).items():
-        found[i] = stored
-        _slot(sessions[i]).replays[keys[i]] = stored
-    todo = [i for i, r in enumerate(found) if r is None]
-    sizes = [len(s) for s in sessions]
-    total = sum(sizes[i] for i in todo)
+    keys = [[_key(s, policy, settings) for s in sessions] for policy, settings in jobs]
+    found: list[list[Replay | None]] = [
+        [_cached(s, key) for s, key in zip(sessions, own, strict=True)] for own in keys
+    ]
+    for own, replays in zip(keys, found, strict=True):
+        unknown = [i for i, r in enumerate(replays) if r is None]
+        for i, stored in _stored(sessions, own, unknown).items():
+            replays[i] = stored
+            _slot(sessions[i]).replays[own[i]] = stored
+    missing = {
+        i: js
+        for i in range(len(sessions))
+        if (js := [j for j, replays in enumerate(found) if replays[i] is None])
+    }
+    todo = list(missing)
+    sizes = [len(sessions[i]) * len(missing.get(i, ())) for i in range(len(sessions))]
+    total = sum(sizes)
     if workers is None:
         workers = (os.cpu_count() or 1) if total >= _AUTO_PARALLEL_MESSAGES else 1
     show = total >= _AUTO_PROGRESS_MESSAGES if progress is None else progress
-    label = f"preparing ({policy or 'own policy'}, {keys[0][1] if keys else ()})"
-    with tqdm(total=total, unit="msg", desc=label, disable=not show or not todo) as bar:
+    named = ", ".join(
+        f"{policy or 'own policy'}, {own[0][1] if own else ()}"
+        for (policy, _), own in zip(jobs, keys, strict=True)
+    )
+    with tqdm(
+        total=total, unit="msg", desc=f"preparing ({named})", disable=not show or not todo
+    ) as bar:
         if workers <= 1 or not can_fork() or len(todo) < 2:
             for i in todo:
-                found[i] = _compute(sessions[i], _policy(sessions[i], policy), settings, cache)
+                for j in missing[i]:
+                    policy, settings = jobs[j]
+                    found[j][i] = _compute(
+                        sessions[i], _policy(sessions[i], policy), settings, cache
+                    )
                 bar.update(sizes[i])
         else:
             chunks = _chunks(sizes, todo, max(4 * workers, total // _CHUNK_MESSAGES))
             for indices, replays in _compute_in_workers(
-                sessions, policy, settings, cache, chunks, workers
+                sessions, jobs, missing, cache, chunks, workers
             ):
-                for i, r in zip(indices, replays, strict=True):
-                    found[i] = r
+                for i, computed in zip(indices, replays, strict=True):
+                    for j, r in zip(missing[i], computed, strict=True):
+                        found[j][i] = r
                 bar.update(sum(sizes[i] for i in indices))
-    for i in todo:
-        _slot(sessions[i]).replays[keys[i]] = found[i]  # type: ignore[assignment]
-    _keep(sessions, keys, {i: found[i] for i in todo})  # type: ignore[misc]
+    for j, own in enumerate(keys):
+        computed = {i: found[j][i] for i in todo if j in missing[i]}
+        for i, r in computed.items():
+            _slot(sessions[i]).replays[own[i]] = r  # type: ignore[assignment]
+        _keep(sessions, own, computed)  # type: ignore[arg-type]
     if cache is not None and todo:
         cache.flush_soon()
     return found  # type: ignore[return-value]

@@ -497,28 +497,42 @@ last_consolidated
     code_of = {key: i for i, key in enumerate(categories)}
     session_codes = np.array([code_of[k] for k in keys], dtype=np.int64)
     names = [chosen.name for chosen, _ in targets]
+    subsets = _subsets(sessions, targets)
+    variants = {
+        chosen.name: _entry_variants(
+            chosen,
+            chosen.resolve(settings),
+            _grid(chosen.resolve(settings), "include_timestamps", include_timestamps),
+            _grid(chosen.resolve(settings), "include_runtime_context", include_runtime_context),
+        )
+        for chosen, _ in targets
+    }
+    requests = [
+        (subsets[chosen.name], variant, chosen.name)
+        for chosen, _ in targets
+        for variant, _ in variants[chosen.name]
+    ]
+    stacks = iter(
+        replay.prepared_each(
+            requests,
+            _stack,
+            (_stack_arrays, _stack_of),
+            kind="windows-stack",
+            workers=workers,
+            progress=progress,
+            cache=cache,
+        )
+    )
     blocks: list[dict[str, Any]] = []
     for chosen, members in targets:
-        subset = [sessions[i] for i in members]
+        subset = subsets[chosen.name]
         own = chosen.resolve(settings)
-        stamps_grid = _grid(own, "include_timestamps", include_timestamps)
-        contexts_grid = _grid(own, "include_runtime_context", include_runtime_context)
         offsets = _grid(own, "last_consolidated", last_consolidated)
         labels += [o for o in map(_offset_label, offsets) if o not in labels]
         extends = [bool(e) for e in _grid(own, "extend_to_user", extend_to_user)]
         calls = _calls(chosen, own, max_messages, max_tokens, context_window, max_output)
-        for variant, entry_columns in _entry_variants(chosen, own, stamps_grid, contexts_grid):
-            stack = replay.prepared(
-                subset,
-                variant,
-                _stack,
-                (_stack_arrays, _stack_of),
-                kind="windows-stack",
-                policy=chosen.name,
-                workers=workers,
-                progress=progress,
-                cache=cache,
-            )
+        for _variant, entry_columns in variants[chosen.name]:
+            stack = next(stacks)
             owner, at_index = _positions(subset, stack, at)
             fixed = {
                 "session_key": session_codes[members][owner],
@@ -553,6 +567,18 @@ last_consolidated
                     )
     codes = {"session_key": categories, "policy": names, "cut": _CUTS, "last_consolidated": labels}
     return _frame(blocks, codes)
+
+
+def _subsets(
+    sessions: list[Session], targets: list[tuple[ReplayPolicy, list[int]]]
+) -> dict[str, list[Session]]:
+    """Each release's sessions; releases given the same members share one list, so their
+    replays are computed in one pass (:func:`~sessionkit.simulate.replay.prepared_each`)."""
+    lists: dict[tuple[int, ...], list[Session]] = {}
+    return {
+        chosen.name: lists.setdefault(tuple(members), [sessions[i] for i in members])
+        for chosen, members in targets
+    }
 
 
 def _refuse_unreplayable(

@@ -371,7 +371,7 @@ def load(
         where: list[int] = []
         read: list[Problem] = []
         todo = [i for i, entry in enumerate(found) if entry is None]
-        sizes = [_size(files[i]) for i in todo]
+        sizes = [_size(files[i], identities[i]) for i in todo]
         shown = sum(sizes) >= READ_PROGRESS_BYTES if progress is None else progress
         with tqdm(
             total=sum(sizes),
@@ -418,8 +418,11 @@ COUNT_PROGRESS_MESSAGES = 20_000
 small files: 5,000 files of 4 messages; the bundled sample holds about 7,000 messages)."""
 
 
-def _size(file: Path) -> int:
-    """``file``'s size in bytes (0 when it cannot be read: reading it reports the problem)."""
+def _size(file: Path, identity: Identity | None) -> int:
+    """``file``'s size in bytes: its identity's when it has one, else from a ``stat`` (0 when
+    it cannot be read: reading it reports the problem)."""
+    if identity is not None:
+        return identity.size
     try:
         return os.stat(file).st_size
     except OSError:

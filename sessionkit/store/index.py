@@ -28,7 +28,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -73,9 +73,9 @@ file systems stamp times coarsely, so a change right after could leave its ident
 _KEY = b"sessionkit"
 
 
-@dataclass(frozen=True)
-class Identity:
-    """What tells one version of a file from another without reading it."""
+class Identity(NamedTuple):
+    """What tells one version of a file from another without reading it (a tuple: made and
+    compared per file on every open)."""
 
     device: int
     inode: int
@@ -104,8 +104,10 @@ class SessionChangedError(SessionPathError):
 
 
 def store_key(files: list[Path]) -> str:
-    """The key of the store ``files`` form: their folders (a pack is kept per store)."""
-    return name_digest(b"\0".join(sorted({os.fsencode(f.parent) for f in files})))
+    """The key of the store ``files`` form: their folders (a pack is kept per store).  The
+    files are absolute, so each folder is its path's ``dirname``, without a Path made."""
+    folders = {os.path.dirname(os.fsencode(f)) for f in files}
+    return name_digest(b"\0".join(sorted(folders)))
 
 
 @dataclass(frozen=True)
@@ -155,7 +157,7 @@ def _description(items: list[Item]) -> str:
     described = {
         "format": FORMAT,
         "paths": [item.path for item in items],
-        "identities": [list(vars(item.identity).values()) for item in items],
+        "identities": [list(item.identity) for item in items],
         "rows": [item.n_rows for item in items],
         "extras": [_lean(item) for item in items],
     }

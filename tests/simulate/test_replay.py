@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,7 @@ from sessionkit.simulate.replay import (
     derived,
     replay,
     replay_all,
+    replay_jobs,
     stored_tokens,
 )
 from sessionkit.simulate.states import message_states
@@ -186,3 +188,53 @@ def test_replays_are_cached_per_release_and_the_settings_its_entries_read() -> N
     assert stored_tokens(session, release.name).tolist() == [
         release.estimate_message_tokens(m) for m in session.messages
     ]
+
+
+RELEASES = ["nanobot-0.2", "nanobot-0.3.0", "nanobot-0.3.5"]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_replays_for_several_releases_parse_each_indexed_session_once(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, workers: int
+) -> None:
+    """One pass computes every release's replay of a session read back from the index: its
+    file is parsed once (in the process computing it: a forked worker's parse dies with it,
+    so a pass per release parsed it once per release), and each replay equals that
+    release's replay computed alone."""
+    import os
+
+    import sessionkit.store.index
+
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    for i in range(4):
+        lines = [{"_type": "metadata", "key": f"t:{i}"}]
+        lines += [user(f"q{j} {i}") if j % 2 == 0 else assistant(f"a{j}") for j in range(6 + i)]
+        (folder / f"t_{i}.jsonl").write_text("".join(f"{json.dumps(x)}\n" for x in lines))
+    monkeypatch.setenv("SESSIONKIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(sessionkit.store.index, "RACY_NS", 0)  # index files just written
+    sessionkit.load(folder)
+    sessions = list(sessionkit.load(folder))
+    assert all(s.identity is not None and s._messages is None for s in sessions)
+    log = tmp_path / "parsed.log"  # appended to by forked workers too
+    real = sessionkit.store.index.read_session_file
+
+    def counted(path: Any) -> Any:
+        with log.open("a") as f:
+            f.write(os.fspath(path) + "\n")
+        return real(path)
+
+    monkeypatch.setattr(sessionkit.store.index, "read_session_file", counted)
+    clear_cache()
+    jobs = [(name, STAMPED) for name in RELEASES]
+    together = replay_jobs(sessions, jobs, workers=workers, progress=False, cache=None)
+    assert sorted(log.read_text().split()) == sorted(os.fspath(s.path) for s in sessions)
+    alone = []
+    for name in RELEASES:
+        clear_cache()
+        fresh = [Session(s.key, list(s.messages), policy=s.policy) for s in sessions]
+        alone.append(replay_all(fresh, STAMPED, policy=name, workers=1, progress=False))
+    for found, expected in zip(together, alone, strict=True):
+        for a, b in zip(found, expected, strict=True):
+            for name in ("is_user", "command", "turn", "declared", "kept", "tokens"):
+                np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
