@@ -1,7 +1,7 @@
 """The ``sessionkit`` command: headless summaries of a session store.
 
 Every command exits with the same statuses (:data:`EXIT_STATUS`): 0 healthy, 1 problems found,
-2 a usage error.
+2 a usage error, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from sessionkit.store.text import encodable, shown
 
 __all__ = ["EXIT_STATUS", "main", "summary_table"]
 
-OK, PROBLEMS, USAGE = 0, 1, 2
+OK, PROBLEMS, USAGE, INTERRUPTED = 0, 1, 2, 130
 EXIT_STATUS = """\
 exit status (the same for every command):
   0  healthy: the command ran and found no problem
@@ -37,6 +37,7 @@ exit status (the same for every command):
   2  usage error: bad arguments, or a path that is not a session store (missing, empty,
      not a workspace, sessions folder, .jsonl/.json session file or glob), or a request
      that cannot be made (no such key, turn or step; no release installed)
+  130 interrupted (Ctrl-C): stopped at once, nothing partial kept in the cache
 """
 
 _SUMMARY_COLUMNS = [
@@ -496,6 +497,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return USAGE
     except BrokenPipeError:
         return OK
+    except KeyboardInterrupt:
+        print("sessionkit: interrupted", file=sys.stderr)
+        return INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -197,3 +197,29 @@ def test_ctrl_c_while_workers_count_stops_at_once_and_leaves_a_clean_cache(
     assert cache_contents(cache)["entries"][0] == 16  # a pack per file (fewer than PACK_MIN)
     warm = sk.load(folder, cache=cache, progress=False)
     pd.testing.assert_frame_equal(warm.messages, expected)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT and fork")
+def test_ctrl_c_in_the_cli_exits_130_with_one_line(
+    large: tuple[Path, pd.DataFrame], tmp_path: Path
+) -> None:
+    """The command line stops at Ctrl-C with status 130 and one line, not a traceback."""
+    folder, _ = large
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sessionkit", "summary", str(folder)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=os.environ | {"SESSIONKIT_CACHE_DIR": str(tmp_path / "cache")},
+        start_new_session=True,
+    )
+    try:
+        _wait_for(process, _COUNTING, 60)
+        os.killpg(process.pid, signal.SIGINT)
+        out, err = process.communicate(timeout=10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130
+    assert out == b""
+    assert err.decode().rstrip().endswith("sessionkit: interrupted")
+    assert b"Traceback" not in err
