@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 from genai_prices import Usage, calc_price
 
@@ -222,3 +223,15 @@ def test_a_fresh_generation_equals_the_folder(tmp_path: Path) -> None:
         if name != "llm_usage.sqlite3":
             assert (out / name).read_bytes() == (SAMPLE / name).read_bytes(), name
     assert _log(out / "llm_usage.sqlite3") == _log(SAMPLE / "llm_usage.sqlite3")
+
+
+def test_usage_of_a_session_folder_reads_its_own_data_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 0.3.5 session folder as the source: its data dir's records, never ``~/.nanobot``."""
+    monkeypatch.setenv("HOME", str(tmp_path))  # an empty ~/.nanobot
+    (folder,) = (SAMPLE / "sessions").iterdir()
+    own = usage(folder, tz="UTC", estimate=False, cache=False)
+    whole = usage(SAMPLE, tz="UTC", estimate=False, cache=False)
+    pd.testing.assert_frame_equal(own, whole)
+    assert own.attrs["summary"]["calls"] == 19

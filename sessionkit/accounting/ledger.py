@@ -43,6 +43,7 @@ from sessionkit.nanobot.usage_records import (
     RoundUsages,
     config_defaults,
     daily_totals,
+    data_dir_of,
     last_usage,
     namespaces,
     round_usages,
@@ -97,6 +98,9 @@ def _groups(
     path = Path(source).expanduser()
     if not _is_data_dir(path):
         sessions = list(load(path, tokens=None, config_dir=config_dir, cache=cache))
+        data = data_dir_of(path) if config_dir is None else None
+        if data is not None:  # a 0.3.5 session folder: its own data dir, not ~/.nanobot
+            return data, [(chosen or recorded_workspace(path), sessions)]
         return config_folder(config_dir), [(chosen or path, sessions)]
     data = config_folder(path)
     found = [(chosen or recorded_workspace(ns), _loaded(ns, cache)) for ns in namespaces(data)]
@@ -405,10 +409,12 @@ def usage(
     ----------
     source
         A nanobot data (config) dir — the folder of its ``config.json``, holding
-        ``llm_usage.sqlite3`` and, for 0.3.5, ``sessions/<workspace id>/`` — or a workspace
-        (its usage records are then read from ``config_dir``), or a Corpus / sessions.
+        ``llm_usage.sqlite3`` and, for 0.3.5, ``sessions/<workspace id>/`` — or one such
+        0.3.5 session folder (its data dir's records), or a workspace (its usage records
+        are then read from ``config_dir``), or a Corpus / sessions.
     config_dir
-        The data dir of a workspace or Corpus source (default ``~/.nanobot``).
+        The data dir of a workspace or Corpus source (default ``~/.nanobot``; for a 0.3.5
+        session folder, the data dir holding it).
     workspace
         The workspace whose prompt files rebuild each request (``estimated_prompt_tokens``):
         a Corpus source's; for a data dir, in place of the one each session folder records

@@ -39,6 +39,7 @@ __all__ = [
     "call_source",
     "config_defaults",
     "daily_totals",
+    "data_dir_of",
     "is_checkpoint",
     "last_usage",
     "namespaces",
@@ -196,6 +197,13 @@ def namespaces(data_dir: Path) -> list[Path]:
         return sorted(p for p in root.iterdir() if _NAMESPACE.fullmatch(p.name) and p.is_dir())
     except OSError:
         return []
+
+
+def data_dir_of(folder: Path) -> Path | None:
+    """The data dir holding ``folder`` when it is one of 0.3.5's session folders
+    (``<data dir>/sessions/<workspace id>/``), else None."""
+    data = folder.parent.parent
+    return data if folder.parent.name == "sessions" and folder in namespaces(data) else None
 
 
 def config_defaults(data_dir: Path) -> tuple[str, Path]:

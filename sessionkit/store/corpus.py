@@ -28,7 +28,7 @@ from sessionkit.nanobot.reader import (
     read_session_file,
 )
 from sessionkit.nanobot.session import Session
-from sessionkit.nanobot.usage_records import namespaces
+from sessionkit.nanobot.usage_records import data_dir_of
 from sessionkit.nanobot.workspace import recorded_workspace
 from sessionkit.store.cachedir import cache_dir_problem
 from sessionkit.store.counting import (
@@ -203,8 +203,8 @@ class Corpus:
         if len(self.loaded_from) != 1 or not self.loaded_from[0].is_dir():
             return self.config_dir, None
         path = self.loaded_from[0]
-        data = path.parent.parent
-        if path.parent.name == "sessions" and path in namespaces(data):
+        data = data_dir_of(path)
+        if data is not None:
             return self.config_dir or data, recorded_workspace(path)
         return self.config_dir, path.parent if path.name == "sessions" else path
 
