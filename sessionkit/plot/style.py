@@ -27,6 +27,8 @@ from matplotlib.figure import Figure
 from matplotlib.image import imsave
 from matplotlib.layout_engine import ConstrainedLayoutEngine
 from matplotlib.legend import Legend
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 from matplotlib.transforms import Bbox, ScaledTranslation
 
@@ -229,7 +231,16 @@ def legend_beside(
     offset = _right_of(ax, past) + 0.08
     transform = ax.transAxes + ScaledTranslation(offset, 0.0, figure.dpi_scale_trans)
     options = {"fontsize": 8, "frameon": False, "borderaxespad": 0.0} | kwargs
-    return ax.legend(
+    looks = (options, [_look(handle) for handle in handles], _legend_settings())
+    legend = ax.get_legend()
+    if legend is not None and getattr(legend, "sessionkit_looks", None) == looks:
+        # A plot drawn again on its Axes (the explorer's timeline), entries that look the
+        # same: only the labels and the anchor change, not worth a new legend.
+        for text, label in zip(legend.texts, labels, strict=True):
+            text.set_text(label)
+        legend.set_bbox_to_anchor((1.0, 1.0), transform)
+        return legend
+    legend = ax.legend(
         handles,
         labels,
         loc="upper left",
@@ -237,6 +248,72 @@ def legend_beside(
         bbox_transform=transform,
         **options,
     )
+    legend.sessionkit_looks = looks  # type: ignore[attr-defined]
+    return legend
+
+
+_PATCH_LOOK = (
+    "get_facecolor",
+    "get_edgecolor",
+    "get_linewidth",
+    "get_linestyle",
+    "get_hatch",
+    "get_hatch_linewidth",
+    "get_fill",
+    "get_alpha",
+    "get_capstyle",
+    "get_joinstyle",
+    "get_antialiased",
+    "get_sketch_params",
+    "get_path_effects",
+    "get_visible",
+)
+_LINE_LOOK = (
+    "get_color",
+    "get_gapcolor",
+    "get_linewidth",
+    "get_linestyle",
+    "get_drawstyle",
+    "get_marker",
+    "get_markersize",
+    "get_markerfacecolor",
+    "get_markerfacecoloralt",
+    "get_markeredgecolor",
+    "get_markeredgewidth",
+    "get_fillstyle",
+    "get_markevery",
+    "get_alpha",
+    "get_dash_capstyle",
+    "get_dash_joinstyle",
+    "get_solid_capstyle",
+    "get_solid_joinstyle",
+    "get_antialiased",
+    "get_sketch_params",
+    "get_path_effects",
+    "get_visible",
+)
+"""What a legend copies from a patch or a line to draw its entry (``update_from``)."""
+
+
+def _look(handle: Artist) -> tuple[Any, ...]:
+    """How ``handle``'s legend entry looks: its class and the properties the legend copies
+    (any other artist: itself, so its entry is never taken for another's)."""
+    if isinstance(handle, Line2D):
+        getters = _LINE_LOOK
+    elif isinstance(handle, Patch):
+        getters = _PATCH_LOOK
+    else:
+        return (handle,)
+    dashes = getattr(handle, "_unscaled_dash_pattern", None)
+    return (type(handle), str(dashes), *(str(getattr(handle, name)()) for name in getters))
+
+
+def _legend_settings() -> list[Any]:
+    """The rcParams a new legend reads: its own, its texts' and its handles' defaults."""
+    return [value for name, value in mpl.rcParams.items() if name.startswith(_LEGEND_RC)]
+
+
+_LEGEND_RC = ("legend.", "font.", "text.", "patch.", "lines.", "hatch.", "markers.")
 
 
 class KeptLayout(ConstrainedLayoutEngine):

@@ -144,3 +144,32 @@ def test_rgba_png_decodes_to_the_pixels_it_was_given() -> None:
         assert image.tobytes() == rgba.tobytes()
     flat = np.full((400, 1000, 4), 255, np.uint8)
     assert len(rgba_png(flat)) < len(rgba_png(flat, level=0)) // 100, "level passed to zlib"
+
+
+def _labels(legend) -> list[str]:
+    return [text.get_text() for text in legend.texts]
+
+
+def test_a_legend_whose_entries_look_the_same_is_kept_with_the_new_labels(corpus) -> None:
+    """Moves that change only labels keep the legend; new entries or settings make one."""
+    session = corpus[KEY]
+    turns = session.n_user_turns
+    canvas = TimelineCanvas(_figure())
+
+    def legends(**options):
+        states = message_states(session, turn=turns, **options)
+        fresh = plot.token_timeline(states, ax=plot.timeline_axes()).get_legend()
+        return canvas.plot(states).get_legend(), fresh
+
+    first, _ = legends(max_tokens=3000)
+    kept, fresh = legends(max_tokens=3100)
+    assert kept is first
+    assert "max_tokens=3,100" in _labels(kept)
+    assert _labels(kept) == _labels(fresh)
+    without_budget, fresh = legends(max_tokens=0)
+    assert without_budget is not kept, "the budget line's entry is gone"
+    assert _labels(without_budget) == _labels(fresh)
+    with mpl.rc_context({"legend.handlelength": 3.0}):
+        wider, _ = legends(max_tokens=0)
+    assert wider is not without_budget, "a legend setting changed"
+    assert wider.handlelength == 3.0
