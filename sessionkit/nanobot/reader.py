@@ -15,7 +15,7 @@ import reprlib
 import stat
 import sys
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
@@ -67,6 +67,8 @@ SIDECAR_NAMES = frozenset({".webui_session_index.json"})
 MAX_LINE_BYTES = 1 << 28
 """Longer lines are reported, not parsed (nanobot would need several times this in memory)."""
 _GLOB_CHARS = frozenset("*?[")
+_PATH = type(Path())
+"""The concrete class ``Path(...)`` makes here: a path already of it is used as it is."""
 _BRIEF = reprlib.Repr()
 _BRIEF.maxstring = _BRIEF.maxother = 60
 
@@ -239,9 +241,9 @@ def _size(path: Path) -> str:
 _CHUNK_BYTES = 1 << 24
 
 
-def _chunk_size(fd: int) -> int:
-    """Bytes per read: the whole of a small file at once, else ``_CHUNK_BYTES``."""
-    return min(_CHUNK_BYTES, os.fstat(fd).st_size + 1)
+def _chunk_size(size: int) -> int:
+    """Bytes per read: the whole of a small file (``size`` bytes) at once, else ``_CHUNK_BYTES``."""
+    return min(_CHUNK_BYTES, size + 1)
 
 
 def _skip_hole(fd: int) -> int:
@@ -309,11 +311,31 @@ def split_batches(
         yield [b"".join(pending)]
 
 
-def _read_batches(fd: int) -> Iterator[list[bytes | int]]:
-    """A session file's lines (:func:`split_batches`), over :data:`MAX_LINE_BYTES` unread."""
-    return split_batches(
-        partial(os.read, fd), _chunk_size(fd), MAX_LINE_BYTES, partial(_skip_hole, fd)
-    )
+def _read_batches(fd: int, size: int) -> Iterable[list[bytes | int]]:
+    """A session file of ``size`` bytes' lines (:func:`split_batches`), over
+    :data:`MAX_LINE_BYTES` unread; a small file's in one batch from one read."""
+    step = _chunk_size(size)
+    if step > size:
+        whole = _whole_lines(fd, step)
+        if whole is not None:
+            return whole
+    return split_batches(partial(os.read, fd), step, MAX_LINE_BYTES, partial(_skip_hole, fd))
+
+
+def _whole_lines(fd: int, step: int) -> list[list[bytes | int]] | None:
+    """A small file's lines as :func:`split_batches` gives them, split at once: one read
+    of ``step`` bytes holding the whole file, then the end.  None (and the read position
+    back at the start) when the file grew past that, so it is read chunk by chunk."""
+    data = os.read(fd, step)
+    if len(data) == step or (data and os.read(fd, step)):
+        os.lseek(fd, 0, os.SEEK_SET)
+        return None
+    if b"\r" in data:
+        data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    lines: list[bytes | int] = data.split(b"\n")
+    if not lines[-1]:
+        lines.pop()
+    return [lines] if lines else []
 
 
 _BLANK = object()
@@ -424,7 +446,7 @@ class _Lines:
     held: list[tuple[int, str]]
 
 
-def _parse_lines(fd: int) -> _Lines:
+def _parse_lines(fd: int, size: int) -> _Lines:
     """Every line of a session file (:class:`_Lines`).
 
     A batch of lines is parsed by orjson at once; only a batch holding a line that is not
@@ -437,7 +459,7 @@ def _parse_lines(fd: int) -> _Lines:
     held: list[tuple[int, str]] = []
     loads = orjson.loads
     line_no = 0
-    for lines in _read_batches(fd):
+    for lines in _read_batches(fd, size):
         try:
             values = list(map(loads, lines))
         except (orjson.JSONDecodeError, TypeError):  # TypeError: an over-long line's size
@@ -486,10 +508,9 @@ def parse_timestamp(value: Any) -> datetime | None:
     return None
 
 
-def _time_problem(field: str, value: Any) -> str | None:
-    if value and parse_timestamp(value) is None:
-        return f"metadata {field} {_brief(value)} is not an ISO timestamp"
-    return None
+def _time_problem(field: str, value: Any) -> str:
+    """The reason for a metadata time ``value`` that is not a timestamp."""
+    return f"metadata {field} {_brief(value)} is not an ISO timestamp"
 
 
 def _offset_problem(value: Any, n_messages: int) -> str | None:
@@ -567,16 +588,19 @@ _WORKSPACE_ID = re.compile(r"[0-9a-f]{32}")
 
 
 def _writer_release(
-    path: Path, fmt: str, metas: list[tuple[int, dict[str, Any]]], provider_state: bool
+    where: str, fmt: str, metas: list[tuple[int, dict[str, Any]]], provider_state: bool
 ) -> str:
     """The release that wrote a session file, hence the policy it is replayed with.
 
     0.3.5: a metadata line with ``last_archived``, a ``provider_state`` record, or a file in
     0.3.5's ``sessions/<32-hex workspace id>/`` folder; 0.3.0: a base64url file name;
-    otherwise 0.2 (safe-key names).
+    otherwise 0.2 (safe-key names).  ``where`` is the file's path as ``str(Path)`` writes it
+    (normalised), so its folders' names are read off the string.
     """
+    folder = os.path.dirname(where)
     in_namespace = (
-        _WORKSPACE_ID.fullmatch(path.parent.name) and path.parent.parent.name == "sessions"
+        _WORKSPACE_ID.fullmatch(os.path.basename(folder))
+        and os.path.basename(os.path.dirname(folder)) == "sessions"
     )
     if provider_state or in_namespace or any("last_archived" in meta for _, meta in metas):
         return "nanobot-0.3.5"
@@ -611,8 +635,16 @@ def runtime_checkpoint(path: Path | None) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def _jsonl_session(path: Path, fd: int) -> tuple[Session, list[Problem]]:
-    found = _parse_lines(fd)
+_TIME_FIELDS = ("created_at", "updated_at")
+
+
+def _meta_times(meta: dict[str, Any]) -> list[tuple[str, Any, datetime | None]]:
+    """Each time field of a metadata record: its name, stored value and parsed time."""
+    return [(field, value := meta.get(field), parse_timestamp(value)) for field in _TIME_FIELDS]
+
+
+def _jsonl_session(path: Path, where: str, fd: int, size: int) -> tuple[Session, list[Problem]]:
+    found = _parse_lines(fd, size)
     records, numbers, bad, kept = found.records, found.numbers, found.bad, found.kept
     typed = list(compress(range(len(records)), map(contains, records, repeat("_type"))))
     metas = [(numbers[i], records[i]) for i in typed if records[i]["_type"] == "metadata"]
@@ -629,27 +661,24 @@ def _jsonl_session(path: Path, fd: int) -> tuple[Session, list[Problem]]:
 
     # nanobot's strict load resets a time to None at a later metadata record lacking it;
     # its repair pass (taken once any line is damaged) keeps the earlier one.
+    stamps = [_meta_times(meta) for _, meta in metas]
     repairing = bool(bad or kept) or any(
-        _time_problem(f, m.get(f)) for _, m in metas for f in ("created_at", "updated_at")
+        value and parsed is None for fields in stamps for _, value, parsed in fields
     )
     problems: list[Problem] = []
     metadata: Any = {}
     times: dict[str, datetime | None] = {"created_at": None, "updated_at": None}
     offset: Any = 0
     stored_key: Any = None
-    for line_no, meta in metas:
+    for (line_no, meta), fields in zip(metas, stamps, strict=True):
         metadata = meta.get("metadata", {})
         if not isinstance(metadata, dict):
             problems.append(
-                Problem(
-                    str(path), line_no, f"metadata is JSON {_json_type(metadata)}, not an object"
-                )
+                Problem(where, line_no, f"metadata is JSON {_json_type(metadata)}, not an object")
             )
-        for field in times:
-            reason = _time_problem(field, meta.get(field))
-            if reason:
-                problems.append(Problem(str(path), line_no, reason))
-            parsed = parse_timestamp(meta.get(field))
+        for field, value, parsed in fields:
+            if value and parsed is None:
+                problems.append(Problem(where, line_no, _time_problem(field, value)))
             if parsed is not None or not repairing:
                 times[field] = parsed
         offset = meta.get("last_consolidated", 0)
@@ -657,29 +686,29 @@ def _jsonl_session(path: Path, fd: int) -> tuple[Session, list[Problem]]:
     if metas:
         reason = _offset_problem(offset, len(messages))
         if reason:
-            problems.append(Problem(str(path), metas[-1][0], reason))
+            problems.append(Problem(where, metas[-1][0], reason))
     if not records and not bad:
-        problems.append(Problem(str(path), None, "empty file: no records"))
+        problems.append(Problem(where, None, "empty file: no records"))
 
     key = stored_key if isinstance(stored_key, str) and stored_key else key_from_filename(path)
     if stored_key is not None and key != stored_key:
         problems.append(
             Problem(
-                str(path),
+                where,
                 metas[-1][0],
                 f"metadata key {_brief(stored_key)} is not a non-empty string; "
                 f"using the file name ({_brief(key)})",
             )
         )
     meta_line = metas[-1][0] if metas else None
-    problems += _text_problems(str(path), key, metadata, meta_line, messages, line_numbers)
+    problems += _text_problems(where, key, metadata, meta_line, messages, line_numbers)
     first_damaged = bool(bad) and (not numbers or bad[0][0] < numbers[0])
     if first_damaged and not metas:
         bad[0] = (bad[0][0], _lost_metadata(bad[0][1], key))
-    problems[:0] = [Problem(str(path), n, reason, skipped=True) for n, reason in bad]
-    problems[len(bad) : len(bad)] = [Problem(str(path), n, reason) for n, reason in kept]
+    problems[:0] = [Problem(where, n, reason, skipped=True) for n, reason in bad]
+    problems[len(bad) : len(bad)] = [Problem(where, n, reason) for n, reason in kept]
     fmt = "nanobot-0.3" if extra or _names_storage_key(path.stem, key) else "nanobot-0.2"
-    policy = _writer_release(path, fmt, metas, bool(extra))
+    policy = _writer_release(where, fmt, metas, bool(extra))
     if policy == "nanobot-0.3.5" and metas:
         offset = _archive_offset(metas[-1][1])
     session = Session(
@@ -768,31 +797,37 @@ def _stat_failure(path: Path, exc: OSError) -> str:
     return f"unreadable: {exc.strerror or exc}"
 
 
-def _open_regular(path: Path) -> tuple[int | None, str | None]:
-    """A read-only descriptor of ``path`` when it is a regular file, else why it is not read.
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+def _open_regular(path: Path, where: str) -> tuple[int | None, int, str | None]:
+    """A read-only descriptor of ``path`` (named ``where``) when it is a regular file, and
+    its size; else why it is not read.
 
     The kind is checked before opening and again after: opening never blocks (a FIFO) nor
     touches a device.
     """
     try:
-        reason = _not_regular(os.stat(path).st_mode)
+        reason = _not_regular(os.stat(where).st_mode)
         if reason:
-            return None, reason
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+            return None, 0, reason
+        fd = os.open(where, _OPEN_FLAGS)
     except OSError as exc:
-        return None, _stat_failure(path, exc)
-    reason = _not_regular(os.fstat(fd).st_mode)
+        return None, 0, _stat_failure(path, exc)
+    found = os.fstat(fd)
+    reason = _not_regular(found.st_mode)
     if reason:
         os.close(fd)
-        return None, reason
-    return fd, None
+        return None, 0, reason
+    return fd, found.st_size, None
 
 
-def _read_whole(fd: int) -> bytes | None:
-    """A legacy whole-file JSON session's bytes; None when over :data:`MAX_LINE_BYTES`."""
+def _read_whole(fd: int, known: int) -> bytes | None:
+    """A legacy whole-file JSON session's bytes (``known``: its size when opened); None when
+    over :data:`MAX_LINE_BYTES`."""
     parts: list[bytes] = []
     size = 0
-    step = _chunk_size(fd)
+    step = _chunk_size(known)
     while chunk := os.read(fd, step):
         size += len(chunk)
         if size > MAX_LINE_BYTES:
@@ -808,19 +843,21 @@ def read_session_file(path: str | Path) -> tuple[Session | None, list[Problem]]:
     problems found.  Only regular files are opened; lines are read a chunk at a time.
     Never raises for damaged content or an unreadable file.
     """
-    path = Path(path)
-    fd, reason = _open_regular(path)
+    if type(path) is not _PATH:
+        path = Path(path)
+    where = str(path)
+    fd, size, reason = _open_regular(path, where)
     if fd is None:
-        return None, [Problem(str(path), None, reason or "not read")]
+        return None, [Problem(where, None, reason or "not read")]
     try:
         if path.suffix != ".json":
-            return _jsonl_session(path, fd)
-        raw = _read_whole(fd)
+            return _jsonl_session(path, where, fd, size)
+        raw = _read_whole(fd, size)
         if raw is None:
             reason = f"legacy JSON session over {MAX_LINE_BYTES:,} bytes; not read"
-            return None, [Problem(str(path), None, reason)]
+            return None, [Problem(where, None, reason)]
         return _legacy_session(path, raw)
     except OSError as exc:
-        return None, [Problem(str(path), None, f"unreadable: {exc.strerror or exc}")]
+        return None, [Problem(where, None, f"unreadable: {exc.strerror or exc}")]
     finally:
         os.close(fd)
