@@ -10,6 +10,7 @@ Building nanobot's store creates and migrates folders; nothing here writes.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -57,11 +58,18 @@ def sessions_root_035(config_dir: str | Path | None = None) -> Path:
 
 
 def _namespaces(root: Path) -> list[Path]:
-    """The 32-hex namespace folders in a 0.3.5 sessions root."""
+    """The 32-hex namespace folders in a 0.3.5 sessions root (names checked before any
+    Path is made: the root asked about may be a sessions folder of many files)."""
     try:
-        return sorted(p for p in root.iterdir() if _WORKSPACE_ID.fullmatch(p.name) and p.is_dir())
+        with os.scandir(root) as listing:
+            names = sorted(
+                e.name
+                for e in listing
+                if len(e.name) == 32 and _WORKSPACE_ID.fullmatch(e.name) and e.is_dir()
+            )
     except OSError:
         return []
+    return [root / name for name in names]
 
 
 def config_dir_hint(path: str | Path) -> str | None:
