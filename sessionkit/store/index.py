@@ -110,12 +110,11 @@ def store_key(files: list[Path]) -> str:
     return name_digest(b"\0".join(sorted(folders)))
 
 
-@dataclass(frozen=True)
-class Item:
+class Item(NamedTuple):
     """One file's part of a pack: its path, the identity it is valid for, its values
     (``extra``), its rows (``own``, or rows ``start`` .. ``start + rows`` of the pack's
     table ``whole``, sliced only when asked for: a slice costs more than the rest of
-    reading an item back)."""
+    reading an item back).  A tuple: a pack of many small files makes one per file."""
 
     path: str
     identity: Identity
@@ -241,6 +240,9 @@ def _read_pack(path: Path, schema: pa.Schema) -> tuple[pa.Table, dict[str, Item]
         return nothing
 
 
+_INT = {int}
+
+
 def _items(described: dict[str, Any], table: pa.Table) -> dict[str, Item]:
     """A pack's items from its description, checked against its table: paths are strings,
     identities five integers, values JSON objects, row counts non-negative and adding up
@@ -254,9 +256,9 @@ def _items(described: dict[str, Any], table: pa.Table) -> dict[str, Item]:
     for path, identity, n, extra in zip(paths, identities, rows, extras, strict=True):
         if type(n) is not int or n < 0 or type(path) is not str or type(extra) is not dict:
             raise IntegrityError("an item with a bad path, row count or values")
-        if len(identity) != 5 or any(type(v) is not int for v in identity):
+        if type(identity) is not list or len(identity) != 5 or set(map(type, identity)) != _INT:
             raise IntegrityError("an item with a bad file identity")
-        items[path] = Item(path, Identity(*identity), extra, None, start, n, table)
+        items[path] = Item(path, Identity._make(identity), extra, None, start, n, table)
         start += n
     if start != table.num_rows:
         raise IntegrityError(f"items hold {start} rows, the table {table.num_rows}")
