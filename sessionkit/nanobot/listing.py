@@ -117,8 +117,13 @@ def session_title(metadata: Any) -> str:
     return title if metadata.get("title_user_edited") is True else strip_think(title)
 
 
+_LINE_ENCODER = json.JSONEncoder(ensure_ascii=False)
+"""``json.dumps(..., ensure_ascii=False)``'s encoder, made once (``dumps`` makes one per call
+for any non-default option)."""
+
+
 def _line_chars(message: dict[str, Any]) -> int:
-    return len(json.dumps(message, ensure_ascii=False)) + 1
+    return len(_LINE_ENCODER.encode(message)) + 1
 
 
 def _scan(messages: list[dict[str, Any]], line_numbers: Sequence[int] | None) -> tuple[str, float]:

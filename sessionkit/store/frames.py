@@ -13,7 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
-from itertools import chain, repeat
+from itertools import chain, compress, repeat
+from operator import eq, is_not
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,9 @@ import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
 from sessionkit import schema
-from sessionkit.nanobot.history import RUNTIME_CONTEXT_KEY, is_hidden_history
+from sessionkit.nanobot.history import HIDDEN_HISTORY_KEY, RUNTIME_CONTEXT_KEY, is_hidden_history
 from sessionkit.nanobot.listing import flatten_content, session_preview, session_title
-from sessionkit.nanobot.policies import POLICIES, get_policy
+from sessionkit.nanobot.policies import POLICIES, ReplayPolicy, get_policy
 from sessionkit.nanobot.reader import (
     CHECKPOINT_SUFFIX,
     Problem,
@@ -262,17 +263,16 @@ def _outside_rows(values: list[Any]) -> list[int]:
     return rows
 
 
-def _session_problems(session: Session, read: list[Problem], outside: list[int]) -> list[Problem]:
-    """What reading found, then each message nanobot cannot count, then each time a frame
-    cannot hold (``outside``: those messages' positions)."""
+def _session_problems(
+    session: Session, read: list[Problem], uncountable: list[tuple[int, str]], outside: list[int]
+) -> list[Problem]:
+    """What reading found, then each message nanobot cannot count (``uncountable``: their
+    positions, in order, and reasons), then each time a frame cannot hold (``outside``:
+    those messages' positions)."""
     path = str(session.path)
     lines = session.line_numbers or [None] * len(session.messages)
     found = list(read)
-    found += [
-        Problem(path, line_no, reason)
-        for message, line_no in zip(session.messages, lines, strict=True)
-        if (reason := uncountable_reason(message))
-    ]
+    found += [Problem(path, lines[i], reason) for i, reason in uncountable]
     for field in ("created_at", "updated_at"):
         value = getattr(session, field)
         if value is not None and not fits_frame(value):
@@ -307,6 +307,46 @@ def _stamp_outside(value: object) -> bool:
     return parsed is not None and not fits_frame(parsed)
 
 
+def _uncountable_rows(
+    msgs: list[dict[str, Any]], content_not_str: np.ndarray, calls: list[Any]
+) -> dict[int, str]:
+    """:func:`uncountable_reason` of each message that may have one (content not a string,
+    or tool calls), by row: a plain message, never uncountable, costs no call."""
+    suspects = np.flatnonzero(content_not_str | _truthy(calls)).tolist()
+    return {row: reason for row in suspects if (reason := uncountable_reason(msgs[row]))}
+
+
+_HIDING_KEYS = (HIDDEN_HISTORY_KEY, "_automation_turn", "_cron_turn")
+"""The fields :func:`~sessionkit.nanobot.history.is_hidden_history` reads: a message holding
+none of them (or only nulls) is not hidden."""
+
+
+def _hidden(msgs: list[dict[str, Any]]) -> np.ndarray:
+    """:func:`is_hidden_history` of every message, called only on those holding one of
+    :data:`_HIDING_KEYS` (C-level maps find them)."""
+    hidden = np.zeros(len(msgs), dtype=bool)
+    marked: set[int] = set()
+    for key in _HIDING_KEYS:
+        marked.update(
+            compress(range(len(msgs)), map(is_not, message_field(msgs, key), repeat(None)))
+        )
+    for row in marked:
+        hidden[row] = is_hidden_history(msgs[row])
+    return hidden
+
+
+def _user_turns(
+    msgs: list[dict[str, Any]], roles: list[Any], hidden: np.ndarray, policy: ReplayPolicy
+) -> np.ndarray:
+    """``policy.is_user_turn`` of every message: from the roles and ``hidden`` when the
+    policy keeps the shared rule (a user message, hidden ones counted only where
+    ``hidden_turns``), else asked message by message."""
+    if type(policy).is_user_turn is not ReplayPolicy.is_user_turn:
+        return np.fromiter(map(policy.is_user_turn, msgs), dtype=bool, count=len(msgs))
+    users = np.fromiter(map(eq, roles, repeat("user")), dtype=bool, count=len(roles))
+    return users if policy.hidden_turns else users & ~hidden
+
+
 def _first_damaged_line(problems: list[Problem]) -> int | None:
     lines = [p.line_no for p in problems if p.skipped and p.line_no is not None]
     return min(lines, default=None)
@@ -332,7 +372,7 @@ def build_entries(
     total = int(lengths.sum())
     starts = np.cumsum(lengths) - lengths
     msgs: list[dict[str, Any]] = list(chain.from_iterable(s.messages for s in sessions))
-    roles = message_field(msgs, "role")
+    raw_roles = roles = message_field(msgs, "role")
     if not STR_OR_NONE.issuperset(map(type, roles)):
         roles = [v if v is None or type(v) is str else str(v) for v in roles]
     try:
@@ -340,7 +380,8 @@ def build_entries(
     except (UnicodeEncodeError, pa.ArrowException):  # a lone surrogate: shown escaped
         role_column = pa.array(list(map(shown, roles)), type=pa.large_string())
     text = message_field(msgs, "content")
-    for i in np.flatnonzero(~_is_instance(text, str)):
+    content_not_str = ~_is_instance(text, str)
+    for i in np.flatnonzero(content_not_str):
         text[i] = flatten_content(text[i])
     counted = tokens == "tiktoken"
     with tqdm(
@@ -365,6 +406,8 @@ def build_entries(
         "tool_call_id": _arrow_strings(message_field(msgs, "tool_call_id")),
         "name": _arrow_strings(message_field(msgs, "name")),
     }
+    calls = message_field(msgs, "tool_calls")
+    hidden = _hidden(msgs)
     columns = {
         "line_no": np.concatenate([_line_numbers(s) for s in sessions] + [np.zeros(0, np.int64)]),
         "role": role_column,
@@ -374,32 +417,34 @@ def build_entries(
         "tokens_fallback": estimate,
         "is_command": _truthy(message_field(msgs, "_command")),
         "is_channel_delivery": _truthy(message_field(msgs, "_channel_delivery")),
-        "n_tool_calls": _list_lengths(message_field(msgs, "tool_calls")),
+        "n_tool_calls": _list_lengths(calls),
         "tool_call_id": strings["tool_call_id"][0],
         "name": strings["name"][0],
         "has_media": _list_lengths(message_field(msgs, "media")) > 0,
-        "hidden": np.fromiter(map(is_hidden_history, msgs), dtype=bool, count=total),
+        "hidden": hidden,
         "runtime_context": _is_instance(message_field(msgs, RUNTIME_CONTEXT_KEY), dict),
     }
     table = pa.table(columns, schema=MESSAGE_TABLE)
     stops = starts + lengths
     turns = {
-        name: _per_session(
-            np.fromiter(map(policy.is_user_turn, msgs), dtype=bool, count=total), starts, stops
-        )
+        name: _per_session(_user_turns(msgs, raw_roles, hidden, policy), starts, stops)
         for name, policy in POLICIES.items()
     }
     exact_sums = _sums_or_none(exact, starts, stops)
     estimate_sums = _sums_or_none(estimate, starts, stops)
     firsts, lasts = _extremes(stamps, starts, lengths)
     outside = _grouped(_outside_rows(raw_stamps), stops)
+    uncountable = _uncountable_rows(msgs, content_not_str, calls)
+    uncountable_of = _grouped(uncountable, stops)
     odd_rows = {name: _grouped(odd, stops) for name, (_, odd) in strings.items()}
+    any_odd = any(odd for _, odd in strings.values())
     entries = []
     for i, (session, start, n) in enumerate(
         zip(sessions, starts.tolist(), lengths.tolist(), strict=True)
     ):
         own = [row - start for row in outside.get(i, ())]
-        found = _session_problems(session, read.get(str(session.path), []), own)
+        cannot = [(row - start, uncountable[row]) for row in uncountable_of.get(i, ())]
+        found = _session_problems(session, read.get(str(session.path), []), cannot, own)
         meta = {
             "key": session.key,
             "path": None if session.path is None else str(session.path),
@@ -421,6 +466,8 @@ def build_entries(
             "problems": [[p.line_no, p.reason, p.skipped] for p in found],
             "escapes": {
                 name: {str(row - start): odd[row] for row in odd_rows[name].get(i, ())}
+                if any_odd
+                else {}
                 for name, (_, odd) in strings.items()
             },
             "counted": counted,
