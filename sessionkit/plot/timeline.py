@@ -9,6 +9,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.layout_engine import ConstrainedLayoutEngine
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle, StepPatch
 
 from sessionkit.nanobot.session import Session
@@ -87,9 +88,10 @@ def _chip(color: str) -> Patch:
     return Patch(facecolor=color, alpha=_CHIP_ALPHA, edgecolor=color, linewidth=1.0)
 
 
-def _sent_from_here(states: pd.DataFrame) -> np.ndarray:
-    """Tokens the history would send if it started at each message (NaN where none could)."""
-    live = ~states["status"].isin(["consolidated", "file_cap", "later"]).to_numpy()
+def _sent_from_here(states: pd.DataFrame, status: np.ndarray) -> np.ndarray:
+    """Tokens the history would send if it started at each message (NaN where none could);
+    ``status`` is the frame's status column as an array."""
+    live = ~np.isin(status, ["consolidated", "file_cap", "later"])
     sent = states["sent_tokens"].fillna(0).to_numpy(dtype=float) * live
     from_here = np.cumsum(sent[::-1])[::-1]
     return np.where(live, from_here, np.nan)
@@ -134,7 +136,8 @@ def token_timeline(
     n = len(states)
     edges = np.arange(n + 1) - 0.5
     tokens = states["tokens"].fillna(0).to_numpy(dtype=float)
-    roles = states["role"].astype("string").fillna("?").to_numpy()
+    role = states["role"]
+    roles = np.where(role.isna().to_numpy(), "?", role.to_numpy(dtype=object))
     order = list(ROLE_COLORS)
     handles: list = []
     for role in sorted(set(roles), key=lambda r: (order.index(r) if r in order else len(order), r)):
@@ -187,29 +190,48 @@ def token_timeline(
     ax.yaxis.set_major_formatter(compact)
     ax.set_title(f"{plot_label(result.key)} at turn {result.turn}", loc="left", fontsize=10)
     twin = ax.twinx()
-    _draw_budget(twin, result, in_window)
+    _draw_budget(twin, result, status, in_window)
     more_handles, more_labels = twin.get_legend_handles_labels()
     legend_beside(ax, handles + more_handles, labels + more_labels, past=[twin])
     return ax
 
 
-def _draw_budget(twin: Axes, result: MessageStates, in_window: np.ndarray) -> None:
+def _line(ax: Axes, x: Any, y: Any, **style: Any) -> Line2D:
+    """The line ``ax.step``, ``axhline`` or ``axvline`` draws, added as an artist: the limits
+    are set after it (those would update them in vain, over every step of the line)."""
+    line = Line2D(x, y, **style)
+    ax.add_artist(line)
+    return line
+
+
+def _draw_budget(
+    twin: Axes, result: MessageStates, status: np.ndarray, in_window: np.ndarray
+) -> None:
     """The twin axis: tokens sent from each message to the turn, and the two limits."""
     states = result.frame
-    from_here = _sent_from_here(states)
-    (line,) = twin.step(
+    from_here = _sent_from_here(states, status)
+    _line(
+        twin,
         np.arange(len(states)),
         from_here,
-        where="mid",
+        drawstyle="steps-mid",
         color="#222222",
         lw=1.2,
         label="tokens sent from here",
+        gid="sent_from_here",
     )
-    line.set_gid("sent_from_here")
     max_tokens = result.settings.max_tokens
     if max_tokens > 0:
-        twin.axhline(max_tokens, color=STATUS["trimmed_tokens"].color, ls="--", lw=1.2).set(
-            gid="max_tokens", label=f"max_tokens={max_tokens:,}"
+        _line(
+            twin,
+            [0, 1],
+            [max_tokens, max_tokens],
+            transform=twin.get_yaxis_transform(which="grid"),
+            color=STATUS["trimmed_tokens"].color,
+            ls="--",
+            lw=1.2,
+            gid="max_tokens",
+            label=f"max_tokens={max_tokens:,}",
         )
         # Named on the line itself: the eye reads a level line against the left axis.
         twin.text(
@@ -224,13 +246,20 @@ def _draw_budget(twin: Axes, result: MessageStates, in_window: np.ndarray) -> No
             bbox={"facecolor": "white", "alpha": 0.8, "linewidth": 0, "pad": 1},
             gid="max_tokens_label",
         )
-    status = states["status"].to_numpy()
     trimmed = np.flatnonzero(status == "trimmed_count")
     live = np.flatnonzero(~np.isnan(from_here))
     count_start = trimmed[-1] + 1 if len(trimmed) else (live[0] if len(live) else None)
     if count_start is not None and result.count_window > 0:
-        twin.axvline(count_start - 0.5, color=STATUS["trimmed_count"].color, ls=":", lw=1.5).set(
-            gid="max_messages", label=f"max_messages={result.count_window} window"
+        _line(
+            twin,
+            [count_start - 0.5] * 2,
+            [0, 1],
+            transform=twin.get_xaxis_transform(which="grid"),
+            color=STATUS["trimmed_count"].color,
+            ls=":",
+            lw=1.5,
+            gid="max_messages",
+            label=f"max_messages={result.count_window} window",
         )
     window_tokens = float(from_here[in_window[0]]) if len(in_window) else 0.0
     top = 1.6 * max(max_tokens, window_tokens, 1.0)

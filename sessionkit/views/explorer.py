@@ -493,7 +493,7 @@ class Explorer(widgets.VBox):
         frame = self.states.frame
         if rows:
             self.transcript.rows = transcript_rows(self.subject(), frame["tokens"].tolist())
-        self.transcript.status = frame["status"].astype(str).tolist()
+        self.transcript.status = frame["status"].tolist()  # the names, as str
         window = counts["window"]
         self.transcript.focus = window[0] if window else max(0, self.states.stop - 1)
         self._request_moved()
@@ -505,7 +505,8 @@ class Explorer(widgets.VBox):
     def _xlim(self) -> tuple[float, float] | None:
         """The timeline's x range: zoomed, the count window (token cut included) to the turn."""
         stop = self.states.stop
-        counted = np.flatnonzero(self.states.frame["status"].isin(["trimmed_tokens", "in_window"]))
+        status = self.states.frame["status"].to_numpy()
+        counted = np.flatnonzero(np.isin(status, ["trimmed_tokens", "in_window"]))
         if not (self.zoom.value and len(counted)):
             return None
         start = int(counted[0])
