@@ -17,6 +17,7 @@ import pandas as pd
 from sessionkit.calls.governor_kit import governor_texts
 from sessionkit.calls.installs import find_release
 from sessionkit.calls.kits import kit_for
+from sessionkit.nanobot.governor_035 import GovernedTurn, is_checkpoint
 from sessionkit.nanobot.kit import Kit
 from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.release import ReplayPolicy
@@ -162,7 +163,9 @@ def turn_calls(
     Under a release whose governor summarises within a turn, the history is the one the turn
     began with (a checkpoint the turn itself inserted before its user message is not in it)
     and :attr:`TurnCalls.governor` says where it summarised (``texts``: the session's summary
-    texts oldest first, for summaries its metadata no longer holds).
+    texts oldest first, for summaries its metadata no longer holds); it replays from the
+    latest checkpoint before the turn, or from a recorded offset an earlier release wrote
+    when that lies later within the turn's messages (0.3.5 reads it as ``last_archived``).
     """
     policy = policy or get_policy(session.policy)
     turn = turn_number(turn, "turn")
@@ -182,7 +185,7 @@ def turn_calls(
     if governor is not None:
         messages = governor.before
         if resolved.last_consolidated in (None, "recorded"):
-            offset = governor.offset
+            offset = _archived_at_start(governor, session.messages, offset)
         offset = offset if offset <= len(messages) else 0
     history = policy.get_history(messages, offset, **policy.history_kwargs(resolved))
     user = session.messages[at]
@@ -194,6 +197,19 @@ def turn_calls(
     current = policy.current_message(kit, user, session.key)
     steps = policy.turn_steps(session.messages[at + 1 : stop])
     return TurnCalls(at, history, current, steps, governor)
+
+
+def _archived_at_start(
+    governor: GovernedTurn, messages: list[dict[str, Any]], recorded: int
+) -> int:
+    """``last_archived`` when a governed turn began: its latest checkpoint before the turn, or
+    the recorded offset when later and not at a checkpoint (one an earlier release wrote, which
+    0.3.5 reads as ``last_archived``, as :func:`sessionkit.windows` takes it); a recorded offset
+    at a checkpoint is the governor's to place (a turn's own turn-start one is not yet in force)."""
+    at_checkpoint = recorded < len(messages) and is_checkpoint(messages[recorded])
+    if at_checkpoint or recorded > len(governor.before):
+        return governor.offset
+    return max(governor.offset, recorded)
 
 
 def call_list(

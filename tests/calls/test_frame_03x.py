@@ -18,6 +18,7 @@ from sessionkit.calls.assembly import kit_of, turn_calls
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nanobot"))
 from releases import release  # noqa: E402
+from sampling import sample_rows  # noqa: E402
 
 KEYS = ("telegram:777", "cli:direct", "discord:987")
 ESTIMATE = sk.get_policy("nanobot-0.2")
@@ -99,3 +100,79 @@ def test_calls_near_0_3_0s_budget_are_rebuilt(corpus: sk.Corpus, tmp_path: Path)
         assert row.history_tokens == _tokens(history)
         assert row.history_messages == len(history)
         assert row.steps_tokens == _tokens(steps)
+
+
+LEGACY = {"slack:C01:thread": 1.0, "feishu:ou_5f3a": 0.4, "webui:abc123": 0.4}
+"""Sessions an earlier release consolidated (``last_consolidated`` without a checkpoint), and
+the share of their calls past that offset to check."""
+
+
+def _first_turn_past_offset(session: sk.Session, name: str) -> int:
+    """The first turn whose user message lies at or past the session's recorded offset."""
+    turns = sk.windows(session, policy=name)
+    return int(turns.loc[turns["at"] >= session.last_consolidated, "turn"].min())
+
+
+def test_0_3_5_replays_from_an_offset_an_earlier_release_recorded(corpus: sk.Corpus) -> None:
+    """0.3.5 reads a 0.2 file's ``last_consolidated`` as ``last_archived``: at the first turn
+    past it, sk.request's history is the release's own ``get_history`` of the messages before
+    that turn (slack:C01:thread turn 29: none, not the 105 messages before offset 107)."""
+    nb035 = release("0.3.5")
+    name = "nanobot-0.3.5"
+    policy = sk.get_policy(name)
+    sessions = [corpus[key] for key in LEGACY]
+    records = [
+        json.loads(Path(s.path).read_text(encoding="utf-8").splitlines()[0]) for s in sessions
+    ]
+    offsets = [
+        r["returned"] for r in nb035.run("_archive_offset", [{"args": [r]} for r in records])
+    ]
+    assert offsets == [s.last_consolidated for s in sessions] == [107, 180, 311]
+    ours = []
+    for session in sessions:
+        kit, _ = kit_of(policy, session, None, None, None, None)
+        turn = _first_turn_past_offset(session, name)
+        try:
+            ours.append(turn_calls(session, turn, kit, policy=policy))
+        except ValueError:  # feishu:ou_5f3a turn 51: its input was not stored
+            ours.append(turn_calls(session, turn + 1, kit, policy=policy))
+    cases = [
+        {
+            "init": {"key": s.key, "messages": s.messages[: c.user_index], "last_consolidated": o},
+            "state": False,
+        }
+        for s, c, o in zip(sessions, ours, offsets, strict=True)
+    ]
+    theirs = [r["returned"] for r in nb035.run("Session.get_history", cases)]
+    assert theirs == [json.loads(json.dumps(c.history)) for c in ours]
+    assert [len(h) for h in theirs] == [0, 9, 0]
+
+
+def test_0_3_5_history_past_a_recorded_offset_is_the_requests(corpus: sk.Corpus) -> None:
+    """Every sampled call from the first turn past a recorded offset (all of that turn's):
+    history tokens and messages equal sk.request's (they differed on 105 calls of these three
+    sessions when sk.request dropped the offset)."""
+    release("0.3.5")
+    name = "nanobot-0.3.5"
+    checked = 0
+    for key, share in LEGACY.items():
+        session = corpus[key]
+        first = _first_turn_past_offset(session, name)
+        rows = sk.requests(session, policy=name)
+        later = rows[rows["turn"] > first + 1]
+        chosen = pd.concat(
+            [rows[rows["turn"].between(first, first + 1)], sample_rows(later, share)]
+        )
+        for row in chosen.itertuples():
+            try:
+                request = sk.request(session, row.turn, step=row.step, policy=name)
+            except ValueError:  # a turn whose input was not stored: no request to compare
+                continue
+            history, _ = _split(request)
+            assert (row.turn, row.history_tokens, row.history_messages) == (
+                row.turn,
+                _tokens(history),
+                len(history),
+            )
+            checked += 1
+    assert checked > 60
