@@ -577,7 +577,11 @@ def _text_problems(
 
 
 def _names_storage_key(stem: str, key: str) -> bool:
-    """Whether ``stem`` is nanobot 0.3's base64url name for ``key`` (never for an unencodable key)."""
+    """Whether ``stem`` is nanobot 0.3's base64url name for ``key`` (never for an unencodable key).
+
+    A stem shorter than the base64 of ``key``'s fewest bytes (one a character) is not."""
+    if len(stem) < (len(key) * 4 + 2) // 3:
+        return False
     try:
         return stem == storage_key(key)
     except UnicodeEncodeError:
@@ -597,11 +601,9 @@ def _writer_release(
     otherwise 0.2 (safe-key names).  ``where`` is the file's path as ``str(Path)`` writes it
     (normalised), so its folders' names are read off the string.
     """
-    folder = os.path.dirname(where)
-    in_namespace = (
-        _WORKSPACE_ID.fullmatch(os.path.basename(folder))
-        and os.path.basename(os.path.dirname(folder)) == "sessions"
-    )
+    folder = where.rpartition(os.sep)[0]
+    above, _, name = folder.rpartition(os.sep)
+    in_namespace = _WORKSPACE_ID.fullmatch(name) and above.rpartition(os.sep)[2] == "sessions"
     if provider_state or in_namespace or any("last_archived" in meta for _, meta in metas):
         return "nanobot-0.3.5"
     return "nanobot-0.3.0" if fmt == "nanobot-0.3" else "nanobot-0.2"
@@ -646,10 +648,18 @@ def _meta_times(meta: dict[str, Any]) -> list[tuple[str, Any, datetime | None]]:
 def _jsonl_session(path: Path, where: str, fd: int, size: int) -> tuple[Session, list[Problem]]:
     found = _parse_lines(fd, size)
     records, numbers, bad, kept = found.records, found.numbers, found.bad, found.kept
-    typed = list(compress(range(len(records)), map(contains, records, repeat("_type"))))
-    metas = [(numbers[i], records[i]) for i in typed if records[i]["_type"] == "metadata"]
-    extra = [records[i] for i in typed if records[i]["_type"] == "provider_state"]
-    special = {i for i in typed if records[i]["_type"] in ("metadata", "provider_state")}
+    metas: list[tuple[int, dict[str, Any]]] = []
+    extra: list[dict[str, Any]] = []
+    special: set[int] = set()
+    for i in compress(range(len(records)), map(contains, records, repeat("_type"))):
+        kind = records[i]["_type"]
+        if kind == "metadata":
+            metas.append((numbers[i], records[i]))
+        elif kind == "provider_state":
+            extra.append(records[i])
+        else:
+            continue
+        special.add(i)
     if not special:
         messages, line_numbers = records, numbers
     elif special == {0}:
@@ -705,8 +715,9 @@ def _jsonl_session(path: Path, where: str, fd: int, size: int) -> tuple[Session,
     first_damaged = bool(bad) and (not numbers or bad[0][0] < numbers[0])
     if first_damaged and not metas:
         bad[0] = (bad[0][0], _lost_metadata(bad[0][1], key))
-    problems[:0] = [Problem(where, n, reason, skipped=True) for n, reason in bad]
-    problems[len(bad) : len(bad)] = [Problem(where, n, reason) for n, reason in kept]
+    if bad or kept:
+        problems[:0] = [Problem(where, n, reason, skipped=True) for n, reason in bad]
+        problems[len(bad) : len(bad)] = [Problem(where, n, reason) for n, reason in kept]
     fmt = "nanobot-0.3" if extra or _names_storage_key(path.stem, key) else "nanobot-0.2"
     policy = _writer_release(where, fmt, metas, bool(extra))
     if policy == "nanobot-0.3.5" and metas:
@@ -723,7 +734,9 @@ def _jsonl_session(path: Path, where: str, fd: int, size: int) -> tuple[Session,
         records=extra,
         line_numbers=line_numbers,
         policy=policy,
-        held_lines=tuple((bisect_left(line_numbers, n), text) for n, text in found.held),
+        held_lines=tuple((bisect_left(line_numbers, n), text) for n, text in found.held)
+        if found.held
+        else (),
     )
     return session, problems
 

@@ -365,7 +365,8 @@ def build_entries(
     ``problems`` maps a file to what reading it found.  Both token counts are kept: 0.2.2's
     exact one (only with ``tokens="tiktoken"``; else -1, and ``meta["counted"]`` is False) and
     its no-tiktoken estimate.  ``progress`` shows a bar (messages) over the exact counting,
-    most of a cold load's time.
+    most of a cold load's time.  Each entry holds its span of the one table built (sliced on
+    first use), so frames join all of them with one slice, not a table per session.
     """
     read = problems or {}
     lengths = np.fromiter((len(s.messages) for s in sessions), dtype=np.int64, count=len(sessions))
@@ -438,16 +439,21 @@ def build_entries(
     uncountable_of = _grouped(uncountable, stops)
     odd_rows = {name: _grouped(odd, stops) for name, (_, odd) in strings.items()}
     any_odd = any(odd for _, odd in strings.values())
+    names = list(turns)
+    own_turns = [
+        dict(zip(names, counts, strict=True)) for counts in zip(*turns.values(), strict=True)
+    ]
     entries = []
     for i, (session, start, n) in enumerate(
         zip(sessions, starts.tolist(), lengths.tolist(), strict=True)
     ):
         own = [row - start for row in outside.get(i, ())]
         cannot = [(row - start, uncountable[row]) for row in uncountable_of.get(i, ())]
-        found = _session_problems(session, read.get(str(session.path), []), cannot, own)
+        path = None if session.path is None else str(session.path)
+        found = _session_problems(session, read.get(str(path), []), cannot, own)
         meta = {
             "key": session.key,
-            "path": None if session.path is None else str(session.path),
+            "path": path,
             "format": session.format,
             "created_at": _iso(session.created_at),
             "updated_at": _iso(session.updated_at),
@@ -459,10 +465,10 @@ def build_entries(
             "preview": session_preview(
                 session.messages,
                 line_numbers=session.line_numbers,
-                first_damaged_line=_first_damaged_line(found),
+                first_damaged_line=_first_damaged_line(found) if found else None,
             ),
             "n_messages": n,
-            "turns": {name: counts[i] for name, counts in turns.items()},
+            "turns": own_turns[i],
             "problems": [[p.line_no, p.reason, p.skipped] for p in found],
             "escapes": {
                 name: {str(row - start): odd[row] for row in odd_rows[name].get(i, ())}
@@ -476,7 +482,7 @@ def build_entries(
             "first_message_at": firsts[i],
             "last_message_at": lasts[i],
         }
-        entries.append(Entry(session, table.slice(start, n), meta))
+        entries.append(Entry(session, None, meta, (table, start)))
     return entries
 
 
