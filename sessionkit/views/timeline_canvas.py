@@ -14,14 +14,18 @@ composites them again (:class:`TextImages`), so the pixels are the ones Agg woul
 Its renderer also keeps each font's height metrics, which matplotlib otherwise looks up in the
 font's tables every time it measures a string (several times per string per draw).
 
-Within one draw of the kept Axes, matplotlib finds each axis's ticks and measures their labels
-three or four times (to draw them, to place the axis label, to place the title); the kept
-Axes do it once per draw (:class:`_DrawnOnce`).  The PNG is encoded unfiltered (a fifth of
-the time Pillow's adaptive filters take, about the same size for a plot on white).
+Matplotlib finds each axis's ticks and measures their labels three or four times a draw (to
+draw them, to place the axis label and the title), and twice more when the legend is placed
+beside the twin's axis; the kept Axes do it once for what the ticks depend on (view, place,
+locator, formatter, fonts) while a move draws (:class:`_OnceAxis`).  A move also measures
+the legend's boxes and lays each string out once, and keeps a legend whose entries look the
+same (:func:`sessionkit.plot.style.legend_beside`).  The PNG is encoded unfiltered (a
+fifth of the time Pillow's adaptive filters take, about the same size for a plot on white).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import struct
@@ -219,32 +223,6 @@ class TextCanvas(FigureCanvasAgg):
             self.text_images.params = None
 
 
-class _OnceAxis:
-    """An axis of :class:`_DrawnOnce` Axes: while they draw, its ticks are found, and their
-    labels measured, once (outside a draw, as matplotlib does each time)."""
-
-    axes: _DrawnOnce
-
-    def _update_ticks(self) -> list[Any]:
-        memo = self.axes.memo
-        if memo is None:
-            return super()._update_ticks()  # type: ignore[misc]
-        key = (id(self), "ticks")
-        if key not in memo:
-            memo[key] = super()._update_ticks()  # type: ignore[misc]
-        return list(memo[key])
-
-    def _get_ticklabel_bboxes(self, ticks: list[Any], renderer: Any) -> tuple[list, list]:
-        memo = self.axes.memo
-        if memo is None:
-            return super()._get_ticklabel_bboxes(ticks, renderer)  # type: ignore[misc]
-        key = (id(self), "boxes", id(renderer), *map(id, ticks))
-        if key not in memo:
-            memo[key] = super()._get_ticklabel_bboxes(ticks, renderer)  # type: ignore[misc]
-        first, second = memo[key]
-        return list(first), list(second)
-
-
 def _measure_once(legend: Legend | None) -> list[tuple[OffsetBox, str]]:
     """Have each box of ``legend`` measure itself once (per renderer) until the names
     returned are deleted from the boxes: a legend's packers measure all the boxes inside
@@ -317,17 +295,55 @@ def _flat_top(ax: Axes) -> bool:
         )
     )
 
+
+class _OnceAxis:
+    """An axis of :class:`_DrawnOnce` Axes that finds its ticks, and measures their labels,
+    once for what they depend on while its figure's ``tick_memo`` is a dict: matplotlib
+    does both three or four times a draw, and again to measure the axis before it."""
+
+    axes: _DrawnOnce
+
+    def _memo(self) -> dict[tuple[Any, ...], Any] | None:
+        return getattr(self.axes.get_figure(root=True), "tick_memo", None)
+
+    def _state(self) -> tuple[Any, ...]:
+        """What the ticks depend on: the view, the Axes' place, the locators and formatters
+        (new ones each time a plot sets them)."""
+        return (
+            id(self),
+            *self.get_view_interval(),
+            *self.axes.bbox.bounds,
+            id(self.major.locator),
+            id(self.major.formatter),
+            id(self.minor.locator),
+            id(self.minor.formatter),
+        )
+
+    def _update_ticks(self) -> list[Any]:
+        memo = self._memo()
+        if memo is None:
+            return super()._update_ticks()  # type: ignore[misc]
+        key = ("ticks", *self._state())
+        if key not in memo:
+            memo[key] = super()._update_ticks()  # type: ignore[misc]
+        return list(memo[key])
+
+    def _get_ticklabel_bboxes(self, ticks: list[Any], renderer: Any) -> tuple[list, list]:
+        memo = self._memo()
+        if memo is None or not ticks:
+            return super()._get_ticklabel_bboxes(ticks, renderer)  # type: ignore[misc]
+        fonts = (ticks[0].label1.get_fontproperties(), ticks[0].label2.get_fontproperties())
+        key = ("boxes", *self._state(), id(renderer), *map(hash, fonts), *map(id, ticks))
+        if key not in memo:
+            memo[key] = super()._get_ticklabel_bboxes(ticks, renderer)  # type: ignore[misc]
+        first, second = memo[key]
+        return list(first), list(second)
+
     def get_tightbbox(self, renderer: Any = None, *, for_layout_only: bool = False) -> Any:
-        """Measured as matplotlib does, outside a draw too with the ticks found, and their
-        labels measured, once (matplotlib does both twice)."""
-        measure = super().get_tightbbox  # type: ignore[misc]
-        if self.axes.memo is not None:
-            return measure(renderer, for_layout_only=for_layout_only)
-        self.axes.memo = {}
-        try:
-            return measure(renderer, for_layout_only=for_layout_only)
-        finally:
-            self.axes.memo = None
+        """As matplotlib measures it, the ticks found and their labels measured once for it
+        outside a draw too (matplotlib does both twice)."""
+        with _tick_memo(self.axes.get_figure(root=True)):
+            return super().get_tightbbox(renderer, for_layout_only=for_layout_only)  # type: ignore[misc]
 
 
 class _OnceXAxis(_OnceAxis, XAxis):
@@ -338,13 +354,23 @@ class _OnceYAxis(_OnceAxis, YAxis):
     pass
 
 
+@contextlib.contextmanager
+def _tick_memo(figure: Figure) -> Iterator[None]:
+    """While in it, the :class:`_DrawnOnce` Axes of ``figure`` find their ticks and measure
+    their labels once for what they depend on (nested: the outermost one's)."""
+    if getattr(figure, "tick_memo", None) is not None:
+        yield
+        return
+    figure.tick_memo = {}  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        figure.tick_memo = None  # type: ignore[attr-defined]
+
+
 class _DrawnOnce(Axes):
     """Axes that find each axis's ticks once per draw: nothing a draw does moves them, and
     matplotlib asks for them to draw the ticks, to place the axis label and the title."""
-
-    memo: dict[tuple[Any, ...], Any] | None = None
-    """Ticks and label boxes found in the draw under way (shared by the figure's
-    :class:`_DrawnOnce` Axes while one of them draws), None between draws."""
 
     def _init_axis(self) -> None:
         self.xaxis = _OnceXAxis(self, clear=False)
@@ -374,15 +400,8 @@ class _DrawnOnce(Axes):
             super()._update_title_position(renderer)
 
     def draw(self, renderer: Any) -> None:
-        together = [ax for ax in self.figure.axes if isinstance(ax, _DrawnOnce)]
-        memo: dict[tuple[Any, ...], Any] = {}
-        for ax in together:
-            ax.memo = memo
-        try:
+        with _tick_memo(self.get_figure(root=True)):
             super().draw(renderer)
-        finally:
-            for ax in together:
-                ax.memo = None
 
 
 class _KeptAxes(_DrawnOnce):
@@ -428,14 +447,15 @@ class TimelineCanvas:
         :func:`~sessionkit.plot.style.drawn`)."""
         from sessionkit.plot.style import drawn
 
-        legend = self.plot(states, xlim).get_legend()
-        # For the draw, and the check that the drawing fits.
-        measured = _measure_once(legend) + _lay_out_once(self.figure)
-        try:
-            canvas = drawn(self.figure)
-        finally:
-            for artist, name in measured:
-                delattr(artist, name)
+        with _tick_memo(self.figure):  # the twin's ticks, measured to place the legend, drawn
+            legend = self.plot(states, xlim).get_legend()
+            # For the draw, and the check that the drawing fits.
+            measured = _measure_once(legend) + _lay_out_once(self.figure)
+            try:
+                canvas = drawn(self.figure)
+            finally:
+                for artist, name in measured:
+                    delattr(artist, name)
         return rgba_png(np.asarray(canvas.buffer_rgba()))
 
 
