@@ -16,7 +16,6 @@ import stat
 import sys
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
@@ -349,8 +348,12 @@ def _as_json_reads(record: dict[str, Any], line: bytes) -> bool:
     hold no 19-digit run (an integer orjson may have rounded to a float) and too few
     brackets to nest past ``json``'s limit.
     """
-    if _SCALARS.issuperset(map(type, record.values())):
-        return True
+    return _SCALARS.issuperset(map(type, record.values())) or _line_reads_alike(line)
+
+
+def _line_reads_alike(line: bytes) -> bool:
+    """Whether ``line`` holds no 19-digit run and too few brackets to nest past ``json``'s
+    limit, so orjson reads it as ``json`` does."""
     shape = line.translate(SHAPE)
     return shape.find(LONG_NUMBER) < 0 and shape.count(b"[") < DEEP
 
@@ -426,9 +429,7 @@ def _exact_batch(values: list[Any], lines: list[bytes]) -> bool:
     if set(map(type, values)) - {dict}:
         return False
     plain = map(_SCALARS.issuperset, map(_VALUE_TYPES, map(methodcaller("values"), values)))
-    return all(
-        _as_json_reads(values[i], lines[i]) for i in compress(range(len(values)), map(not_, plain))
-    )
+    return all(map(_line_reads_alike, compress(lines, map(not_, plain))))
 
 
 @dataclass
@@ -503,9 +504,10 @@ def parse_timestamp(value: Any) -> datetime | None:
     """An ISO timestamp as nanobot reads it (``datetime.fromisoformat``); None if it is not one."""
     if not value:
         return None
-    with suppress(ValueError, TypeError):
+    try:
         return datetime.fromisoformat(value)
-    return None
+    except (ValueError, TypeError):
+        return None
 
 
 def _time_problem(field: str, value: Any) -> str:
