@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
-from itertools import compress, repeat
+from itertools import chain, compress, repeat
 from operator import contains, methodcaller, not_
 from pathlib import Path
 from typing import Any
@@ -557,16 +557,23 @@ def _text_problems(
     messages: list[dict[str, Any]],
     line_numbers: Sequence[int],
 ) -> list[Problem]:
-    """A problem for a key, title or role that holds a lone surrogate.  The roles are
-    checked in one C-level pass when all are fine."""
+    """A problem for a key, title or role that holds a lone surrogate.  All are checked in
+    one C-level pass when all are fine."""
     title = metadata.get("title") if isinstance(metadata, dict) else None
+    roles = list(map(dict.get, messages, repeat("role")))
+    texts = roles if _STR.issuperset(map(type, roles)) else [r for r in roles if type(r) is str]
+    named = [text for text in (key, title) if type(text) is str]
+    try:
+        "".join(chain(named, texts)).encode("utf-8")
+    except UnicodeEncodeError:
+        pass
+    else:
+        return []
     found = [
         Problem(where, meta_line, reason)
         for what, text in (("session key", key), ("metadata title", title))
         if (reason := _unencodable(what, text))
     ]
-    roles = list(map(dict.get, messages, repeat("role")))
-    texts = roles if _STR.issuperset(map(type, roles)) else [r for r in roles if type(r) is str]
     try:
         "".join(texts).encode("utf-8")
     except UnicodeEncodeError:
