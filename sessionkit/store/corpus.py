@@ -367,35 +367,47 @@ def load(
         else:
             found, from_pack, stale = [None] * len(files), 0, 0
         problems: list[Problem] = []
-        fresh: list[Session] = []
-        where: list[int] = []
-        read: list[Problem] = []
         todo = [i for i, entry in enumerate(found) if entry is None]
         sizes = [_size(files[i], identities[i]) for i in todo]
         shown = sum(sizes) >= READ_PROGRESS_BYTES if progress is None else progress
+        runs = _runs(list(zip(todo, sizes, strict=True)), RUN_BYTES)
         with tqdm(
             total=sum(sizes),
-            desc="reading",
+            desc="reading" if len(runs) < 2 else "reading and counting",
             unit="B",
             unit_scale=True,
             disable=not (shown and todo),
         ) as bar:
-            for i, size in zip(todo, sizes, strict=True):
-                session, met = _read_isolated(files[i])
-                bar.update(size)
-                if session is None:
-                    problems.extend(met)
-                    continue
-                read.extend(met)
-                fresh.append(session)
-                where.append(i)
-        many = sum(len(s.messages) for s in fresh) >= COUNT_PROGRESS_MESSAGES
-        counting = (shown or many) if progress is None else progress
-        built = build_entries(fresh, _by_path(read), tokens=tokens, cache=counts, progress=counting)
-        for i, entry in zip(where, built, strict=True):
-            found[i] = entry
+            for run in runs:
+                fresh: list[Session] = []
+                where: list[int] = []
+                read: list[Problem] = []
+                for i, size in run:
+                    session, met = _read_isolated(files[i])
+                    bar.update(size)
+                    if session is None:
+                        problems.extend(met)
+                        continue
+                    read.extend(met)
+                    fresh.append(session)
+                    where.append(i)
+                many = sum(len(s.messages) for s in fresh) >= COUNT_PROGRESS_MESSAGES
+                counting = (shown or many) if progress is None else progress
+                built = build_entries(
+                    fresh,
+                    _by_path(read),
+                    tokens=tokens,
+                    cache=counts,
+                    progress=counting and len(runs) < 2,
+                )
+                del fresh
+                for i, entry in zip(where, built, strict=True):
+                    found[i] = entry
+                    if index is not None and len(runs) > 1:
+                        _unparsed(entry, files[i], identities[i], index, store, now)
         if index is not None:
-            _keep(index, store, files, identities, found, (from_pack, stale), now)
+            built_here = set(todo)
+            _keep(index, store, files, identities, found, (from_pack, stale, built_here), now)
             counts.sweep()  # type: ignore[union-attr]
         entries = [e for e in found if e is not None]
         for entry in entries:
@@ -483,24 +495,25 @@ def _keep(
     files: list[Path],
     identities: list[Identity | None],
     found: list[Entry | None],
-    packed: tuple[int, int],
+    packed: tuple[int, int, set[int]],
     now: int,
 ) -> None:
     """Persist what this load built: the whole store as a new pack when many files were not
     in the old one or many of its items are for files gone or changed (``packed``: entries
-    served from the pack, and its stale items), else each new entry in its file's own pack,
+    served from the pack, its stale items, and the files read now by position), else each
+    new entry in its file's own pack,
     and drop own packs of files gone or changed.  Files changed too recently, or while
     being read, are left out; a cache that cannot be written costs speed only."""
-    from_pack, stale = packed
+    from_pack, stale, built = packed
     served = sum(e is not None for e in found)
     least = max(PACK_MIN, len(files) // 10)
     whole = served - from_pack >= least or stale >= least
     kept = [
         (entry, identity)
-        for file, identity, entry in zip(files, identities, found, strict=True)
+        for i, (file, identity, entry) in enumerate(zip(files, identities, found, strict=True))
         if entry is not None
         and identity is not None
-        and (whole or not isinstance(entry.session, IndexedSession))
+        and (whole or i in built)
         and not identity.racy(now)
         and file_identity(file) == identity
     ]
@@ -517,6 +530,37 @@ def _keep(
             entry.session = IndexedSession.adopted(
                 entry.session, entry.meta["turns"], identity, index, store
             )
+
+
+RUN_BYTES = 64 << 20
+"""A cold load reads, builds and counts files in runs of about this many bytes; from the
+second run on, an indexed file's session keeps its columns but not its parsed messages
+(parsed again on first use, as after a warm open), so memory holds one run's dicts at a
+time, not the whole store's."""
+
+
+def _runs(files: list[tuple[int, int]], limit: int) -> list[list[tuple[int, int]]]:
+    """``files`` (position, bytes) in order, cut into runs of about ``limit`` bytes each (a
+    file larger than that is a run of its own); at least one run."""
+    runs: list[list[tuple[int, int]]] = [[]]
+    total = 0
+    for item in files:
+        if runs[-1] and total + item[1] > limit:
+            runs.append([])
+            total = 0
+        runs[-1].append(item)
+        total += item[1]
+    return runs
+
+
+def _unparsed(
+    entry: Entry, file: Path, identity: Identity | None, index: Index, store: str, now: int
+) -> None:
+    """Let ``entry``'s session drop its parsed messages when the index can stand for them: a
+    file not changed since it was read, nor too recently to be indexed (see :func:`_keep`)."""
+    if identity is None or identity.racy(now) or file_identity(file) != identity:
+        return
+    entry.session = IndexedSession.restored(entry.meta, file, identity, index, store)
 
 
 def _read_isolated(file: Path) -> tuple[Session | None, list[Problem]]:

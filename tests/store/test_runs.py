@@ -1,0 +1,47 @@
+"""A cold load of a large store in runs: one run's parsed messages held at a time."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import sessionkit as sk
+import sessionkit.store.corpus as corpus_module
+import sessionkit.store.index as index_module
+from sessionkit.store.corpus import _runs
+from sessionkit.store.index import IndexedSession
+
+
+def test_runs_cut_files_by_bytes_in_order() -> None:
+    files = [(0, 40), (1, 30), (2, 100), (3, 10), (4, 10)]
+    assert _runs(files, 64) == [[(0, 40)], [(1, 30)], [(2, 100)], [(3, 10), (4, 10)]]
+    assert _runs([], 64) == [[]]
+    assert _runs(files, 1_000) == [files]
+
+
+@pytest.mark.parametrize("tokens", ["tiktoken", None])
+def test_a_load_in_runs_equals_one_in_a_single_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tokens: str | None
+) -> None:
+    """Runs of one file each: the frames and problems equal an uncached load's, indexed
+    sessions hold no parsed messages (read again on first use, equal to the file's), and
+    the next (warm) load equals it too."""
+    folder = tmp_path / "sessions"
+    shutil.copytree(sk.load().loaded_from[0] / "sessions", folder)
+    shutil.copytree(sk.load().loaded_from[0] / "damaged", folder, dirs_exist_ok=True)
+    monkeypatch.setattr(index_module, "RACY_NS", 0)  # index the files just copied
+    monkeypatch.setattr(corpus_module, "RUN_BYTES", 1)
+    cache = tmp_path / "cache"
+    expected = sk.load(folder, cache=False, tokens=tokens, progress=False)
+    ran = sk.load(folder, cache=cache, tokens=tokens, progress=False)
+    indexed = [s for s in ran if isinstance(s, IndexedSession)]
+    assert len(indexed) == len(ran) == len(expected)
+    assert all(s._messages is None for s in indexed)
+    for name in ("messages", "sessions", "problems"):
+        pd.testing.assert_frame_equal(getattr(ran, name), getattr(expected, name))
+    assert [s.messages for s in ran] == [s.messages for s in expected]
+    warm = sk.load(folder, cache=cache, tokens=tokens, progress=False)
+    pd.testing.assert_frame_equal(warm.messages, expected.messages)
