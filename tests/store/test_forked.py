@@ -20,11 +20,17 @@ def _shared(name: str) -> object:
 
 
 def test_workers_inherit_shared_values_and_ignore_sigint() -> None:
-    with forked_pool(2, answer=42) as pool:
-        assert pool.submit(_shared, "answer").result() == 42
-        assert pool.submit(signal.getsignal, signal.SIGINT).result() == signal.SIG_IGN
-    assert SHARED == {}
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the parent's own
+    # Python's own handler, even when this test process was started with SIGINT ignored
+    # (a background job of a shell without job control)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with forked_pool(2, answer=42) as pool:
+            assert pool.submit(_shared, "answer").result() == 42
+            assert pool.submit(signal.getsignal, signal.SIGINT).result() == signal.SIG_IGN
+        assert SHARED == {}
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the parent's own
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def test_leaving_by_an_exception_terminates_busy_workers_at_once() -> None:

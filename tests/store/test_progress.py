@@ -141,6 +141,13 @@ def large(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFrame]
     return folder, sk.load(folder, cache=False, progress=False).messages
 
 
+def _interruptible() -> None:
+    """In the child before it starts: SIGINT back to its default, so Python installs its
+    KeyboardInterrupt handler even when the tests run with SIGINT ignored (a background job
+    of a shell without job control passes that on)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _wait_for(process: subprocess.Popen, pattern: re.Pattern[bytes], seconds: float) -> bytes:
     """What ``process`` wrote on stderr up to ``pattern`` (fails after ``seconds``)."""
     seen = b""
@@ -165,6 +172,7 @@ def test_ctrl_c_while_workers_count_stops_at_once_and_leaves_a_clean_cache(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,  # a process group of its own, as a terminal's foreground job
+        preexec_fn=_interruptible,
     )
     try:
         before = _wait_for(process, _COUNTING, 60)
@@ -211,6 +219,7 @@ def test_ctrl_c_in_the_cli_exits_130_with_one_line(
         stderr=subprocess.PIPE,
         env=os.environ | {"SESSIONKIT_CACHE_DIR": str(tmp_path / "cache")},
         start_new_session=True,
+        preexec_fn=_interruptible,
     )
     try:
         _wait_for(process, _COUNTING, 60)
