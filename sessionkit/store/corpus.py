@@ -533,10 +533,10 @@ def _keep(
 
 
 RUN_BYTES = 64 << 20
-"""A cold load reads, builds and counts files in runs of about this many bytes; from the
-second run on, an indexed file's session keeps its columns but not its parsed messages
-(parsed again on first use, as after a warm open), so memory holds one run's dicts at a
-time, not the whole store's."""
+"""A cold load reads, builds and counts files in runs of about this many bytes; when there
+is more than one run, an indexed file's session keeps its columns but not its parsed
+messages (parsed again on first use, as after a warm open), so memory holds one run's dicts
+at a time, not the whole store's."""
 
 
 def _runs(files: list[tuple[int, int]], limit: int) -> list[list[tuple[int, int]]]:
