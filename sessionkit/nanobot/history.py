@@ -18,6 +18,7 @@ __all__ = [
     "CONTINUATION_TEXT",
     "FORK_VOLATILE_METADATA_KEYS",
     "HIDDEN_HISTORY_KEY",
+    "HIDING_KEYS",
     "NON_TEXT_FIELDS",
     "REPLAY_FIELDS",
     "RUNTIME_CONTEXT_KEY",
@@ -297,15 +298,17 @@ def _marked(message: Mapping[str, Any], key: str) -> bool:
     return value is True or isinstance(value, Mapping)
 
 
+HIDING_KEYS = (HIDDEN_HISTORY_KEY, "_automation_turn", "_cron_turn")
+"""The fields :func:`is_hidden_history` reads: a message holding none of them (or only
+nulls) is not hidden."""
+
+
 def is_hidden_history(message: Mapping[str, Any]) -> bool:
     """A stored message 0.3.5 does not show as a chat turn: a checkpoint continuation
     (``_hidden_history``) or an automation record (``_automation_turn``, or a cron turn's
     ``_cron_turn: true``)."""
-    return (
-        _marked(message, HIDDEN_HISTORY_KEY)
-        or _marked(message, "_automation_turn")
-        or message.get("_cron_turn") is True
-    )
+    hidden, automation, cron = HIDING_KEYS
+    return _marked(message, hidden) or _marked(message, automation) or message.get(cron) is True
 
 
 def public_message(message: Mapping[str, Any]) -> Message:

@@ -498,15 +498,13 @@ last_consolidated
     session_codes = np.array([code_of[k] for k in keys], dtype=np.int64)
     names = [chosen.name for chosen, _ in targets]
     subsets = _subsets(sessions, targets)
-    variants = {
-        chosen.name: _entry_variants(
-            chosen,
-            chosen.resolve(settings),
-            _grid(chosen.resolve(settings), "include_timestamps", include_timestamps),
-            _grid(chosen.resolve(settings), "include_runtime_context", include_runtime_context),
-        )
-        for chosen, _ in targets
-    }
+    resolved: dict[str, HistorySettings] = {}
+    variants: dict[str, list[tuple[HistorySettings, dict[str, bool]]]] = {}
+    for chosen, _ in targets:
+        own = resolved[chosen.name] = chosen.resolve(settings)
+        stamps_grid = _grid(own, "include_timestamps", include_timestamps)
+        contexts_grid = _grid(own, "include_runtime_context", include_runtime_context)
+        variants[chosen.name] = _entry_variants(chosen, own, stamps_grid, contexts_grid)
     requests = [
         (subsets[chosen.name], variant, chosen.name)
         for chosen, _ in targets
@@ -526,7 +524,7 @@ last_consolidated
     blocks: list[dict[str, Any]] = []
     for chosen, members in targets:
         subset = subsets[chosen.name]
-        own = chosen.resolve(settings)
+        own = resolved[chosen.name]
         offsets = _grid(own, "last_consolidated", last_consolidated)
         labels += [o for o in map(_offset_label, offsets) if o not in labels]
         extends = [bool(e) for e in _grid(own, "extend_to_user", extend_to_user)]

@@ -511,11 +511,7 @@ def _keep(
     kept = [
         (entry, identity)
         for i, (file, identity, entry) in enumerate(zip(files, identities, found, strict=True))
-        if entry is not None
-        and identity is not None
-        and (whole or i in built)
-        and not identity.racy(now)
-        and file_identity(file) == identity
+        if entry is not None and (whole or i in built) and _indexable(file, identity, now)
     ]
     try:
         index.sweep()
@@ -556,11 +552,16 @@ def _runs(files: list[tuple[int, int]], limit: int) -> list[list[tuple[int, int]
 def _unparsed(
     entry: Entry, file: Path, identity: Identity | None, index: Index, store: str, now: int
 ) -> None:
-    """Let ``entry``'s session drop its parsed messages when the index can stand for them: a
-    file not changed since it was read, nor too recently to be indexed (see :func:`_keep`)."""
-    if identity is None or identity.racy(now) or file_identity(file) != identity:
-        return
-    entry.session = IndexedSession.restored(entry.meta, file, identity, index, store)
+    """Let ``entry``'s session drop its parsed messages when the index can stand for them
+    (:func:`_indexable`)."""
+    if _indexable(file, identity, now):
+        entry.session = IndexedSession.restored(entry.meta, file, identity, index, store)  # type: ignore[arg-type]
+
+
+def _indexable(file: Path, identity: Identity | None, now: int) -> bool:
+    """Whether a file read at ``identity`` may be indexed: not changed since it was read,
+    nor too recently (see :data:`~sessionkit.store.index.RACY_NS`)."""
+    return identity is not None and not identity.racy(now) and file_identity(file) == identity
 
 
 def _read_isolated(file: Path) -> tuple[Session | None, list[Problem]]:

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
 from sessionkit import schema
-from sessionkit.nanobot.history import HIDDEN_HISTORY_KEY, RUNTIME_CONTEXT_KEY, is_hidden_history
+from sessionkit.nanobot.history import HIDING_KEYS, RUNTIME_CONTEXT_KEY, is_hidden_history
 from sessionkit.nanobot.listing import flatten_content, session_preview, session_title
 from sessionkit.nanobot.policies import POLICIES, ReplayPolicy, get_policy
 from sessionkit.nanobot.reader import (
@@ -316,17 +316,13 @@ def _uncountable_rows(
     return {row: reason for row in suspects if (reason := uncountable_reason(msgs[row]))}
 
 
-_HIDING_KEYS = (HIDDEN_HISTORY_KEY, "_automation_turn", "_cron_turn")
-"""The fields :func:`~sessionkit.nanobot.history.is_hidden_history` reads: a message holding
-none of them (or only nulls) is not hidden."""
-
-
 def _hidden(msgs: list[dict[str, Any]]) -> np.ndarray:
     """:func:`is_hidden_history` of every message, called only on those holding one of
-    :data:`_HIDING_KEYS` (C-level maps find them)."""
+    the fields it reads (:data:`~sessionkit.nanobot.history.HIDING_KEYS`; C-level maps find
+    them)."""
     hidden = np.zeros(len(msgs), dtype=bool)
     marked: set[int] = set()
-    for key in _HIDING_KEYS:
+    for key in HIDING_KEYS:
         marked.update(
             compress(range(len(msgs)), map(is_not, message_field(msgs, key), repeat(None)))
         )
