@@ -322,19 +322,15 @@ def _read_batches(fd: int, size: int) -> Iterable[list[bytes | int]]:
 
 
 def _whole_lines(fd: int, step: int) -> list[list[bytes | int]] | None:
-    """A small file's lines as :func:`split_batches` gives them, split at once: one read
-    of ``step`` bytes holding the whole file, then the end.  None (and the read position
-    back at the start) when the file grew past that, so it is read chunk by chunk."""
+    """A small file's lines (:func:`split_batches` of its bytes), from one read of ``step``
+    bytes holding the whole file.  None (and the read position back at the start) when the
+    file grew past that, so it is read chunk by chunk."""
     data = os.read(fd, step)
     if len(data) == step or (data and os.read(fd, step)):
         os.lseek(fd, 0, os.SEEK_SET)
         return None
-    if b"\r" in data:
-        data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-    lines: list[bytes | int] = data.split(b"\n")
-    if not lines[-1]:
-        lines.pop()
-    return [lines] if lines else []
+    chunks = iter((data, b""))
+    return list(split_batches(lambda _: next(chunks), step, MAX_LINE_BYTES))
 
 
 _BLANK = object()
