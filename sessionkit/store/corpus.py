@@ -8,7 +8,7 @@ import os
 import time
 import warnings
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import tzinfo
 from functools import cached_property
 from pathlib import Path
@@ -33,9 +33,11 @@ from sessionkit.nanobot.workspace import recorded_workspace
 from sessionkit.store.cachedir import cache_dir_problem
 from sessionkit.store.counting import (
     DEFAULT_CACHE,
+    CountingBatches,
     Method,
     TokenCache,
     bind_token_cache,
+    counting_workers,
     token_cache_in,
 )
 from sessionkit.store.frames import (
@@ -371,40 +373,33 @@ def load(
         sizes = [_size(files[i], identities[i]) for i in todo]
         shown = sum(sizes) >= READ_PROGRESS_BYTES if progress is None else progress
         runs = _runs(list(zip(todo, sizes, strict=True)), RUN_BYTES)
-        with tqdm(
-            total=sum(sizes),
-            desc="reading" if len(runs) < 2 else "reading and counting",
-            unit="B",
-            unit_scale=True,
-            disable=not (shown and todo),
-        ) as bar:
+        forking = tokens == "tiktoken" and sum(sizes) >= FORK_BYTES
+        with (
+            tqdm(
+                total=sum(sizes),
+                desc="reading" if len(runs) < 2 else "reading and counting",
+                unit="B",
+                unit_scale=True,
+                disable=not (shown and todo),
+            ) as bar,
+            counting_workers(counts) if forking else nullcontext() as pool,
+        ):
+            batches = None if pool is None else CountingBatches(pool, counts)
+            waiting = None
             for run in runs:
-                fresh: list[Session] = []
-                where: list[int] = []
-                read: list[Problem] = []
-                for i, size in run:
-                    session, met = _read_isolated(files[i])
-                    bar.update(size)
-                    if session is None:
-                        problems.extend(met)
-                        continue
-                    read.extend(met)
-                    fresh.append(session)
-                    where.append(i)
+                fresh, where, read = _read_run(run, files, problems, bar, batches)
+                job = None if batches is None else batches.close()
                 many = sum(len(s.messages) for s in fresh) >= COUNT_PROGRESS_MESSAGES
+                if waiting is not None:
+                    _build_run(*waiting, files, identities, found, index, store, now)
                 counting = (shown or many) if progress is None else progress
-                built = build_entries(
-                    fresh,
-                    _by_path(read),
-                    tokens=tokens,
-                    cache=counts,
-                    progress=counting and len(runs) < 2,
-                )
+                options = {"tokens": tokens, "cache": counts, "pending": job}
+                options["progress"] = counting and len(runs) < 2
+                waiting = (fresh, where, read, options, len(runs) > 1)
                 del fresh
-                for i, entry in zip(where, built, strict=True):
-                    found[i] = entry
-                    if index is not None and len(runs) > 1:
-                        _unparsed(entry, files[i], identities[i], index, store, now)
+            if waiting is not None:
+                _build_run(*waiting, files, identities, found, index, store, now)
+                del waiting
         if index is not None:
             built_here = set(todo)
             _keep(index, store, files, identities, found, (from_pack, stale, built_here), now)
@@ -428,6 +423,61 @@ a second and a half of reading and counting on 2 cores; the bundled sample holds
 COUNT_PROGRESS_MESSAGES = 20_000
 """A cold load shows its counting bar by default once it counts this many messages (many
 small files: 5,000 files of 4 messages; the bundled sample holds about 7,000 messages)."""
+
+
+FORK_BYTES = 16 << 20
+"""A cold load with exact counts forks its counting workers before reading once the files it
+reads hold this many bytes (about 13,000 messages), and sends them each run's messages while
+it reads the next (:func:`~sessionkit.store.counting.counting_workers`)."""
+
+
+def _read_run(
+    run: list[tuple[int, int]],
+    files: list[Path],
+    problems: list[Problem],
+    bar: tqdm,
+    batches: CountingBatches | None,
+) -> tuple[list[Session], list[int], list[Problem]]:
+    """The sessions read from one run's files, their positions and what reading them found
+    (each session's messages sent on to ``batches`` as it is read); a file that could not
+    be read at all adds its problems to ``problems``."""
+    fresh: list[Session] = []
+    where: list[int] = []
+    read: list[Problem] = []
+    for i, size in run:
+        session, met = _read_isolated(files[i])
+        bar.update(size)
+        if session is None:
+            problems.extend(met)
+            continue
+        read.extend(met)
+        if batches is not None:
+            batches.add(session.messages)
+        fresh.append(session)
+        where.append(i)
+    return fresh, where, read
+
+
+def _build_run(
+    fresh: list[Session],
+    where: list[int],
+    read: list[Problem],
+    options: dict,
+    unparse: bool,
+    files: list[Path],
+    identities: list[Identity | None],
+    found: list[Entry | None],
+    index: Index | None,
+    store: str,
+    now: int,
+) -> None:
+    """Build one run's entries into ``found`` (``options``: :func:`build_entries`'s); with
+    ``unparse``, indexed sessions drop their parsed messages (see :data:`RUN_BYTES`)."""
+    built = build_entries(fresh, _by_path(read), **options)
+    for i, entry in zip(where, built, strict=True):
+        found[i] = entry
+        if index is not None and unparse:
+            _unparsed(entry, files[i], identities[i], index, store, now)
 
 
 def _size(file: Path, identity: Identity | None) -> int:

@@ -18,9 +18,10 @@ import time
 import uuid
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Sequence
-from contextlib import suppress
-from functools import lru_cache
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager, suppress
+from functools import lru_cache, partial
 from hashlib import blake2b
 from itertools import compress, repeat
 from operator import is_not
@@ -38,6 +39,7 @@ from sessionkit.nanobot.tokens import (
     encoding,
     has_special_tokens,
 )
+from sessionkit.nanobot.uncountable import counts_or_missing
 from sessionkit.store.cachedir import (
     cache_dir_problem,
     default_cache_dir,
@@ -54,7 +56,9 @@ __all__ = [
     "ReadThroughCache",
     "TokenCache",
     "bind_token_cache",
+    "CountingBatches",
     "count_tokens",
+    "counting_workers",
     "token_cache_in",
     "token_cache_of",
 ]
@@ -558,6 +562,101 @@ def _cached_counts(
     cache.update((k for k, _ in known), (n for _, n in known))  # type: ignore[misc]
     cache.flush_soon()
     return counts  # type: ignore[return-value]
+
+
+@contextmanager
+def counting_workers(
+    cache: TokenCache | None, workers: int | None = None
+) -> Iterator[ProcessPoolExecutor | None]:
+    """Counting processes forked now, while this process is small, for a load that will send
+    them batches (:class:`CountingBatches`) as it reads: each worker's memory is then what it was
+    forked with plus one batch, not a copy of everything read so far.  They read through
+    ``cache`` as it is now.  None when this process may not fork, or has one core."""
+    workers = workers or os.cpu_count() or 1
+    if workers < 2 or not can_fork():
+        yield None
+        return
+    _counter()  # load the ranks once; the workers inherit them
+    if cache is not None:
+        cache.get_many([])  # map the files on disk once; the workers inherit them
+    with forked_pool(workers, cache=cache) as pool:
+        pool.submit(int).result()  # a fork-context pool forks all its workers at once
+        yield pool
+
+
+BATCH_CHARS = 1 << 21
+"""Characters of message content per batch a load sends to a counting worker."""
+
+
+class CountingBatches:
+    """Messages sent to the pool of :func:`counting_workers` as a load reads them, in batches
+    of about :data:`BATCH_CHARS` characters of content, counted exactly through the cache
+    the workers were forked with; :meth:`close` ends a run of them.  State: the messages
+    not yet sent and the batches under way."""
+
+    def __init__(
+        self, pool: ProcessPoolExecutor, cache: TokenCache | None, policy: str = DEFAULT_POLICY
+    ) -> None:
+        self.pool, self.cache, self.policy = pool, cache, policy
+        self._held: list[dict[str, Any]] = []
+        self._chars = 0
+        self._sent: list[tuple[int, Future]] = []
+
+    def add(self, messages: Sequence[dict[str, Any]]) -> None:
+        """Send ``messages`` on, each batch as soon as it is full."""
+        sizes = [len(c) if type(c) is str else 256 for c in message_field(messages, "content")]
+        ends = self._chars + np.cumsum(np.array(sizes, dtype=np.int64) + 64)
+        full = np.flatnonzero(np.diff(ends // BATCH_CHARS, prepend=self._chars // BATCH_CHARS))
+        start = 0
+        for last in full.tolist():
+            self._held += messages[start : last + 1]
+            self._send()
+            start = last + 1
+        self._held += messages[start:]
+        self._chars = int(ends[-1]) if len(ends) else self._chars
+
+    def _send(self) -> None:
+        if self._held:
+            future = self.pool.submit(_count_batch, self._held, self.policy)
+            self._sent.append((len(self._held), future))
+            self._held = []
+
+    def close(self) -> Callable[[Progress | None], list[int | None]]:
+        """Send what is held; returns a function that waits for the counts of every message
+        added since the last close, in order (None where nanobot cannot count one, as
+        :func:`~sessionkit.nanobot.uncountable.counts_or_missing`), records the new ones in
+        the cache and tells ``progress`` of each batch as it arrives."""
+        self._send()
+        sent, self._sent = self._sent, []
+        cache = self.cache
+
+        def wait(progress: Progress | None = None) -> list[int | None]:
+            counts: list[int | None] = []
+            for size, future in sent:
+                part, fresh = future.result()
+                counts += part
+                if cache is not None and fresh:
+                    cache.update((k for k, _ in fresh), (n for _, n in fresh))
+                if progress is not None:
+                    progress(size)
+            if cache is not None:
+                cache.flush_soon()
+            return counts
+
+        return wait
+
+
+def _count_batch(
+    batch: list[dict[str, Any]], policy: str
+) -> tuple[list[int | None], list[tuple[int, int]]]:
+    """A worker's counts of one batch (None where nanobot cannot count), and the counts it
+    made that the parent's cache lacks."""
+    base = SHARED.get("cache")
+    if base is None:
+        return counts_or_missing(batch, partial(_payload_counts, policy=policy)), []
+    delta = ReadThroughCache(base)
+    count = partial(_cached_counts, cache=delta, workers=1, policy=policy)
+    return counts_or_missing(batch, count), delta.fresh
 
 
 def count_tokens(

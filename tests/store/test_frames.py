@@ -8,11 +8,20 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sessionkit.nanobot.reader import read_session_file
 from sessionkit.nanobot.session import Session
-from sessionkit.store.frames import build_entries, messages_frame, sessions_frame
+from sessionkit.store.frames import (
+    _arrow_strings,
+    _utf8_column,
+    build_entries,
+    messages_frame,
+    sessions_frame,
+)
 
 BAD = "bad \ud800 text"
 STAMP = "2026-01-01T10:00:0{}"
@@ -139,3 +148,17 @@ def test_tiny_entries_share_a_string_chunk_and_large_ones_stay_uncopied(tmp_path
     assert [len(chunk) for chunk in text.chunks] == [3, 70, 4]
     large = entries[2].table.column("text").chunks[0]
     assert text.chunks[1].buffers()[2].address == large.buffers()[2].address
+
+
+@given(st.lists(st.none() | st.text(st.characters(exclude_categories=["Cs"]))))
+def test_a_utf8_column_equals_arrows_own_conversion(values: list[str | None]) -> None:
+    column = _utf8_column(values)
+    column.validate(full=True)
+    assert column.equals(pa.array(values, type=pa.large_string()))
+    assert column.null_count == values.count(None)
+
+
+def test_strings_arrow_cannot_hold_are_null_and_returned_by_row() -> None:
+    column, odd = _arrow_strings(["a", "b\ud800", None, 3, "ü"])
+    assert column.to_pylist() == ["a", None, None, None, "ü"]
+    assert odd == {1: "b\ud800"}

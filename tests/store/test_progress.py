@@ -123,6 +123,8 @@ _LOADER = """
 import sys
 from pathlib import Path
 import sessionkit as sk
+import sessionkit.store.corpus as corpus_module
+corpus_module.FORK_BYTES = int(sys.argv[3])
 sk.load(sys.argv[1], cache=Path(sys.argv[2]), progress=True)
 print("finished", flush=True)
 """
@@ -162,13 +164,27 @@ def _wait_for(process: subprocess.Popen, pattern: re.Pattern[bytes], seconds: fl
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT and fork")
 @pytest.mark.parametrize("to_group", [False, True], ids=["parent-only", "whole-group"])
+@pytest.mark.parametrize(
+    ("fork_bytes", "waiting_in"),
+    [(10**12, "_forked"), (0, None)],
+    ids=["forked-after-reading", "forked-before-reading"],
+)
 def test_ctrl_c_while_workers_count_stops_at_once_and_leaves_a_clean_cache(
-    large: tuple[Path, pd.DataFrame], tmp_path: Path, monkeypatch, to_group: bool
+    large: tuple[Path, pd.DataFrame],
+    tmp_path: Path,
+    monkeypatch,
+    to_group: bool,
+    fork_bytes: int,
+    waiting_in: str | None,
 ) -> None:
+    """Workers forked by ``count_tokens`` once the messages are read (the parent waits for
+    them in ``_forked``), or by the load before it reads
+    (:data:`~sessionkit.store.corpus.FORK_BYTES`: they count while the parent reads and
+    builds columns, so Ctrl-C may find it anywhere)."""
     folder, expected = large
     cache = tmp_path / "cache"
     process = subprocess.Popen(
-        [sys.executable, "-c", _LOADER, str(folder), str(cache)],
+        [sys.executable, "-c", _LOADER, str(folder), str(cache), str(fork_bytes)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,  # a process group of its own, as a terminal's foreground job
@@ -192,7 +208,8 @@ def test_ctrl_c_while_workers_count_stops_at_once_and_leaves_a_clean_cache(
     assert process.returncode == -signal.SIGINT, stderr
     assert out == b""
     assert stderr.rstrip().endswith("KeyboardInterrupt")
-    assert ", in _forked\n" in stderr  # interrupted while the workers counted
+    if waiting_in is not None:
+        assert f", in {waiting_in}\n" in stderr  # interrupted while the workers counted
     assert took < 3, took
     assert psutil.wait_procs(workers, timeout=3)[1] == []
     assert stderr.count("Traceback") == 1  # the workers ignored it

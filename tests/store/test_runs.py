@@ -10,8 +10,10 @@ import pytest
 
 import sessionkit as sk
 import sessionkit.store.corpus as corpus_module
+import sessionkit.store.counting as counting_module
 import sessionkit.store.index as index_module
 from sessionkit.store.corpus import _runs
+from sessionkit.store.counting import CountingBatches, token_cache_in
 from sessionkit.store.index import IndexedSession
 
 
@@ -45,3 +47,46 @@ def test_a_load_in_runs_equals_one_in_a_single_run(
     assert [s.messages for s in ran] == [s.messages for s in expected]
     warm = sk.load(folder, cache=cache, tokens=tokens, progress=False)
     pd.testing.assert_frame_equal(warm.messages, expected.messages)
+
+
+@pytest.mark.parametrize("cached", [True, False], ids=["cache", "no-cache"])
+def test_workers_forked_before_reading_count_as_one_batch_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cached: bool
+) -> None:
+    """Counting workers forked before the first file is read, sent batches of a few messages
+    while the next run is read: the frames equal an unforked load's, and the counts they
+    made are in the cache (counting again tokenizes nothing)."""
+    folder = tmp_path / "sessions"
+    shutil.copytree(sk.load().loaded_from[0] / "sessions", folder)
+    expected = sk.load(folder, cache=False, progress=False)
+    monkeypatch.setattr(index_module, "RACY_NS", 0)
+    monkeypatch.setattr(corpus_module, "FORK_BYTES", 0)
+    monkeypatch.setattr(corpus_module, "RUN_BYTES", 500_000)
+    monkeypatch.setattr(counting_module, "BATCH_CHARS", 20_000)
+    started = []
+    monkeypatch.setattr(CountingBatches, "_send", _spied(CountingBatches._send, started))
+    cache = tmp_path / "cache"
+    ran = sk.load(folder, cache=cache if cached else False, progress=False)
+    assert len(started) == 91 and sum(started) == len(expected.messages) == 7_122
+    for name in ("messages", "sessions", "problems"):
+        pd.testing.assert_frame_equal(getattr(ran, name), getattr(expected, name))
+    if cached:
+        monkeypatch.setattr(counting_module, "_uncached_counts", _never)
+        messages = [m for s in expected for m in s.messages]
+        counts = sk.count_tokens(messages, cache=token_cache_in(cache))
+        assert counts == expected.messages["tokens"].tolist()
+
+
+def _spied(send, sizes: list[int]):  # type: ignore[no-untyped-def]
+    """``CountingBatches._send`` noting the size of each batch it sends."""
+
+    def spied(self: CountingBatches) -> None:
+        if self._held:
+            sizes.append(len(self._held))
+        send(self)
+
+    return spied
+
+
+def _never(*args: object) -> list[int]:
+    raise AssertionError("tokenized a message the workers had counted")
