@@ -578,7 +578,7 @@ def _keep(
             )
 
 
-RUN_BYTES = 64 << 20
+RUN_BYTES = 32 << 20
 """A cold load reads, builds and counts files in runs of about this many bytes; when there
 is more than one run, an indexed file's session keeps its columns but not its parsed
 messages (parsed again on first use, as after a warm open), so memory holds one run's dicts

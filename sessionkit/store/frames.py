@@ -128,16 +128,25 @@ def _arrow_strings(values: list[Any]) -> tuple[pa.Array, dict[int, str]]:
         return _utf8_column(clean), odd
 
 
+_ENCODED_AT_ONCE = 1 << 14
+"""Strings encoded per step of :func:`_utf8_column` (bounds its transient copies)."""
+
+
 def _utf8_column(values: list[str | None]) -> pa.Array:
     """A large-string array of ``values`` from their UTF-8 bytes, joined once: several times
     faster than ``pa.array`` on strings met for the first time (which also leaves a UTF-8
     copy cached inside every non-ASCII string)."""
     n = len(values)
-    encoded = [b"" if v is None else v.encode("utf-8") for v in values]
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=n), out=offsets[1:])
-    data = b"".join(encoded)
-    del encoded
+    lengths = np.zeros(n + 1, dtype=np.int64)
+    data = bytearray()  # grown in place: one copy of the text, not a list of bytes plus it
+    for start in range(0, n, _ENCODED_AT_ONCE):
+        encoded = [
+            b"" if v is None else v.encode("utf-8")
+            for v in values[start : start + _ENCODED_AT_ONCE]
+        ]
+        lengths[start + 1 : start + 1 + len(encoded)] = list(map(len, encoded))
+        data += b"".join(encoded)
+    offsets = np.cumsum(lengths)
     valid = np.fromiter(map(is_not, values, repeat(None)), dtype=bool, count=n)
     nulls = n - int(np.count_nonzero(valid))
     bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
