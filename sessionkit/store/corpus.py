@@ -581,8 +581,8 @@ def _keep(
 RUN_BYTES = 32 << 20
 """A cold load reads, builds and counts files in runs of about this many bytes; when there
 is more than one run, an indexed file's session keeps its columns but not its parsed
-messages (parsed again on first use, as after a warm open), so memory holds one run's dicts
-at a time, not the whole store's."""
+messages (parsed again on first use, as after a warm open), so memory holds two runs' dicts
+at a time (one counted while the next is read), not the whole store's."""
 
 
 def _runs(files: list[tuple[int, int]], limit: int) -> list[list[tuple[int, int]]]:
