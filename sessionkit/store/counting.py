@@ -591,8 +591,8 @@ BATCH_CHARS = 1 << 21
 class CountingBatches:
     """Messages sent to the pool of :func:`counting_workers` as a load reads them, in batches
     of about :data:`BATCH_CHARS` characters of content, counted exactly through the cache
-    the workers were forked with; :meth:`close` ends a run of them.  State: the messages
-    not yet sent and the batches under way."""
+    the workers were forked with (and estimated without tiktoken); :meth:`close` ends a run
+    of them.  State: the messages not yet sent and the batches under way."""
 
     def __init__(
         self, pool: ProcessPoolExecutor, cache: TokenCache | None, policy: str = DEFAULT_POLICY
@@ -621,42 +621,46 @@ class CountingBatches:
             self._sent.append((len(self._held), future))
             self._held = []
 
-    def close(self) -> Callable[[Progress | None], list[int | None]]:
-        """Send what is held; returns a function that waits for the counts of every message
-        added since the last close, in order (None where nanobot cannot count one, as
-        :func:`~sessionkit.nanobot.uncountable.counts_or_missing`), records the new ones in
-        the cache and tells ``progress`` of each batch as it arrives."""
+    def close(self) -> Callable[[Progress | None], tuple[list[int | None], list[int | None]]]:
+        """Send what is held; returns a function that waits for the exact counts and the
+        no-tiktoken estimates of every message added since the last close, in order (None
+        where nanobot cannot count one, as
+        :func:`~sessionkit.nanobot.uncountable.counts_or_missing`), records the new counts
+        in the cache and tells ``progress`` of each batch as it arrives."""
         self._send()
         sent, self._sent = self._sent, []
         cache = self.cache
 
-        def wait(progress: Progress | None = None) -> list[int | None]:
-            counts: list[int | None] = []
+        def wait(progress: Progress | None = None) -> tuple[list[int | None], list[int | None]]:
+            exact: list[int | None] = []
+            estimates: list[int | None] = []
             for size, future in sent:
-                part, fresh = future.result()
-                counts += part
+                counted, estimated, fresh = future.result()
+                exact += counted
+                estimates += estimated
                 if cache is not None and fresh:
                     cache.update((k for k, _ in fresh), (n for _, n in fresh))
                 if progress is not None:
                     progress(size)
             if cache is not None:
                 cache.flush_soon()
-            return counts
+            return exact, estimates
 
         return wait
 
 
 def _count_batch(
     batch: list[dict[str, Any]], policy: str
-) -> tuple[list[int | None], list[tuple[int, int]]]:
-    """A worker's counts of one batch (None where nanobot cannot count), and the counts it
-    made that the parent's cache lacks."""
+) -> tuple[list[int | None], list[int | None], list[tuple[int, int]]]:
+    """A worker's exact counts and estimates of one batch (None where nanobot cannot count),
+    and the counts it made that the parent's cache lacks."""
+    estimates = counts_or_missing(batch, partial(count_tokens, method="fallback", policy=policy))
     base = SHARED.get("cache")
     if base is None:
-        return counts_or_missing(batch, partial(_payload_counts, policy=policy)), []
+        return counts_or_missing(batch, partial(_payload_counts, policy=policy)), estimates, []
     delta = ReadThroughCache(base)
     count = partial(_cached_counts, cache=delta, workers=1, policy=policy)
-    return counts_or_missing(batch, count), delta.fresh
+    return counts_or_missing(batch, count), estimates, delta.fresh
 
 
 def count_tokens(

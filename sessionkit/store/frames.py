@@ -229,6 +229,10 @@ def _token_counts(
 ) -> np.ndarray:
     """0.2.2's count of every message (-1 where nanobot cannot count it)."""
     counts = counts_or_missing(msgs, partial(count_tokens, method=method, cache=cache))
+    return _missing_as_minus_one(counts)
+
+
+def _missing_as_minus_one(counts: list[int | None]) -> np.ndarray:
     return np.array([-1 if n is None else n for n in counts], dtype=np.int64)
 
 
@@ -381,15 +385,16 @@ def build_entries(
     tokens: Method | None = "tiktoken",
     cache: TokenCache | None = None,
     progress: bool = False,
-    pending: Callable[[Callable[[int], object] | None], list[int | None]] | None = None,
+    pending: Callable[[Callable[[int], object] | None], tuple[list[int | None], list[int | None]]]
+    | None = None,
 ) -> list[Entry]:
     """Each session's :class:`Entry`, its columns built for all sessions at once.
 
     ``problems`` maps a file to what reading it found.  Both token counts are kept: 0.2.2's
     exact one (only with ``tokens="tiktoken"``; else -1, and ``meta["counted"]`` is False) and
     its no-tiktoken estimate.  ``progress`` shows a bar (messages) over the exact counting,
-    most of a cold load's time.  ``pending`` waits for exact counts of the sessions'
-    messages already under way (:func:`~sessionkit.store.counting.count_later`).  Each entry holds its span of the one table built (sliced on
+    most of a cold load's time.  ``pending`` waits for both counts of the sessions' messages,
+    already under way (:class:`~sessionkit.store.counting.CountingBatches`).  Each entry holds its span of the one table built (sliced on
     first use), so frames join all of them with one slice, not a table per session.
     """
     read = problems or {}
@@ -408,7 +413,7 @@ def build_entries(
     content_not_str = ~_is_instance(text, str)
     for i in np.flatnonzero(content_not_str):
         text[i] = flatten_content(text[i])
-    estimate = _token_counts(msgs, "fallback", cache)
+    estimate = _token_counts(msgs, "fallback", cache) if pending is None else None
     raw_stamps = message_field(msgs, "timestamp")
     stamps = _to_datetime(raw_stamps).view(np.int64)
     strings = {
@@ -431,8 +436,12 @@ def build_entries(
             return count_tokens(batch, method="tiktoken", cache=cache, progress=bar.update)
 
         exact = np.full(total, -1, np.int64)
+        if pending is not None:
+            found, estimated = pending(bar.update)
+            estimate = _missing_as_minus_one(estimated)
+        elif counted:
+            found = counts_or_missing(msgs, count)
         if counted:
-            found = counts_or_missing(msgs, count) if pending is None else pending(bar.update)
             exact[:] = [-1 if n is None else n for n in found]
     columns = {
         "line_no": np.concatenate([_line_numbers(s) for s in sessions] + [np.zeros(0, np.int64)]),
