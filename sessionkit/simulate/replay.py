@@ -15,22 +15,32 @@ store's replays (the windows' stacked arrays): a new process then replays nothin
 
 from __future__ import annotations
 
+import gc
 import operator
 import os
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import as_completed
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from itertools import compress, repeat
+from operator import eq, is_, is_not
 from typing import Any, TypeVar
 
 import numpy as np
+import orjson
 import pandas as pd
 import pyarrow as pa
 from tqdm.auto import tqdm
 
 from sessionkit.nanobot.history import HIDDEN_HISTORY_KEY
-from sessionkit.nanobot.policies import ReplayPolicy, get_policy, tool_call_ids, tool_result_id
+from sessionkit.nanobot.policies import (
+    DEFAULT_POLICY,
+    ReplayPolicy,
+    get_policy,
+    tool_call_ids,
+    tool_result_id,
+)
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings
 from sessionkit.store.cachedir import name_digest
@@ -41,7 +51,9 @@ from sessionkit.store.counting import (
     count_tokens,
     token_cache_of,
 )
+from sessionkit.store.fields import message_field
 from sessionkit.store.forked import SHARED, can_fork, forked_pool
+from sessionkit.store.frames import Entry, _hidden, _user_turns
 from sessionkit.store.index import REPLAY_TABLE, Index, IndexedSession, Item
 
 __all__ = [
@@ -55,6 +67,7 @@ __all__ = [
     "replay",
     "replay_all",
     "replay_jobs",
+    "stored_counts",
     "stored_tokens",
 ]
 
@@ -110,51 +123,224 @@ def _policy(session: Session, policy: str | None) -> ReplayPolicy:
     return get_policy(session.policy if policy is None else policy)
 
 
+Target = tuple[ReplayPolicy, HistorySettings]
+"""A release and the history settings its replayed entries are rewritten under."""
+
+STORED_POLICY = DEFAULT_POLICY
+"""The release whose exact counts of the stored messages a load keeps (the index's ``tokens``
+column: 0.2.2's), which replays reuse for entries that equal their message."""
+_KEY_FIELDS = ("tool_calls", "name", "tool_call_id", "reasoning_content")
+"""The fields besides ``content`` a message's token count depends on (the token cache's key)."""
+
+
 def _compute(
-    session: Session, policy: ReplayPolicy, settings: HistorySettings, cache: TokenCache | None
-) -> Replay:
-    """Rewrite (by ``policy`` under ``settings``) and count every message once; record what
-    the window rules need."""
-    rewrite = policy.entry_function(settings)
+    session: Session,
+    targets: list[Target],
+    cache: TokenCache | None,
+    stored: np.ndarray | None = None,
+) -> list[Replay]:
+    """The session's :class:`Replay` under each target: what does not depend on the release
+    is read from the messages once, and each entry is counted once per counting rule
+    (``stored``: the messages' own counts by :data:`STORED_POLICY`, -1 where none)."""
     messages = session.messages
-    declared = [-2] * len(messages)
-    kept: list[int] = []
-    entry_declared: list[int] = []
-    entries: list[dict[str, Any]] = []
-    last_declared: dict[str, int] = {}
-    last_entry_declared: dict[str, int] = {}
+    roles = message_field(messages, "role")
+    answered = [
+        tool_result_id(m) if r == "tool" else None for m, r in zip(messages, roles, strict=True)
+    ]
+    declares = [
+        tuple(tool_call_ids(m)) if r == "assistant" else ()
+        for m, r in zip(messages, roles, strict=True)
+    ]
+    declared = _declared(answered, declares)
+    is_user = np.fromiter(map(eq, roles, repeat("user")), dtype=bool, count=len(messages))
+    shared = {
+        "is_user": is_user,
+        "delivery": _truthy(message_field(messages, "_channel_delivery")),
+        "command": is_user & _truthy(message_field(messages, "_command")),
+        "checkpoint": np.fromiter(
+            map(is_, message_field(messages, HIDDEN_HISTORY_KEY), repeat(True)),
+            dtype=bool,
+            count=len(messages),
+        ),
+    }
+    counter = _Counter(messages, stored, cache)
+    hidden = _hidden(messages)
+    replays: list[Replay] = []
+    for policy, settings in targets:
+        entries, raised = _rewritten(messages, policy.entry_function(settings))
+        kept = [i for i, entry in enumerate(entries) if entry is not None]
+        same = next((r for r in replays if r.kept.tolist() == kept), None)
+        unreplayable = [i for i in raised if answered[i] is None]
+        own = declared  # shared by the targets, so their stacks can share its jump tables
+        if unreplayable:
+            own = declared.copy()
+            own[unreplayable] = UNREPLAYABLE
+        replays.append(
+            Replay(
+                **shared,
+                turn=_user_turns(messages, roles, hidden, policy),
+                declared=own,
+                kept=np.array(kept, dtype=np.int32) if same is None else same.kept,
+                entry_declared=(
+                    _entry_declared(kept, answered, declares)
+                    if same is None
+                    else same.entry_declared
+                ),
+                tokens=counter.counts(policy, entries, kept),
+            )
+        )
+    return replays
+
+
+def _truthy(values: list[Any]) -> np.ndarray:
+    return np.fromiter(map(bool, values), dtype=bool, count=len(values))
+
+
+def _rewritten(
+    messages: list[dict[str, Any]], rewrite: Callable[[dict[str, Any]], dict[str, Any] | None]
+) -> tuple[list[dict[str, Any] | None], list[int]]:
+    """Each message's replayed entry (None: skipped, or unreplayable) and the messages the
+    rewrite raised ``KeyError`` on (no role: the release's ``get_history`` raises there)."""
+    try:
+        return list(map(rewrite, messages)), []
+    except KeyError:
+        pass
+    entries: list[dict[str, Any] | None] = []
+    raised = []
     for i, message in enumerate(messages):
         try:
-            entry = rewrite(message)
-        except KeyError:  # no role: the release's get_history raises on any window holding it
-            entry, declared[i] = None, UNREPLAYABLE
-        role = message.get("role")
-        answered = tool_result_id(message) if role == "tool" else None
-        if answered is not None:
-            declared[i] = last_declared.get(answered, -1)
-        if entry is not None:
-            entry_declared.append(-2 if answered is None else last_entry_declared.get(answered, -1))
-            kept.append(i)
-            entries.append(entry)
-        if role == "assistant":
-            for call in tool_call_ids(message):
-                last_declared[call] = i
-                if entry is not None:
-                    last_entry_declared[call] = len(entries) - 1
-    is_user = np.array([m.get("role") == "user" for m in messages], dtype=bool)
-    return Replay(
-        is_user=is_user,
-        delivery=np.array([bool(m.get("_channel_delivery")) for m in messages], dtype=bool),
-        command=is_user & np.array([bool(m.get("_command")) for m in messages], dtype=bool),
-        checkpoint=np.array([m.get(HIDDEN_HISTORY_KEY) is True for m in messages], dtype=bool),
-        turn=np.fromiter(map(policy.is_user_turn, messages), dtype=bool, count=len(messages)),
-        declared=np.array(declared, dtype=np.int32),
-        kept=np.array(kept, dtype=np.int32),
-        entry_declared=np.array(entry_declared, dtype=np.int32),
-        tokens=np.array(
-            count_tokens(entries, cache=cache, workers=1, policy=policy.name), dtype=np.int64
-        ),
-    )
+            entries.append(rewrite(message))
+        except KeyError:
+            entries.append(None)
+            raised.append(i)
+    return entries, raised
+
+
+def _declared(answered: list[str | None], declares: list[tuple[str, ...]]) -> np.ndarray:
+    """Per message: for a tool result naming a call, the latest earlier message declaring it
+    (-1: none), else -2."""
+    declared = np.full(len(answered), -2, dtype=np.int32)
+    last: dict[str, int] = {}
+    for i, (call, calls) in enumerate(zip(answered, declares, strict=True)):
+        if call is not None:
+            declared[i] = last.get(call, -1)
+        for declared_call in calls:
+            last[declared_call] = i
+    return declared
+
+
+def _entry_declared(
+    kept: list[int], answered: list[str | None], declares: list[tuple[str, ...]]
+) -> np.ndarray:
+    """:func:`_declared` over the replayed entries alone (``kept``: their messages)."""
+    declared = np.full(len(kept), -2, dtype=np.int32)
+    last: dict[str, int] = {}
+    for j, i in enumerate(kept):
+        call = answered[i]
+        if call is not None:
+            declared[j] = last.get(call, -1)
+        for declared_call in declares[i]:
+            last[declared_call] = j
+    return declared
+
+
+class _Counter:
+    """Token counts of one session's replayed entries under several releases, each entry
+    counted once per counting rule.
+
+    A count depends on the release and the entry's key fields (content and
+    :data:`_KEY_FIELDS`), and for a plain entry (text content, no ``<|`` in any field) only
+    on the release's :attr:`~sessionkit.nanobot.release.ReplayPolicy.plain_count` rule.  An
+    entry holding its message's own key fields, with text content, is known by its rule and
+    content: it takes the message's stored count when that is for the same rule and content,
+    or the count of an entry with the same rule and content counted for an earlier release;
+    only the rest are counted.
+    """
+
+    def __init__(
+        self, messages: list[dict[str, Any]], stored: np.ndarray | None, cache: TokenCache | None
+    ) -> None:
+        self.messages = messages
+        self.cache = cache
+        self.stored = stored.tolist() if stored is not None else [-1] * len(messages)
+        self.contents = message_field(messages, "content")
+        self.fields = [message_field(messages, key) for key in _KEY_FIELDS]
+        self.plain = _plain_fields(messages, self.fields)
+        self.known: dict[tuple[int, str, str], int] = {}
+        stored_policy = get_policy(STORED_POLICY)
+        self.stored_rules = (stored_policy.name, f"*{stored_policy.plain_count}")
+
+    def counts(
+        self, policy: ReplayPolicy, entries: list[dict[str, Any] | None], kept: list[int]
+    ) -> np.ndarray:
+        """Counts of ``entries[i]`` for each ``i`` in ``kept``, under ``policy``."""
+        replayed = list(map(entries.__getitem__, kept))
+        counts = [-1] * len(kept)
+        todo: list[int] = []
+        labels: list[tuple[int, str, str] | None] = []
+        for j, (i, content, own) in enumerate(
+            zip(
+                kept,
+                message_field(replayed, "content"),
+                self._own_fields(replayed, kept),
+                strict=True,
+            )
+        ):
+            label = None
+            if own and type(content) is str:
+                plain = self.plain[i] and "<" not in content
+                rule = f"*{policy.plain_count}" if plain else policy.name
+                if (
+                    self.stored[i] >= 0
+                    and rule == self.stored_rules[plain]
+                    and content == self.contents[i]
+                ):
+                    counts[j] = self.stored[i]
+                    continue
+                label = (i, rule, content)
+                found = self.known.get(label)
+                if found is not None:
+                    counts[j] = found
+                    continue
+            todo.append(j)
+            labels.append(label)
+        if todo:
+            batch = [replayed[j] for j in todo]
+            fresh = count_tokens(batch, cache=self.cache, workers=1, policy=policy.name)
+            for j, label, n in zip(todo, labels, fresh, strict=True):
+                counts[j] = n
+                if label is not None:
+                    self.known[label] = n
+        return np.array(counts, dtype=np.int64)
+
+    def _own_fields(self, replayed: list[dict[str, Any]], kept: list[int]) -> Iterator[bool]:
+        """Per entry: whether it holds its message's own objects in :data:`_KEY_FIELDS`."""
+        same = np.ones(len(kept), dtype=bool)
+        for key, values in zip(_KEY_FIELDS, self.fields, strict=True):
+            ours = map(values.__getitem__, kept)
+            same &= np.fromiter(map(is_, message_field(replayed, key), ours), bool, len(kept))
+        return iter(same.tolist())
+
+
+def _plain_fields(messages: list[dict[str, Any]], fields: list[list[Any]]) -> list[bool]:
+    """Per message: whether its key fields other than content (``fields``, in the order of
+    :data:`_KEY_FIELDS`) are missing or hold no ``<``: names, call ids and reasoning text,
+    tool calls as JSON without null (so no ``<|`` is in any field of an entry holding them
+    with ``<``-free text)."""
+    plain = [True] * len(messages)
+    calls, *texts = fields
+    for values in texts:
+        for i in compress(range(len(values)), map(is_not, values, repeat(None))):
+            value = values[i]
+            plain[i] = plain[i] and type(value) is str and "<" not in value
+    for i in compress(range(len(calls)), calls):
+        try:
+            dumped = orjson.dumps(calls[i])
+        except (orjson.JSONEncodeError, TypeError):
+            plain[i] = False
+            continue
+        plain[i] = plain[i] and b"<" not in dumped and b"null" not in dumped  # null: NaN too
+    return plain
 
 
 ReplayKey = tuple[str, tuple[Any, ...]]
@@ -164,6 +350,20 @@ ReplayKey = tuple[str, tuple[Any, ...]]
 def _key(session: Session, policy: str | None, settings: HistorySettings) -> ReplayKey:
     chosen = _policy(session, policy)
     return chosen.name, chosen.entry_key(settings)
+
+
+def _keys(
+    sessions: list[Session], policy: str | None, settings: HistorySettings
+) -> list[ReplayKey]:
+    """Each session's :func:`_key`, resolved once per release."""
+    by_release: dict[str, ReplayKey] = {}
+    keys = []
+    for session in sessions:
+        name = session.policy if policy is None else policy
+        if name not in by_release:
+            by_release[name] = _key(session, policy, settings)
+        keys.append(by_release[name])
+    return keys
 
 
 def _content(session: Session) -> object:
@@ -338,10 +538,12 @@ def prepared_each(
     workers: int | None = None,
     progress: bool | None = None,
     cache: TokenCache | None = DEFAULT_CACHE,
+    stored: dict[int, np.ndarray] | None = None,
 ) -> list[T]:
     """:func:`prepared` of each request (sessions, settings, policy), in order; the replays
     none of them keeps yet are computed first in one pass per set of sessions
-    (:func:`replay_jobs`), so a grid over releases parses each session once."""
+    (:func:`replay_jobs`), so a grid over releases parses each session once (``stored``: the
+    sessions' stored counts by id of the session, see :func:`stored_counts`)."""
     pending: dict[int, list[int]] = {}  # by id of the request's sessions list
     for r, (subset, settings, policy) in enumerate(requests):
         key = (policy, get_policy(policy).entry_key(settings))
@@ -350,7 +552,8 @@ def prepared_each(
     for group in pending.values():
         subset = requests[group[0]][0]
         jobs: list[Job] = [(requests[r][2], requests[r][1]) for r in group]
-        replay_jobs(subset, jobs, workers=workers, progress=progress, cache=cache)
+        own = [stored.get(id(s)) for s in subset] if stored else None
+        replay_jobs(subset, jobs, workers=workers, progress=progress, cache=cache, stored=own)
     return [
         prepared(
             subset,
@@ -365,6 +568,29 @@ def prepared_each(
         )
         for subset, settings, policy in requests
     ]
+
+
+def stored_counts(entries: list[Entry] | None) -> dict[int, np.ndarray]:
+    """The exact counts by :data:`STORED_POLICY` a load keeps of each indexed session's
+    messages (its entry's ``tokens``, -1: none), by id of the session: only for sessions
+    still as indexed, so the counts are those of their messages."""
+    found: dict[int, np.ndarray] = {}
+    columns: dict[int, np.ndarray] = {}
+    for entry in entries or ():
+        session = entry.session
+        if not isinstance(session, IndexedSession) or not session.pristine:
+            continue
+        n = entry.meta["n_messages"]
+        if entry.span is None:
+            counts = entry.table.column("tokens").to_numpy()
+        else:
+            whole, start = entry.span
+            if id(whole) not in columns:
+                columns[id(whole)] = whole.column("tokens").to_numpy()
+            counts = columns[id(whole)][start : start + n]
+        if len(counts) == n == len(session):
+            found[id(session)] = counts
+    return found
 
 
 def _kept(
@@ -399,14 +625,32 @@ def _compute_chunk(indices: list[int]) -> tuple[list[int], list[list[Replay]], l
     parsed once for all of them)."""
     sessions, jobs, missing = SHARED["sessions"], SHARED["jobs"], SHARED["missing"]
     delta = ReadThroughCache(SHARED["cache"])
-    replays = [
-        [
-            _compute(sessions[i], _policy(sessions[i], jobs[j][0]), jobs[j][1], delta)
-            for j in missing[i]
+    with _no_gc():
+        replays = [
+            _compute(
+                sessions[i], _targets(sessions[i], jobs, missing[i]), delta, SHARED["stored"][i]
+            )
+            for i in indices
         ]
-        for i in indices
-    ]
     return indices, replays, delta.fresh
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    """The cyclic garbage collector paused: replaying allocates many dicts and strings, and
+    each collection would walk every message parsed so far (replays hold no cycles)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _targets(session: Session, jobs: list[Job], wanted: list[int]) -> list[Target]:
+    """The release and settings of each job in ``wanted`` for ``session``."""
+    return [(_policy(session, jobs[j][0]), jobs[j][1]) for j in wanted]
 
 
 def _chunks(sizes: list[int], todo: list[int], n_chunks: int) -> list[list[int]]:
@@ -426,11 +670,18 @@ def _compute_in_workers(
     jobs: list[Job],
     missing: dict[int, list[int]],
     cache: TokenCache | None,
+    stored: Sequence[np.ndarray | None],
     chunks: list[list[int]],
     workers: int,
 ) -> Iterator[tuple[list[int], list[list[Replay]]]]:
     """Replay chunks of sessions in forked workers; their new token counts join ``cache``."""
-    shared = {"sessions": sessions, "jobs": jobs, "missing": missing, "cache": cache}
+    shared = {
+        "sessions": sessions,
+        "jobs": jobs,
+        "missing": missing,
+        "cache": cache,
+        "stored": stored,
+    }
     with forked_pool(workers, **shared) as pool:
         futures = [pool.submit(_compute_chunk, chunk) for chunk in chunks]
         for future in as_completed(futures):
@@ -483,27 +734,45 @@ def _stored(sessions: list[Session], keys: list[ReplayKey], todo: list[int]) -> 
 
 def _keep(sessions: list[Session], keys: list[ReplayKey], computed: dict[int, Replay]) -> None:
     """Keep computed replays of indexed sessions in the persistent index, one write per store
-    and setting; a cache that cannot be written costs speed only."""
+    and setting (all its replays joined into one table); a cache that cannot be written
+    costs speed only."""
     for (index, store), members in _homes(sessions, list(computed)).items():
-        by_name: dict[str, list[Item]] = {}
+        by_name: dict[str, list[int]] = {}
         for i in members:
-            replay_ = computed[i]
-            n = len(replay_.is_user)
-            columns = {name: getattr(replay_, name) for name in _PER_MESSAGE}
-            for name in _PER_ENTRY:
-                values = getattr(replay_, name)
-                columns[name] = np.concatenate([values, np.zeros(n - len(values), values.dtype)])
-            table = pa.table(columns).cast(REPLAY_TABLE)
-            item = Item(
-                os.fsdecode(sessions[i].path),  # type: ignore[arg-type]
-                sessions[i].identity,  # type: ignore[attr-defined]
-                {"entries": len(replay_.kept)},
-                table,
-            )
-            by_name.setdefault(_index_name(keys[i]), []).append(item)
-        for name, items in by_name.items():
+            by_name.setdefault(_index_name(keys[i]), []).append(i)
+        for name, group in by_name.items():
+            table = _replay_table([computed[i] for i in group])
+            items, start = [], 0
+            for i in group:
+                n, entries = len(computed[i].is_user), len(computed[i].kept)
+                path = os.fsdecode(sessions[i].path)  # type: ignore[arg-type]
+                identity = sessions[i].identity  # type: ignore[attr-defined]
+                items.append(Item(path, identity, {"entries": entries}, None, start, n, table))
+                start += n
             with suppress(OSError, pa.ArrowException):
                 index.write_replays(store, name, items)
+
+
+def _replay_table(replays: list[Replay]) -> pa.Table:
+    """Replays end to end as :data:`REPLAY_TABLE` rows: each one's per-message columns, and
+    its per-entry ones padded with zeros to its message count."""
+    sizes = [len(r.is_user) for r in replays]
+    starts = np.cumsum([0, *sizes])
+    columns = {}
+    for column in REPLAY_TABLE:
+        dtype = column.type.to_pandas_dtype()
+        if column.name in _PER_MESSAGE:
+            parts = [getattr(r, column.name) for r in replays]
+            columns[column.name] = np.concatenate([*parts, np.zeros(0, dtype)]).astype(
+                dtype, copy=False
+            )
+            continue
+        values = np.zeros(int(starts[-1]), dtype=dtype)
+        for r, start in zip(replays, starts.tolist(), strict=False):
+            part = getattr(r, column.name)
+            values[start : start + len(part)] = part
+        columns[column.name] = values
+    return pa.table(columns, schema=REPLAY_TABLE)
 
 
 def replay_all(
@@ -552,21 +821,27 @@ def replay_jobs(
     workers: int | None = None,
     progress: bool | None = None,
     cache: TokenCache | None = DEFAULT_CACHE,
+    stored: Sequence[np.ndarray | None] | None = None,
 ) -> list[list[Replay]]:
     """:func:`replay_all` of the sessions under each job, in order: what is missing is
     computed in one pass over the sessions, so each session's messages are parsed once for
-    every release and setting (a session read back from the index is parsed on first use)."""
+    every release and setting (a session read back from the index is parsed on first use),
+    and each replayed entry is counted once per counting rule.  ``stored`` may give each
+    session's exact counts of its messages as stored, by :data:`STORED_POLICY` (-1: none;
+    None: not known), as its load keeps them; entries equal to their message reuse them."""
     if cache is DEFAULT_CACHE:
         cache = token_cache_of(sessions)
-    keys = [[_key(s, policy, settings) for s in sessions] for policy, settings in jobs]
+    if stored is None:
+        stored = [None] * len(sessions)
+    keys = [_keys(sessions, policy, settings) for policy, settings in jobs]
     found: list[list[Replay | None]] = [
         [_cached(s, key) for s, key in zip(sessions, own, strict=True)] for own in keys
     ]
     for own, replays in zip(keys, found, strict=True):
         unknown = [i for i, r in enumerate(replays) if r is None]
-        for i, stored in _stored(sessions, own, unknown).items():
-            replays[i] = stored
-            _slot(sessions[i]).replays[own[i]] = stored
+        for i, indexed in _stored(sessions, own, unknown).items():
+            replays[i] = indexed
+            _slot(sessions[i]).replays[own[i]] = indexed
     missing = {
         i: js
         for i in range(len(sessions))
@@ -587,16 +862,16 @@ def replay_jobs(
     ) as bar:
         if workers <= 1 or not can_fork() or len(todo) < 2:
             for i in todo:
-                for j in missing[i]:
-                    policy, settings = jobs[j]
-                    found[j][i] = _compute(
-                        sessions[i], _policy(sessions[i], policy), settings, cache
-                    )
+                targets = _targets(sessions[i], jobs, missing[i])
+                with _no_gc():
+                    computed = _compute(sessions[i], targets, cache, stored[i])
+                for j, r in zip(missing[i], computed, strict=True):
+                    found[j][i] = r
                 bar.update(sizes[i])
         else:
             chunks = _chunks(sizes, todo, max(4 * workers, total // _CHUNK_MESSAGES))
             for indices, replays in _compute_in_workers(
-                sessions, jobs, missing, cache, chunks, workers
+                sessions, jobs, missing, cache, stored, chunks, workers
             ):
                 for i, computed in zip(indices, replays, strict=True):
                     for j, r in zip(missing[i], computed, strict=True):

@@ -22,8 +22,10 @@ arithmetic on whole-corpus arrays:
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
+from functools import partial
 from typing import Any, Literal
 
 import numpy as np
@@ -124,12 +126,39 @@ def _global_declared(declared: np.ndarray, owner_start: np.ndarray) -> np.ndarra
     return np.where(declared >= 0, declared + owner_start, owner_start - 1)
 
 
-def _stack(replays: list[replay.Replay]) -> _Stack:
+_Shared = list[tuple[list[np.ndarray], list[np.ndarray]]]
+"""Jump tables a grid's stacks built, with the per-session declaration arrays behind them."""
+
+
+def _jumps(
+    parts: list[np.ndarray],
+    declared: np.ndarray,
+    tools: np.ndarray,
+    sizes: np.ndarray,
+    shared: _Shared,
+) -> list[np.ndarray]:
+    """The orphan jump tables over ``declared``, the concatenated ``parts`` (each session's
+    declaration indices; ``tools``: the positions of tool results naming a call).  They depend on the
+    parts alone, so stacks whose replays hold the same arrays (releases of one grid that
+    rewrite alike, see :func:`replay.replay_jobs`) share one set, kept in ``shared``."""
+    for before, jumps in shared:
+        if len(before) == len(parts) and all(map(operator.is_, before, parts)):
+            return jumps
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    lowest = _global_declared(declared[tools], np.repeat(offsets[:-1], sizes)[tools]) + 1
+    jumps = _orphan_jumps(tools, lowest, int(offsets[-1]), _bounds(offsets, sizes))
+    shared[:] = [(parts, jumps), *shared[:3]]
+    return jumps
+
+
+def _stack(replays: list[replay.Replay], shared: _Shared | None = None) -> _Stack:
+    """Every session's replay laid end to end (``shared``: jump tables the other stacks of
+    one grid built, see :func:`_jumps`)."""
+    shared = [] if shared is None else shared
     sizes = np.array([len(p.is_user) for p in replays], dtype=np.int64)
     entry_sizes = np.array([len(p.kept) for p in replays], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(sizes)])
-    entry_offsets = np.concatenate([[0], np.cumsum(entry_sizes)])
-    n, n_entries = int(offsets[-1]), int(entry_offsets[-1])
+    n = int(offsets[-1])
 
     def cat(name: str, dtype: type) -> np.ndarray:
         return np.concatenate([getattr(p, name) for p in replays] + [np.zeros(0, dtype)])
@@ -138,15 +167,6 @@ def _stack(replays: list[replay.Replay]) -> _Stack:
     declared = cat("declared", np.int64)
     kept = cat("kept", np.int64) + np.repeat(offsets[:-1], entry_sizes)
     entry_declared = cat("entry_declared", np.int64)
-    tools = np.flatnonzero(declared >= -1)
-    lowest = _global_declared(declared[tools], np.repeat(offsets[:-1], sizes)[tools]) + 1
-    entry_tools = np.flatnonzero(entry_declared != -2)
-    entry_lowest = (
-        _global_declared(
-            entry_declared[entry_tools], np.repeat(entry_offsets[:-1], entry_sizes)[entry_tools]
-        )
-        + 1
-    )
     keep_mask = np.zeros(n, dtype=np.int64)
     keep_mask[kept] = 1
     entry_user = np.append(is_user[kept], False)
@@ -158,13 +178,19 @@ def _stack(replays: list[replay.Replay]) -> _Stack:
         users=np.flatnonzero(is_user),
         turns=np.flatnonzero(cat("turn", bool)),
         checkpoints=np.flatnonzero(cat("checkpoint", bool)),
-        raw_jumps=_orphan_jumps(tools, lowest, n, _bounds(offsets, sizes)),
+        raw_jumps=_jumps(
+            [p.declared for p in replays], declared, np.flatnonzero(declared >= -1), sizes, shared
+        ),
         rank=np.concatenate([[0], np.cumsum(keep_mask)]),
         kept=np.append(kept, n),
         entry_user=entry_user,
         entry_users=np.flatnonzero(entry_user[:-1]),
-        entry_jumps=_orphan_jumps(
-            entry_tools, entry_lowest, n_entries, _bounds(entry_offsets, entry_sizes)
+        entry_jumps=_jumps(
+            [p.entry_declared for p in replays],
+            entry_declared,
+            np.flatnonzero(entry_declared != -2),
+            entry_sizes,
+            shared,
         ),
         prefix=np.concatenate([[0], np.cumsum(cat("tokens", np.int64))]),
         unreplayable=np.flatnonzero(declared == replay.UNREPLAYABLE),
@@ -172,7 +198,8 @@ def _stack(replays: list[replay.Replay]) -> _Stack:
 
 
 def _stack_arrays(stack: _Stack) -> dict[str, np.ndarray]:
-    """A stack as named arrays (jump tables as ``name.level``), to keep in the index."""
+    """A stack as named arrays (jump tables as ``name.level``), to keep in the index; its
+    integer arrays (all int64) as int32 where their values fit, half the bytes to write."""
     arrays: dict[str, np.ndarray] = {}
     for field in fields(_Stack):
         value = getattr(stack, field.name)
@@ -180,11 +207,25 @@ def _stack_arrays(stack: _Stack) -> dict[str, np.ndarray]:
             arrays |= {f"{field.name}.{level}": table for level, table in enumerate(value)}
         else:
             arrays[field.name] = value
-    return arrays
+    return {name: _narrowed(values) for name, values in arrays.items()}
+
+
+def _narrowed(values: np.ndarray) -> np.ndarray:
+    """An int64 array as int32 when every value fits, else as it is."""
+    small = np.iinfo(np.int32)
+    if values.dtype != np.int64 or not len(values):
+        return values
+    if values.min() < small.min or values.max() > small.max:
+        return values
+    return values.astype(np.int32)
 
 
 def _stack_of(arrays: dict[str, np.ndarray]) -> _Stack:
-    """The stack :func:`_stack_arrays` took apart."""
+    """The stack :func:`_stack_arrays` took apart (int32 arrays widened back to int64)."""
+    arrays = {
+        name: values.astype(np.int64) if values.dtype == np.int32 else values
+        for name, values in arrays.items()
+    }
     values: dict[str, Any] = {}
     for field in fields(_Stack):
         if field.name in arrays:
@@ -513,12 +554,13 @@ last_consolidated
     stacks = iter(
         replay.prepared_each(
             requests,
-            _stack,
+            partial(_stack, shared=[]),
             (_stack_arrays, _stack_of),
             kind="windows-stack",
             workers=workers,
             progress=progress,
             cache=cache,
+            stored=_stored(source),
         )
     )
     blocks: list[dict[str, Any]] = []
@@ -565,6 +607,14 @@ last_consolidated
                     )
     codes = {"session_key": categories, "policy": names, "cut": _CUTS, "last_consolidated": labels}
     return _frame(blocks, codes)
+
+
+def _stored(source: Any) -> dict[int, np.ndarray] | None:
+    """The exact message counts a loaded Corpus keeps (:func:`replay.stored_counts`), for
+    replays to reuse; None for anything else (nothing is built to find them)."""
+    if not isinstance(source, Corpus) or source.token_method != "tiktoken":
+        return None
+    return replay.stored_counts(getattr(source, "_entries", None))
 
 
 def _subsets(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -238,3 +239,85 @@ def test_replays_for_several_releases_parse_each_indexed_session_once(
         for a, b in zip(found, expected, strict=True):
             for name in ("is_user", "command", "turn", "declared", "kept", "tokens"):
                 np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+
+
+def test_entries_equal_to_their_message_take_its_stored_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An entry holding its message's own fields takes the message's stored (0.2.2) count
+    where that count is for the same rule: 0.2.2 always, 0.3.x for a plain message (no
+    ``<|``); an entry counted for one release is reused by the next with the same rule."""
+    import sessionkit.simulate.replay as replay_module
+
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"x": "<b>"}'}}
+    messages = [
+        user("q"),
+        assistant("a <|endoftext|>"),
+        assistant("[Message Time: 2026-01-01]\nb"),
+        assistant("c", tool_calls=[call]),
+        {"role": "tool", "tool_call_id": "c1", "content": "r"},
+    ]
+    session = Session("k", messages)
+    batches: list[tuple[str, list[Any]]] = []
+
+    def spy(batch: list[dict[str, Any]], **kwargs: Any) -> list[int]:
+        batches.append((kwargs["policy"], [e["content"] for e in batch]))
+        return count_tokens(batch, **kwargs)
+
+    monkeypatch.setattr(replay_module, "count_tokens", spy)
+    clear_cache()
+    stored = np.array([101, 102, 103, 104, 105])
+    jobs = [(name, PLAIN) for name in RELEASES]
+    found = replay_jobs([session], jobs, workers=1, progress=False, cache=None, stored=[stored])
+
+    def counted(name: str, i: int) -> int:
+        entry = get_policy(name).entry_function(PLAIN)(messages[i])
+        return count_tokens([entry], policy=name, cache=None)[0]
+
+    b = counted("nanobot-0.2", 2)
+    assert [r[0].tokens.tolist() for r in found] == [
+        [101, 102, b, 104, 105],
+        [101, counted("nanobot-0.3.0", 1), b, counted("nanobot-0.3.0", 3), 105],
+        [101, counted("nanobot-0.3.5", 1), b, counted("nanobot-0.3.5", 3), 105],
+    ]
+    assert batches[:3] == [
+        ("nanobot-0.2", ["b"]),
+        ("nanobot-0.3.0", ["a <|endoftext|>", "c"]),
+        ("nanobot-0.3.5", ["a <|endoftext|>", "c"]),
+    ]
+
+
+def test_a_grid_on_a_loaded_store_reuses_its_counts_and_equals_one_in_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The counts a load keeps (stored_counts) are its messages' 0.2.2 counts, and windows
+    of the loaded Corpus, whose replays reuse them, equals windows of its sessions held in
+    memory (every entry counted)."""
+    import sessionkit.store.index
+
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    lines = [
+        {"_type": "metadata", "key": "t:0"},
+        user("q <|x|>"),
+        assistant("[Message Time: 2026-01-01]\nb", tool_calls=[call]),
+        {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "r"}]},
+        user("/new", _command=True),
+        assistant(""),
+        user("again"),
+    ]
+    (folder / "t_0.jsonl").write_text("".join(f"{json.dumps(x)}\n" for x in lines))
+    monkeypatch.setenv("SESSIONKIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(sessionkit.store.index, "RACY_NS", 0)  # index files just written
+    sessionkit.load(folder)
+    corpus = sessionkit.load(folder)
+    (loaded,) = list(corpus)
+    counts = sessionkit.simulate.replay.stored_counts(corpus.entries)
+    assert counts[id(loaded)].tolist() == count_tokens(loaded.messages, cache=None)
+    clear_cache()
+    grid = {"policy": RELEASES, "max_tokens": [0, 8], "include_timestamps": [False, True]}
+    from_store = windows(corpus, **grid)
+    clear_cache()
+    in_memory = windows([Session(loaded.key, list(loaded.messages))], **grid)
+    pd.testing.assert_frame_equal(from_store, in_memory)
