@@ -33,7 +33,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
-from sessionkit.nanobot.policies import DEFAULT_POLICY, get_policy
+from sessionkit.nanobot.policies import DEFAULT_POLICY, ReplayPolicy, get_policy
 from sessionkit.nanobot.tokens import (
     FRAMING_TOKENS,
     encoding,
@@ -430,7 +430,11 @@ def _encode_lengths(payloads: Sequence[str]) -> list[int]:
 def _payload_counts(messages: Sequence[dict[str, Any]], policy: str) -> list[int]:
     """The release's exact count for each message, tokenizing in one batch."""
     release = get_policy(policy)
-    payloads = list(map(release.message_payload, messages))
+    return _counts_of(list(map(release.message_payload, messages)), release)
+
+
+def _counts_of(payloads: list[str], release: ReplayPolicy) -> list[int]:
+    """The release's exact count of each of its message payloads."""
     counts = [FRAMING_TOKENS] * len(payloads)  # right for empty payloads
     plain = []
     for i, payload in enumerate(payloads):
@@ -528,8 +532,10 @@ def _cached_counts(
     workers: int,
     policy: str,
     progress: Progress | None = None,
+    payloads: list[str] | None = None,
 ) -> list[int]:
-    """Counts looked up by key; each missing distinct key tokenized once and recorded.
+    """Counts looked up by key; each missing distinct key tokenized once and recorded
+    (from ``payloads``, the messages' own, when the caller has built them).
 
     Keys hash the release in, so one cache never serves one release's count for another,
     except for plain messages, which every release sharing a counting rule counts alike.
@@ -552,7 +558,10 @@ def _cached_counts(
         progress(len(messages) - len(fresh))  # found in the cache, or a repeat of a fresh one
     if not todo:
         return counts  # type: ignore[return-value]
-    fresh_counts = _uncached_counts([messages[i] for i in fresh], workers, policy, progress)
+    if payloads is None:
+        fresh_counts = _uncached_counts([messages[i] for i in fresh], workers, policy, progress)
+    else:
+        fresh_counts = _counts_of([payloads[i] for i in fresh], get_policy(policy))
     for i, n in zip(fresh, fresh_counts, strict=True):
         counts[i] = n
     for i in todo:
@@ -654,13 +663,26 @@ def _count_batch(
 ) -> tuple[list[int | None], list[int | None], list[tuple[int, int]]]:
     """A worker's exact counts and estimates of one batch (None where nanobot cannot count),
     and the counts it made that the parent's cache lacks."""
-    estimates = counts_or_missing(batch, partial(count_tokens, method="fallback", policy=policy))
     base = SHARED.get("cache")
-    if base is None:
-        return counts_or_missing(batch, partial(_payload_counts, policy=policy)), estimates, []
-    delta = ReadThroughCache(base)
-    count = partial(_cached_counts, cache=delta, workers=1, policy=policy)
-    return counts_or_missing(batch, count), estimates, delta.fresh
+    delta = None if base is None else ReadThroughCache(base)
+    pairs = counts_or_missing(batch, partial(_both_counts, cache=delta, policy=policy))
+    exact = [None if pair is None else pair[0] for pair in pairs]
+    estimates = [None if pair is None else pair[1] for pair in pairs]
+    return exact, estimates, [] if delta is None else delta.fresh
+
+
+def _both_counts(
+    messages: list[dict[str, Any]], cache: TokenCache | None, policy: str
+) -> list[tuple[int, int]]:
+    """Each message's exact count (through ``cache``) and no-tiktoken estimate, both from the
+    one payload built for it."""
+    release = get_policy(policy)
+    payloads = list(map(release.message_payload, messages))
+    if cache is None:
+        exact = _counts_of(payloads, release)
+    else:
+        exact = _cached_counts(messages, cache, 1, policy, payloads=payloads)
+    return list(zip(exact, map(release.fallback_tokens, payloads), strict=True))
 
 
 def count_tokens(
