@@ -625,8 +625,11 @@ class CountingBatches:
         self._chars = int(ends[-1]) if len(ends) else self._chars
 
     def _send(self) -> None:
+        """Submit the held messages as the fields their payloads are built from (and keys
+        digest, :data:`_KEY_FIELDS`): half the pickling of whole dicts."""
         if self._held:
-            future = self.pool.submit(_count_batch, self._held, self.policy)
+            fields = [message_field(self._held, name) for name in _KEY_FIELDS]
+            future = self.pool.submit(_count_batch, fields, self.policy)
             self._sent.append((len(self._held), future))
             self._held = []
 
@@ -659,10 +662,13 @@ class CountingBatches:
 
 
 def _count_batch(
-    batch: list[dict[str, Any]], policy: str
+    fields: list[list[Any]], policy: str
 ) -> tuple[list[int | None], list[int | None], list[tuple[int, int]]]:
-    """A worker's exact counts and estimates of one batch (None where nanobot cannot count),
-    and the counts it made that the parent's cache lacks."""
+    """A worker's exact counts and estimates of one batch, sent as its :data:`_KEY_FIELDS`
+    (None where nanobot cannot count), and the counts it made that the parent's cache lacks.
+    Each message is rebuilt as a dict of those fields (None for one it lacks): everything a
+    payload, a key or :func:`~sessionkit.nanobot.uncountable.uncountable_reason` reads."""
+    batch = [dict(zip(_KEY_FIELDS, row, strict=True)) for row in zip(*fields, strict=True)]
     base = SHARED.get("cache")
     delta = None if base is None else ReadThroughCache(base)
     pairs = counts_or_missing(batch, partial(_both_counts, cache=delta, policy=policy))
