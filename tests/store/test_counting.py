@@ -502,3 +502,42 @@ def test_states_of_a_cache_false_session_keep_no_token_counts(
     other = load(store, cache=chosen)["cli:1"]
     assert counting.token_cache_of([other]) is counting.token_cache_in(chosen)
     assert counting.token_cache_of([other, session]) is None
+
+
+def test_counting_batches_cut_by_characters_and_count_as_count_tokens(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Batches close once their content (plus 64 per message) reaches BATCH_CHARS, across
+    ``add`` calls; a close sends what is held; the counts and estimates come back in order,
+    equal to count_tokens', None where nanobot cannot count, and new counts join the cache."""
+    monkeypatch.setattr(counting, "BATCH_CHARS", 200)
+    messages = [{"role": "user", "content": "x" * n} for n in (36, 36, 100, 300, 0)]
+    odd = {"role": "user", "content": [{"type": "text", "text": 5}]}
+    sent: list[int] = []
+    real = counting.CountingBatches._send
+
+    def spied(self: counting.CountingBatches) -> None:
+        sent.append(len(self._held))
+        real(self)
+
+    monkeypatch.setattr(counting.CountingBatches, "_send", spied)
+    cache = counting.TokenCache()
+    with counting.counting_workers(cache, workers=2) as pool:
+        assert pool is not None
+        batches = counting.CountingBatches(pool, cache)
+        batches.add(messages[:2])
+        batches.add(messages[2:])
+        first = batches.close()
+        batches.add([odd, messages[0]])
+        second = batches.close()
+        told: list[int] = []
+        assert first(told.append) == (
+            count_tokens(messages, cache=None),
+            count_tokens(messages, method="fallback", cache=None),
+        )
+        alone = count_tokens(messages[:1], cache=None)[0]
+        assert second() == ([None, alone], [None, 13])
+    # sizes with 64 each: 100, 100 | 164, 364 | 64 (close) | 320 | 100 | (close: nothing)
+    assert sent == [2, 2, 1, 1, 1, 0]
+    assert told == [2, 2, 1]
+    assert len(cache) == 4  # the first two messages are one payload
