@@ -260,44 +260,75 @@ class _Counter:
     def __init__(
         self, messages: list[dict[str, Any]], stored: np.ndarray | None, cache: TokenCache | None
     ) -> None:
-        self.messages = messages
         self.cache = cache
-        self.stored = stored.tolist() if stored is not None else [-1] * len(messages)
+        n = len(messages)
+        self.stored = np.full(n, -1, np.int64) if stored is None else stored.astype(np.int64)
         self.contents = message_field(messages, "content")
         self.fields = [message_field(messages, key) for key in _KEY_FIELDS]
         self.plain = _plain_fields(messages, self.fields)
+        self.plain_messages = np.fromiter(
+            (
+                p and type(c) is str and "<" not in c
+                for p, c in zip(self.plain, self.contents, strict=True)
+            ),
+            dtype=bool,
+            count=n,
+        )
         self.known: dict[tuple[int, str, str], int] = {}
-        stored_policy = get_policy(STORED_POLICY)
-        self.stored_rules = (stored_policy.name, f"*{stored_policy.plain_count}")
+        self.stored_policy = get_policy(STORED_POLICY)
 
     def counts(
         self, policy: ReplayPolicy, entries: list[dict[str, Any] | None], kept: list[int]
     ) -> np.ndarray:
-        """Counts of ``entries[i]`` for each ``i`` in ``kept``, under ``policy``."""
+        """Counts of ``entries[i]`` for each ``i`` in ``kept``, under ``policy``: the stored
+        ones found at once for all entries, the rest by label (:meth:`_counted`)."""
         replayed = list(map(entries.__getitem__, kept))
-        counts = [-1] * len(kept)
+        contents = message_field(replayed, "content")
+        at = np.array(kept, dtype=np.int64)
+        own = self._own_fields(replayed, kept)
+        ours = map(self.contents.__getitem__, kept)
+        same_text = np.fromiter(
+            (
+                type(c) is str and type(m) is str and c == m
+                for c, m in zip(contents, ours, strict=True)
+            ),
+            dtype=bool,
+            count=len(kept),
+        )
+        same_rule = np.where(
+            self.plain_messages[at],
+            policy.plain_count == self.stored_policy.plain_count,
+            policy.name == self.stored_policy.name,
+        )
+        stored = self.stored[at]
+        found = own & same_text & same_rule & (stored >= 0)
+        counts = np.where(found, stored, -1)
+        rest = np.flatnonzero(~found).tolist()
+        if rest:
+            batch = [replayed[j] for j in rest]
+            counts[rest] = self._counted(policy, batch, [kept[j] for j in rest], own[rest])
+        return counts
+
+    def _counted(
+        self,
+        policy: ReplayPolicy,
+        entries: list[dict[str, Any]],
+        kept: list[int],
+        own: np.ndarray,
+    ) -> list[int]:
+        """Counts of entries (of messages ``kept``) no stored count serves: one holding its
+        message's own fields (``own``) with text content is labelled by rule and content and
+        takes the count of an entry so labelled for an earlier release; the rest are counted
+        (and the labelled ones remembered)."""
+        counts = [-1] * len(entries)
         todo: list[int] = []
         labels: list[tuple[int, str, str] | None] = []
-        for j, (i, content, own) in enumerate(
-            zip(
-                kept,
-                message_field(replayed, "content"),
-                self._own_fields(replayed, kept),
-                strict=True,
-            )
-        ):
+        for j, (i, entry, mine) in enumerate(zip(kept, entries, own.tolist(), strict=True)):
+            content = entry.get("content")
             label = None
-            if own and type(content) is str:
+            if mine and type(content) is str:
                 plain = self.plain[i] and "<" not in content
-                rule = f"*{policy.plain_count}" if plain else policy.name
-                if (
-                    self.stored[i] >= 0
-                    and rule == self.stored_rules[plain]
-                    and content == self.contents[i]
-                ):
-                    counts[j] = self.stored[i]
-                    continue
-                label = (i, rule, content)
+                label = (i, f"*{policy.plain_count}" if plain else policy.name, content)
                 found = self.known.get(label)
                 if found is not None:
                     counts[j] = found
@@ -305,21 +336,21 @@ class _Counter:
             todo.append(j)
             labels.append(label)
         if todo:
-            batch = [replayed[j] for j in todo]
+            batch = [entries[j] for j in todo]
             fresh = count_tokens(batch, cache=self.cache, workers=1, policy=policy.name)
             for j, label, n in zip(todo, labels, fresh, strict=True):
                 counts[j] = n
                 if label is not None:
                     self.known[label] = n
-        return np.array(counts, dtype=np.int64)
+        return counts
 
-    def _own_fields(self, replayed: list[dict[str, Any]], kept: list[int]) -> Iterator[bool]:
+    def _own_fields(self, replayed: list[dict[str, Any]], kept: list[int]) -> np.ndarray:
         """Per entry: whether it holds its message's own objects in :data:`_KEY_FIELDS`."""
         same = np.ones(len(kept), dtype=bool)
         for key, values in zip(_KEY_FIELDS, self.fields, strict=True):
             ours = map(values.__getitem__, kept)
             same &= np.fromiter(map(is_, message_field(replayed, key), ours), bool, len(kept))
-        return iter(same.tolist())
+        return same
 
 
 def _plain_fields(messages: list[dict[str, Any]], fields: list[list[Any]]) -> list[bool]:
