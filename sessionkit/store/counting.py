@@ -614,6 +614,11 @@ class CountingBatches:
     def add(self, messages: Sequence[dict[str, Any]]) -> None:
         """Send ``messages`` on, each batch as soon as it is full."""
         sizes = [len(c) if type(c) is str else 256 for c in message_field(messages, "content")]
+        total = self._chars + sum(sizes) + 64 * len(sizes)
+        if total // BATCH_CHARS == self._chars // BATCH_CHARS:  # fills none: a small file
+            self._held += messages
+            self._chars = total
+            return
         ends = self._chars + np.cumsum(np.array(sizes, dtype=np.int64) + 64)
         full = np.flatnonzero(np.diff(ends // BATCH_CHARS, prepend=self._chars // BATCH_CHARS))
         start = 0
