@@ -10,7 +10,7 @@ import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, nullcontext
 from datetime import tzinfo
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 
 import pandas as pd
@@ -35,6 +35,7 @@ from sessionkit.store.counting import (
     DEFAULT_CACHE,
     CountingBatches,
     Method,
+    PendingCounts,
     TokenCache,
     bind_token_cache,
     counting_workers,
@@ -385,20 +386,42 @@ def load(
             counting_workers(counts) if forking else nullcontext() as pool,
         ):
             batches = None if pool is None else CountingBatches(pool, counts)
-            waiting = None
+
+            def build(
+                fresh: list[Session],
+                where: list[int],
+                read: list[Problem],
+                pending: PendingCounts | None,
+                counting: bool,
+            ) -> None:
+                """One run's entries into ``found``, with the counts ``pending`` for it; with
+                more than one run, indexed sessions drop their parsed messages (see
+                :data:`RUN_BYTES`)."""
+                built = build_entries(
+                    fresh,
+                    _by_path(read),
+                    tokens=tokens,
+                    cache=counts,
+                    progress=counting and len(runs) < 2,
+                    pending=pending,
+                )
+                for i, entry in zip(where, built, strict=True):
+                    found[i] = entry
+                    if index is not None and len(runs) > 1:
+                        _unparsed(entry, files[i], identities[i], index, store, now)
+
+            waiting = None  # the run read last, built once the next is read and sent
             for run in runs:
                 fresh, where, read = _read_run(run, files, problems, bar, batches)
-                job = None if batches is None else batches.close()
                 many = sum(len(s.messages) for s in fresh) >= COUNT_PROGRESS_MESSAGES
-                if waiting is not None:
-                    _build_run(*waiting, files, identities, found, index, store, now)
                 counting = (shown or many) if progress is None else progress
-                options = {"tokens": tokens, "cache": counts, "pending": job}
-                options["progress"] = counting and len(runs) < 2
-                waiting = (fresh, where, read, options, len(runs) > 1)
+                pending = None if batches is None else batches.close()
+                if waiting is not None:
+                    waiting()
+                waiting = partial(build, fresh, where, read, pending, counting)
                 del fresh
             if waiting is not None:
-                _build_run(*waiting, files, identities, found, index, store, now)
+                waiting()
                 del waiting
         if index is not None:
             built_here = set(todo)
@@ -456,28 +479,6 @@ def _read_run(
         fresh.append(session)
         where.append(i)
     return fresh, where, read
-
-
-def _build_run(
-    fresh: list[Session],
-    where: list[int],
-    read: list[Problem],
-    options: dict,
-    unparse: bool,
-    files: list[Path],
-    identities: list[Identity | None],
-    found: list[Entry | None],
-    index: Index | None,
-    store: str,
-    now: int,
-) -> None:
-    """Build one run's entries into ``found`` (``options``: :func:`build_entries`'s); with
-    ``unparse``, indexed sessions drop their parsed messages (see :data:`RUN_BYTES`)."""
-    built = build_entries(fresh, _by_path(read), **options)
-    for i, entry in zip(where, built, strict=True):
-        found[i] = entry
-        if index is not None and unparse:
-            _unparsed(entry, files[i], identities[i], index, store, now)
 
 
 def _size(file: Path, identity: Identity | None) -> int:

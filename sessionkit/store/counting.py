@@ -53,6 +53,7 @@ from sessionkit.store.integrity import IntegrityError, discard, read_sealed_or_n
 __all__ = [
     "DEFAULT_CACHE",
     "Method",
+    "PendingCounts",
     "ReadThroughCache",
     "TokenCache",
     "bind_token_cache",
@@ -66,6 +67,9 @@ __all__ = [
 Method = Literal["tiktoken", "fallback"]
 Progress = Callable[[int], object]
 """Told how many more messages are counted (a progress bar's ``update``)."""
+PendingCounts = Callable[[Progress | None], tuple[list[int | None], list[int | None]]]
+"""Waits for counting under way: each message's exact count and no-tiktoken estimate (None
+where nanobot cannot count it), telling a :data:`Progress` as parts arrive."""
 T = TypeVar("T")
 _PARALLEL_MIN_MESSAGES = 20_000
 
@@ -638,7 +642,7 @@ class CountingBatches:
             self._sent.append((len(self._held), future))
             self._held = []
 
-    def close(self) -> Callable[[Progress | None], tuple[list[int | None], list[int | None]]]:
+    def close(self) -> PendingCounts:
         """Send what is held; returns a function that waits for the exact counts and the
         no-tiktoken estimates of every message added since the last close, in order (None
         where nanobot cannot count one, as

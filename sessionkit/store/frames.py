@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
@@ -36,7 +36,7 @@ from sessionkit.nanobot.reader import (
 )
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.uncountable import counts_or_missing, uncountable_reason
-from sessionkit.store.counting import Method, TokenCache, count_tokens
+from sessionkit.store.counting import Method, PendingCounts, TokenCache, count_tokens
 from sessionkit.store.fields import STR_OR_NONE, message_field
 from sessionkit.store.text import shown
 
@@ -385,8 +385,7 @@ def build_entries(
     tokens: Method | None = "tiktoken",
     cache: TokenCache | None = None,
     progress: bool = False,
-    pending: Callable[[Callable[[int], object] | None], tuple[list[int | None], list[int | None]]]
-    | None = None,
+    pending: PendingCounts | None = None,
 ) -> list[Entry]:
     """Each session's :class:`Entry`, its columns built for all sessions at once.
 
