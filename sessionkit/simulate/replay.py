@@ -11,6 +11,11 @@ after editing messages in place).  Sessions read back from the persistent index
 (:class:`~sessionkit.store.index.IndexedSession`) also find their replays there, kept per store and
 setting for the file versions indexed, and :func:`prepared` keeps what is derived from a large
 store's replays (the windows' stacked arrays): a new process then replays nothing.
+
+Replaying a session for several releases at once (:func:`replay_jobs`) reads its messages
+once and counts each replayed entry once per counting rule: an entry holding its message's
+own fields takes the count the load keeps for the message when that count is for the same
+rule (:func:`stored_counts`), and releases sharing a rule share the counts of equal entries.
 """
 
 from __future__ import annotations
