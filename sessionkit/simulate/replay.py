@@ -51,14 +51,15 @@ from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings
 from sessionkit.store.cachedir import name_digest
 from sessionkit.store.counting import (
     DEFAULT_CACHE,
+    KEY_FIELDS,
     ReadThroughCache,
     TokenCache,
     count_tokens,
     token_cache_of,
 )
-from sessionkit.store.fields import message_field
+from sessionkit.store.fields import hidden_flags, message_field, user_turn_flags
 from sessionkit.store.forked import SHARED, can_fork, forked_pool
-from sessionkit.store.frames import Entry, _hidden, _user_turns
+from sessionkit.store.frames import Entry
 from sessionkit.store.index import REPLAY_TABLE, Index, IndexedSession, Item
 
 __all__ = [
@@ -134,8 +135,8 @@ Target = tuple[ReplayPolicy, HistorySettings]
 STORED_POLICY = DEFAULT_POLICY
 """The release whose exact counts of the stored messages a load keeps (the index's ``tokens``
 column: 0.2.2's), which replays reuse for entries that equal their message."""
-_KEY_FIELDS = ("tool_calls", "name", "tool_call_id", "reasoning_content")
-"""The fields besides ``content`` a message's token count depends on (the token cache's key)."""
+_KEY_FIELDS = tuple(name for name in KEY_FIELDS if name != "content")
+"""The fields besides ``content`` a message's token count depends on (tool calls first)."""
 
 
 def _compute(
@@ -169,7 +170,7 @@ def _compute(
         ),
     }
     counter = _Counter(messages, stored, cache)
-    hidden = _hidden(messages)
+    hidden = hidden_flags(messages)
     replays: list[Replay] = []
     for policy, settings in targets:
         entries, raised = _rewritten(messages, policy.entry_function(settings))
@@ -183,7 +184,7 @@ def _compute(
         replays.append(
             Replay(
                 **shared,
-                turn=_user_turns(messages, roles, hidden, policy),
+                turn=user_turn_flags(messages, roles, hidden, policy),
                 declared=own,
                 kept=np.array(kept, dtype=np.int32) if same is None else same.kept,
                 entry_declared=(

@@ -614,7 +614,7 @@ def _stored(source: Any) -> dict[int, np.ndarray] | None:
     replays to reuse; None for anything else (nothing is built to find them)."""
     if not isinstance(source, Corpus) or source.token_method != "tiktoken":
         return None
-    return replay.stored_counts(getattr(source, "_entries", None))
+    return replay.stored_counts(source.built_entries)
 
 
 def _subsets(

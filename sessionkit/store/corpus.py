@@ -186,6 +186,12 @@ class Corpus:
         return list(self._sessions)
 
     @property
+    def built_entries(self) -> list[Entry] | None:
+        """The entries a load built or read from the index, without building any (None for
+        a corpus made in memory whose frames were never used)."""
+        return self._entries
+
+    @property
     def entries(self) -> list[Entry]:
         """Each session's columnar copy, built on first use unless loaded from the index."""
         if self._entries is None:

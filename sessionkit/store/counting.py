@@ -52,6 +52,7 @@ from sessionkit.store.integrity import IntegrityError, discard, read_sealed_or_n
 
 __all__ = [
     "DEFAULT_CACHE",
+    "KEY_FIELDS",
     "Method",
     "PendingCounts",
     "ReadThroughCache",
@@ -290,7 +291,8 @@ def token_cache_in(root: Path) -> TokenCache:
     return _CACHES[folder]
 
 
-_KEY_FIELDS = ("content", "tool_calls", "name", "tool_call_id", "reasoning_content")
+KEY_FIELDS = ("content", "tool_calls", "name", "tool_call_id", "reasoning_content")
+"""The message fields a payload is built from, so a count depends on (and a key digests)."""
 _NO_KEY = object()
 
 
@@ -352,7 +354,7 @@ def _message_keys(messages: Sequence[dict[str, Any]], policy: str) -> list[int |
     for all messages by one C-level ``map``; only odd values take a Python step.
     """
     contents, calls, names, ids, reasonings = (
-        message_field(messages, field) for field in _KEY_FIELDS
+        message_field(messages, field) for field in KEY_FIELDS
     )
     no_key: list[int] = []
     if not STR_OR_NONE.issuperset(map(type, contents)):
@@ -635,9 +637,9 @@ class CountingBatches:
 
     def _send(self) -> None:
         """Submit the held messages as the fields their payloads are built from (and keys
-        digest, :data:`_KEY_FIELDS`): half the pickling of whole dicts."""
+        digest, :data:`KEY_FIELDS`): half the pickling of whole dicts."""
         if self._held:
-            fields = [message_field(self._held, name) for name in _KEY_FIELDS]
+            fields = [message_field(self._held, name) for name in KEY_FIELDS]
             future = self.pool.submit(_count_batch, fields, self.policy)
             self._sent.append((len(self._held), future))
             self._held = []
@@ -673,11 +675,11 @@ class CountingBatches:
 def _count_batch(
     fields: list[list[Any]], policy: str
 ) -> tuple[list[int | None], list[int | None], list[tuple[int, int]]]:
-    """A worker's exact counts and estimates of one batch, sent as its :data:`_KEY_FIELDS`
+    """A worker's exact counts and estimates of one batch, sent as its :data:`KEY_FIELDS`
     (None where nanobot cannot count), and the counts it made that the parent's cache lacks.
     Each message is rebuilt as a dict of those fields (None for one it lacks): everything a
     payload, a key or :func:`~sessionkit.nanobot.uncountable.uncountable_reason` reads."""
-    batch = [dict(zip(_KEY_FIELDS, row, strict=True)) for row in zip(*fields, strict=True)]
+    batch = [dict(zip(KEY_FIELDS, row, strict=True)) for row in zip(*fields, strict=True)]
     base = SHARED.get("cache")
     delta = None if base is None else ReadThroughCache(base)
     pairs = counts_or_missing(batch, partial(_both_counts, cache=delta, policy=policy))

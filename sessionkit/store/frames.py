@@ -13,8 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
-from itertools import chain, compress, repeat
-from operator import eq, is_not
+from itertools import chain, repeat
+from operator import is_not
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +25,9 @@ import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
 from sessionkit import schema
-from sessionkit.nanobot.history import HIDING_KEYS, RUNTIME_CONTEXT_KEY, is_hidden_history
+from sessionkit.nanobot.history import RUNTIME_CONTEXT_KEY
 from sessionkit.nanobot.listing import flatten_content, session_preview, session_title
-from sessionkit.nanobot.policies import POLICIES, ReplayPolicy, get_policy
+from sessionkit.nanobot.policies import POLICIES, get_policy
 from sessionkit.nanobot.reader import (
     CHECKPOINT_SUFFIX,
     Problem,
@@ -37,7 +37,7 @@ from sessionkit.nanobot.reader import (
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.uncountable import counts_or_missing, uncountable_reason
 from sessionkit.store.counting import Method, PendingCounts, TokenCache, count_tokens
-from sessionkit.store.fields import STR_OR_NONE, message_field
+from sessionkit.store.fields import STR_OR_NONE, hidden_flags, message_field, user_turn_flags
 from sessionkit.store.text import shown
 
 __all__ = [
@@ -346,33 +346,6 @@ def _uncountable_rows(
     return {row: reason for row in suspects if (reason := uncountable_reason(msgs[row]))}
 
 
-def _hidden(msgs: list[dict[str, Any]]) -> np.ndarray:
-    """:func:`is_hidden_history` of every message, called only on those holding one of
-    the fields it reads (:data:`~sessionkit.nanobot.history.HIDING_KEYS`; C-level maps find
-    them)."""
-    hidden = np.zeros(len(msgs), dtype=bool)
-    marked: set[int] = set()
-    for key in HIDING_KEYS:
-        marked.update(
-            compress(range(len(msgs)), map(is_not, message_field(msgs, key), repeat(None)))
-        )
-    for row in marked:
-        hidden[row] = is_hidden_history(msgs[row])
-    return hidden
-
-
-def _user_turns(
-    msgs: list[dict[str, Any]], roles: list[Any], hidden: np.ndarray, policy: ReplayPolicy
-) -> np.ndarray:
-    """``policy.is_user_turn`` of every message: from the roles and ``hidden`` when the
-    policy keeps the shared rule (a user message, hidden ones counted only where
-    ``hidden_turns``), else asked message by message."""
-    if type(policy).is_user_turn is not ReplayPolicy.is_user_turn:
-        return np.fromiter(map(policy.is_user_turn, msgs), dtype=bool, count=len(msgs))
-    users = np.fromiter(map(eq, roles, repeat("user")), dtype=bool, count=len(roles))
-    return users if policy.hidden_turns else users & ~hidden
-
-
 def _first_damaged_line(problems: list[Problem]) -> int | None:
     lines = [p.line_no for p in problems if p.skipped and p.line_no is not None]
     return min(lines, default=None)
@@ -421,7 +394,7 @@ def build_entries(
         "name": _arrow_strings(message_field(msgs, "name")),
     }
     calls = message_field(msgs, "tool_calls")
-    hidden = _hidden(msgs)
+    hidden = hidden_flags(msgs)
     counted = tokens == "tiktoken"  # last: counts under way (``pending``) come in meanwhile
     with tqdm(
         total=total,
@@ -461,7 +434,7 @@ def build_entries(
     table = pa.table(columns, schema=MESSAGE_TABLE)
     stops = starts + lengths
     turns = {
-        name: _per_session(_user_turns(msgs, raw_roles, hidden, policy), starts, stops)
+        name: _per_session(user_turn_flags(msgs, raw_roles, hidden, policy), starts, stops)
         for name, policy in POLICIES.items()
     }
     exact_sums = _sums_or_none(exact, starts, stops)
