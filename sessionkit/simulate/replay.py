@@ -20,13 +20,12 @@ rule (:func:`stored_counts`), and releases sharing a rule share the counts of eq
 
 from __future__ import annotations
 
-import gc
 import operator
 import os
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import as_completed
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass, field
 from itertools import compress, repeat
 from operator import eq, is_, is_not
@@ -61,6 +60,7 @@ from sessionkit.store.fields import hidden_flags, message_field, user_turn_flags
 from sessionkit.store.forked import SHARED, can_fork, forked_pool
 from sessionkit.store.frames import Entry
 from sessionkit.store.index import REPLAY_TABLE, Index, IndexedSession, Item
+from sessionkit.store.nogc import no_gc
 
 __all__ = [
     "UNREPLAYABLE",
@@ -662,7 +662,7 @@ def _compute_chunk(indices: list[int]) -> tuple[list[int], list[list[Replay]], l
     parsed once for all of them)."""
     sessions, jobs, missing = SHARED["sessions"], SHARED["jobs"], SHARED["missing"]
     delta = ReadThroughCache(SHARED["cache"])
-    with _no_gc():
+    with no_gc():
         replays = [
             _compute(
                 sessions[i], _targets(sessions[i], jobs, missing[i]), delta, SHARED["stored"][i]
@@ -670,19 +670,6 @@ def _compute_chunk(indices: list[int]) -> tuple[list[int], list[list[Replay]], l
             for i in indices
         ]
     return indices, replays, delta.fresh
-
-
-@contextmanager
-def _no_gc() -> Iterator[None]:
-    """The cyclic garbage collector paused: replaying allocates many dicts and strings, and
-    each collection would walk every message parsed so far (replays hold no cycles)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _targets(session: Session, jobs: list[Job], wanted: list[int]) -> list[Target]:
@@ -900,7 +887,7 @@ def replay_jobs(
         if workers <= 1 or not can_fork() or len(todo) < 2:
             for i in todo:
                 targets = _targets(sessions[i], jobs, missing[i])
-                with _no_gc():
+                with no_gc():
                     computed = _compute(sessions[i], targets, cache, stored[i])
                 for j, r in zip(missing[i], computed, strict=True):
                     found[j][i] = r

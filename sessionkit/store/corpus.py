@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import difflib
-import gc
 import os
 import time
 import warnings
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from datetime import tzinfo
 from functools import cached_property, partial
 from pathlib import Path
@@ -57,24 +56,11 @@ from sessionkit.store.index import (
     file_identity,
     store_key,
 )
+from sessionkit.store.nogc import no_gc
 
 __all__ = ["Corpus", "check_source", "default_data_dir", "load", "resolve_session"]
 
 PathLike = str | Path
-
-
-@contextmanager
-def _no_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector: loading allocates millions of acyclic dicts (and
-    objects per session, entry and column chunk, even from the index), and repeated full
-    collections over them would cost more than the parse itself."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 _PACKAGE = Path(__file__).resolve().parents[1]
@@ -199,7 +185,7 @@ class Corpus:
             paths = {str(s.path) for s in sessions}
             read = [p for p in self._problems if p.path in paths]
             self._problems = [p for p in self._problems if p.path not in paths]
-            with _no_gc():
+            with no_gc():
                 self._entries = build_entries(
                     sessions, _by_path(read), tokens=self.token_method, cache=self.token_cache
                 )
@@ -252,13 +238,13 @@ class Corpus:
     @cached_property
     def messages(self) -> pd.DataFrame:
         """One row per message (see :data:`sessionkit.schema.MESSAGES`)."""
-        with _no_gc():
+        with no_gc():
             return messages_frame(self.entries, tokens=self.token_method)
 
     @cached_property
     def sessions(self) -> pd.DataFrame:
         """One row per session (see :data:`sessionkit.schema.SESSIONS`)."""
-        with _no_gc():
+        with no_gc():
             return sessions_frame(self.entries, tokens=self.token_method)
 
     @cached_property
@@ -363,7 +349,7 @@ def load(
     source = default_data_dir() if path is None else path
     check_source(source)
     chosen = None if policy is None else get_policy(policy).name
-    with _no_gc():  # the whole load: see _no_gc
+    with no_gc():  # the whole load: millions of acyclic dicts
         files = find_session_files(source, config_dir)
         index = _index(cache, source, config_dir)
         counts = None if index is None else _token_cache(cache, index)
