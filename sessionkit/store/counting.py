@@ -615,7 +615,7 @@ class CountingBatches:
         self.pool, self.cache, self.policy = pool, cache, policy
         self._held: list[dict[str, Any]] = []
         self._chars = 0
-        self._sent: list[tuple[int, Future]] = []
+        self._sent: list[tuple[list[list[Any]], Future]] = []
 
     def add(self, messages: Sequence[dict[str, Any]]) -> None:
         """Send ``messages`` on, each batch as soon as it is full."""
@@ -641,7 +641,7 @@ class CountingBatches:
         if self._held:
             fields = [message_field(self._held, name) for name in KEY_FIELDS]
             future = self.pool.submit(_count_batch, fields, self.policy)
-            self._sent.append((len(self._held), future))
+            self._sent.append((fields, future))
             self._held = []
 
     def close(self) -> PendingCounts:
@@ -652,19 +652,22 @@ class CountingBatches:
         in the cache and tells ``progress`` of each batch as it arrives."""
         self._send()
         sent, self._sent = self._sent, []
-        cache = self.cache
+        cache, policy = self.cache, self.policy
 
         def wait(progress: Progress | None = None) -> tuple[list[int | None], list[int | None]]:
             exact: list[int | None] = []
             estimates: list[int | None] = []
-            for size, future in sent:
-                counted, estimated, fresh = future.result()
+            for fields, future in sent:
+                try:
+                    counted, estimated, fresh = future.result()
+                except RecursionError:  # nested too deeply to pickle: counted here instead
+                    counted, estimated, fresh = _count_batch(fields, policy)
                 exact += counted
                 estimates += estimated
                 if cache is not None and fresh:
                     cache.update((k for k, _ in fresh), (n for _, n in fresh))
                 if progress is not None:
-                    progress(size)
+                    progress(len(counted))
             if cache is not None:
                 cache.flush_soon()
             return exact, estimates
@@ -675,8 +678,9 @@ class CountingBatches:
 def _count_batch(
     fields: list[list[Any]], policy: str
 ) -> tuple[list[int | None], list[int | None], list[tuple[int, int]]]:
-    """A worker's exact counts and estimates of one batch, sent as its :data:`KEY_FIELDS`
-    (None where nanobot cannot count), and the counts it made that the parent's cache lacks.
+    """One batch's exact counts and estimates, sent as its :data:`KEY_FIELDS` (None where
+    nanobot cannot count), and the counts made that the parent's cache lacks: in a worker,
+    or in the parent for a batch nested too deeply to pickle.
     Each message is rebuilt as a dict of those fields (None for one it lacks): everything a
     payload, a key or :func:`~sessionkit.nanobot.uncountable.uncountable_reason` reads."""
     batch = [dict(zip(KEY_FIELDS, row, strict=True)) for row in zip(*fields, strict=True)]

@@ -95,3 +95,36 @@ def _spied(send, sizes: list[int]):  # type: ignore[no-untyped-def]
 
 def _never(*args: object) -> list[int]:
     raise AssertionError("tokenized a message the workers had counted")
+
+
+def test_a_batch_nested_too_deeply_to_pickle_is_counted_by_the_load_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tool calls nested 850 levels deep (read by nanobot, past what pickle writes): the
+    batch holding them is counted in the loading process, the others by the workers, and
+    the frames equal an unforked load's."""
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    deep = "[" * 850 + "]" * 850
+    for name, calls in [("cli_deep", deep), ("cli_flat", '[{"id": "c1"}]')]:
+        lines = [
+            '{"role": "user", "content": "hi"}',
+            f'{{"role": "assistant", "tool_calls": {calls}}}',
+        ]
+        (folder / f"{name}.jsonl").write_text("\n".join(lines) + "\n")
+    expected = sk.load(folder, cache=False, progress=False)
+    monkeypatch.setattr(corpus_module, "FORK_BYTES", 0)
+    monkeypatch.setattr(counting_module, "BATCH_CHARS", 1)  # a batch per message
+    here: list[int] = []  # batches counted in this process (the workers' calls are theirs)
+    real = counting_module._both_counts
+
+    def spied(messages: list[dict], **options: object) -> object:
+        here.append(len(messages))
+        return real(messages, **options)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(counting_module, "_both_counts", spied)
+    for cache in (tmp_path / "cache", False):
+        ran = sk.load(folder, cache=cache, progress=False)
+        pd.testing.assert_frame_equal(ran.messages, expected.messages)
+    assert here == [1, 1]  # the deep message, once per load
+    assert expected.messages["tokens"].tolist() == [5, 855, 5, 13]
