@@ -40,6 +40,7 @@ from sessionkit.store.counting import (
     counting_workers,
     token_cache_in,
 )
+from sessionkit.store.forked import SHARED, can_fork, forked_pool
 from sessionkit.store.frames import (
     Entry,
     build_entries,
@@ -367,6 +368,7 @@ def load(
         shown = sum(sizes) >= READ_PROGRESS_BYTES if progress is None else progress
         runs = _runs(list(zip(todo, sizes, strict=True)), RUN_BYTES)
         forking = tokens == "tiktoken" and sum(sizes) >= FORK_BYTES
+        spread = index is not None and tokens != "tiktoken" and len(runs) > 1 and can_fork()
         with (
             tqdm(
                 total=sum(sizes),
@@ -377,6 +379,10 @@ def load(
             ) as bar,
             counting_workers(counts) if forking else nullcontext() as pool,
         ):
+            if spread:
+                where = (index, store, now)
+                for i, entry in _built_apart(runs, files, identities, where, tokens, problems, bar):
+                    found[i] = entry
             batches = None if pool is None else CountingBatches(pool, counts)
 
             def build(
@@ -403,7 +409,7 @@ def load(
                         _unparsed(entry, files[i], identities[i], index, store, now)
 
             waiting = None  # the run read last, built once the next is read and sent
-            for run in runs:
+            for run in [] if spread else runs:
                 fresh, where, read = _read_run(run, files, problems, bar, batches)
                 many = sum(len(s.messages) for s in fresh) >= COUNT_PROGRESS_MESSAGES
                 counting = (shown or many) if progress is None else progress
@@ -446,11 +452,59 @@ reads hold this many bytes (about 13,000 messages), and sends them each run's me
 it reads the next (:func:`~sessionkit.store.counting.counting_workers`)."""
 
 
+def _built_apart(
+    runs: list[list[tuple[int, int]]],
+    files: list[Path],
+    identities: list[Identity | None],
+    where: tuple[Index, str, int],
+    tokens: Method | None,
+    problems: list[Problem],
+    bar: tqdm,
+) -> Iterator[tuple[int, Entry]]:
+    """Each run read and built by forked workers, both cores at once (a load without exact
+    counts, in more than one run): the entries by file position, in order.  A worker sends
+    back its run's table and each indexable file's values, not parsed messages: those
+    sessions are restored from the index (parsed again on first use); a file changed while
+    it was read comes back whole.  Files that could not be read add to ``problems``."""
+    index, store, now = where
+    shared = {"files": files, "identities": identities, "now": now, "tokens": tokens}
+    with forked_pool(os.cpu_count() or 1, large_results=True, **shared) as pool:
+        for run, (table, restorable, whole, met) in zip(
+            runs, pool.map(_built_run, runs), strict=True
+        ):
+            problems.extend(met)
+            for i, start, meta in restorable:
+                session = IndexedSession.restored(meta, files[i], identities[i], index, store)  # type: ignore[arg-type]
+                yield i, Entry(session, None, meta, (table, start))
+            yield from whole
+            bar.update(sum(size for _, size in run))
+
+
+def _built_run(
+    run: list[tuple[int, int]],
+) -> tuple[pa.Table | None, list[tuple[int, int, dict]], list[tuple[int, Entry]], list[Problem]]:
+    """In a worker: one run read and built (:func:`_built_apart`): its table, each indexable
+    file's (position, first row, values), the other files' whole entries, and the problems
+    of files that could not be read."""
+    files, identities = SHARED["files"], SHARED["identities"]
+    met: list[Problem] = []
+    fresh, where, read = _read_run(run, files, met, None, None)
+    built = build_entries(fresh, _by_path(read), tokens=SHARED["tokens"], cache=None)
+    table, restorable, whole = None, [], []
+    for i, entry in zip(where, built, strict=True):
+        if _indexable(files[i], identities[i], SHARED["now"]):
+            table, start = entry.span  # type: ignore[misc]
+            restorable.append((i, start, entry.meta))
+        else:
+            whole.append((i, Entry(entry.session, entry.table, entry.meta)))
+    return table, restorable, whole, met
+
+
 def _read_run(
     run: list[tuple[int, int]],
     files: list[Path],
     problems: list[Problem],
-    bar: tqdm,
+    bar: tqdm | None,
     batches: CountingBatches | None,
 ) -> tuple[list[Session], list[int], list[Problem]]:
     """The sessions read from one run's files, their positions and what reading them found
@@ -461,7 +515,8 @@ def _read_run(
     read: list[Problem] = []
     for i, size in run:
         session, met = _read_isolated(files[i])
-        bar.update(size)
+        if bar is not None:
+            bar.update(size)
         if session is None:
             problems.extend(met)
             continue
@@ -575,7 +630,8 @@ RUN_BYTES = 32 << 20
 """A cold load reads, builds and counts files in runs of about this many bytes; when there
 is more than one run, an indexed file's session keeps its columns but not its parsed
 messages (parsed again on first use, as after a warm open), so memory holds two runs' dicts
-at a time (one counted while the next is read), not the whole store's."""
+at a time (one counted while the next is read), not the whole store's.  Without exact counts,
+forked workers read and build the runs, one each at a time (:func:`_built_apart`)."""
 
 
 def _runs(files: list[tuple[int, int]], limit: int) -> list[list[tuple[int, int]]]:

@@ -45,12 +45,16 @@ def _terminate(pool: ProcessPoolExecutor) -> None:
 
 
 @contextmanager
-def forked_pool(workers: int, **shared: Any) -> Iterator[ProcessPoolExecutor]:
+def forked_pool(
+    workers: int, *, large_results: bool = False, **shared: Any
+) -> Iterator[ProcessPoolExecutor]:
     """A pool of ``workers`` forked processes that inherit ``shared`` as :data:`SHARED`.
 
     Leaving the block normally waits for the tasks submitted; leaving it by any exception
     (a KeyboardInterrupt included, even one raised while waiting) terminates the workers
-    at once and re-raises."""
+    at once and re-raises.  With ``large_results`` (results of megabytes, which a worker
+    ended mid-send would leave half-written in the pipe the pool then waits on forever),
+    queued tasks are dropped instead and the running ones finish first."""
     SHARED.update(shared)
     context = multiprocessing.get_context("fork")
     pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_ignore_interrupts)
@@ -61,5 +65,8 @@ def forked_pool(workers: int, **shared: Any) -> Iterator[ProcessPoolExecutor]:
         finished = True
     finally:
         if not finished:
-            _terminate(pool)
+            if large_results:
+                pool.shutdown(wait=True, cancel_futures=True)
+            else:
+                _terminate(pool)
         SHARED.clear()

@@ -55,3 +55,28 @@ def test_leaving_normally_waits_for_the_tasks() -> None:
     with forked_pool(2) as pool:
         jobs = [pool.submit(time.sleep, 0.2) for _ in range(4)]
     assert [job.done() and job.exception() is None for job in jobs] == [True] * 4
+
+
+def test_large_results_let_running_tasks_finish_and_drop_queued_ones() -> None:
+    """Leaving by an exception with ``large_results``: no worker is ended mid-send (which
+    would leave the pool waiting on a half-written result forever); the running tasks
+    finish, the queued ones are dropped, and the workers exit."""
+    started = time.monotonic()
+    others = set(psutil.Process().children())
+    with pytest.raises(KeyboardInterrupt), forked_pool(2, large_results=True) as pool:
+        jobs = [pool.submit(_big_after, 0.5) for _ in range(6)]
+        while not all(job.running() for job in jobs[:2]):
+            time.sleep(0.01)
+        workers = [p for p in psutil.Process().children() if p not in others]
+        raise KeyboardInterrupt
+    assert time.monotonic() - started < 5  # two rounds of 0.5 s, not six
+    assert len(workers) == 2
+    assert psutil.wait_procs(workers, timeout=3)[1] == []
+    assert [len(job.result()) for job in jobs[:2]] == [1 << 24] * 2
+    assert [job.cancelled() for job in jobs[3:]] == [True] * 3
+    assert SHARED == {}
+
+
+def _big_after(seconds: float) -> bytes:
+    time.sleep(seconds)
+    return bytes(1 << 24)

@@ -28,8 +28,8 @@ def test_runs_cut_files_by_bytes_in_order() -> None:
 def test_a_load_in_runs_equals_one_in_a_single_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tokens: str | None
 ) -> None:
-    """Runs of one file each: the frames and problems equal an uncached load's, indexed
-    sessions hold no parsed messages (read again on first use, equal to the file's), and
+    """Runs of one file each (built by forked workers when no exact count is asked): the
+    frames and problems equal an uncached load's, indexed sessions hold no parsed messages (read again on first use, equal to the file's), and
     the next (warm) load equals it too."""
     folder = tmp_path / "sessions"
     shutil.copytree(sk.load().loaded_from[0] / "sessions", folder)
@@ -38,7 +38,17 @@ def test_a_load_in_runs_equals_one_in_a_single_run(
     monkeypatch.setattr(corpus_module, "RUN_BYTES", 1)
     cache = tmp_path / "cache"
     expected = sk.load(folder, cache=False, tokens=tokens, progress=False)
+    apart: list[int] = []
+    real = corpus_module._built_apart
+
+    def spied(runs, *args):  # type: ignore[no-untyped-def]
+        apart.append(len(runs))
+        return real(runs, *args)
+
+    monkeypatch.setattr(corpus_module, "_built_apart", spied)
     ran = sk.load(folder, cache=cache, tokens=tokens, progress=False)
+    # without exact counts, forked workers read and build the runs (one file each)
+    assert apart == ([] if tokens else [27])
     indexed = [s for s in ran if isinstance(s, IndexedSession)]
     assert len(indexed) == len(ran) == len(expected)
     assert all(s._messages is None for s in indexed)
