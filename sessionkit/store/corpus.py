@@ -372,7 +372,9 @@ def load(
         with (
             tqdm(
                 total=sum(sizes),
-                desc="reading" if len(runs) < 2 else "reading and counting",
+                desc="reading and counting"
+                if len(runs) > 1 and tokens == "tiktoken"
+                else "reading",
                 unit="B",
                 unit_scale=True,
                 disable=not (shown and todo),
@@ -380,8 +382,10 @@ def load(
             counting_workers(counts) if forking else nullcontext() as pool,
         ):
             if spread:
-                where = (index, store, now)
-                for i, entry in _built_apart(runs, files, identities, where, tokens, problems, bar):
+                kept_in = (index, store, now)
+                for i, entry in _built_apart(
+                    runs, files, identities, kept_in, tokens, problems, bar
+                ):
                     found[i] = entry
             batches = None if pool is None else CountingBatches(pool, counts)
 
