@@ -56,7 +56,7 @@ from sessionkit.store.counting import (
     count_tokens,
     token_cache_of,
 )
-from sessionkit.store.fields import hidden_flags, message_field, user_turn_flags
+from sessionkit.store.fields import hidden_flags, message_field, truthy_flags, user_turn_flags
 from sessionkit.store.forked import SHARED, can_fork, forked_pool
 from sessionkit.store.frames import Entry
 from sessionkit.store.index import REPLAY_TABLE, Index, IndexedSession, Item
@@ -161,8 +161,8 @@ def _compute(
     is_user = np.fromiter(map(eq, roles, repeat("user")), dtype=bool, count=len(messages))
     shared = {
         "is_user": is_user,
-        "delivery": _truthy(message_field(messages, "_channel_delivery")),
-        "command": is_user & _truthy(message_field(messages, "_command")),
+        "delivery": truthy_flags(message_field(messages, "_channel_delivery")),
+        "command": is_user & truthy_flags(message_field(messages, "_command")),
         "checkpoint": np.fromiter(
             map(is_, message_field(messages, HIDDEN_HISTORY_KEY), repeat(True)),
             dtype=bool,
@@ -196,10 +196,6 @@ def _compute(
             )
         )
     return replays
-
-
-def _truthy(values: list[Any]) -> np.ndarray:
-    return np.fromiter(map(bool, values), dtype=bool, count=len(values))
 
 
 def _rewritten(

@@ -460,7 +460,7 @@ def _built_apart(
     runs: list[list[tuple[int, int]]],
     files: list[Path],
     identities: list[Identity | None],
-    where: tuple[Index, str, int],
+    kept_in: tuple[Index, str, int],
     tokens: Method | None,
     problems: list[Problem],
     bar: tqdm,
@@ -469,8 +469,9 @@ def _built_apart(
     counts, in more than one run): the entries by file position, in order.  A worker sends
     back its run's table and each indexable file's values, not parsed messages: those
     sessions are restored from the index (parsed again on first use); a file changed while
-    it was read comes back whole.  Files that could not be read add to ``problems``."""
-    index, store, now = where
+    it was read comes back whole (``kept_in``: the index, store key and load time).  Files
+    that could not be read add to ``problems``."""
+    index, store, now = kept_in
     shared = {"files": files, "identities": identities, "now": now, "tokens": tokens}
     with forked_pool(os.cpu_count() or 1, large_results=True, **shared) as pool:
         for run, (table, restorable, whole, met) in zip(

@@ -53,12 +53,12 @@ from sessionkit.store.integrity import IntegrityError, discard, read_sealed_or_n
 __all__ = [
     "DEFAULT_CACHE",
     "KEY_FIELDS",
+    "CountingBatches",
     "Method",
     "PendingCounts",
     "ReadThroughCache",
     "TokenCache",
     "bind_token_cache",
-    "CountingBatches",
     "count_tokens",
     "counting_workers",
     "token_cache_in",

@@ -13,7 +13,7 @@ import numpy as np
 from sessionkit.nanobot.history import HIDING_KEYS, is_hidden_history
 from sessionkit.nanobot.policies import ReplayPolicy
 
-__all__ = ["STR_OR_NONE", "hidden_flags", "message_field", "user_turn_flags"]
+__all__ = ["STR_OR_NONE", "hidden_flags", "message_field", "truthy_flags", "user_turn_flags"]
 
 STR_OR_NONE = frozenset({str, type(None)})
 """The value types of a plain text field; ``STR_OR_NONE.issuperset(map(type, values))`` tells
@@ -53,3 +53,8 @@ def user_turn_flags(
         return np.fromiter(map(policy.is_user_turn, msgs), dtype=bool, count=len(msgs))
     users = np.fromiter(map(eq, roles, repeat("user")), dtype=bool, count=len(roles))
     return users if policy.hidden_turns else users & ~hidden
+
+
+def truthy_flags(values: list[Any]) -> np.ndarray:
+    """``bool`` of every value (a flag field read with :func:`message_field`)."""
+    return np.fromiter(map(bool, values), dtype=bool, count=len(values))

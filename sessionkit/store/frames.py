@@ -37,7 +37,13 @@ from sessionkit.nanobot.reader import (
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.uncountable import counts_or_missing, uncountable_reason
 from sessionkit.store.counting import Method, PendingCounts, TokenCache, count_tokens
-from sessionkit.store.fields import STR_OR_NONE, hidden_flags, message_field, user_turn_flags
+from sessionkit.store.fields import (
+    STR_OR_NONE,
+    hidden_flags,
+    message_field,
+    truthy_flags,
+    user_turn_flags,
+)
 from sessionkit.store.text import shown
 
 __all__ = [
@@ -100,10 +106,6 @@ def _to_datetime(values: list[Any]) -> np.ndarray:
 
 def _is_instance(values: list[Any], kind: type) -> np.ndarray:
     return np.fromiter(map(isinstance, values, repeat(kind)), dtype=bool, count=len(values))
-
-
-def _truthy(values: list[Any]) -> np.ndarray:
-    return np.fromiter(map(bool, values), dtype=bool, count=len(values))
 
 
 def _list_lengths(values: list[Any]) -> np.ndarray:
@@ -342,7 +344,7 @@ def _uncountable_rows(
 ) -> dict[int, str]:
     """:func:`uncountable_reason` of each message that may have one (content not a string,
     or tool calls), by row: a plain message, never uncountable, costs no call."""
-    suspects = np.flatnonzero(content_not_str | _truthy(calls)).tolist()
+    suspects = np.flatnonzero(content_not_str | truthy_flags(calls)).tolist()
     return {row: reason for row in suspects if (reason := uncountable_reason(msgs[row]))}
 
 
@@ -366,8 +368,9 @@ def build_entries(
     exact one (only with ``tokens="tiktoken"``; else -1, and ``meta["counted"]`` is False) and
     its no-tiktoken estimate.  ``progress`` shows a bar (messages) over the exact counting,
     most of a cold load's time.  ``pending`` waits for both counts of the sessions' messages,
-    already under way (:class:`~sessionkit.store.counting.CountingBatches`).  Each entry holds its span of the one table built (sliced on
-    first use), so frames join all of them with one slice, not a table per session.
+    already under way (:class:`~sessionkit.store.counting.CountingBatches`).  Each entry
+    holds its span of the one table built (sliced on first use), so frames join all of them
+    with one slice, not a table per session.
     """
     read = problems or {}
     lengths = np.fromiter((len(s.messages) for s in sessions), dtype=np.int64, count=len(sessions))
@@ -407,14 +410,14 @@ def build_entries(
             bar.reset(total=len(batch))  # counts_or_missing may count a second, smaller batch
             return count_tokens(batch, method="tiktoken", cache=cache, progress=bar.update)
 
-        exact = np.full(total, -1, np.int64)
         if pending is not None:
-            found, estimated = pending(bar.update)
+            exact_or_none, estimated = pending(bar.update)
             estimate = _missing_as_minus_one(estimated)
         elif counted:
-            found = counts_or_missing(msgs, count)
-        if counted:
-            exact[:] = [-1 if n is None else n for n in found]
+            exact_or_none = counts_or_missing(msgs, count)
+        else:
+            exact_or_none = [None] * total
+    exact = _missing_as_minus_one(exact_or_none)
     columns = {
         "line_no": np.concatenate([_line_numbers(s) for s in sessions] + [np.zeros(0, np.int64)]),
         "role": role_column,
@@ -422,8 +425,8 @@ def build_entries(
         "timestamp": stamps,
         "tokens": exact,
         "tokens_fallback": estimate,
-        "is_command": _truthy(message_field(msgs, "_command")),
-        "is_channel_delivery": _truthy(message_field(msgs, "_channel_delivery")),
+        "is_command": truthy_flags(message_field(msgs, "_command")),
+        "is_channel_delivery": truthy_flags(message_field(msgs, "_channel_delivery")),
         "n_tool_calls": _list_lengths(calls),
         "tool_call_id": strings["tool_call_id"][0],
         "name": strings["name"][0],
