@@ -73,7 +73,7 @@ def test_large_results_let_running_tasks_finish_and_drop_queued_ones() -> None:
     assert len(workers) == 2
     assert psutil.wait_procs(workers, timeout=3)[1] == []
     assert [len(job.result()) for job in jobs[:2]] == [1 << 24] * 2
-    assert [job.cancelled() for job in jobs[3:]] == [True] * 3
+    assert jobs[-1].cancelled()  # never handed to the pool's queue (it holds workers + 1)
     assert SHARED == {}
 
 
