@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import pickle
 import time
 import warnings
 from collections.abc import Iterable, Iterator
@@ -35,9 +36,11 @@ from sessionkit.store.counting import (
     CountingBatches,
     Method,
     PendingCounts,
+    ReadThroughCache,
     TokenCache,
     bind_token_cache,
     counting_workers,
+    ready_to_fork,
     token_cache_in,
 )
 from sessionkit.store.forked import SHARED, can_fork, forked_pool
@@ -366,9 +369,9 @@ def load(
         todo = [i for i, entry in enumerate(found) if entry is None]
         sizes = [_size(files[i], identities[i]) for i in todo]
         shown = sum(sizes) >= READ_PROGRESS_BYTES if progress is None else progress
-        runs = _runs(list(zip(todo, sizes, strict=True)), RUN_BYTES)
+        runs = _runs(list(zip(todo, sizes, strict=True)), RUN_BYTES, RUN_FILES)
         forking = tokens == "tiktoken" and sum(sizes) >= FORK_BYTES
-        spread = index is not None and tokens != "tiktoken" and len(runs) > 1 and can_fork()
+        spread = index is not None and not forking and len(runs) > 1 and can_fork()
         with (
             tqdm(
                 total=sum(sizes),
@@ -384,7 +387,7 @@ def load(
             if spread:
                 kept_in = (index, store, now)
                 for i, entry in _built_apart(
-                    runs, files, identities, kept_in, tokens, problems, bar
+                    runs, files, identities, kept_in, (tokens, counts), problems, bar
                 ):
                     found[i] = entry
             batches = None if pool is None else CountingBatches(pool, counts)
@@ -461,40 +464,57 @@ def _built_apart(
     files: list[Path],
     identities: list[Identity | None],
     kept_in: tuple[Index, str, int],
-    tokens: Method | None,
+    counting: tuple[Method | None, TokenCache],
     problems: list[Problem],
     bar: tqdm,
 ) -> Iterator[tuple[int, Entry]]:
-    """Each run read and built by forked workers, both cores at once (a load without exact
-    counts, in more than one run): the entries by file position, in order.  A worker sends
-    back its run's table and each indexable file's values, not parsed messages: those
-    sessions are restored from the index (parsed again on first use); a file changed while
-    it was read comes back whole (``kept_in``: the index, store key and load time).  Files
-    that could not be read add to ``problems``."""
+    """Each run read, built and counted by forked workers, both cores at once (a load in
+    more than one run whose counting workers are not forked before reading): the entries by
+    file position, in order.  A worker sends back its run's table and each indexable file's
+    values, not parsed messages: those sessions are restored from the index (parsed again
+    on first use); a file changed while it was read comes back whole (``kept_in``: the
+    index, store key and load time).  Exact counts read through the token cache
+    (``counting``: the method and cache), and the counts a worker made join it.  A run whose
+    result cannot be sent back (nested past what pickle writes) is built here.  Files that
+    could not be read add to ``problems``."""
     index, store, now = kept_in
+    tokens, counts = counting
+    if tokens == "tiktoken":
+        ready_to_fork(counts)
     shared = {"files": files, "identities": identities, "now": now, "tokens": tokens}
-    with forked_pool(os.cpu_count() or 1, large_results=True, **shared) as pool:
-        for run, (table, restorable, whole, met) in zip(
-            runs, pool.map(_built_run, runs), strict=True
-        ):
+    with forked_pool(os.cpu_count() or 1, large_results=True, cache=counts, **shared) as pool:
+        for run, future in [(run, pool.submit(_built_run, run)) for run in runs]:
+            try:
+                table, restorable, whole, met, made = future.result()
+            except (RecursionError, pickle.PicklingError):
+                table, restorable, whole, met, made = _built_run(run)
             problems.extend(met)
+            counts.update((k for k, _ in made), (n for _, n in made))
             for i, start, meta in restorable:
                 session = IndexedSession.restored(meta, files[i], identities[i], index, store)  # type: ignore[arg-type]
                 yield i, Entry(session, None, meta, (table, start))
             yield from whole
             bar.update(sum(size for _, size in run))
+    counts.flush_soon()
 
 
 def _built_run(
     run: list[tuple[int, int]],
-) -> tuple[pa.Table | None, list[tuple[int, int, dict]], list[tuple[int, Entry]], list[Problem]]:
-    """In a worker: one run read and built (:func:`_built_apart`): its table, each indexable
-    file's (position, first row, values), the other files' whole entries, and the problems
-    of files that could not be read."""
+) -> tuple[
+    pa.Table | None,
+    list[tuple[int, int, dict]],
+    list[tuple[int, Entry]],
+    list[Problem],
+    list[tuple[int, int]],
+]:
+    """One run read, built and counted (:func:`_built_apart`, in a worker): its table, each
+    indexable file's (position, first row, values), the other files' whole entries, the
+    problems of files that could not be read, and the token counts made (key, count)."""
     files, identities = SHARED["files"], SHARED["identities"]
     met: list[Problem] = []
     fresh, where, read = _read_run(run, files, met, None, None)
-    built = build_entries(fresh, _by_path(read), tokens=SHARED["tokens"], cache=None)
+    counts = ReadThroughCache(SHARED["cache"])
+    built = build_entries(fresh, _by_path(read), tokens=SHARED["tokens"], cache=counts, workers=1)
     table, restorable, whole = None, [], []
     for i, entry in zip(where, built, strict=True):
         if _indexable(files[i], identities[i], SHARED["now"]):
@@ -502,7 +522,7 @@ def _built_run(
             restorable.append((i, start, entry.meta))
         else:
             whole.append((i, Entry(entry.session, entry.table, entry.meta)))
-    return table, restorable, whole, met
+    return table, restorable, whole, met, counts.fresh
 
 
 def _read_run(
@@ -606,7 +626,9 @@ def _keep(
     served from the pack, its stale items, and the files read now by position), else each
     new entry in its file's own pack,
     and drop own packs of files gone or changed.  Files changed too recently, or while
-    being read, are left out; a cache that cannot be written costs speed only."""
+    being read, are left out (a session already indexed, read back or checked when its
+    file was read, is not looked at again); a cache that cannot be written costs speed
+    only."""
     from_pack, stale, built = packed
     served = sum(e is not None for e in found)
     least = max(PACK_MIN, len(files) // 10)
@@ -614,7 +636,9 @@ def _keep(
     kept = [
         (entry, identity)
         for i, (file, identity, entry) in enumerate(zip(files, identities, found, strict=True))
-        if entry is not None and (whole or i in built) and _indexable(file, identity, now)
+        if entry is not None
+        and (whole or i in built)
+        and (isinstance(entry.session, IndexedSession) or _indexable(file, identity, now))
     ]
     try:
         index.sweep()
@@ -639,13 +663,21 @@ at a time (one counted while the next is read), not the whole store's.  Without 
 forked workers read and build the runs, one each at a time (:func:`_built_apart`)."""
 
 
-def _runs(files: list[tuple[int, int]], limit: int) -> list[list[tuple[int, int]]]:
-    """``files`` (position, bytes) in order, cut into runs of about ``limit`` bytes each (a
-    file larger than that is a run of its own); at least one run."""
+RUN_FILES = 1024
+"""A run holds at most this many files, so a store of many small files is read, built and
+counted by both cores (:func:`_built_apart`), and what a worker sends back stays small."""
+
+
+def _runs(
+    files: list[tuple[int, int]], limit: int, most: int = RUN_FILES
+) -> list[list[tuple[int, int]]]:
+    """``files`` (position, bytes) in order, cut into runs of about ``limit`` bytes and at
+    most ``most`` files each (a file larger than ``limit`` is a run of its own); at least
+    one run."""
     runs: list[list[tuple[int, int]]] = [[]]
     total = 0
     for item in files:
-        if runs[-1] and total + item[1] > limit:
+        if runs[-1] and (total + item[1] > limit or len(runs[-1]) >= most):
             runs.append([])
             total = 0
         runs[-1].append(item)

@@ -61,6 +61,7 @@ __all__ = [
     "bind_token_cache",
     "count_tokens",
     "counting_workers",
+    "ready_to_fork",
     "token_cache_in",
     "token_cache_of",
 ]
@@ -504,7 +505,7 @@ def _forked(
     step = max(1, -(-len(messages) // (workers * 16)))
     starts = list(range(0, len(messages), step))
     stops = [min(len(messages), s + step) for s in starts]
-    _counter()  # load the ranks once; the workers inherit them
+    ready_to_fork(cache)
     results = []
     with forked_pool(workers, messages=messages, cache=cache) as pool:
         for start, stop, result in zip(
@@ -549,7 +550,6 @@ def _cached_counts(
     ``cache``.  New counts are flushed to the cache's folder, if it has one.
     """
     if _parallel(len(messages), workers):
-        cache.get_many([])  # map the files on disk once; the workers inherit them
         parts = _forked(_keyed_shared_range, messages, workers, policy, cache, progress)
         for _, fresh in parts:
             cache.update((k for k, _ in fresh), (n for _, n in fresh))
@@ -579,6 +579,14 @@ def _cached_counts(
     return counts  # type: ignore[return-value]
 
 
+def ready_to_fork(cache: TokenCache | None) -> None:
+    """Load the BPE ranks and map ``cache``'s files on disk now, once, so workers forked
+    next inherit them instead of each loading its own."""
+    _counter()
+    if cache is not None:
+        cache.get_many([])
+
+
 @contextmanager
 def counting_workers(
     cache: TokenCache | None, workers: int | None = None
@@ -591,9 +599,7 @@ def counting_workers(
     if workers < 2 or not can_fork():
         yield None
         return
-    _counter()  # load the ranks once; the workers inherit them
-    if cache is not None:
-        cache.get_many([])  # map the files on disk once; the workers inherit them
+    ready_to_fork(cache)
     with forked_pool(workers, cache=cache) as pool:
         pool.submit(int).result()  # a fork-context pool forks all its workers at once
         yield pool

@@ -361,6 +361,7 @@ def build_entries(
     cache: TokenCache | None = None,
     progress: bool = False,
     pending: PendingCounts | None = None,
+    workers: int | None = None,
 ) -> list[Entry]:
     """Each session's :class:`Entry`, its columns built for all sessions at once.
 
@@ -368,7 +369,8 @@ def build_entries(
     exact one (only with ``tokens="tiktoken"``; else -1, and ``meta["counted"]`` is False) and
     its no-tiktoken estimate.  ``progress`` shows a bar (messages) over the exact counting,
     most of a cold load's time.  ``pending`` waits for both counts of the sessions' messages,
-    already under way (:class:`~sessionkit.store.counting.CountingBatches`).  Each entry
+    already under way (:class:`~sessionkit.store.counting.CountingBatches`); ``workers`` are
+    the processes exact counting may fork (default: every core).  Each entry
     holds its span of the one table built (sliced on first use), so frames join all of them
     with one slice, not a table per session.
     """
@@ -408,7 +410,9 @@ def build_entries(
 
         def count(batch: list[dict[str, Any]]) -> list[int]:
             bar.reset(total=len(batch))  # counts_or_missing may count a second, smaller batch
-            return count_tokens(batch, method="tiktoken", cache=cache, progress=bar.update)
+            return count_tokens(
+                batch, method="tiktoken", cache=cache, workers=workers, progress=bar.update
+            )
 
         if pending is not None:
             exact_or_none, estimated = pending(bar.update)

@@ -21,9 +21,11 @@ platform's user cache folder, and never a workspace.
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 from collections.abc import Iterable, Iterator
+from contextlib import suppress
 from dataclasses import dataclass, fields
 from datetime import datetime
 from functools import cached_property
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
+import orjson
 import pyarrow as pa
 
 from sessionkit.nanobot.jsontext import dumps_exact, loads_exact
@@ -105,9 +108,10 @@ class SessionChangedError(SessionPathError):
 
 def store_key(files: list[Path]) -> str:
     """The key of the store ``files`` form: their folders (a pack is kept per store).  The
-    files are absolute, so each folder is its path's ``dirname``, without a Path made."""
-    folders = {os.path.dirname(os.fsencode(f)) for f in files}
-    return name_digest(b"\0".join(sorted(folders)))
+    files are absolute, so each folder is its path's ``dirname``, without a Path made (and
+    only the few folders encoded)."""
+    folders = {os.path.dirname(os.fspath(f)) for f in files}
+    return name_digest(b"\0".join(sorted(map(os.fsencode, folders))))
 
 
 class Item(NamedTuple):
@@ -143,15 +147,41 @@ def _write_pack(target: Path, items: list[Item], schema: pa.Schema) -> None:
     text (:func:`_description`) in the custom metadata of a last, empty batch: written once
     (a schema's metadata is written twice, at the file's start and in its footer)."""
     described = pa.RecordBatch.from_pylist([], schema=schema)
-    parts = _batches(item.table for item in items)
+    parts = _batches(_spans(items))
     write_ipc(target, schema, parts, last=(described, {_KEY: _description(items)}))
+
+
+def _spans(items: list[Item]) -> Iterator[pa.Table]:
+    """The items' rows in order, each run of items that are adjacent spans of one table
+    sliced once (a load's entries share their run's table)."""
+    whole, start, stop = None, 0, 0
+    for item in items:
+        if item.own is None and item.whole is whole and item.start == stop:
+            stop += item.rows
+            continue
+        if whole is not None:
+            yield whole.slice(start, stop - start)
+        if item.own is not None:
+            whole = None
+            yield item.own
+        else:
+            whole, start, stop = item.whole, item.start, item.start + item.rows
+    if whole is not None:
+        yield whole.slice(start, stop - start)
+
+
+_FILE_VALUES = ("metadata", "records")
+"""The values of an item that hold what a session file wrote (any JSON, NaN included);
+sessionkit computes the others, which hold no floats."""
 
 
 def _description(items: list[Item]) -> str:
     """The JSON text describing a pack's items as parallel lists (paths, identities, row
-    counts, values), read back in one parse.  Written by one ``json.dumps`` where it can,
-    else by :func:`~sessionkit.nanobot.jsontext.dumps_exact`: a session's metadata holding
-    an integer past Python's int-string limit, or nested deep, is kept as it is.  An item's
+    counts, values), read back in one parse.  Written by orjson where it is exact (no NaN
+    or infinity, which it would write as null; no integer past 64 bits, lone surrogate or
+    key that is not a string, which it refuses), else by one ``json.dumps``, else by
+    :func:`~sessionkit.nanobot.jsontext.dumps_exact`: a session's metadata holding an
+    integer past Python's int-string limit, or nested deep, is kept as it is.  An item's
     values leave out its path, which the paths list holds (:func:`_lean`)."""
     described = {
         "format": FORMAT,
@@ -160,10 +190,30 @@ def _description(items: list[Item]) -> str:
         "rows": [item.n_rows for item in items],
         "extras": [_lean(item) for item in items],
     }
+    if all(_finite(item.extra.get(name)) for item in items for name in _FILE_VALUES):
+        with suppress(TypeError, RecursionError):  # orjson.JSONEncodeError is a TypeError
+            return orjson.dumps(described).decode()
     try:
         return json.dumps(described)
     except (ValueError, RecursionError):
         return dumps_exact(described)
+
+
+def _finite(value: Any) -> bool:
+    """Whether a JSON value holds no NaN or infinite float."""
+    if not value:
+        return True
+    stack = [value]
+    while stack:
+        found = stack.pop()
+        kind = type(found)
+        if kind is dict:
+            stack.extend(found.values())
+        elif kind is list:
+            stack.extend(found)
+        elif kind is float and not math.isfinite(found):
+            return False
+    return True
 
 
 def _lean(item: Item) -> dict[str, Any]:
@@ -353,7 +403,7 @@ class Index:
     ) -> None:
         """Keep entries at their identities: ``whole`` as the store's new pack (dropping
         those files' own packs), else each in its file's own pack."""
-        items = [Item(e.meta["path"], i, e.meta, e.table) for e, i in entries]
+        items = [_item(entry, identity) for entry, identity in entries]
         if whole:
             _write_pack(self._pack_path("stores", store), items, MESSAGE_TABLE)
             own = self._own_names(store)  # listed once: most files have none
@@ -452,6 +502,16 @@ class Index:
 
     def _replay_path(self, store: str, name: str) -> Path:
         return self._pack_path("replays", f"{store}-{name_digest(name.encode())}")
+
+
+def _item(entry: Entry, identity: Identity) -> Item:
+    """An entry as a pack's item: its span of a shared table where it has one."""
+    if entry.span is None:
+        return Item(entry.meta["path"], identity, entry.meta, entry.table)
+    whole, start = entry.span
+    return Item(
+        entry.meta["path"], identity, entry.meta, None, start, entry.meta["n_messages"], whole
+    )
 
 
 def _own_name(store: str, file: Path | str) -> str:

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pytest
 
 import sessionkit
+import sessionkit.nanobot.jsontext
 import sessionkit.simulate.replay
 import sessionkit.store.corpus
 import sessionkit.store.index
@@ -293,12 +294,21 @@ def _batches(cache: Path) -> list[int]:
 def test_small_files_share_record_batches_and_read_back_exactly(
     tmp_path: Path, cache: Path, reads, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Rows of files smaller than ``BATCH_ROWS`` share batches (1 + 2 + 3 rows reach 4),
-    so a pack's batches grow with its rows, not with its files; each entry reads back."""
+    """Rows of files smaller than ``BATCH_ROWS`` share batches: a load's entries, adjacent
+    spans of one table, are written as one; rows kept in packs of their own are joined
+    (1 + 2 + 3 rows reach 4).  A pack's batches grow with its rows, not with its files;
+    each entry reads back."""
     monkeypatch.setattr(sessionkit.store.index, "BATCH_ROWS", 4)
     folder = _small_files(tmp_path / "small")
     cold = load(folder)
-    assert _batches(cache) == [6] * 10 + [3, 0]  # the last, empty, describes the items
+    assert _batches(cache) == [63, 0]  # the last, empty, describes the items
+    who = sessionkit.store.index.Identity(1, 2, 3, 4, 5)
+    own = [pa.table({"n": range(1 + n % 3)}) for n in range(32)]
+    items = [sessionkit.store.index.Item(f"f{n}", who, {}, t) for n, t in enumerate(own)]
+    sessionkit.store.index._write_pack(tmp_path / "own.arrow", items, own[0].schema)
+    reader = pa.ipc.open_file(sessionkit.store.integrity.open_sealed(tmp_path / "own.arrow")[0])
+    batches = [reader.get_batch(i).num_rows for i in range(reader.num_record_batches)]
+    assert batches == [6] * 10 + [3, 0]
     reads.clear()
     warm = load(folder)
     assert reads == []
@@ -328,6 +338,62 @@ def test_an_entry_whose_rows_span_batches_reads_back_exactly(tmp_path: Path) -> 
     ]
     assert [found[f"f{n}"].start for n in range(3)] == [0, 9000, 9001]
     assert [found[f"f{n}"].extra for n in range(3)] == [{"n": 0}, {"n": 1}, {"n": 2}]
+
+
+def test_adjacent_spans_of_one_table_are_written_as_one_slice(tmp_path: Path) -> None:
+    """Items that are adjacent spans of one table (a load's entries of one run) are sliced
+    once; another table, a gap or an item's own rows start a new slice; each reads back."""
+    whole, other = pa.table({"n": range(10)}), pa.table({"n": range(100, 103)})
+    who = sessionkit.store.index.Identity(1, 2, 3, 4, 5)
+    Item = sessionkit.store.index.Item
+    items = [
+        Item("a", who, {}, None, 0, 2, whole),
+        Item("b", who, {}, None, 2, 3, whole),
+        Item("c", who, {}, None, 6, 1, whole),  # a gap: row 5 is no item's
+        Item("d", who, {}, None, 0, 3, other),
+        Item("e", who, {}, pa.table({"n": [-1]})),
+        Item("f", who, {}, None, 7, 3, whole),
+    ]
+    spans = list(sessionkit.store.index._spans(items))
+    assert [t.column("n").to_pylist() for t in spans] == [
+        [0, 1, 2, 3, 4],
+        [6],
+        [100, 101, 102],
+        [-1],
+        [7, 8, 9],
+    ]
+    pack = tmp_path / "pack.arrow"
+    sessionkit.store.index._write_pack(pack, items, whole.schema)
+    _, found = sessionkit.store.index._read_pack(pack, whole.schema)
+    assert [found[i.path].table.column("n").to_pylist() for i in items] == [
+        i.table.column("n").to_pylist() for i in items
+    ]
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        {"x": math.nan},
+        {"deep": [{"y": [1.5, -math.inf]}]},
+        {"big": 2**70},
+        {"odd": "\ud800"},
+        {"plain": [1.5, -0.0, 1e300, None, True, "é"]},
+    ],
+    ids=["nan", "inf", "big-int", "lone-surrogate", "plain"],
+)
+def test_a_packs_description_reads_back_every_value_exactly(metadata: dict) -> None:
+    """orjson writes the description only where it is exact: NaN and infinity (which it
+    would write as null), integers past 64 bits and lone surrogates (which it refuses) go
+    through ``json``; in the metadata or in the records, they read back as they were."""
+    who = sessionkit.store.index.Identity(1, 2, 3, 4, 5)
+    extras = [{"metadata": metadata, "records": []}, {"metadata": {}, "records": [metadata]}]
+    items = [sessionkit.store.index.Item(f"f{n}", who, e) for n, e in enumerate(extras)]
+    text = sessionkit.store.index._description(items)
+    found = sessionkit.nanobot.jsontext.loads_exact(text.encode())
+    assert repr(found["extras"]) == repr(extras)
+    assert [type(v) for v in found["extras"][0]["metadata"].values()] == [
+        type(v) for v in metadata.values()
+    ]
 
 
 def test_a_store_indexed_without_tokens_is_packed_again_with_them(

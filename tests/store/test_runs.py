@@ -17,20 +17,21 @@ from sessionkit.store.counting import CountingBatches, token_cache_in
 from sessionkit.store.index import IndexedSession
 
 
-def test_runs_cut_files_by_bytes_in_order() -> None:
+def test_runs_cut_files_by_bytes_and_count_in_order() -> None:
     files = [(0, 40), (1, 30), (2, 100), (3, 10), (4, 10)]
     assert _runs(files, 64) == [[(0, 40)], [(1, 30)], [(2, 100)], [(3, 10), (4, 10)]]
     assert _runs([], 64) == [[]]
     assert _runs(files, 1_000) == [files]
+    assert _runs(files, 1_000, 2) == [files[:2], files[2:4], files[4:]]
 
 
 @pytest.mark.parametrize("tokens", ["tiktoken", None])
 def test_a_load_in_runs_equals_one_in_a_single_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tokens: str | None
 ) -> None:
-    """Runs of one file each (built by forked workers when no exact count is asked): the
-    frames and problems equal an uncached load's, indexed sessions hold no parsed messages (read again on first use, equal to the file's), and
-    the next (warm) load equals it too."""
+    """Runs of one file each, read, built and counted by forked workers: the frames and
+    problems equal an uncached load's, indexed sessions hold no parsed messages (read again
+    on first use, equal to the file's), and the next (warm) load equals it too."""
     folder = tmp_path / "sessions"
     shutil.copytree(sk.load().loaded_from[0] / "sessions", folder)
     shutil.copytree(sk.load().loaded_from[0] / "damaged", folder, dirs_exist_ok=True)
@@ -47,8 +48,7 @@ def test_a_load_in_runs_equals_one_in_a_single_run(
 
     monkeypatch.setattr(corpus_module, "_built_apart", spied)
     ran = sk.load(folder, cache=cache, tokens=tokens, progress=False)
-    # without exact counts, forked workers read and build the runs (one file each)
-    assert apart == ([] if tokens else [27])
+    assert apart == [27]  # forked workers read, build and count the runs (one file each)
     indexed = [s for s in ran if isinstance(s, IndexedSession)]
     assert len(indexed) == len(ran) == len(expected)
     assert all(s._messages is None for s in indexed)
@@ -57,6 +57,47 @@ def test_a_load_in_runs_equals_one_in_a_single_run(
     assert [s.messages for s in ran] == [s.messages for s in expected]
     warm = sk.load(folder, cache=cache, tokens=tokens, progress=False)
     pd.testing.assert_frame_equal(warm.messages, expected.messages)
+    if tokens:  # the workers' counts joined the cache: counting again tokenizes nothing
+        monkeypatch.setattr(counting_module, "_uncached_counts", _never)
+        messages = [m for s in expected for m in s.messages]
+        counts = sk.count_tokens(messages, cache=token_cache_in(cache))
+        assert counts == expected.messages["tokens"].astype(object).tolist()
+
+
+def test_a_run_too_deep_to_send_back_is_built_by_the_load_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs read by forked workers, one holding metadata and tool calls nested 850 levels
+    deep (read by nanobot, past what pickle writes): that run is read and built by the
+    loading process, the others by the workers, and the frames equal an uncached load's."""
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    deep = "[" * 850 + "]" * 850
+    for name, nested in [("cli_a", "[]"), ("cli_deep", deep), ("cli_z", "[1]")]:
+        lines = [
+            f'{{"_type": "metadata", "key": "{name}", "metadata": {{"n": {nested}}}}}',
+            '{"role": "user", "content": "hi"}',
+            f'{{"role": "assistant", "tool_calls": {nested}}}',
+        ]
+        (folder / f"{name}.jsonl").write_text("\n".join(lines) + "\n")
+    expected = {t: sk.load(folder, cache=False, tokens=t) for t in ("tiktoken", None)}
+    monkeypatch.setattr(index_module, "RACY_NS", 0)
+    monkeypatch.setattr(corpus_module, "RUN_FILES", 1)
+    here: list[list[tuple[int, int]]] = []  # runs read in this process (workers: their own)
+    real = corpus_module._read_run
+
+    def spied(run: list[tuple[int, int]], *args: object) -> object:
+        here.append(run)
+        return real(run, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(corpus_module, "_read_run", spied)
+    for tokens, loaded in expected.items():
+        ran = sk.load(folder, cache=tmp_path / f"cache-{tokens}", tokens=tokens, progress=False)
+        assert [s.messages for s in ran] == [s.messages for s in loaded]
+        for name in ("messages", "sessions", "problems"):
+            pd.testing.assert_frame_equal(getattr(ran, name), getattr(loaded, name))
+    assert expected["tiktoken"].messages["tokens"].tolist() == [5, 4, 5, 855, 5, 7]
+    assert [[i for i, _ in run] for run in here] == [[1], [1]]  # the deep file, once per load
 
 
 @pytest.mark.parametrize("cached", [True, False], ids=["cache", "no-cache"])
