@@ -11,6 +11,7 @@ from typing import Any
 from sessionkit.nanobot.history import sanitize_assistant_text
 
 __all__ = [
+    "PreviewScan",
     "flatten_content",
     "message_preview",
     "session_preview",
@@ -143,6 +144,38 @@ def _scan(messages: list[dict[str, Any]], line_numbers: Sequence[int] | None) ->
         if not fallback and message.get("role") == "assistant":
             fallback = text
     return fallback, math.inf
+
+
+class PreviewScan:
+    """:func:`session_preview` of messages met in batches (a file streamed, its messages not
+    kept): holds only the messages the scan reads (at most 201, or 1M characters' worth)
+    and the first message's preview text."""
+
+    def __init__(self) -> None:
+        self._head: list[dict[str, Any]] = []
+        self._lines: list[int] = []
+        self._chars = 0
+        self._full = False
+        self._first_text: str | None = None
+
+    def add(self, messages: list[dict[str, Any]], line_numbers: Sequence[int]) -> None:
+        """The next messages, with their file lines."""
+        for message, line in zip(messages, line_numbers, strict=True):
+            if self._full:
+                break
+            self._head.append(message)
+            self._lines.append(line)
+            self._chars += _line_chars(message)
+            self._full = len(self._head) > _SCAN_MAX_RECORDS or self._chars > _SCAN_MAX_CHARS
+        if self._first_text is None:
+            self._first_text = next((text for m in messages if (text := message_preview(m))), None)
+
+    def preview(self, first_damaged_line: int | None) -> str:
+        """The preview of all messages added, as :func:`session_preview` gives it."""
+        preview, stopped_at = _scan(self._head, self._lines)
+        if first_damaged_line is not None and first_damaged_line <= stopped_at:
+            return self._first_text or ""
+        return preview
 
 
 def session_preview(

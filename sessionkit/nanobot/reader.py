@@ -6,6 +6,7 @@ intact line is kept.  Where nanobot 0.2.2 loads a file, the result equals nanobo
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import glob
 import json
@@ -19,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
-from itertools import chain, compress, repeat
+from itertools import compress, repeat
 from operator import contains, methodcaller, not_
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,7 @@ __all__ = [
     "named_like_session",
     "parse_timestamp",
     "read_session_file",
+    "unforeseen_failure",
     "split_batches",
 ]
 
@@ -434,26 +436,86 @@ class _Lines:
     ``numbers`` (a range when there is no gap); the ``bad`` lines left out, with a reason;
     the metadata lines ``kept`` although nanobot cannot parse them (valid JSON past
     ``json``'s limits), with the reason; and the other lines past those limits, ``held`` as
-    ``(line_no, text)`` to be written back unchanged (each also among the bad ones)."""
+    ``(line_no, text)`` to be written back unchanged (each also among the bad ones); how
+    many ``lines`` were read; and, when the messages went to a sink as read, what is
+    ``streamed`` (then ``records`` holds only the records that are not messages)."""
 
     records: list[dict[str, Any]]
     numbers: Sequence[int]
     bad: list[tuple[int, str]]
     kept: list[tuple[int, str]]
     held: list[tuple[int, str]]
+    lines: int = 0
+    streamed: _Streamed | None = None
 
 
-def _parse_lines(fd: int, size: int) -> _Lines:
+@dataclass
+class _Streamed:
+    """What a file's lines handed to a sink leave behind: how many messages, their line
+    numbers, and the line of the first record of any kind (None: no record)."""
+
+    count: int = 0
+    numbers: list[int] = dataclasses.field(default_factory=list)
+    first_line: int | None = None
+
+
+Sink = Callable[[list[dict[str, Any]], list[int]], None]
+"""Told each batch of a file's messages as it is read, with their line numbers."""
+_KEPT_TYPES = ("metadata", "provider_state")
+"""The kinds (``_type``) of records that are not messages."""
+
+
+def _route(records: list[dict[str, Any]], numbers: list[int], kept: _Lines, sink: Sink) -> None:
+    """A batch's messages to ``sink`` (and their count and lines to ``kept.streamed``), its
+    other records kept in ``kept``."""
+    streamed = kept.streamed
+    if streamed.first_line is None and numbers:  # type: ignore[union-attr]
+        streamed.first_line = numbers[0]  # type: ignore[union-attr]
+    special = [
+        i
+        for i in compress(range(len(records)), map(contains, records, repeat("_type")))
+        if records[i]["_type"] in _KEPT_TYPES
+    ]
+    if special:
+        kept.records.extend(records[i] for i in special)
+        kept.numbers.extend(numbers[i] for i in special)  # type: ignore[attr-defined]
+        keep = set(special)
+        numbers = [n for i, n in enumerate(numbers) if i not in keep]
+        records = [r for i, r in enumerate(records) if i not in keep]
+    streamed.count += len(records)  # type: ignore[union-attr]
+    streamed.numbers.extend(numbers)  # type: ignore[union-attr]
+    sink(records, numbers)
+
+
+def _parse_lines(fd: int, size: int, sink: Sink | None = None) -> _Lines:
     """Every line of a session file (:class:`_Lines`).
 
     A batch of lines is parsed by orjson at once; only a batch holding a line that is not
-    an object orjson reads as ``json`` does is taken line by line.
+    an object orjson reads as ``json`` does is taken line by line.  With a ``sink``, each
+    batch's messages go to it as read and only the other records are kept
+    (``_Lines.streamed`` tells of the messages).
     """
-    records: list[dict[str, Any]] = []
-    numbers: list[int] = []
-    bad: list[tuple[int, str]] = []
-    kept: list[tuple[int, str]] = []
-    held: list[tuple[int, str]] = []
+    if sink is not None:
+        found = _Lines([], [], [], [], [], streamed=_Streamed())
+        for records, numbers in _parsed_batches(fd, size, found):
+            _route(records, numbers, found, sink)
+        return found
+    found = _Lines([], [], [], [], [])
+    for records, numbers in _parsed_batches(fd, size, found):
+        found.records.extend(records)
+        found.numbers.extend(numbers)  # type: ignore[attr-defined]
+    if len(found.numbers) == found.lines:
+        found.numbers = range(1, found.lines + 1)
+    return found
+
+
+def _parsed_batches(
+    fd: int, size: int, found: _Lines
+) -> Iterator[tuple[list[dict[str, Any]], list[int]]]:
+    """Each batch of a file's lines parsed: its object records and their line numbers; the
+    lines that are not records join ``found`` (bad, kept or held), and ``found.lines``
+    becomes the count of lines read."""
+    bad, kept, held = found.bad, found.kept, found.held
     loads = orjson.loads
     line_no = 0
     for lines in _read_batches(fd, size):
@@ -462,10 +524,11 @@ def _parse_lines(fd: int, size: int) -> _Lines:
         except (orjson.JSONDecodeError, TypeError):  # TypeError: an over-long line's size
             values = None
         if values is not None and _exact_batch(values, lines):  # type: ignore[arg-type]
-            records.extend(values)
-            numbers.extend(range(line_no + 1, line_no + 1 + len(values)))
+            yield values, list(range(line_no + 1, line_no + 1 + len(values)))
             line_no += len(values)
             continue
+        records: list[dict[str, Any]] = []
+        numbers: list[int] = []
         for line in lines:
             line_no += 1
             if type(line) is int:
@@ -487,8 +550,8 @@ def _parse_lines(fd: int, size: int) -> _Lines:
                 bad.append((line_no, reason))
             elif value is not _BLANK:
                 bad.append((line_no, f"JSON {_json_type(value)}, not an object"))
-    whole = len(numbers) == line_no
-    return _Lines(records, range(1, line_no + 1) if whole else numbers, bad, kept, held)
+        yield records, numbers
+    found.lines = line_no
 
 
 def _json_type(value: Any) -> str:
@@ -553,32 +616,38 @@ def _text_problems(
     messages: list[dict[str, Any]],
     line_numbers: Sequence[int],
 ) -> list[Problem]:
-    """A problem for a key, title or role that holds a lone surrogate.  All are checked in
-    one C-level pass when all are fine."""
+    """A problem for a key, title or role that holds a lone surrogate (the key and title
+    first, then the roles: :func:`_role_problems`)."""
     title = metadata.get("title") if isinstance(metadata, dict) else None
+    named = [text for text in (key, title) if type(text) is str]
+    found = []
+    try:
+        "".join(named).encode("utf-8")
+    except UnicodeEncodeError:
+        found = [
+            Problem(where, meta_line, reason)
+            for what, text in (("session key", key), ("metadata title", title))
+            if (reason := _unencodable(what, text))
+        ]
+    return found + _role_problems(where, messages, line_numbers)
+
+
+def _role_problems(
+    where: str, messages: list[dict[str, Any]], line_numbers: Sequence[int]
+) -> list[Problem]:
+    """A problem for each role that holds a lone surrogate; all roles are checked in one
+    C-level pass when all are fine."""
     roles = list(map(dict.get, messages, repeat("role")))
     texts = roles if _STR.issuperset(map(type, roles)) else [r for r in roles if type(r) is str]
-    named = [text for text in (key, title) if type(text) is str]
-    try:
-        "".join(chain(named, texts)).encode("utf-8")
-    except UnicodeEncodeError:
-        pass
-    else:
-        return []
-    found = [
-        Problem(where, meta_line, reason)
-        for what, text in (("session key", key), ("metadata title", title))
-        if (reason := _unencodable(what, text))
-    ]
     try:
         "".join(texts).encode("utf-8")
     except UnicodeEncodeError:
-        found += [
+        return [
             Problem(where, line_numbers[i], reason)
             for i, role in enumerate(roles)
             if (reason := _unencodable("role", role))
         ]
-    return found
+    return []
 
 
 def _names_storage_key(stem: str, key: str) -> bool:
@@ -650,8 +719,21 @@ def _meta_times(meta: dict[str, Any]) -> list[tuple[str, Any, datetime | None]]:
     return [(field, value := meta.get(field), parse_timestamp(value)) for field in _TIME_FIELDS]
 
 
-def _jsonl_session(path: Path, where: str, fd: int, size: int) -> tuple[Session, list[Problem]]:
-    found = _parse_lines(fd, size)
+def _jsonl_session(
+    path: Path, where: str, fd: int, size: int, sink: Sink | None = None
+) -> tuple[Session, list[Problem]]:
+    """A JSONL session file read; with a ``sink``, its messages go there as read, and the
+    session returned holds none (only their line numbers)."""
+    roles: list[Problem] = []
+    if sink is None:
+        found = _parse_lines(fd, size)
+    else:
+
+        def routed(messages: list[dict[str, Any]], line_numbers: list[int]) -> None:
+            roles.extend(_role_problems(where, messages, line_numbers))
+            sink(messages, line_numbers)
+
+        found = _parse_lines(fd, size, routed)
     records, numbers, bad, kept = found.records, found.numbers, found.bad, found.kept
     metas: list[tuple[int, dict[str, Any]]] = []
     extra: list[dict[str, Any]] = []
@@ -665,7 +747,10 @@ def _jsonl_session(path: Path, where: str, fd: int, size: int) -> tuple[Session,
         else:
             continue
         special.add(i)
-    if not special:
+    streamed = found.streamed
+    if streamed is not None:
+        messages, line_numbers = [], streamed.numbers
+    elif not special:
         messages, line_numbers = records, numbers
     elif special == {0}:
         messages, line_numbers = records[1:], numbers[1:]
@@ -698,11 +783,12 @@ def _jsonl_session(path: Path, where: str, fd: int, size: int) -> tuple[Session,
                 times[field] = parsed
         offset = meta.get("last_consolidated", 0)
         stored_key = meta.get("key", stored_key)
+    n_messages = len(messages) if streamed is None else streamed.count
     if metas:
-        reason = _offset_problem(offset, len(messages))
+        reason = _offset_problem(offset, n_messages)
         if reason:
             problems.append(Problem(where, metas[-1][0], reason))
-    if not records and not bad:
+    if not records and not n_messages and not bad:
         problems.append(Problem(where, None, "empty file: no records"))
 
     key = stored_key if isinstance(stored_key, str) and stored_key else key_from_filename(path)
@@ -716,8 +802,11 @@ def _jsonl_session(path: Path, where: str, fd: int, size: int) -> tuple[Session,
             )
         )
     meta_line = metas[-1][0] if metas else None
-    problems += _text_problems(where, key, metadata, meta_line, messages, line_numbers)
-    first_damaged = bool(bad) and (not numbers or bad[0][0] < numbers[0])
+    problems += _text_problems(where, key, metadata, meta_line, messages, line_numbers) + roles
+    first_line = numbers[0] if streamed is None and numbers else None
+    if streamed is not None:
+        first_line = streamed.first_line
+    first_damaged = bool(bad) and (first_line is None or bad[0][0] < first_line)
     if first_damaged and not metas:
         bad[0] = (bad[0][0], _lost_metadata(bad[0][1], key))
     if bad or kept:
@@ -743,6 +832,8 @@ def _jsonl_session(path: Path, where: str, fd: int, size: int) -> tuple[Session,
         if found.held
         else (),
     )
+    if streamed is not None and _offset_problem(offset, n_messages) is None:
+        session.last_consolidated = offset  # checked against the messages streamed, not kept
     return session, problems
 
 
@@ -854,12 +945,23 @@ def _read_whole(fd: int, known: int) -> bytes | None:
     return b"".join(parts)
 
 
-def read_session_file(path: str | Path) -> tuple[Session | None, list[Problem]]:
+def unforeseen_failure(path: str | Path, exc: Exception) -> Problem:
+    """The problem of a file whose reading failed in a way the reader did not foresee (a
+    bug), so the failure costs that one file, never a whole load."""
+    reason = f"not loaded: sessionkit failed reading it ({type(exc).__name__}: {exc!s:.200})"
+    return Problem(str(path), None, reason)
+
+
+def read_session_file(
+    path: str | Path, sink: Sink | None = None
+) -> tuple[Session | None, list[Problem]]:
     """Load one session file (JSONL of any nanobot version, or legacy whole-file JSON).
 
     Returns the session (``None`` only when nothing in the file is usable) and the
     problems found.  Only regular files are opened; lines are read a chunk at a time.
-    Never raises for damaged content or an unreadable file.
+    With a ``sink`` (JSONL only), each batch of messages goes to it as read and the
+    session holds none, only their line numbers (a huge file streamed, its messages
+    never all in memory).  Never raises for damaged content or an unreadable file.
     """
     if type(path) is not _PATH:
         path = Path(path)
@@ -869,7 +971,9 @@ def read_session_file(path: str | Path) -> tuple[Session | None, list[Problem]]:
         return None, [Problem(where, None, reason or "not read")]
     try:
         if path.suffix != ".json":
-            return _jsonl_session(path, where, fd, size)
+            return _jsonl_session(path, where, fd, size, sink)
+        if sink is not None:
+            raise ValueError("only a JSONL session file is streamed")
         raw = _read_whole(fd, size)
         if raw is None:
             reason = f"legacy JSON session over {MAX_LINE_BYTES:,} bytes; not read"

@@ -12,6 +12,7 @@ from contextlib import nullcontext
 from datetime import tzinfo
 from functools import cached_property, partial
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
@@ -26,6 +27,7 @@ from sessionkit.nanobot.reader import (
     find_session_files,
     leftover_temp_files,
     read_session_file,
+    unforeseen_failure,
 )
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.usage_records import data_dir_of
@@ -61,6 +63,7 @@ from sessionkit.store.index import (
     store_key,
 )
 from sessionkit.store.nogc import no_gc
+from sessionkit.store.streamed import STREAM_BYTES, streamed_entry
 
 __all__ = ["Corpus", "check_source", "default_data_dir", "load", "resolve_session"]
 
@@ -372,6 +375,7 @@ def load(
         runs = _runs(list(zip(todo, sizes, strict=True)), RUN_BYTES, RUN_FILES)
         forking = tokens == "tiktoken" and sum(sizes) >= FORK_BYTES
         spread = index is not None and not forking and len(runs) > 1 and can_fork()
+        kept_in = (index, store, now)
         with (
             tqdm(
                 total=sum(sizes),
@@ -385,7 +389,6 @@ def load(
             counting_workers(counts) if forking else nullcontext() as pool,
         ):
             if spread:
-                kept_in = (index, store, now)
                 for i, entry in _built_apart(
                     runs, files, identities, kept_in, (tokens, counts), problems, bar
                 ):
@@ -417,6 +420,17 @@ def load(
 
             waiting = None  # the run read last, built once the next is read and sent
             for run in [] if spread else runs:
+                if index is not None and _streams(run, files, identities, now):
+                    if waiting is not None:
+                        waiting()
+                        waiting = None
+                    i = run[0][0]
+                    options = {"tokens": tokens, "cache": counts, "batches": batches}
+                    done, entry = _streamed(i, files, identities, now, kept_in, options, problems)
+                    bar.update(run[0][1])
+                    if done:
+                        found[i] = entry
+                        continue
                 fresh, where, read = _read_run(run, files, problems, bar, batches)
                 many = sum(len(s.messages) for s in fresh) >= COUNT_PROGRESS_MESSAGES
                 counting = (shown or many) if progress is None else progress
@@ -498,6 +512,43 @@ def _built_apart(
     counts.flush_soon()
 
 
+def _streams(
+    run: list[tuple[int, int]], files: list[Path], identities: list[Identity | None], now: int
+) -> bool:
+    """Whether a run is one JSONL file to stream (:data:`~sessionkit.store.streamed.STREAM_BYTES`
+    or more) whose messages the index can stand for (settled: see :func:`_indexable`)."""
+    if len(run) != 1 or run[0][1] < STREAM_BYTES:
+        return False
+    i = run[0][0]
+    identity = identities[i]
+    return identity is not None and not identity.racy(now) and files[i].suffix != ".json"
+
+
+def _streamed(
+    i: int,
+    files: list[Path],
+    identities: list[Identity | None],
+    now: int,
+    kept_in: tuple[Index | None, str, int],
+    options: dict[str, Any],
+    problems: list[Problem],
+) -> tuple[bool, Entry | None]:
+    """File ``i`` streamed into its entry (:func:`~sessionkit.store.streamed.streamed_entry`,
+    with ``options``), its session restored from the index (parsed again on first use):
+    whether that is done, and the entry.  Not done when the file changed while it was read
+    (the caller reads it whole); a file that could not be read at all adds its problems to
+    ``problems`` (done, no entry)."""
+    index, store, _ = kept_in
+    entry, met = streamed_entry(files[i], **options)
+    if entry is None:
+        problems.extend(met)
+        return True, None
+    if not _indexable(files[i], identities[i], now):
+        return False, None
+    entry.session = IndexedSession.restored(entry.meta, files[i], identities[i], index, store)  # type: ignore[arg-type]
+    return True, entry
+
+
 def _built_run(
     run: list[tuple[int, int]],
 ) -> tuple[
@@ -510,14 +561,21 @@ def _built_run(
     """One run read, built and counted (:func:`_built_apart`, in a worker): its table, each
     indexable file's (position, first row, values), the other files' whole entries, the
     problems of files that could not be read, and the token counts made (key, count)."""
-    files, identities = SHARED["files"], SHARED["identities"]
+    files, identities, now = SHARED["files"], SHARED["identities"], SHARED["now"]
+    counts = ReadThroughCache(SHARED["cache"])
+    if _streams(run, files, identities, now):
+        i = run[0][0]
+        streamed, met = streamed_entry(files[i], tokens=SHARED["tokens"], cache=counts, workers=1)
+        if streamed is None:
+            return None, [], [], met, counts.fresh
+        if _indexable(files[i], identities[i], now):
+            return streamed.span[0], [(i, 0, streamed.meta)], [], [], counts.fresh  # type: ignore[index]
     met: list[Problem] = []
     fresh, where, read = _read_run(run, files, met, None, None)
-    counts = ReadThroughCache(SHARED["cache"])
     built = build_entries(fresh, _by_path(read), tokens=SHARED["tokens"], cache=counts, workers=1)
     table, restorable, whole = None, [], []
     for i, entry in zip(where, built, strict=True):
-        if _indexable(files[i], identities[i], SHARED["now"]):
+        if _indexable(files[i], identities[i], now):
             table, start = entry.span  # type: ignore[misc]
             restorable.append((i, start, entry.meta))
         else:
@@ -705,8 +763,7 @@ def _read_isolated(file: Path) -> tuple[Session | None, list[Problem]]:
     try:
         return read_session_file(file)
     except Exception as exc:  # a bug must cost one file, never the whole corpus
-        reason = f"not loaded: sessionkit failed reading it ({type(exc).__name__}: {exc!s:.200})"
-        return None, [Problem(str(file), None, reason)]
+        return None, [unforeseen_failure(file, exc)]
 
 
 def resolve_session(

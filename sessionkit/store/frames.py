@@ -26,7 +26,12 @@ from tqdm.auto import tqdm
 
 from sessionkit import schema
 from sessionkit.nanobot.history import RUNTIME_CONTEXT_KEY
-from sessionkit.nanobot.listing import flatten_content, session_preview, session_title
+from sessionkit.nanobot.listing import (
+    PreviewScan,
+    flatten_content,
+    session_preview,
+    session_title,
+)
 from sessionkit.nanobot.policies import POLICIES, get_policy
 from sessionkit.nanobot.reader import (
     CHECKPOINT_SUFFIX,
@@ -50,12 +55,17 @@ __all__ = [
     "FRAME_TIMES",
     "MESSAGE_TABLE",
     "Entry",
+    "Rows",
     "build_entries",
+    "built_rows",
+    "entries_of",
     "entry_problems",
     "fits_frame",
+    "joined_rows",
     "messages_frame",
     "problems_frame",
     "sessions_frame",
+    "with_counts",
 ]
 
 FRAME_TIMES = (
@@ -217,12 +227,13 @@ def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
 
-def _line_numbers(session: Session) -> np.ndarray:
+def _line_numbers(session: Session, n: int) -> np.ndarray:
+    """The line numbers of a session's ``n`` messages (-1: none kept)."""
     lines = session.line_numbers
     if isinstance(lines, range):
         return np.arange(lines.start, lines.stop, dtype=np.int64)
     if lines is None:
-        return np.full(len(session.messages), -1, dtype=np.int64)
+        return np.full(n, -1, dtype=np.int64)
     return np.asarray(lines, dtype=np.int64)
 
 
@@ -296,13 +307,17 @@ def _outside_rows(values: list[Any]) -> list[int]:
 
 
 def _session_problems(
-    session: Session, read: list[Problem], uncountable: list[tuple[int, str]], outside: list[int]
+    session: Session,
+    n: int,
+    read: list[Problem],
+    uncountable: list[tuple[int, str]],
+    outside: list[tuple[int, Any]],
 ) -> list[Problem]:
     """What reading found, then each message nanobot cannot count (``uncountable``: their
     positions, in order, and reasons), then each time a frame cannot hold (``outside``:
-    those messages' positions)."""
+    those messages' positions and stored timestamps); ``n`` messages in all."""
     path = str(session.path)
-    lines = session.line_numbers or [None] * len(session.messages)
+    lines = session.line_numbers or [None] * n
     found = list(read)
     found += [Problem(path, lines[i], reason) for i, reason in uncountable]
     for field in ("created_at", "updated_at"):
@@ -316,10 +331,9 @@ def _session_problems(
         Problem(
             path,
             lines[i],
-            f"timestamp {session.messages[i].get('timestamp')!r} "
-            + _OUT_OF_FRAME.format(frame="messages"),
+            f"timestamp {stored!r} " + _OUT_OF_FRAME.format(frame="messages"),
         )
-        for i in outside
+        for i, stored in outside
     ]
     return found
 
@@ -353,6 +367,25 @@ def _first_damaged_line(problems: list[Problem]) -> int | None:
     return min(lines, default=None)
 
 
+@dataclass
+class Rows:
+    """Messages built into :data:`MESSAGE_TABLE`'s columns, with the per-row facts their
+    sessions' own values are made of (a batch of a streamed file, or every message of a
+    load's run)."""
+
+    table: pa.Table
+    turns: dict[str, np.ndarray]
+    """Per policy: whether each row is a user turn under it."""
+    exact: np.ndarray
+    estimate: np.ndarray
+    stamps: np.ndarray
+    outside: dict[int, Any]
+    """Rows whose timestamp is a valid time a frame cannot hold: the value stored."""
+    uncountable: dict[int, str]
+    odd: dict[str, dict[int, str]]
+    """Per string column: the rows Arrow cannot hold (see :func:`_arrow_strings`)."""
+
+
 def build_entries(
     sessions: Sequence[Session],
     problems: dict[str, list[Problem]] | None = None,
@@ -374,11 +407,27 @@ def build_entries(
     holds its span of the one table built (sliced on first use), so frames join all of them
     with one slice, not a table per session.
     """
-    read = problems or {}
     lengths = np.fromiter((len(s.messages) for s in sessions), dtype=np.int64, count=len(sessions))
-    total = int(lengths.sum())
-    starts = np.cumsum(lengths) - lengths
     msgs: list[dict[str, Any]] = list(chain.from_iterable(s.messages for s in sessions))
+    rows = built_rows(
+        msgs, tokens=tokens, cache=cache, progress=progress, pending=pending, workers=workers
+    )
+    return entries_of(sessions, rows, lengths, problems or {}, tokens=tokens)
+
+
+def built_rows(
+    msgs: list[dict[str, Any]],
+    *,
+    tokens: Method | None = "tiktoken",
+    cache: TokenCache | None = None,
+    progress: bool = False,
+    pending: PendingCounts | None = None,
+    workers: int | None = None,
+    counts: bool = True,
+) -> Rows:
+    """``msgs`` built into columns (:class:`Rows`; options as :func:`build_entries`'s).
+    ``counts=False`` leaves both token counts -1, for :func:`with_counts` to fill in."""
+    total = len(msgs)
     raw_roles = roles = message_field(msgs, "role")
     if not STR_OR_NONE.issuperset(map(type, roles)):
         roles = [v if v is None or type(v) is str else str(v) for v in roles]
@@ -390,7 +439,11 @@ def build_entries(
     content_not_str = ~_is_instance(text, str)
     for i in np.flatnonzero(content_not_str):
         text[i] = flatten_content(text[i])
-    estimate = _token_counts(msgs, "fallback", cache) if pending is None else None
+    estimate = (
+        _token_counts(msgs, "fallback", cache)
+        if pending is None and counts
+        else np.full(total, -1, dtype=np.int64)
+    )
     raw_stamps = message_field(msgs, "timestamp")
     stamps = _to_datetime(raw_stamps).view(np.int64)
     strings = {
@@ -400,7 +453,7 @@ def build_entries(
     }
     calls = message_field(msgs, "tool_calls")
     hidden = hidden_flags(msgs)
-    counted = tokens == "tiktoken"  # last: counts under way (``pending``) come in meanwhile
+    counted = tokens == "tiktoken" and counts  # last: counts under way come in meanwhile
     with tqdm(
         total=total,
         desc="counting tokens",
@@ -414,7 +467,7 @@ def build_entries(
                 batch, method="tiktoken", cache=cache, workers=workers, progress=bar.update
             )
 
-        if pending is not None:
+        if pending is not None and counts:
             exact_or_none, estimated = pending(bar.update)
             estimate = _missing_as_minus_one(estimated)
         elif counted:
@@ -423,7 +476,7 @@ def build_entries(
             exact_or_none = [None] * total
     exact = _missing_as_minus_one(exact_or_none)
     columns = {
-        "line_no": np.concatenate([_line_numbers(s) for s in sessions] + [np.zeros(0, np.int64)]),
+        "line_no": np.zeros(total, np.int64),  # each session's own, set by entries_of
         "role": role_column,
         "text": strings["text"][0],
         "timestamp": stamps,
@@ -438,32 +491,105 @@ def build_entries(
         "hidden": hidden,
         "runtime_context": _is_instance(message_field(msgs, RUNTIME_CONTEXT_KEY), dict),
     }
-    table = pa.table(columns, schema=MESSAGE_TABLE)
+    return Rows(
+        table=pa.table(columns, schema=MESSAGE_TABLE),
+        turns={
+            name: user_turn_flags(msgs, raw_roles, hidden, policy)
+            for name, policy in POLICIES.items()
+        },
+        exact=exact,
+        estimate=estimate,
+        stamps=stamps,
+        outside={row: raw_stamps[row] for row in _outside_rows(raw_stamps)},
+        uncountable=_uncountable_rows(msgs, content_not_str, calls),
+        odd={name: odd for name, (_, odd) in strings.items()},
+    )
+
+
+def joined_rows(parts: list[Rows]) -> Rows:
+    """Rows built in batches, as one (each batch's row facts moved past those before it)."""
+    if len(parts) == 1:
+        return parts[0]
+    starts = np.cumsum([0] + [p.table.num_rows for p in parts]).tolist()
+
+    def moved(name: str) -> dict[int, Any]:
+        return {
+            row + start: value
+            for part, start in zip(parts, starts, strict=False)
+            for row, value in getattr(part, name).items()
+        }
+
+    return Rows(
+        table=pa.concat_tables([p.table for p in parts]),  # chunks kept: no copy of the text
+        turns={name: np.concatenate([p.turns[name] for p in parts]) for name in parts[0].turns},
+        exact=np.concatenate([p.exact for p in parts]),
+        estimate=np.concatenate([p.estimate for p in parts]),
+        stamps=np.concatenate([p.stamps for p in parts]),
+        outside=moved("outside"),
+        uncountable=moved("uncountable"),
+        odd={
+            name: {
+                row + start: value
+                for part, start in zip(parts, starts, strict=False)
+                for row, value in part.odd[name].items()
+            }
+            for name in parts[0].odd
+        },
+    )
+
+
+def with_counts(rows: Rows, exact: list[int | None], estimate: list[int | None]) -> Rows:
+    """``rows`` (built with ``counts=False``) holding both token counts (None: uncountable)."""
+    rows.exact, rows.estimate = _missing_as_minus_one(exact), _missing_as_minus_one(estimate)
+    table = rows.table
+    for name, values in (("tokens", rows.exact), ("tokens_fallback", rows.estimate)):
+        table = table.set_column(table.schema.get_field_index(name), name, pa.array(values))
+    rows.table = table
+    return rows
+
+
+def entries_of(
+    sessions: Sequence[Session],
+    rows: Rows,
+    lengths: np.ndarray,
+    read: dict[str, list[Problem]],
+    *,
+    tokens: Method | None = "tiktoken",
+    scans: Sequence[PreviewScan | None] | None = None,
+) -> list[Entry]:
+    """Each session's :class:`Entry` from the rows of all their messages, in order
+    (``lengths``: each session's row count; ``read``: what reading each file found).  A
+    session's preview comes from its messages, or from its scan in ``scans`` when it was
+    streamed (its messages not kept)."""
+    starts = np.cumsum(lengths) - lengths
     stops = starts + lengths
-    turns = {
-        name: _per_session(user_turn_flags(msgs, raw_roles, hidden, policy), starts, stops)
-        for name, policy in POLICIES.items()
-    }
-    exact_sums = _sums_or_none(exact, starts, stops)
-    estimate_sums = _sums_or_none(estimate, starts, stops)
-    firsts, lasts = _extremes(stamps, starts, lengths)
-    outside = _grouped(_outside_rows(raw_stamps), stops)
-    uncountable = _uncountable_rows(msgs, content_not_str, calls)
-    uncountable_of = _grouped(uncountable, stops)
-    odd_rows = {name: _grouped(odd, stops) for name, (_, odd) in strings.items()}
-    any_odd = any(odd for _, odd in strings.values())
+    line_numbers = [_line_numbers(s, int(n)) for s, n in zip(sessions, lengths, strict=True)]
+    table = rows.table.set_column(
+        0, "line_no", pa.array(np.concatenate([*line_numbers, np.zeros(0, np.int64)]))
+    )
+    turns = {name: _per_session(flags, starts, stops) for name, flags in rows.turns.items()}
+    exact_sums = _sums_or_none(rows.exact, starts, stops)
+    estimate_sums = _sums_or_none(rows.estimate, starts, stops)
+    firsts, lasts = _extremes(rows.stamps, starts, lengths)
+    outside = _grouped(rows.outside, stops)
+    uncountable_of = _grouped(rows.uncountable, stops)
+    odd_rows = {name: _grouped(odd, stops) for name, odd in rows.odd.items()}
+    any_odd = any(rows.odd.values())
     names = list(turns)
     own_turns = [
         dict(zip(names, counts, strict=True)) for counts in zip(*turns.values(), strict=True)
     ]
+    counted = tokens == "tiktoken"
     entries = []
     for i, (session, start, n) in enumerate(
         zip(sessions, starts.tolist(), lengths.tolist(), strict=True)
     ):
-        own = [row - start for row in outside.get(i, ())]
-        cannot = [(row - start, uncountable[row]) for row in uncountable_of.get(i, ())]
+        own = [(row - start, rows.outside[row]) for row in outside.get(i, ())]
+        cannot = [(row - start, rows.uncountable[row]) for row in uncountable_of.get(i, ())]
         path = None if session.path is None else str(session.path)
-        found = _session_problems(session, read.get(str(path), []), cannot, own)
+        found = _session_problems(session, n, read.get(str(path), []), cannot, own)
+        damaged = _first_damaged_line(found) if found else None
+        scan = None if scans is None else scans[i]
         meta = {
             "key": session.key,
             "path": path,
@@ -476,10 +602,10 @@ def build_entries(
             "policy": session.policy,
             "title": session_title(session.metadata),
             "preview": session_preview(
-                session.messages,
-                line_numbers=session.line_numbers,
-                first_damaged_line=_first_damaged_line(found) if found else None,
-            ),
+                session.messages, line_numbers=session.line_numbers, first_damaged_line=damaged
+            )
+            if scan is None
+            else scan.preview(damaged),
             "n_messages": n,
             "turns": own_turns[i],
             "problems": [[p.line_no, p.reason, p.skipped] for p in found],
@@ -487,7 +613,7 @@ def build_entries(
                 name: {str(row - start): odd[row] for row in odd_rows[name].get(i, ())}
                 if any_odd
                 else {}
-                for name, (_, odd) in strings.items()
+                for name, odd in rows.odd.items()
             },
             "counted": counted,
             "tokens": exact_sums[i],

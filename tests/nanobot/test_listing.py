@@ -16,6 +16,7 @@ from strategies import messages as stored_messages
 
 from sessionkit import load
 from sessionkit.nanobot.listing import (
+    PreviewScan,
     flatten_content,
     message_preview,
     sanitize_assistant_text,
@@ -165,6 +166,45 @@ def test_session_title(metadata: Any, expected: str) -> None:
 
 def _msg(role: str, content: Any) -> dict[str, Any]:
     return {"role": role, "content": content}
+
+
+_PREVIEWED = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "role": st.sampled_from(["user", "assistant", "tool", "system"]),
+            "content": st.one_of(st.just(""), st.just("  "), st.text(max_size=8)),
+        }
+    ),
+    stored_messages(),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    messages=st.lists(_PREVIEWED, max_size=260),
+    cuts=st.lists(st.integers(0, 260), max_size=4),
+    damaged=st.one_of(st.none(), st.integers(1, 1_200)),
+    big=st.booleans(),
+    padding=st.integers(0, 4),
+)
+def test_a_preview_scanned_in_batches_equals_the_whole_scan(
+    messages: list[dict[str, Any]], cuts: list[int], damaged: int | None, big: bool, padding: int
+) -> None:
+    """PreviewScan over the messages cut into batches (a streamed file) gives
+    session_preview's answer: the scan's record limit (up to 280 messages without preview
+    text first), its character limit (a message of 600,000 characters crosses it), the
+    repair rule at any first damaged line."""
+    messages = [{"role": "assistant", "content": ""}] * (70 * padding) + messages
+    if big and messages:
+        messages[0] = {"role": "tool", "content": "x" * 600_000}
+        messages[len(messages) // 2] = {"role": "assistant", "content": "y" * 600_000}
+    lines = [2 * i + 3 for i in range(len(messages))]
+    scan = PreviewScan()
+    bounds = [0, *sorted(min(c, len(messages)) for c in cuts), len(messages)]
+    for start, stop in zip(bounds, bounds[1:], strict=False):
+        scan.add(messages[start:stop], lines[start:stop])
+    expected = session_preview(messages, line_numbers=lines, first_damaged_line=damaged)
+    assert scan.preview(damaged) == expected
 
 
 def test_session_preview_prefers_the_first_user_message() -> None:

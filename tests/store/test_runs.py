@@ -12,6 +12,8 @@ import sessionkit as sk
 import sessionkit.store.corpus as corpus_module
 import sessionkit.store.counting as counting_module
 import sessionkit.store.index as index_module
+import sessionkit.store.streamed as streamed_module
+from sessionkit.nanobot import reader as reader_module
 from sessionkit.store.corpus import _runs
 from sessionkit.store.counting import CountingBatches, token_cache_in
 from sessionkit.store.index import IndexedSession
@@ -179,3 +181,44 @@ def test_a_batch_nested_too_deeply_to_pickle_is_counted_by_the_load_itself(
         pd.testing.assert_frame_equal(ran.messages, expected.messages)
     assert here == [1, 1]  # the deep message, once per load
     assert expected.messages["tokens"].tolist() == [5, 855, 5, 13]
+
+
+@pytest.mark.parametrize("tokens", ["tiktoken", None])
+@pytest.mark.parametrize("where", ["here", "workers"])
+def test_files_streamed_batch_by_batch_equal_files_read_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tokens: str | None, where: str
+) -> None:
+    """Every file of the sample store (damaged ones included) streamed in batches of a few
+    kilobytes, by the load itself (counting workers sent each batch) or by forked workers:
+    the frames and problems equal an uncached load's, each session is restored from the
+    index (its messages, parsed on first use, equal the file's), and a warm load equals it."""
+    folder = tmp_path / "sessions"
+    shutil.copytree(sk.load().loaded_from[0] / "sessions", folder)
+    shutil.copytree(sk.load().loaded_from[0] / "damaged", folder, dirs_exist_ok=True)
+    expected = sk.load(folder, cache=False, tokens=tokens, progress=False)
+    monkeypatch.setattr(index_module, "RACY_NS", 0)
+    monkeypatch.setattr(corpus_module, "STREAM_BYTES", 0)
+    monkeypatch.setattr(corpus_module, "RUN_FILES", 1)
+    monkeypatch.setattr(corpus_module, "FORK_BYTES", 0 if where == "here" else 1 << 40)
+    monkeypatch.setattr(reader_module, "_CHUNK_BYTES", 4096)
+    streamed: list[str] = []  # files streamed by this process (workers: their own)
+    real = streamed_module.streamed_entry
+
+    def spied(file: Path, **options: object) -> object:
+        streamed.append(file.name)
+        return real(file, **options)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(corpus_module, "streamed_entry", spied)
+    cache = tmp_path / "cache"
+    ran = sk.load(folder, cache=cache, tokens=tokens, progress=False)
+    json_files = sum(f.suffix == ".json" for f in folder.iterdir())
+    assert len(streamed) == (27 - json_files if where == "here" and tokens else 0)
+    assert all(type(s) is IndexedSession and s._messages is None for s in ran)
+    for name in ("messages", "sessions", "problems"):
+        pd.testing.assert_frame_equal(getattr(ran, name), getattr(expected, name))
+    assert [(s.messages, s.line_numbers, s.held_lines) for s in ran] == [
+        (s.messages, s.line_numbers, s.held_lines) for s in expected
+    ]
+    warm = sk.load(folder, cache=cache, tokens=tokens, progress=False)
+    for name in ("messages", "sessions", "problems"):
+        pd.testing.assert_frame_equal(getattr(warm, name), getattr(expected, name))
