@@ -14,6 +14,7 @@ import atexit
 import importlib.machinery
 import importlib.util
 import os
+import pickle
 import time
 import uuid
 import warnings
@@ -621,7 +622,7 @@ class CountingBatches:
         self.pool, self.cache, self.policy = pool, cache, policy
         self._held: list[dict[str, Any]] = []
         self._chars = 0
-        self._sent: list[tuple[list[list[Any]], Future]] = []
+        self._sent: list[Future] = []
 
     def add(self, messages: Sequence[dict[str, Any]]) -> None:
         """Send ``messages`` on, each batch as soon as it is full."""
@@ -646,9 +647,15 @@ class CountingBatches:
         digest, :data:`KEY_FIELDS`): half the pickling of whole dicts."""
         if self._held:
             fields = [message_field(self._held, name) for name in KEY_FIELDS]
-            future = self.pool.submit(_count_batch, fields, self.policy)
-            self._sent.append((fields, future))
             self._held = []
+            try:
+                sent = pickle.dumps(fields, pickle.HIGHEST_PROTOCOL)
+            except RecursionError:  # nested too deeply to pickle: counted here instead
+                future: Future = Future()
+                future.set_result(_count_batch(fields, self.policy))
+            else:  # only the pickled bytes are held: the batch's text is not kept alive
+                future = self.pool.submit(_count_pickled, sent, self.policy)
+            self._sent.append(future)
 
     def close(self) -> PendingCounts:
         """Send what is held; returns a function that waits for the exact counts and the
@@ -658,16 +665,13 @@ class CountingBatches:
         in the cache and tells ``progress`` of each batch as it arrives."""
         self._send()
         sent, self._sent = self._sent, []
-        cache, policy = self.cache, self.policy
+        cache = self.cache
 
         def wait(progress: Progress | None = None) -> tuple[list[int | None], list[int | None]]:
             exact: list[int | None] = []
             estimates: list[int | None] = []
-            for fields, future in sent:
-                try:
-                    counted, estimated, fresh = future.result()
-                except RecursionError:  # nested too deeply to pickle: counted here instead
-                    counted, estimated, fresh = _count_batch(fields, policy)
+            for future in sent:
+                counted, estimated, fresh = future.result()
                 exact += counted
                 estimates += estimated
                 if cache is not None and fresh:
@@ -679,6 +683,13 @@ class CountingBatches:
             return exact, estimates
 
         return wait
+
+
+def _count_pickled(
+    sent: bytes, policy: str
+) -> tuple[list[int | None], list[int | None], list[tuple[int, int]]]:
+    """:func:`_count_batch` of a batch's fields as pickled by :meth:`CountingBatches._send`."""
+    return _count_batch(pickle.loads(sent), policy)
 
 
 def _count_batch(
