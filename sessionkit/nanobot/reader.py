@@ -803,9 +803,7 @@ def _jsonl_session(
         )
     meta_line = metas[-1][0] if metas else None
     problems += _text_problems(where, key, metadata, meta_line, messages, line_numbers) + roles
-    first_line = numbers[0] if streamed is None and numbers else None
-    if streamed is not None:
-        first_line = streamed.first_line
+    first_line = streamed.first_line if streamed is not None else next(iter(numbers), None)
     first_damaged = bool(bad) and (first_line is None or bad[0][0] < first_line)
     if first_damaged and not metas:
         bad[0] = (bad[0][0], _lost_metadata(bad[0][1], key))

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from itertools import chain, repeat
-from operator import is_not
+from operator import attrgetter, is_not
 from pathlib import Path
 from typing import Any
 
@@ -512,11 +512,12 @@ def joined_rows(parts: list[Rows]) -> Rows:
         return parts[0]
     starts = np.cumsum([0] + [p.table.num_rows for p in parts]).tolist()
 
-    def moved(name: str) -> dict[int, Any]:
+    def moved(of: Callable[[Rows], dict[int, Any]]) -> dict[int, Any]:
+        """A by-row fact of every part, its rows moved past the parts before."""
         return {
             row + start: value
             for part, start in zip(parts, starts, strict=False)
-            for row, value in getattr(part, name).items()
+            for row, value in of(part).items()
         }
 
     return Rows(
@@ -525,16 +526,9 @@ def joined_rows(parts: list[Rows]) -> Rows:
         exact=np.concatenate([p.exact for p in parts]),
         estimate=np.concatenate([p.estimate for p in parts]),
         stamps=np.concatenate([p.stamps for p in parts]),
-        outside=moved("outside"),
-        uncountable=moved("uncountable"),
-        odd={
-            name: {
-                row + start: value
-                for part, start in zip(parts, starts, strict=False)
-                for row, value in part.odd[name].items()
-            }
-            for name in parts[0].odd
-        },
+        outside=moved(attrgetter("outside")),
+        uncountable=moved(attrgetter("uncountable")),
+        odd={name: moved(lambda part, name=name: part.odd[name]) for name in parts[0].odd},
     )
 
 
