@@ -56,14 +56,18 @@ __all__ = [
     "MESSAGE_TABLE",
     "Entry",
     "Rows",
+    "SessionColumns",
+    "SessionValues",
     "build_entries",
     "built_rows",
     "entries_of",
     "entry_problems",
     "fits_frame",
     "joined_rows",
+    "message_rows",
     "messages_frame",
     "problems_frame",
+    "session_rows",
     "sessions_frame",
     "with_counts",
 ]
@@ -687,19 +691,21 @@ def _gathered(column: pa.ChunkedArray, lengths: np.ndarray) -> pa.ChunkedArray:
 
 
 def _frame_strings(
-    entries: Sequence[Entry], table: pa.Table, lengths: np.ndarray, name: str
+    escapes: Sequence[dict[str, dict[str, str]]] | None,
+    table: pa.Table,
+    lengths: np.ndarray,
+    name: str,
 ) -> Any:
     """A string column: Arrow's buffers (tiny entries' joined, see :func:`_gathered`),
-    unless an entry holds a string Arrow cannot (then Python strings, with those put back)."""
+    unless an entry's ``escapes`` hold a string Arrow cannot (then Python strings, with
+    those put back); ``escapes`` None: no entry has any."""
     column = table.column(name)
-    if not any(e.meta["escapes"][name] for e in entries):
+    if escapes is None or not any(e[name] for e in escapes):
         return pd.arrays.ArrowStringArray(_gathered(column, lengths))
     values = column.to_numpy(zero_copy_only=False).astype(object)
-    start = 0
-    for entry in entries:
-        for row, value in entry.meta["escapes"][name].items():
+    for start, escaped in zip((np.cumsum(lengths) - lengths).tolist(), escapes, strict=True):
+        for row, value in escaped[name].items():
             values[start + int(row)] = value
-        start += entry.meta["n_messages"]
     return schema.string_array(list(values))
 
 
@@ -712,17 +718,17 @@ def _roles(table: pa.Table) -> tuple[np.ndarray, list[str]]:
 
 
 def _user_index(
-    entries: Sequence[Entry],
+    policies: Sequence[str],
     hidden: np.ndarray,
     role_codes: np.ndarray,
     roles: list[str],
     lengths: np.ndarray,
     starts: np.ndarray,
 ) -> np.ndarray:
-    """Each message's user turn under its session's release (-1 before the first): user
-    messages, less the hidden ones a release does not count as turns."""
+    """Each message's user turn under its session's release (``policies``, one per session;
+    -1 before the first): user messages, less the hidden ones a release does not count."""
     is_user = role_codes == (roles.index("user") if "user" in roles else -2)
-    counted = np.repeat([get_policy(e.session.policy).hidden_turns for e in entries], lengths)
+    counted = np.repeat([get_policy(p).hidden_turns for p in policies], lengths)
     turn = is_user & (counted | ~hidden)
     before = np.concatenate(([0], np.cumsum(turn)))
     return before[1:] - np.repeat(before[starts], lengths) - 1
@@ -736,13 +742,45 @@ def messages_frame(entries: Sequence[Entry], *, tokens: Method | None = "tiktoke
     """
     if not entries:
         return schema.empty_frame(schema.MESSAGES)
-    lengths = np.array([e.meta["n_messages"] for e in entries], dtype=np.int64)
+    sessions = [e.session for e in entries]
+    return message_rows(
+        _joined(entries),
+        SessionColumns(
+            np.array([e.meta["n_messages"] for e in entries], dtype=np.int64),
+            [s.key for s in sessions],
+            [s.last_consolidated for s in sessions],
+            [s.policy for s in sessions],
+        ),
+        [e.meta["escapes"] for e in entries],
+        tokens=tokens,
+    )
+
+
+@dataclass(frozen=True)
+class SessionColumns:
+    """What the messages frame takes from each session, in order: its row count, key,
+    ``last_consolidated`` and policy."""
+
+    lengths: np.ndarray
+    keys: list[str]
+    last_consolidated: list[int]
+    policies: list[str]
+
+
+def message_rows(
+    table: pa.Table,
+    sessions: SessionColumns,
+    escapes: Sequence[dict[str, dict[str, str]]] | None,
+    *,
+    tokens: Method | None,
+) -> pd.DataFrame:
+    """The messages frame of ``table`` (every session's rows in turn, :data:`MESSAGE_TABLE`)
+    for ``sessions``; ``escapes``: each session's strings Arrow cannot hold (None: none)."""
+    lengths = sessions.lengths
     total = int(lengths.sum())
     starts = np.cumsum(lengths) - lengths
     idx = np.arange(total, dtype=np.int64) - np.repeat(starts, lengths)
-    offsets = np.repeat([e.session.last_consolidated for e in entries], lengths)
-    keys = [e.session.key for e in entries]
-    table = _joined(entries)
+    offsets = np.repeat(np.asarray(sessions.last_consolidated, dtype=np.int64), lengths)
     role_codes, roles = _roles(table)
     hidden = _numbers(table, "hidden").astype(bool)
     counts = (
@@ -754,25 +792,27 @@ def messages_frame(entries: Sequence[Entry], *, tokens: Method | None = "tiktoke
         schema.MESSAGES,
         {
             "session_key": pd.Categorical.from_codes(
-                np.repeat(np.arange(len(entries)), lengths),
-                categories=pd.Index(keys, dtype=object),
+                np.repeat(np.arange(len(lengths)), lengths),
+                categories=pd.Index(sessions.keys, dtype=object),
             ),
             "idx": idx,
             "line_no": _nullable(_numbers(table, "line_no")),
             "role": role_codes,
-            "text": _frame_strings(entries, table, lengths, "text"),
+            "text": _frame_strings(escapes, table, lengths, "text"),
             "timestamp": _numbers(table, "timestamp").view("datetime64[ns]"),
             "tokens": _nullable(counts),
             "is_command": _numbers(table, "is_command").astype(bool),
             "is_channel_delivery": _numbers(table, "is_channel_delivery").astype(bool),
             "n_tool_calls": _numbers(table, "n_tool_calls"),
-            "tool_call_id": _frame_strings(entries, table, lengths, "tool_call_id"),
-            "name": _frame_strings(entries, table, lengths, "name"),
+            "tool_call_id": _frame_strings(escapes, table, lengths, "tool_call_id"),
+            "name": _frame_strings(escapes, table, lengths, "name"),
             "has_media": _numbers(table, "has_media").astype(bool),
             "hidden": hidden,
             "runtime_context": _numbers(table, "runtime_context").astype(bool),
             "consolidated": idx < offsets,
-            "user_index": _user_index(entries, hidden, role_codes, roles, lengths, starts),
+            "user_index": _user_index(
+                sessions.policies, hidden, role_codes, roles, lengths, starts
+            ),
         },
         categories={"role": roles},
     )
@@ -783,13 +823,27 @@ def _split_key(key: str) -> tuple[str, str | None]:
     return channel, chat_id if sep else None
 
 
-def _times_of(metas: list[dict[str, Any]], field: str) -> list[datetime | None]:
-    """Each entry's time ``field`` as a frame shows it (each distinct value parsed once)."""
-    values = [m[field] for m in metas]
+def _times_of(values: list[str | None]) -> list[datetime | None]:
+    """Times as a frame shows them, from their ISO texts (each distinct value parsed once)."""
     parsed = {
         v: None if v is None else _framed(datetime.fromisoformat(v)) for v in dict.fromkeys(values)
     }
     return list(map(parsed.__getitem__, values))
+
+
+SESSION_VALUES = (
+    "format",
+    "created_at",
+    "updated_at",
+    "title",
+    "preview",
+    "n_messages",
+    "tokens",
+    "tokens_fallback",
+    "first_message_at",
+    "last_message_at",
+)
+"""The values of an entry's ``meta`` the sessions frame shows as they are kept."""
 
 
 def sessions_frame(entries: Sequence[Entry], *, tokens: Method | None = "tiktoken") -> pd.DataFrame:
@@ -802,7 +856,44 @@ def sessions_frame(entries: Sequence[Entry], *, tokens: Method | None = "tiktoke
         return schema.empty_frame(schema.SESSIONS)
     sessions = [e.session for e in entries]
     metas = [e.meta for e in entries]
-    keys = [s.key for s in sessions]
+    return session_rows(
+        [s.key for s in sessions],
+        [None if s.path is None else os.fspath(s.path) for s in sessions],
+        SessionValues(
+            {name: [m[name] for m in metas] for name in SESSION_VALUES},
+            [m["turns"][s.policy] for s, m in zip(sessions, metas, strict=True)],
+            [s.last_consolidated for s in sessions],
+            [s.policy for s in sessions],
+            [bool(m["records"]) for m in metas],
+        ),
+        tokens=tokens,
+    )
+
+
+@dataclass(frozen=True)
+class SessionValues:
+    """The sessions frame's per-session values, in order: ``kept`` (each of
+    :data:`SESSION_VALUES` as the index keeps it), user turns under each session's policy,
+    ``last_consolidated``, the policy, and whether it holds provider state records."""
+
+    kept: dict[str, list[Any]]
+    turns: list[int]
+    last_consolidated: list[int]
+    policies: list[str]
+    has_records: list[bool]
+
+
+def session_rows(
+    keys: list[str],
+    paths: list[str | None],
+    values: SessionValues,
+    *,
+    tokens: Method | None,
+    sidecars: dict[str, set[str] | None] | None = None,
+) -> pd.DataFrame:
+    """The sessions frame of sessions ``keys`` at ``paths`` (``sidecars``: checkpoint
+    names already listed per folder, see :func:`_checkpoints`)."""
+    kept = values.kept
     split = [_split_key(k) for k in keys]
     total = None if tokens is None else "tokens" if tokens == "tiktoken" else "tokens_fallback"
     frame = schema.frame(
@@ -811,46 +902,51 @@ def sessions_frame(entries: Sequence[Entry], *, tokens: Method | None = "tiktoke
             "key": keys,
             "channel": [c for c, _ in split],
             "chat_id": [c for _, c in split],
-            "path": [str(s.path) if s.path else None for s in sessions],
-            "format": [m["format"] for m in metas],
-            "created_at": _times_of(metas, "created_at"),
-            "updated_at": _times_of(metas, "updated_at"),
-            "title": [m["title"] for m in metas],
-            "preview": [m["preview"] for m in metas],
-            "n_messages": [m["n_messages"] for m in metas],
-            "n_user_turns": [m["turns"][s.policy] for s, m in zip(sessions, metas, strict=True)],
-            "last_consolidated": [s.last_consolidated for s in sessions],
-            "policy": [s.policy for s in sessions],
+            "path": paths,
+            "format": kept["format"],
+            "created_at": _times_of(kept["created_at"]),
+            "updated_at": _times_of(kept["updated_at"]),
+            "title": kept["title"],
+            "preview": kept["preview"],
+            "n_messages": kept["n_messages"],
+            "n_user_turns": values.turns,
+            "last_consolidated": values.last_consolidated,
+            "policy": values.policies,
             "last_archived": [
-                s.last_consolidated if get_policy(s.policy).checkpoints else None for s in sessions
+                n if get_policy(p).checkpoints else None
+                for n, p in zip(values.last_consolidated, values.policies, strict=True)
             ],
-            "has_provider_state": [bool(m["records"]) for m in metas],
-            "runtime_checkpoint": _checkpoints([s.path for s in sessions]),
-            "tokens": [None if total is None else m[total] for m in metas],
-            "first_message_at": _stamps([m["first_message_at"] for m in metas]),
-            "last_message_at": _stamps([m["last_message_at"] for m in metas]),
+            "has_provider_state": values.has_records,
+            "runtime_checkpoint": _checkpoints(paths, sidecars),
+            "tokens": [None] * len(keys) if total is None else kept[total],
+            "first_message_at": _stamps(kept["first_message_at"]),
+            "last_message_at": _stamps(kept["last_message_at"]),
         },
     )
     frame.index = pd.Index(keys, dtype=object)
     return frame
 
 
-def _checkpoints(paths: list[Path | None]) -> list[dict[str, Any] | None]:
+def _checkpoints(
+    paths: list[str | None], sidecars: dict[str, set[str] | None] | None = None
+) -> list[dict[str, Any] | None]:
     """Each path's :func:`runtime_checkpoint`, read only for a file whose folder holds its
-    sidecar's name (one listing per folder, not a ``stat`` per file)."""
-    listed: dict[str, set[str] | None] = {}
+    sidecar's name (one listing per folder, not a ``stat`` per file; ``sidecars``: folders
+    listed already, by their path with a trailing separator)."""
+    listed: dict[str, set[str] | None] = dict(sidecars or {})
     found: list[dict[str, Any] | None] = []
-    for path in paths:
-        if path is None:
+    for named in paths:
+        if named is None:
             found.append(None)
             continue
-        named = os.fspath(path)
-        folder = named[: named.rfind(os.sep) + 1] or "."
+        cut = named.rfind(os.sep) + 1
+        folder = named[:cut] or "."
         if folder not in listed:
             listed[folder] = _sidecar_names(folder)
         names = listed[folder]
-        has = names is None or (bool(names) and path.stem + CHECKPOINT_SUFFIX in names)
-        found.append(runtime_checkpoint(path) if has else None)
+        stem = os.path.splitext(named[cut:])[0]
+        has = names is None or (bool(names) and stem + CHECKPOINT_SUFFIX in names)
+        found.append(runtime_checkpoint(Path(named)) if has else None)
     return found
 
 
