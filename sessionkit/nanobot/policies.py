@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from functools import cache
 
 from sessionkit.nanobot.history import (
@@ -42,6 +43,7 @@ __all__ = [
     "fit_budget",
     "get_policy",
     "is_temp_file",
+    "temp_file_names",
     "recent_message_start_index",
     "release_of_temp_file",
     "sanitize_assistant_text",
@@ -84,6 +86,12 @@ def is_temp_file(path: str | os.PathLike[str]) -> bool:
     (sessionkit's own, or any release's): one match against every writer's pattern at once,
     as a folder's every name is asked."""
     return _any_temp_name().fullmatch(os.path.basename(os.fspath(path))) is not None
+
+
+def temp_file_names(names: Iterable[str]) -> list[str]:
+    """The names among ``names`` (a folder's) that :func:`is_temp_file` would match."""
+    match = _any_temp_name().fullmatch
+    return [name for name in names if match(name) is not None]
 
 
 @cache

@@ -42,7 +42,7 @@ from sessionkit.nanobot.naming import (
     sessions_folder,
     storage_key,
 )
-from sessionkit.nanobot.policies import is_temp_file
+from sessionkit.nanobot.policies import temp_file_names
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.workspace import config_dir_hint
 
@@ -102,12 +102,17 @@ class Problem:
 
 def named_like_session(name: str) -> bool:
     """Whether a folder entry's name is a session file's (not 0.3.5's sidecars: a turn's
-    ``<stem>.checkpoint.json`` state, the WebUI's ``.webui_session_index.json``)."""
-    return (
-        os.path.splitext(name)[1] in SESSION_SUFFIXES
-        and not name.endswith(CHECKPOINT_SUFFIX)
-        and name not in SIDECAR_NAMES
-    )
+    ``<stem>.checkpoint.json`` state, the WebUI's ``.webui_session_index.json``).  Its
+    suffix is ``os.path.splitext``'s (only dots before it: none, as ``.jsonl``), told
+    without splitting the name: a folder's every name is asked."""
+    for suffix in SESSION_SUFFIXES:
+        if name.endswith(suffix):
+            return (
+                name[: -len(suffix)].strip(".") != ""
+                and not name.endswith(CHECKPOINT_SUFFIX)
+                and name not in SIDECAR_NAMES
+            )
+    return False
 
 
 def _session_files_in(folder: Path, folders: dict[Path, Path]) -> list[Path]:
@@ -214,22 +219,24 @@ def leftover_temp_files(
         for p in (Path(i).expanduser() for i in _items(path))
         if p.is_dir()
     }
+    found = []
+    for folder in folders:
+        with os.scandir(folder) as listing:
+            found += temp_file_problems(folder, [e.name for e in listing])
+    return found
+
+
+def temp_file_problems(folder: Path, names: Iterable[str]) -> list[Problem]:
+    """One problem per temp file among ``names`` (a listing of ``folder``, absolute), in
+    name order."""
     return [
         Problem(
-            str(temp),
+            str(folder / name),
             None,
-            f"leftover temp file of an interrupted save ({_size(temp)}); not read",
+            f"leftover temp file of an interrupted save ({_size(folder / name)}); not read",
         )
-        for folder in folders
-        for temp in _temp_files_in(folder)
+        for name in sorted(temp_file_names(names))
     ]
-
-
-def _temp_files_in(folder: Path) -> list[Path]:
-    """The temp files in ``folder``, in name order (only they are sorted)."""
-    with os.scandir(folder) as listing:
-        names = sorted(e.name for e in listing if is_temp_file(e.name))
-    return [folder / name for name in names]
 
 
 def _size(path: Path) -> str:

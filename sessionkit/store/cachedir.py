@@ -151,12 +151,12 @@ def write_ipc(
     parts: Iterable[pa.RecordBatch | pa.Table],
     *,
     last: tuple[pa.RecordBatch, dict[bytes, str]] | None = None,
-) -> None:
+) -> int:
     """Write an Arrow IPC file atomically: a temp file beside ``target`` (created 0600, the
     user's only), sealed with its checksum (:func:`sessionkit.store.integrity.seal`), then a
     rename, so a reader sees the old file or the new one.  ``last``: a batch written after
     ``parts`` with its own custom metadata.  Not fsynced: a cache file cut short by a crash
-    fails its seal, and such files are rebuilt."""
+    fails its seal, and such files are rebuilt.  Returns the checksum sealed."""
     make_private_dir(target.parent)
     temp = target.with_name(f".{target.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
     try:
@@ -171,17 +171,23 @@ def write_ipc(
                 writer.write(part)
             if last is not None:
                 writer.write_batch(last[0], custom_metadata=last[1])
-        seal(temp)
+        checksum = seal(temp)
         os.replace(temp, target)
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
+    return checksum
 
 
 _OWN_FOLDERS = re.compile(r"(index|tokens)-\d+(-.*)?")
 """sessionkit's own folders in a cache folder: the index (``index-<format>-<version>``) and
 the token counts (``tokens-<format>``), of this version or older ones."""
-_KIND_OF_FOLDER = {"stores": "entries", "files": "entries", "replays": "replays"}
+_KIND_OF_FOLDER = {
+    "stores": "entries",
+    "catalogs": "entries",
+    "files": "entries",
+    "replays": "replays",
+}
 
 
 def _own_files(root: Path) -> list[tuple[str, Path]]:

@@ -58,11 +58,13 @@ from sessionkit.store.index import (
     Identity,
     Index,
     IndexedSession,
+    Served,
     default_cache_dir,
     file_identity,
     store_key,
 )
 from sessionkit.store.nogc import no_gc
+from sessionkit.store.snapshot import Snapshot, open_snapshot
 from sessionkit.store.streamed import STREAM_BYTES, streamed_entry
 
 __all__ = ["Corpus", "check_source", "default_data_dir", "load", "resolve_session"]
@@ -113,14 +115,15 @@ class Corpus:
         token_cache: TokenCache | None = DEFAULT_CACHE,
     ) -> None:
         self._problems = list(problems)
-        self._sessions: dict[str, Session] = {}
+        self._by_key: dict[str, Session] = {}
         self._entries: list[Entry] | None = None
+        self._snapshot: Snapshot | None = None
         for session in sessions:
-            first = self._sessions.get(session.key)
+            first = self._by_key.get(session.key)
             if first is not None:
                 self._problems.append(_duplicate(session, first))
                 continue
-            self._sessions[session.key] = session
+            self._by_key[session.key] = session
         self.token_method = tokens
         self.token_cache = token_cache
         """Where this corpus's token counts are remembered (None: nowhere, as ``cache=False``)."""
@@ -142,16 +145,49 @@ class Corpus:
         corpus = cls((), problems, tokens=tokens, token_cache=token_cache)
         kept = []
         for entry in entries:
-            first = corpus._sessions.get(entry.session.key)
+            first = corpus._by_key.get(entry.session.key)
             if first is not None:
                 corpus._problems += [*entry_problems(entry), _duplicate(entry.session, first)]
                 continue
-            corpus._sessions[entry.session.key] = entry.session
+            corpus._by_key[entry.session.key] = entry.session
             kept.append(entry)
         corpus._entries = kept
         return corpus
 
+    @classmethod
+    def _of_snapshot(
+        cls,
+        snapshot: Snapshot,
+        problems: list[Problem],
+        tokens: Method | None,
+        token_cache: TokenCache | None = DEFAULT_CACHE,
+    ) -> Corpus:
+        """A corpus of a store opened from its pack and catalog: frames from their columns,
+        sessions made on first use (:meth:`_unfold`)."""
+        corpus = cls((), problems, tokens=tokens, token_cache=token_cache)
+        corpus._snapshot = snapshot
+        return corpus
+
+    def _unfold(self) -> None:
+        """Make a snapshot's sessions and entries (read from its pack's description)."""
+        snapshot, self._snapshot = self._snapshot, None
+        if snapshot is None:
+            return
+        entries = snapshot.entries()
+        if self.token_cache is not DEFAULT_CACHE:
+            bind_token_cache((e.session for e in entries), self.token_cache)
+        self._by_key = {entry.session.key: entry.session for entry in entries}
+        self._entries = entries
+
+    @property
+    def _sessions(self) -> dict[str, Session]:
+        """Sessions by key (a snapshot's made now)."""
+        self._unfold()
+        return self._by_key
+
     def __len__(self) -> int:
+        if self._snapshot is not None:
+            return len(self._snapshot)
         return len(self._sessions)
 
     def __iter__(self) -> Iterator[Session]:
@@ -169,6 +205,12 @@ class Corpus:
             raise KeyError(f"no session {key!r} in this corpus{hint}") from None
 
     def __repr__(self) -> str:
+        if self._snapshot is not None:
+            found = len(self._problems) + len(self._snapshot.problems())
+            return (
+                f"<Corpus: {len(self)} sessions, {self._snapshot.n_messages} messages, "
+                f"{found} problems>"
+            )
         n_messages = sum(map(len, self))
         built = self._entries or []
         n_problems = len(self._problems) + sum(len(e.meta["problems"]) for e in built)
@@ -176,17 +218,21 @@ class Corpus:
 
     def keys(self) -> list[str]:
         """Session keys in load order."""
+        if self._snapshot is not None:
+            return list(self._snapshot.keys)
         return list(self._sessions)
 
     @property
     def built_entries(self) -> list[Entry] | None:
         """The entries a load built or read from the index, without building any (None for
         a corpus made in memory whose frames were never used)."""
+        self._unfold()
         return self._entries
 
     @property
     def entries(self) -> list[Entry]:
         """Each session's columnar copy, built on first use unless loaded from the index."""
+        self._unfold()
         if self._entries is None:
             sessions = list(self)
             paths = {str(s.path) for s in sessions}
@@ -246,18 +292,24 @@ class Corpus:
     def messages(self) -> pd.DataFrame:
         """One row per message (see :data:`sessionkit.schema.MESSAGES`)."""
         with no_gc():
+            if self._snapshot is not None:
+                return self._snapshot.messages_frame(self.token_method)
             return messages_frame(self.entries, tokens=self.token_method)
 
     @cached_property
     def sessions(self) -> pd.DataFrame:
         """One row per session (see :data:`sessionkit.schema.SESSIONS`)."""
         with no_gc():
+            if self._snapshot is not None:
+                return self._snapshot.sessions_frame(self.token_method)
             return sessions_frame(self.entries, tokens=self.token_method)
 
     @cached_property
     def problems(self) -> pd.DataFrame:
         """One row per damaged line or file, and per message nanobot cannot count (see
         :data:`sessionkit.schema.PROBLEMS`)."""
+        if self._snapshot is not None:
+            return problems_frame(self._problems + self._snapshot.problems())
         entries = self.entries
         return problems_frame(self._problems + [p for e in entries for p in entry_problems(e)])
 
@@ -357,106 +409,138 @@ def load(
     check_source(source)
     chosen = None if policy is None else get_policy(policy).name
     with no_gc():  # the whole load: millions of acyclic dicts
-        files = find_session_files(source, config_dir)
         index = _index(cache, source, config_dir)
         counts = None if index is None else _token_cache(cache, index)
-        store = store_key(files)
-        identities = [file_identity(f) if index is not None else None for f in files]
-        now = time.time_ns()
+        found_whole = None
         if index is not None:
             counted = tokens == "tiktoken"
-            found, from_pack, stale = index.read_entries(store, files, identities, counted=counted)
+            found_whole = open_snapshot(index, source, config_dir, counted=counted, policy=chosen)
+        if found_whole is not None:
+            corpus = _snapshot_corpus(found_whole, tokens, counts)
         else:
-            found, from_pack, stale = [None] * len(files), 0, 0
-        problems: list[Problem] = []
-        todo = [i for i, entry in enumerate(found) if entry is None]
-        sizes = [_size(files[i], identities[i]) for i in todo]
-        shown = sum(sizes) >= READ_PROGRESS_BYTES if progress is None else progress
-        runs = _runs(list(zip(todo, sizes, strict=True)), RUN_BYTES, RUN_FILES)
-        forking = tokens == "tiktoken" and sum(sizes) >= FORK_BYTES
-        spread = index is not None and not forking and len(runs) > 1 and can_fork()
-        kept_in = (index, store, now)
-        with (
-            tqdm(
-                total=sum(sizes),
-                desc="reading and counting"
-                if len(runs) > 1 and tokens == "tiktoken"
-                else "reading",
-                unit="B",
-                unit_scale=True,
-                disable=not (shown and todo),
-            ) as bar,
-            counting_workers(counts) if forking else nullcontext() as pool,
-        ):
-            if spread:
-                for i, entry in _built_apart(
-                    runs, files, identities, kept_in, (tokens, counts), problems, bar
-                ):
-                    found[i] = entry
-            batches = None if pool is None else CountingBatches(pool, counts)
-
-            def build(
-                fresh: list[Session],
-                where: list[int],
-                read: list[Problem],
-                pending: PendingCounts | None,
-                counting: bool,
-            ) -> None:
-                """One run's entries into ``found``, with the counts ``pending`` for it; with
-                more than one run, indexed sessions drop their parsed messages (see
-                :data:`RUN_BYTES`)."""
-                built = build_entries(
-                    fresh,
-                    _by_path(read),
-                    tokens=tokens,
-                    cache=counts,
-                    progress=counting and len(runs) < 2,
-                    pending=pending,
-                )
-                for i, entry in zip(where, built, strict=True):
-                    found[i] = entry
-                    if index is not None and len(runs) > 1:
-                        _unparsed(entry, files[i], identities[i], index, store, now)
-
-            waiting = None  # the run read last, built once the next is read and sent
-            for run in [] if spread else runs:
-                if index is not None and _streams(run, files, identities, now):
-                    if waiting is not None:
-                        waiting()
-                        waiting = None
-                    i = run[0][0]
-                    options = {"tokens": tokens, "cache": counts, "batches": batches}
-                    done, entry = _streamed(i, files, identities, now, kept_in, options, problems)
-                    bar.update(run[0][1])
-                    if done:
-                        found[i] = entry
-                        continue
-                fresh, where, read = _read_run(run, files, problems, bar, batches)
-                many = sum(len(s.messages) for s in fresh) >= COUNT_PROGRESS_MESSAGES
-                counting = (shown or many) if progress is None else progress
-                pending = None if batches is None else batches.close()
-                if waiting is not None:
-                    waiting()
-                waiting = partial(build, fresh, where, read, pending, counting)
-                del fresh
-            if waiting is not None:
-                waiting()
-                del waiting
-        if index is not None:
-            built_here = set(todo)
-            _keep(index, store, files, identities, found, (from_pack, stale, built_here), now)
-            counts.sweep()  # type: ignore[union-attr]
-        entries = [e for e in found if e is not None]
-        for entry in entries:
-            entry.session.policy = chosen or entry.meta["policy"]
-        problems.extend(leftover_temp_files(source, config_dir))
-        if counts is not DEFAULT_CACHE:
-            bind_token_cache((e.session for e in entries), counts)
-        corpus = Corpus._of_entries(entries, problems, tokens, counts)
+            corpus = _loaded(source, config_dir, tokens, chosen, index, counts, progress)
     named = source if isinstance(source, list | tuple) else [source]
     corpus.loaded_from = tuple(Path(p).expanduser() for p in named)
     corpus.config_dir = None if config_dir is None else Path(config_dir).expanduser()
     return corpus
+
+
+def _snapshot_corpus(
+    snapshot: Snapshot, tokens: Method | None, counts: TokenCache | None
+) -> Corpus:
+    """The corpus of a store every file of which its index holds as it is (see
+    :func:`~sessionkit.store.snapshot.open_snapshot`): nothing read, nothing written."""
+    snapshot.index.sweep()
+    counts.sweep()  # type: ignore[union-attr]
+    return Corpus._of_snapshot(snapshot, snapshot.leftovers, tokens, counts)
+
+
+def _loaded(
+    source: PathLike | list[PathLike] | tuple[PathLike, ...],
+    config_dir: PathLike | None,
+    tokens: Method | None,
+    chosen: str | None,
+    index: Index | None,
+    counts: TokenCache | None,
+    progress: bool | None,
+) -> Corpus:
+    """The corpus of a store read file by file: each file's entry from the index when it
+    holds that version, else read (and counted) now, and kept for the next load."""
+    files = find_session_files(source, config_dir)
+    store = store_key(files)
+    identities = [file_identity(f) if index is not None else None for f in files]
+    now = time.time_ns()
+    if index is not None:
+        counted = tokens == "tiktoken"
+        served = index.read_entries(store, files, identities, counted=counted)
+        found, from_pack, stale = served.found, served.from_pack, served.stale
+    else:
+        found, from_pack, stale = [None] * len(files), 0, 0
+    problems: list[Problem] = []
+    todo = [i for i, entry in enumerate(found) if entry is None]
+    sizes = [_size(files[i], identities[i]) for i in todo]
+    shown = sum(sizes) >= READ_PROGRESS_BYTES if progress is None else progress
+    runs = _runs(list(zip(todo, sizes, strict=True)), RUN_BYTES, RUN_FILES)
+    forking = tokens == "tiktoken" and sum(sizes) >= FORK_BYTES
+    spread = index is not None and not forking and len(runs) > 1 and can_fork()
+    kept_in = (index, store, now)
+    with (
+        tqdm(
+            total=sum(sizes),
+            desc="reading and counting" if len(runs) > 1 and tokens == "tiktoken" else "reading",
+            unit="B",
+            unit_scale=True,
+            disable=not (shown and todo),
+        ) as bar,
+        counting_workers(counts) if forking else nullcontext() as pool,
+    ):
+        if spread:
+            for i, entry in _built_apart(
+                runs, files, identities, kept_in, (tokens, counts), problems, bar
+            ):
+                found[i] = entry
+        batches = None if pool is None else CountingBatches(pool, counts)
+
+        def build(
+            fresh: list[Session],
+            where: list[int],
+            read: list[Problem],
+            pending: PendingCounts | None,
+            counting: bool,
+        ) -> None:
+            """One run's entries into ``found``, with the counts ``pending`` for it; with
+            more than one run, indexed sessions drop their parsed messages (see
+            :data:`RUN_BYTES`)."""
+            built = build_entries(
+                fresh,
+                _by_path(read),
+                tokens=tokens,
+                cache=counts,
+                progress=counting and len(runs) < 2,
+                pending=pending,
+            )
+            for i, entry in zip(where, built, strict=True):
+                found[i] = entry
+                if index is not None and len(runs) > 1:
+                    _unparsed(entry, files[i], identities[i], index, store, now)
+
+        waiting = None  # the run read last, built once the next is read and sent
+        for run in [] if spread else runs:
+            if index is not None and _streams(run, files, identities, now):
+                if waiting is not None:
+                    waiting()
+                    waiting = None
+                i = run[0][0]
+                options = {"tokens": tokens, "cache": counts, "batches": batches}
+                done, entry = _streamed(i, files, identities, now, kept_in, options, problems)
+                bar.update(run[0][1])
+                if done:
+                    found[i] = entry
+                    continue
+            fresh, where, read = _read_run(run, files, problems, bar, batches)
+            many = sum(len(s.messages) for s in fresh) >= COUNT_PROGRESS_MESSAGES
+            counting = (shown or many) if progress is None else progress
+            pending = None if batches is None else batches.close()
+            if waiting is not None:
+                waiting()
+            waiting = partial(build, fresh, where, read, pending, counting)
+            del fresh
+        if waiting is not None:
+            waiting()
+            del waiting
+    if index is not None:
+        built_here = set(todo)
+        _keep(index, store, files, identities, found, (from_pack, stale, built_here), now)
+        if from_pack == len(files):
+            _keep_catalog(index, store, served)
+        counts.sweep()  # type: ignore[union-attr]
+    entries = [e for e in found if e is not None]
+    for entry in entries:
+        entry.session.policy = chosen or entry.meta["policy"]
+    problems.extend(leftover_temp_files(source, config_dir))
+    if counts is not DEFAULT_CACHE:
+        bind_token_cache((e.session for e in entries), counts)
+    return Corpus._of_entries(entries, problems, tokens, counts)
 
 
 READ_PROGRESS_BYTES = 20_000_000
@@ -682,8 +766,7 @@ def _keep(
     """Persist what this load built: the whole store as a new pack when many files were not
     in the old one or many of its items are for files gone or changed (``packed``: entries
     served from the pack, its stale items, and the files read now by position), else each
-    new entry in its file's own pack,
-    and drop own packs of files gone or changed.  Files changed too recently, or while
+    new entry in its file's own pack, and drop own packs of files gone or changed.  Files changed too recently, or while
     being read, are left out (a session already indexed, read back or checked when its
     file was read, is not looked at again); a cache that cannot be written costs speed
     only."""
@@ -711,6 +794,14 @@ def _keep(
             entry.session = IndexedSession.adopted(
                 entry.session, entry.meta["turns"], identity, index, store
             )
+
+
+def _keep_catalog(index: Index, store: str, served: Served) -> None:
+    """Give a store's pack that served every file its catalog, when it has none."""
+    try:
+        index.keep_catalog(store, served)
+    except (OSError, pa.ArrowException, ValueError) as exc:
+        warnings.warn(f"could not write the index in {index.root}: {exc}", stacklevel=3)
 
 
 RUN_BYTES = 32 << 20

@@ -69,6 +69,7 @@ __all__ = [
     "problems_frame",
     "session_rows",
     "sessions_frame",
+    "sidecar_names",
     "with_counts",
 ]
 
@@ -889,10 +890,10 @@ def session_rows(
     values: SessionValues,
     *,
     tokens: Method | None,
-    sidecars: dict[str, set[str] | None] | None = None,
+    checkpoints: list[dict[str, Any] | None] | None = None,
 ) -> pd.DataFrame:
-    """The sessions frame of sessions ``keys`` at ``paths`` (``sidecars``: checkpoint
-    names already listed per folder, see :func:`_checkpoints`)."""
+    """The sessions frame of sessions ``keys`` at ``paths`` (``checkpoints``: their runtime
+    checkpoints when already known, see :func:`_checkpoints`)."""
     kept = values.kept
     split = [_split_key(k) for k in keys]
     total = None if tokens is None else "tokens" if tokens == "tiktoken" else "tokens_fallback"
@@ -917,7 +918,7 @@ def session_rows(
                 for n, p in zip(values.last_consolidated, values.policies, strict=True)
             ],
             "has_provider_state": values.has_records,
-            "runtime_checkpoint": _checkpoints(paths, sidecars),
+            "runtime_checkpoint": _checkpoints(paths) if checkpoints is None else checkpoints,
             "tokens": [None] * len(keys) if total is None else kept[total],
             "first_message_at": _stamps(kept["first_message_at"]),
             "last_message_at": _stamps(kept["last_message_at"]),
@@ -927,13 +928,10 @@ def session_rows(
     return frame
 
 
-def _checkpoints(
-    paths: list[str | None], sidecars: dict[str, set[str] | None] | None = None
-) -> list[dict[str, Any] | None]:
+def _checkpoints(paths: list[str | None]) -> list[dict[str, Any] | None]:
     """Each path's :func:`runtime_checkpoint`, read only for a file whose folder holds its
-    sidecar's name (one listing per folder, not a ``stat`` per file; ``sidecars``: folders
-    listed already, by their path with a trailing separator)."""
-    listed: dict[str, set[str] | None] = dict(sidecars or {})
+    sidecar's name (one listing per folder, not a ``stat`` per file)."""
+    listed: dict[str, set[str] | None] = {}
     found: list[dict[str, Any] | None] = []
     for named in paths:
         if named is None:
@@ -942,15 +940,18 @@ def _checkpoints(
         cut = named.rfind(os.sep) + 1
         folder = named[:cut] or "."
         if folder not in listed:
-            listed[folder] = _sidecar_names(folder)
+            listed[folder] = sidecar_names(folder)
         names = listed[folder]
+        if names is not None and not names:  # most folders hold no sidecars
+            found.append(None)
+            continue
         stem = os.path.splitext(named[cut:])[0]
-        has = names is None or (bool(names) and stem + CHECKPOINT_SUFFIX in names)
+        has = names is None or stem + CHECKPOINT_SUFFIX in names
         found.append(runtime_checkpoint(Path(named)) if has else None)
     return found
 
 
-def _sidecar_names(folder: str) -> set[str] | None:
+def sidecar_names(folder: str) -> set[str] | None:
     """The names of sidecar checkpoints in ``folder`` (None: it cannot be listed)."""
     try:
         with os.scandir(folder) as listing:

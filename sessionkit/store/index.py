@@ -46,11 +46,12 @@ from sessionkit.store.cachedir import (
     remove_dead_temp_files,
     write_ipc,
 )
+from sessionkit.store.catalog import Catalog, catalog_of, read_catalog, write_catalog
 from sessionkit.store.frames import MESSAGE_TABLE, Entry
 from sessionkit.store.integrity import (
     IntegrityError,
     discard,
-    open_sealed_or_none,
+    open_sealed_checked,
     read_sealed_or_none,
 )
 
@@ -62,9 +63,12 @@ __all__ = [
     "Index",
     "IndexedSession",
     "Item",
+    "OpenPack",
+    "Served",
     "SessionChangedError",
     "default_cache_dir",
     "file_identity",
+    "folders_key",
     "store_key",
 ]
 
@@ -110,7 +114,11 @@ def store_key(files: list[Path]) -> str:
     """The key of the store ``files`` form: their folders (a pack is kept per store).  The
     files are absolute, so each folder is its path's ``dirname``, without a Path made (and
     only the few folders encoded)."""
-    folders = {os.path.dirname(os.fspath(f)) for f in files}
+    return folders_key({os.path.dirname(os.fspath(f)) for f in files})
+
+
+def folders_key(folders: Iterable[str]) -> str:
+    """The key of the store of the files in ``folders`` (absolute paths, symlinks resolved)."""
     return name_digest(b"\0".join(sorted(map(os.fsencode, folders))))
 
 
@@ -141,14 +149,15 @@ class Item(NamedTuple):
         return self.own.num_rows if self.own is not None else self.rows
 
 
-def _write_pack(target: Path, items: list[Item], schema: pa.Schema) -> None:
+def _write_pack(target: Path, items: list[Item], schema: pa.Schema) -> int:
     """Write items as one Arrow IPC file (their rows in turn, small items joined into shared
     record batches by :func:`_batches`), atomically.  The items are described by one JSON
     text (:func:`_description`) in the custom metadata of a last, empty batch: written once
-    (a schema's metadata is written twice, at the file's start and in its footer)."""
+    (a schema's metadata is written twice, at the file's start and in its footer).  Returns
+    the pack's checksum."""
     described = pa.RecordBatch.from_pylist([], schema=schema)
     parts = _batches(_spans(items))
-    write_ipc(target, schema, parts, last=(described, {_KEY: _description(items)}))
+    return write_ipc(target, schema, parts, last=(described, {_KEY: _description(items)}))
 
 
 def _spans(items: list[Item]) -> Iterator[pa.Table]:
@@ -259,35 +268,63 @@ def _read_pack(path: Path, schema: pa.Schema) -> tuple[pa.Table, dict[str, Item]
     """A pack's whole table (memory-mapped) and its items by path; nothing when it is
     missing or of another format.  A pack that fails its seal or whose description does
     not match its table (:func:`_items`) is removed with a warning (:func:`discard`)."""
-    nothing = (schema.empty_table(), {})
-    sealed = open_sealed_or_none(path)
-    if sealed is None:
+    table, items, _ = _read_pack_checked(path, schema)
+    return table, items
+
+
+def _read_pack_checked(
+    path: Path, schema: pa.Schema
+) -> tuple[pa.Table, dict[str, Item], int | None]:
+    """:func:`_read_pack` and the pack's checksum (None: no pack read)."""
+    nothing = (schema.empty_table(), {}, None)
+    opened = _open_pack(path, schema)
+    if opened is None:
         return nothing
-    body, inode = sealed
+    try:
+        found = loads_exact(opened.description)
+        if found["format"] != FORMAT:
+            return nothing
+        return opened.table, _items(found, opened.table), opened.checksum
+    except (IntegrityError, KeyError, TypeError, ValueError, RecursionError) as exc:
+        discard(path, exc, opened.inode)
+        return nothing
+
+
+class OpenPack(NamedTuple):
+    """A pack opened and checked, its description not yet parsed: its whole table
+    (memory-mapped), the description's JSON text, the file's inode and its checksum."""
+
+    table: pa.Table
+    description: bytes
+    inode: int
+    checksum: int
+
+
+def _open_pack(path: Path, schema: pa.Schema) -> OpenPack | None:
+    """A pack's table and description, once its seal and schema check out; None when it is
+    missing, and when it is damaged (removed with a warning, :func:`discard`)."""
+    try:
+        body, inode, checksum = open_sealed_checked(path)
+    except FileNotFoundError:
+        return None
+    except IntegrityError as exc:
+        discard(path, exc)
+        return None
+    except OSError:
+        return None
     try:
         reader = pa.ipc.open_file(body)
         count = reader.num_record_batches
         if count == 0:
             raise IntegrityError("no description")
         last, metadata = reader.get_batch_with_custom_metadata(count - 1)
-        found = loads_exact(metadata[_KEY])
-        if found["format"] != FORMAT:
-            return nothing
         if reader.schema.remove_metadata() != schema or last.num_rows:
             raise IntegrityError("another schema")
         table = pa.Table.from_batches([reader.get_batch(i) for i in range(count - 1)], schema)
-        return table, _items(found, table)
-    except (
-        IntegrityError,
-        pa.ArrowException,
-        OSError,
-        KeyError,
-        TypeError,
-        ValueError,
-        RecursionError,
-    ) as exc:
+        return OpenPack(table, metadata[_KEY], inode, checksum)
+    except (IntegrityError, pa.ArrowException, OSError, KeyError, TypeError, ValueError) as exc:
         discard(path, exc, inode)
-        return nothing
+        return None
 
 
 _INT = {int}
@@ -313,6 +350,18 @@ def _items(described: dict[str, Any], table: pa.Table) -> dict[str, Item]:
     if start != table.num_rows:
         raise IntegrityError(f"items hold {start} rows, the table {table.num_rows}")
     return items
+
+
+class Served(NamedTuple):
+    """What :meth:`Index.read_entries` found: each file's entry or None, how many came from
+    the store's pack, how many of its items are stale, and the pack's items by path and
+    checksum (None: no pack)."""
+
+    found: list[Entry | None]
+    from_pack: int
+    stale: int
+    pack: dict[str, Item]
+    checksum: int | None
 
 
 REPLAY_TABLE = pa.schema(
@@ -364,12 +413,12 @@ class Index:
         identities: list[Identity | None],
         *,
         counted: bool = False,
-    ) -> tuple[list[Entry | None], int, int]:
+    ) -> Served:
         """Each file's entry valid for its identity (None: none; with ``counted``, also
         when its exact token counts were not made), how many came from the store's pack,
-        and how many of that pack's items are for files gone or changed."""
+        how many of that pack's items are for files gone or changed, and the pack."""
         pack_path = self._pack_path("stores", store)
-        _, pack = _read_pack(pack_path, MESSAGE_TABLE)
+        _, pack, checksum = _read_pack_checked(pack_path, MESSAGE_TABLE)
         own = self._own_names(store)
         found: list[Entry | None] = []
         from_pack = 0
@@ -396,7 +445,7 @@ class Index:
                 found.append(None)
                 continue
             from_pack += in_pack
-        return found, from_pack, _stale(pack, files, from_pack)
+        return Served(found, from_pack, _stale(pack, files, from_pack), pack, checksum)
 
     def write_entries(
         self, store: str, entries: list[tuple[Entry, Identity]], *, whole: bool
@@ -405,7 +454,8 @@ class Index:
         those files' own packs), else each in its file's own pack."""
         items = [_item(entry, identity) for entry, identity in entries]
         if whole:
-            _write_pack(self._pack_path("stores", store), items, MESSAGE_TABLE)
+            checksum = _write_pack(self._pack_path("stores", store), items, MESSAGE_TABLE)
+            self._write_catalog(store, items, checksum)
             own = self._own_names(store)  # listed once: most files have none
             if own:
                 for name in own & {_own_name(store, item.path) for item in items}:
@@ -413,6 +463,65 @@ class Index:
             return
         for item in items:
             _write_pack(self._own_path(store, item.path), [item], MESSAGE_TABLE)
+
+    def keep_catalog(self, store: str, served: Served) -> None:
+        """Write the catalog of a store's pack that has none (it was written by a load
+        that could not, or its catalog was lost) once a load served every file from it."""
+        if served.checksum is None:
+            return
+        path = self._pack_path("catalogs", store)
+        rows = sum(item.n_rows for item in served.pack.values())
+        if read_catalog(path, served.checksum, rows, FORMAT) is None:
+            self._write_catalog(store, list(served.pack.values()), served.checksum)
+
+    def _write_catalog(self, store: str, items: list[Item], checksum: int) -> None:
+        """Keep the catalog of the store's new pack (of ``checksum``), or drop the old one
+        when the store has none (see :func:`~sessionkit.store.catalog.catalog_of`)."""
+        target = self._pack_path("catalogs", store)
+        paths = [item.path for item in items]
+        table = catalog_of(paths, [item.extra for item in items], [i.identity for i in items])
+        if table is None:
+            target.unlink(missing_ok=True)
+            return
+        write_catalog(target, table, os.path.dirname(paths[0]), checksum, FORMAT)
+
+    def open_store(self, store: str) -> tuple[OpenPack, Catalog] | None:
+        """The store's pack, opened and checked but its description not parsed, and its
+        catalog; None when either is missing, damaged or not of this pack."""
+        opened = _open_pack(self._pack_path("stores", store), MESSAGE_TABLE)
+        if opened is None:
+            return None
+        path = self._pack_path("catalogs", store)
+        found = read_catalog(path, opened.checksum, opened.table.num_rows, FORMAT)
+        return None if found is None else (opened, found)
+
+    def unfolded(
+        self, store: str, opened: OpenPack, files: list[Path], identities: list[Identity]
+    ) -> list[Entry]:
+        """The entries of a pack opened by :meth:`open_store` for ``files`` at
+        ``identities`` (its catalog's), read from its description; IntegrityError when that
+        disagrees with them."""
+        pack_path = self._pack_path("stores", store)
+        try:
+            found = loads_exact(opened.description)
+            if found["format"] != FORMAT:
+                raise IntegrityError("another format than its catalog's")
+            items = _items(found, opened.table)
+            if len(items) != len(files):
+                raise IntegrityError("another file count than its catalog's")
+            entries = []
+            for file, identity in zip(files, identities, strict=True):
+                item = items[os.fsdecode(file)]
+                if item.identity != identity:
+                    raise IntegrityError("another identity than its catalog's")
+                entries.append(_entry(item, file, identity, self, store))
+        except (IntegrityError, KeyError, TypeError, ValueError, RecursionError) as exc:
+            discard(pack_path, exc, opened.inode)
+            raise IntegrityError(
+                f"the index of {os.path.dirname(files[0])} disagrees with its catalog "
+                f"({exc}); it was removed: load the store again"
+            ) from exc
+        return entries
 
     def forget_gone(self, store: str, files: list[Path]) -> int:
         """Remove the store's own packs of files that are gone or changed: any not named
@@ -435,7 +544,7 @@ class Index:
     def sweep(self) -> int:
         """Remove temp files that writers which died mid-write left in the index (see
         :func:`~sessionkit.store.cachedir.remove_dead_temp_files`); returns how many."""
-        kinds = ("stores", "files", "replays", "derived")
+        kinds = ("stores", "catalogs", "files", "replays", "derived")
         return sum(remove_dead_temp_files(self.folder / kind) for kind in kinds)
 
     def read_replays(self, store: str, name: str) -> tuple[pa.Table, dict[str, Item]]:

@@ -27,6 +27,7 @@ __all__ = [
     "IntegrityError",
     "discard",
     "open_sealed",
+    "open_sealed_checked",
     "open_sealed_or_none",
     "read_sealed",
     "read_sealed_or_none",
@@ -44,21 +45,29 @@ class IntegrityError(ValueError):
     """A cache file whose seal, layout or values do not check out: never trusted, rebuilt."""
 
 
-def seal(path: Path) -> None:
+def seal(path: Path) -> int:
     """Append the seal of ``path``'s current bytes (the file just written, not yet renamed
-    into place), so a reader can tell it from any damaged or foreign copy."""
+    into place), so a reader can tell it from any damaged or foreign copy; returns their
+    checksum (what another file names to say it belongs with this one)."""
     crc, length = 0, 0
     with open(path, "r+b") as file:
         while chunk := file.read(1 << 22):
             crc = zlib.crc32(chunk, crc)
             length += len(chunk)
         file.write(_SEAL.pack(_MAGIC, crc, length))
+    return crc
 
 
 def open_sealed(path: Path) -> tuple[pa.Buffer, int]:
+    """``path``'s checked Arrow bytes and its inode (see :func:`open_sealed_checked`)."""
+    body, inode, _ = open_sealed_checked(path)
+    return body, inode
+
+
+def open_sealed_checked(path: Path) -> tuple[pa.Buffer, int, int]:
     """``path``'s Arrow bytes, memory-mapped and checked against their seal before anything
-    parses them, and the file's inode (so :func:`discard` removes only this copy).  The
-    checksum is computed once per file version and process (see :data:`_VERIFIED`).
+    parses them, the file's inode (so :func:`discard` removes only this copy) and their
+    checksum, computed once per file version and process (see :data:`_VERIFIED`).
 
     Raises OSError (FileNotFoundError: there is no file), :class:`IntegrityError` when the
     seal is missing, of another length or another checksum.
@@ -82,7 +91,7 @@ def open_sealed(path: Path) -> tuple[pa.Buffer, int]:
         if zlib.crc32(memoryview(body)) != crc:
             raise IntegrityError("checksum mismatch")
         _remember(found, version)
-    return body, found.st_ino
+    return body, found.st_ino, crc
 
 
 _VERIFIED: dict[tuple[int, int], tuple[int, int, int, int]] = {}

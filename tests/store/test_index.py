@@ -416,13 +416,13 @@ def test_files_without_a_pack_of_their_own_cost_no_attempt_to_open_one(
     tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     opened: list[str] = []
-    real = sessionkit.store.index._read_pack
+    real = sessionkit.store.index._read_pack_checked
 
     def counted(path: Path, schema: pa.Schema):  # type: ignore[no-untyped-def]
         opened.append(path.parent.name)
         return real(path, schema)
 
-    monkeypatch.setattr(sessionkit.store.index, "_read_pack", counted)
+    monkeypatch.setattr(sessionkit.store.index, "_read_pack_checked", counted)
     folder = _small_files(tmp_path / "small")
     load(folder)
     assert opened == ["stores"]

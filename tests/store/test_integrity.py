@@ -73,7 +73,7 @@ DEFAULT_CACHE.flush()
 forget()
 pristine = {p: p.read_bytes() for p in sorted(cache.rglob("*.arrow"))}
 kinds = {p.relative_to(cache).parts[1] if p.parts[-3].startswith("index") else "tokens" for p in pristine}
-assert kinds == {"stores", "files", "replays", "derived", "tokens"}, kinds
+assert kinds == {"stores", "catalogs", "files", "replays", "derived", "tokens"}, kinds
 
 def crafted(path, data, rng):
     # a valid Arrow file whose strings (or numbers) differ, with the old seal or none

@@ -1,0 +1,193 @@
+"""A warm open without a Python object per file: when every session file of one folder is
+the version its store's pack holds, the corpus's frames come straight from the pack and its
+catalog (:mod:`sessionkit.store.catalog`), and its sessions are made only when first used."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pandas as pd
+
+from sessionkit.nanobot.naming import sessions_folder
+from sessionkit.nanobot.reader import Problem, named_like_session, temp_file_problems
+from sessionkit.nanobot.workspace import config_dir_hint
+from sessionkit.store.catalog import Catalog
+from sessionkit.store.counting import Method
+from sessionkit.store.frames import (
+    SESSION_VALUES,
+    Entry,
+    SessionColumns,
+    SessionValues,
+    message_rows,
+    session_rows,
+    sidecar_names,
+)
+from sessionkit.store.index import Identity, Index, OpenPack, folders_key
+
+__all__ = ["Snapshot", "open_snapshot"]
+
+PathLike = str | Path
+
+
+class Snapshot:
+    """A store opened from its pack and catalog: its frames from their columns, its entries
+    (and sessions) read from the pack's description when first asked for."""
+
+    def __init__(
+        self, index: Index, store: str, opened: OpenPack, catalog: Catalog, policy: str | None
+    ) -> None:
+        self.index = index
+        self.store = store
+        self.opened = opened
+        self.catalog = catalog
+        self.policy = policy
+        """The release every session is replayed with (None: the one that wrote its file)."""
+        self.keys: list[str] = catalog.column("key")
+        self.leftovers: list[Problem] = []
+        """The temp files interrupted saves left in the folder (listed with its sessions)."""
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def _paths(self) -> list[str]:
+        """Each file's path, as :func:`~sessionkit.nanobot.reader.find_session_files` names it."""
+        folder = self.catalog.folder
+        prefix = folder if folder.endswith(os.sep) else folder + os.sep
+        return [prefix + name for name in self.catalog.column("name")]
+
+    def _policies(self) -> list[str]:
+        if self.policy is not None:
+            return [self.policy] * len(self.keys)
+        return self.catalog.column("policy")
+
+    @property
+    def n_messages(self) -> int:
+        """How many messages the store holds."""
+        return self.opened.table.num_rows
+
+    def problems(self) -> list[Problem]:
+        """The problems the store's files record, file by file."""
+        found = []
+        for path, kept in zip(self._paths(), self.catalog.column("problems"), strict=True):
+            if kept is not None:
+                found += [
+                    Problem(path, line, why, skipped) for line, why, skipped in json.loads(kept)
+                ]
+        return found
+
+    def messages_frame(self, tokens: Method | None) -> pd.DataFrame:
+        """The messages frame (see :func:`~sessionkit.store.frames.messages_frame`)."""
+        columns = SessionColumns(
+            self.catalog.table.column("n_messages").to_numpy(),
+            self.keys,
+            self.catalog.column("last_consolidated"),
+            self._policies(),
+        )
+        return message_rows(self.opened.table, columns, None, tokens=tokens)
+
+    def sessions_frame(self, tokens: Method | None) -> pd.DataFrame:
+        """The sessions frame (see :func:`~sessionkit.store.frames.sessions_frame`)."""
+        policies = self._policies()
+        turns = {name: self.catalog.table.column(f"turns {name}") for name in set(policies)}
+        if len(turns) == 1:
+            counted = turns[policies[0]].to_pylist()
+        else:
+            chosen = [turns[p] for p in policies]
+            counted = [column[i].as_py() for i, column in enumerate(chosen)]
+        values = SessionValues(
+            {name: self.catalog.column(name) for name in SESSION_VALUES},
+            counted,
+            self.catalog.column("last_consolidated"),
+            policies,
+            self.catalog.column("has_records"),
+        )
+        paths = self._paths()
+        none = [None] * len(paths) if sidecar_names(self.catalog.folder) == set() else None
+        return session_rows(self.keys, paths, values, tokens=tokens, checkpoints=none)
+
+    def entries(self) -> list[Entry]:
+        """Each file's entry, read from the pack's description (the policy set as loaded)."""
+        files = list(map(Path, self._paths()))
+        identities = list(map(Identity._make, self.catalog.identities()))
+        entries = self.index.unfolded(self.store, self.opened, files, identities)
+        for entry in entries:
+            entry.session.policy = self.policy or entry.meta["policy"]
+        return entries
+
+
+def open_snapshot(
+    index: Index,
+    source: PathLike | list[PathLike] | tuple[PathLike, ...],
+    config_dir: PathLike | None,
+    *,
+    counted: bool,
+    policy: str | None,
+) -> Snapshot | None:
+    """The snapshot of ``source`` when it names one folder whose session files (regular
+    files all, none changed) are exactly those its store's pack and catalog hold (with
+    ``counted``, with exact token counts, in unique keys); else None, and the load reads
+    file by file."""
+    items = source if isinstance(source, list | tuple) else [source]
+    if len(items) != 1:
+        return None
+    path = Path(items[0]).expanduser()
+    if config_dir_hint(path) is not None or not path.is_dir():
+        return None
+    folder = sessions_folder(path, config_dir)
+    try:
+        with os.scandir(folder) as listing:
+            found = [(e.name, e.is_file(follow_symlinks=False)) for e in listing]
+        resolved = os.fspath(folder.resolve())
+    except OSError:
+        return None
+    named = sorted(entry for entry in found if named_like_session(entry[0]))
+    if not named or not all(regular for _, regular in named):
+        return None
+    store = folders_key([resolved])
+    kept = index.open_store(store)
+    if kept is None:
+        return None
+    opened, catalog = kept
+    names = [name for name, _ in named]
+    if catalog.folder != resolved or catalog.column("name") != names:
+        return None
+    if counted and not all(catalog.column("counted")):
+        return None
+    if _identities(resolved, names) != catalog.identities():
+        return None
+    snapshot = Snapshot(index, store, opened, catalog, policy)
+    if len(set(snapshot.keys)) != len(snapshot.keys):
+        return None  # duplicate keys: the load records which file it skipped
+    snapshot.leftovers = temp_file_problems(folder.absolute(), [name for name, _ in found])
+    return snapshot
+
+
+def _identities(folder: str, names: list[str]) -> list[tuple[int, ...]]:
+    """The identity of each file ``names`` in ``folder`` (as :data:`IDENTITY`; an empty
+    tuple for a file that is gone or not regular, which matches no identity)."""
+    relative = os.stat in os.supports_dir_fd
+    descriptor = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)) if relative else None
+    found: list[tuple[int, ...]] = []
+    try:
+        for name in names:
+            try:
+                if descriptor is None:
+                    seen = os.stat(os.path.join(folder, name))
+                else:
+                    seen = os.stat(name, dir_fd=descriptor)
+            except OSError:
+                found.append(())
+                continue
+            if not stat.S_ISREG(seen.st_mode):
+                found.append(())
+                continue
+            found.append(
+                (seen.st_dev, seen.st_ino, seen.st_size, seen.st_mtime_ns, seen.st_ctime_ns)
+            )
+    finally:
+        if descriptor is not None:
+            os.close(descriptor)
+    return found
