@@ -121,7 +121,7 @@ class Corpus:
         for session in sessions:
             first = self._by_key.get(session.key)
             if first is not None:
-                self._problems.append(_duplicate(session, first))
+                self._problems.append(_duplicate(session, first, 3))
                 continue
             self._by_key[session.key] = session
         self.token_method = tokens
@@ -147,7 +147,8 @@ class Corpus:
         for entry in entries:
             first = corpus._by_key.get(entry.session.key)
             if first is not None:
-                corpus._problems += [*entry_problems(entry), _duplicate(entry.session, first)]
+                duplicate = _duplicate(entry.session, first, 5)  # warned at load's caller
+                corpus._problems += [*entry_problems(entry), duplicate]
                 continue
             corpus._by_key[entry.session.key] = entry.session
             kept.append(entry)
@@ -332,13 +333,13 @@ def check_source(path: PathLike | list[PathLike] | tuple[PathLike, ...]) -> None
             raise SessionPathError(f"{target} is not a session store; pass {_EXPECTED}")
 
 
-def _duplicate(session: Session, first: Session) -> Problem:
+def _duplicate(session: Session, first: Session, stacklevel: int) -> Problem:
     reason = (
         f"duplicate session key {session.key!r}: {first.path} and {session.path} both hold it; "
         f"kept {first.path}, the first in load order (paths in the order given, each "
         "folder's or glob's files sorted by name), and skipped this file"
     )
-    warnings.warn(reason, stacklevel=4)
+    warnings.warn(reason, stacklevel=stacklevel)
     return Problem(str(session.path), None, reason)
 
 
@@ -787,7 +788,7 @@ def _keep(
             index.write_entries(store, kept, whole=whole)
         index.forget_gone(store, files)
     except (OSError, pa.ArrowException, ValueError) as exc:
-        warnings.warn(f"could not write the index in {index.root}: {exc}", stacklevel=3)
+        warnings.warn(f"could not write the index in {index.root}: {exc}", stacklevel=4)
         return
     for entry, identity in kept:
         if not isinstance(entry.session, IndexedSession):
@@ -801,7 +802,7 @@ def _keep_catalog(index: Index, store: str, served: Served) -> None:
     try:
         index.keep_catalog(store, served)
     except (OSError, pa.ArrowException, ValueError) as exc:
-        warnings.warn(f"could not write the index in {index.root}: {exc}", stacklevel=3)
+        warnings.warn(f"could not write the index in {index.root}: {exc}", stacklevel=4)
 
 
 RUN_BYTES = 32 << 20
