@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from sessionkit.nanobot.policies import POLICIES
@@ -53,12 +54,25 @@ class Catalog:
         self.folder = folder
 
     def column(self, name: str) -> list[Any]:
-        """A column as Python values."""
-        return self.table.column(name).to_pylist()
+        """A column as Python values (through numpy, many times faster than Arrow's
+        scalars, except for a column of integers with nulls)."""
+        found = self.table.column(name)
+        if found.null_count and pa.types.is_integer(found.type):
+            return found.to_pylist()
+        return found.to_numpy(zero_copy_only=False).tolist()
 
     def identities(self) -> list[tuple[int, ...]]:
         """The files' identities (as :data:`IDENTITY`), in order."""
         return list(zip(*(self.column(name) for name in IDENTITY), strict=True))
+
+    def holds(self, identities: list[list[int]]) -> bool:
+        """Whether the files' identities, one list per :data:`IDENTITY` column, are those
+        the catalog holds."""
+        for name, values in zip(IDENTITY, identities, strict=True):
+            kept = self.table.column(name).to_numpy()
+            if len(values) != len(kept) or not np.array_equal(np.array(values, kept.dtype), kept):
+                return False
+        return True
 
 
 def catalog_of(

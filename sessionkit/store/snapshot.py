@@ -14,7 +14,7 @@ import pandas as pd
 from sessionkit.nanobot.naming import sessions_folder
 from sessionkit.nanobot.reader import Problem, named_like_session, temp_file_problems
 from sessionkit.nanobot.workspace import config_dir_hint
-from sessionkit.store.catalog import Catalog
+from sessionkit.store.catalog import IDENTITY, Catalog
 from sessionkit.store.counting import Method
 from sessionkit.store.frames import (
     SESSION_VALUES,
@@ -156,7 +156,8 @@ def open_snapshot(
         return None
     if counted and not all(catalog.column("counted")):
         return None
-    if _identities(resolved, names) != catalog.identities():
+    identities = _identities(resolved, names)
+    if identities is None or not catalog.holds(identities):
         return None
     snapshot = Snapshot(index, store, opened, catalog, policy)
     if len(set(snapshot.keys)) != len(snapshot.keys):
@@ -165,29 +166,29 @@ def open_snapshot(
     return snapshot
 
 
-def _identities(folder: str, names: list[str]) -> list[tuple[int, ...]]:
-    """The identity of each file ``names`` in ``folder`` (as :data:`IDENTITY`; an empty
-    tuple for a file that is gone or not regular, which matches no identity)."""
+def _identities(folder: str, names: list[str]) -> list[list[int]] | None:
+    """The identities of files ``names`` in ``folder``, one list per :data:`IDENTITY`
+    column; None when one is gone or not a regular file (the store changed)."""
     relative = os.stat in os.supports_dir_fd
     descriptor = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)) if relative else None
-    found: list[tuple[int, ...]] = []
+    columns: list[list[int]] = [[] for _ in IDENTITY]
+    device, inode, size, mtime, ctime = columns
     try:
         for name in names:
-            try:
-                if descriptor is None:
-                    seen = os.stat(os.path.join(folder, name))
-                else:
-                    seen = os.stat(name, dir_fd=descriptor)
-            except OSError:
-                found.append(())
-                continue
+            if descriptor is None:
+                seen = os.stat(os.path.join(folder, name))
+            else:
+                seen = os.stat(name, dir_fd=descriptor)
             if not stat.S_ISREG(seen.st_mode):
-                found.append(())
-                continue
-            found.append(
-                (seen.st_dev, seen.st_ino, seen.st_size, seen.st_mtime_ns, seen.st_ctime_ns)
-            )
+                return None
+            device.append(seen.st_dev)
+            inode.append(seen.st_ino)
+            size.append(seen.st_size)
+            mtime.append(seen.st_mtime_ns)
+            ctime.append(seen.st_ctime_ns)
+    except OSError:
+        return None
     finally:
         if descriptor is not None:
             os.close(descriptor)
-    return found
+    return columns
