@@ -72,6 +72,8 @@ _MAX_ATTACHMENTS = 8
 _LEADING_STAMP = re.compile(r"\[Message Time: [^\]]+\]\n?")
 _LOCAL_IMAGE_LINE = re.compile(r"\[image: [/~][^\]]+\]\s*")
 _TOOL_ECHO_LINE = re.compile(r"\s*(?:generate_image|message)\([^)]*\)\s*")
+_LINE_MARKERS = ("[image: ", "generate_image(", "message(")
+"""What a line either pattern above matches must hold: text without them keeps every line."""
 
 
 def is_user(message: Message) -> bool:
@@ -141,11 +143,13 @@ def sanitize_assistant_text(text: str) -> str:
     stamp = _LEADING_STAMP.match(text)
     if stamp:
         text = text[stamp.end() :]
-    lines = [
-        line
-        for line in text.splitlines()
-        if not (_LOCAL_IMAGE_LINE.fullmatch(line) or _TOOL_ECHO_LINE.fullmatch(line))
-    ]
+    lines = text.splitlines()
+    if any(marker in text for marker in _LINE_MARKERS):
+        lines = [
+            line
+            for line in lines
+            if not (_LOCAL_IMAGE_LINE.fullmatch(line) or _TOOL_ECHO_LINE.fullmatch(line))
+        ]
     return "\n".join(lines).strip()
 
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from sessionkit.nanobot import history
 from sessionkit.nanobot.policies import (
     POLICIES,
     Policy,
@@ -98,6 +101,29 @@ def test_find_legal_message_start(messages: list[dict[str, Any]], expected: int)
 )
 def test_sanitize_assistant_text(text: str, expected: str) -> None:
     assert sanitize_assistant_text(text) == expected
+
+
+_PIECES = st.sampled_from(
+    ["a", " ", "\n", "\r", "\x0b", "\u2028", "(", ")", "[image: ", "/x.png]", "~", "]"]
+    + ["message(", "generate_image(", "[Message Time: t]\n", "\u00e9"]
+    + ["\nmessage(a)\n", "\n generate_image(b) \n", "\n[image: /p.png]\n", "\n[image: ~/q]\n"]
+)
+
+
+@given(st.lists(_PIECES, max_size=30).map("".join))
+def test_sanitize_assistant_text_skips_no_line_it_would_drop(text: str) -> None:
+    """Text without the markers a dropped line holds is only re-joined: the same as
+    matching every line against both patterns."""
+    stamp = history._LEADING_STAMP.match(text)
+    rest = text[stamp.end() :] if stamp else text
+    kept = [
+        line
+        for line in rest.splitlines()
+        if not (
+            history._LOCAL_IMAGE_LINE.fullmatch(line) or history._TOOL_ECHO_LINE.fullmatch(line)
+        )
+    ]
+    assert sanitize_assistant_text(text) == "\n".join(kept).strip()
 
 
 def test_replay_entry_skips_commands_and_empty_assistants() -> None:
