@@ -72,8 +72,6 @@ _MAX_ATTACHMENTS = 8
 _LEADING_STAMP = re.compile(r"\[Message Time: [^\]]+\]\n?")
 _LOCAL_IMAGE_LINE = re.compile(r"\[image: [/~][^\]]+\]\s*")
 _TOOL_ECHO_LINE = re.compile(r"\s*(?:generate_image|message)\([^)]*\)\s*")
-_LINE_MARKERS = ("[image: ", "generate_image(", "message(")
-"""What a line either pattern above matches must hold: text without them keeps every line."""
 
 
 def is_user(message: Message) -> bool:
@@ -139,12 +137,14 @@ def find_legal_message_start(messages: Sequence[Message]) -> int:
 
 
 def sanitize_assistant_text(text: str) -> str:
-    """Assistant text as replayed: no leading time stamp, no image or tool-echo lines."""
+    """Assistant text as replayed: no leading time stamp, no image or tool-echo lines (a
+    line either pattern matches holds ``[image: ``, ``message(`` or ``generate_image(``:
+    text without them keeps every line)."""
     stamp = _LEADING_STAMP.match(text)
     if stamp:
         text = text[stamp.end() :]
     lines = text.splitlines()
-    if any(marker in text for marker in _LINE_MARKERS):
+    if "[image: " in text or "message(" in text or "generate_image(" in text:
         lines = [
             line
             for line in lines

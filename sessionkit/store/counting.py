@@ -169,7 +169,9 @@ class TokenCache:
         return 0 if folder is None else remove_dead_temp_files(folder)
 
     def _segments(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        """The files on disk as (sorted keys, counts), memory-mapped on first use."""
+        """The files on disk as (sorted keys, counts), memory-mapped on first use; several
+        files of moderate size are merged in memory (a lookup searches each file), the
+        first file's count kept for a key several hold."""
         if self._disk is None:
             self._disk = []
             folder = self._usable_folder()
@@ -178,6 +180,11 @@ class TokenCache:
                     found = _read_counts(segment)
                     if found is not None and len(found[0]):
                         self._disk.append(found)
+            if len(self._disk) > 1 and sum(len(k) for k, _ in self._disk) <= _MERGED_KEYS:
+                keys, first = np.unique(
+                    np.concatenate([k for k, _ in self._disk]), return_index=True
+                )
+                self._disk = [(keys, np.concatenate([c for _, c in self._disk])[first])]
         return self._disk
 
     def flush_soon(self) -> None:
@@ -212,6 +219,9 @@ class TokenCache:
 
 
 _SEGMENTS = 16
+_MERGED_KEYS = 1 << 22
+"""Counts files holding at most this many keys together are searched as one array in
+memory (64 MiB): more are searched file by file, memory-mapped."""
 _FLUSH_COUNTS = 4096
 _FLUSH_SECONDS = 10.0
 _COUNTS = pa.schema([("key", pa.uint64()), ("count", pa.int64())])

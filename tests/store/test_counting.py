@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute
 import pytest
@@ -541,3 +542,19 @@ def test_counting_batches_cut_by_characters_and_count_as_count_tokens(
     assert sent == [2, 2, 1, 1, 1, 0]
     assert told == [2, 2, 1]
     assert len(cache) == 4  # the first two messages are one payload
+
+
+@pytest.mark.parametrize("merged_keys", [0, 1 << 22])
+def test_counts_files_answer_alike_merged_or_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, merged_keys: int
+) -> None:
+    """Several counts files are searched as one array in memory, or file by file past
+    ``_MERGED_KEYS``: the same answers, the oldest file's count for a key two hold."""
+    monkeypatch.setattr(counting, "_MERGED_KEYS", merged_keys)
+    folder = tmp_path / "tokens"
+    folder.mkdir()
+    for keys, counts in [([5, 1, 9], [50, 10, 90]), ([9, 3], [91, 30]), ([2], [20])]:
+        counting._write_counts(folder, np.array(keys, np.uint64), np.array(counts, np.int64))
+    cache = TokenCache(folder)
+    assert cache.get_many([1, 2, 3, 4, 5, 9, None]) == [10, 20, 30, None, 50, 90, None]
+    assert len(cache._segments()) == (1 if merged_keys else 3)
