@@ -170,11 +170,13 @@ class Corpus:
         return corpus
 
     def _unfold(self) -> None:
-        """Make a snapshot's sessions and entries (read from its pack's description)."""
-        snapshot, self._snapshot = self._snapshot, None
+        """Make a snapshot's sessions and entries (read from its pack's description; the
+        snapshot stays when that fails)."""
+        snapshot = self._snapshot
         if snapshot is None:
             return
         entries = snapshot.entries()
+        self._snapshot = None
         if self.token_cache is not DEFAULT_CACHE:
             bind_token_cache((e.session for e in entries), self.token_cache)
         self._by_key = {entry.session.key: entry.session for entry in entries}

@@ -91,12 +91,11 @@ class Snapshot:
     def sessions_frame(self, tokens: Method | None) -> pd.DataFrame:
         """The sessions frame (see :func:`~sessionkit.store.frames.sessions_frame`)."""
         policies = self._policies()
-        turns = {name: self.catalog.table.column(f"turns {name}") for name in set(policies)}
+        turns = {name: self.catalog.column(f"turns {name}") for name in set(policies)}
         if len(turns) == 1:
-            counted = turns[policies[0]].to_pylist()
+            counted = turns[policies[0]]
         else:
-            chosen = [turns[p] for p in policies]
-            counted = [column[i].as_py() for i, column in enumerate(chosen)]
+            counted = [turns[policy][i] for i, policy in enumerate(policies)]
         values = SessionValues(
             {name: self.catalog.column(name) for name in SESSION_VALUES},
             counted,
@@ -169,11 +168,12 @@ def open_snapshot(
 def _identities(folder: str, names: list[str]) -> list[list[int]] | None:
     """The identities of files ``names`` in ``folder``, one list per :data:`IDENTITY`
     column; None when one is gone or not a regular file (the store changed)."""
-    relative = os.stat in os.supports_dir_fd
-    descriptor = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)) if relative else None
     columns: list[list[int]] = [[] for _ in IDENTITY]
     device, inode, size, mtime, ctime = columns
+    descriptor = None
     try:
+        if os.stat in os.supports_dir_fd:
+            descriptor = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
         for name in names:
             if descriptor is None:
                 seen = os.stat(os.path.join(folder, name))

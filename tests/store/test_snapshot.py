@@ -14,10 +14,12 @@ import pytest
 
 import sessionkit.store.corpus
 import sessionkit.store.index
+import sessionkit.store.snapshot
 from sessionkit import load
 from sessionkit.nanobot.policies import POLICIES
 from sessionkit.store.catalog import read_catalog
 from sessionkit.store.corpus import REPOSITORY_DATA, Corpus
+from sessionkit.store.integrity import IntegrityError
 
 SAMPLES = ("sessions", "damaged", "nanobot-0.3.5")
 
@@ -213,3 +215,32 @@ def test_sessions_of_a_snapshot_parse_their_files_on_first_use(tmp_path: Path, c
     fresh = load(folder, cache=False)
     assert warm["telegram:42"].messages == fresh["telegram:42"].messages
     assert "telegram:42" in warm
+
+
+def test_a_pack_that_disagrees_with_its_catalog_is_reported_and_the_corpus_kept(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = _copy("sessions", tmp_path)
+    load(folder)
+    warm = load(folder)
+    monkeypatch.setattr(sessionkit.store.index, "FORMAT", sessionkit.store.index.FORMAT + 1)
+    with (
+        pytest.warns(UserWarning, match="damaged cache file"),
+        pytest.raises(IntegrityError, match="disagrees with its catalog"),
+    ):
+        list(warm)
+    assert warm._snapshot is not None  # its frames still answer
+    monkeypatch.undo()
+    pd.testing.assert_frame_equal(warm.messages, load(folder, cache=False).messages)
+
+
+def test_a_folder_gone_while_its_files_are_checked_is_a_changed_store(tmp_path: Path) -> None:
+    assert sessionkit.store.snapshot._identities(str(tmp_path / "gone"), ["a.jsonl"]) is None
+    (tmp_path / "a.jsonl").write_text("{}\n")
+    (tmp_path / "b.jsonl").mkdir()
+    assert sessionkit.store.snapshot._identities(str(tmp_path), ["a.jsonl", "b.jsonl"]) is None
+    [device], [inode], [size], *_ = sessionkit.store.snapshot._identities(
+        str(tmp_path), ["a.jsonl"]
+    )
+    found = os.stat(tmp_path / "a.jsonl")
+    assert (device, inode, size) == (found.st_dev, found.st_ino, 3)
