@@ -499,11 +499,15 @@ class Index:
         return None if found is None else (opened, found)
 
     def unfolded(
-        self, store: str, opened: OpenPack, files: list[Path], identities: list[Identity]
+        self,
+        store: str,
+        opened: OpenPack,
+        files: list[tuple[str, Path]],
+        identities: list[Identity],
     ) -> list[Entry]:
-        """The entries of a pack opened by :meth:`open_store` for ``files`` at
-        ``identities`` (its catalog's), read from its description; IntegrityError when that
-        disagrees with them."""
+        """The entries of a pack opened by :meth:`open_store` for ``files`` (each path as
+        text and as a Path) at ``identities`` (its catalog's), read from its description;
+        IntegrityError when that disagrees with them."""
         pack_path = self._pack_path("stores", store)
         try:
             found = loads_exact(opened.description)
@@ -513,15 +517,15 @@ class Index:
             if len(items) != len(files):
                 raise IntegrityError("another file count than its catalog's")
             entries = []
-            for file, identity in zip(files, identities, strict=True):
-                item = items[os.fsdecode(file)]
+            for (named, file), identity in zip(files, identities, strict=True):
+                item = items[named]
                 if item.identity != identity:
                     raise IntegrityError("another identity than its catalog's")
                 entries.append(_entry(item, file, identity, self, store))
         except (IntegrityError, KeyError, TypeError, ValueError, RecursionError) as exc:
             discard(pack_path, exc, opened.inode)
             raise IntegrityError(
-                f"the index of {os.path.dirname(files[0])} disagrees with its catalog "
+                f"the index of {os.path.dirname(files[0][0])} disagrees with its catalog "
                 f"({exc}); it was removed: load the store again"
             ) from exc
         return entries

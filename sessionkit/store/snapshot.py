@@ -26,6 +26,7 @@ from sessionkit.store.frames import (
     sidecar_names,
 )
 from sessionkit.store.index import Identity, Index, OpenPack, folders_key
+from sessionkit.store.nogc import no_gc
 
 __all__ = ["Snapshot", "open_snapshot"]
 
@@ -109,9 +110,14 @@ class Snapshot:
 
     def entries(self) -> list[Entry]:
         """Each file's entry, read from the pack's description (the policy set as loaded)."""
-        files = list(map(Path, self._paths()))
+        folder = Path(self.catalog.folder)
+        files = [
+            (path, folder / name)
+            for path, name in zip(self._paths(), self.catalog.column("name"), strict=True)
+        ]
         identities = list(map(Identity._make, self.catalog.identities()))
-        entries = self.index.unfolded(self.store, self.opened, files, identities)
+        with no_gc():
+            entries = self.index.unfolded(self.store, self.opened, files, identities)
         for entry in entries:
             entry.session.policy = self.policy or entry.meta["policy"]
         return entries
