@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from sessionkit.nanobot.policies import POLICIES
 from sessionkit.store.cachedir import write_ipc
+from sessionkit.store.frames import SESSION_VALUES
 from sessionkit.store.integrity import IntegrityError, discard, read_sealed_or_none
 
 __all__ = ["CATALOG", "IDENTITY", "Catalog", "catalog_of", "read_catalog", "write_catalog"]
@@ -91,22 +92,7 @@ def catalog_of(
     columns: dict[str, Any] = {"name": [os.path.basename(p) for p in paths]}
     for i, name in enumerate(IDENTITY):
         columns[name] = [identity[i] for identity in identities]
-    for name in (
-        "key",
-        "format",
-        "created_at",
-        "updated_at",
-        "title",
-        "preview",
-        "n_messages",
-        "tokens",
-        "tokens_fallback",
-        "first_message_at",
-        "last_message_at",
-        "last_consolidated",
-        "policy",
-        "counted",
-    ):
+    for name in ("key", *SESSION_VALUES, "last_consolidated", "policy", "counted"):
         columns[name] = [meta[name] for meta in metas]
     columns["has_records"] = [bool(meta["records"]) for meta in metas]
     columns["problems"] = [json.dumps(m["problems"]) if m["problems"] else None for m in metas]

@@ -54,7 +54,7 @@ from sessionkit.store.frames import MESSAGE_TABLE, Entry
 from sessionkit.store.integrity import (
     IntegrityError,
     discard,
-    open_sealed_checked,
+    open_sealed_checked_or_none,
     read_sealed_or_none,
 )
 
@@ -306,15 +306,10 @@ class OpenPack(NamedTuple):
 def _open_pack(path: Path, schema: pa.Schema) -> OpenPack | None:
     """A pack's table and description, once its seal and schema check out; None when it is
     missing, and when it is damaged (removed with a warning, :func:`discard`)."""
-    try:
-        body, inode, checksum = open_sealed_checked(path)
-    except FileNotFoundError:
+    sealed = open_sealed_checked_or_none(path)
+    if sealed is None:
         return None
-    except IntegrityError as exc:
-        discard(path, exc)
-        return None
-    except OSError:
-        return None
+    body, inode, checksum = sealed
     try:
         reader = pa.ipc.open_file(body)
         count = reader.num_record_batches

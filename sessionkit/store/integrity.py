@@ -28,6 +28,7 @@ __all__ = [
     "discard",
     "open_sealed",
     "open_sealed_checked",
+    "open_sealed_checked_or_none",
     "open_sealed_or_none",
     "read_sealed",
     "read_sealed_or_none",
@@ -132,6 +133,11 @@ def read_sealed_or_none(path: Path) -> tuple[pa.Table, int] | None:
 def open_sealed_or_none(path: Path) -> tuple[pa.Buffer, int] | None:
     """:func:`open_sealed`, or None as :func:`read_sealed_or_none`."""
     return _or_none(open_sealed, path)
+
+
+def open_sealed_checked_or_none(path: Path) -> tuple[pa.Buffer, int, int] | None:
+    """:func:`open_sealed_checked`, or None as :func:`read_sealed_or_none`."""
+    return _or_none(open_sealed_checked, path)
 
 
 def _or_none(read: Callable[[Path], T], path: Path) -> T | None:
