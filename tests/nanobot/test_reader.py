@@ -10,13 +10,19 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from sessionkit.nanobot import reader
 from sessionkit.nanobot.reader import (
+    CHECKPOINT_SUFFIX,
+    SESSION_SUFFIXES,
+    SIDECAR_NAMES,
     Problem,
     SessionPathError,
     find_session_files,
     leftover_temp_files,
+    named_like_session,
     read_session_file,
 )
 
@@ -505,3 +511,18 @@ def test_reading_never_writes(tmp_path: Path) -> None:
     before = (path.read_bytes(), os.stat(path).st_mtime_ns, sorted(tmp_path.iterdir()))
     read_session_file(path)
     assert (path.read_bytes(), os.stat(path).st_mtime_ns, sorted(tmp_path.iterdir())) == before
+
+
+@given(st.text(alphabet=".jsonlcheckpoint_webuidx", max_size=24))
+@example("..jsonl")
+@example(".a.json")
+@example("a.checkpoint.json")
+@example(".webui_session_index.json")
+def test_a_session_name_is_told_as_splitext_tells_its_suffix(name: str) -> None:
+    """The suffix rule without splitting a folder entry's name equals ``os.path.splitext``'s."""
+    told = (
+        os.path.splitext(name)[1] in SESSION_SUFFIXES
+        and not name.endswith(CHECKPOINT_SUFFIX)
+        and name not in SIDECAR_NAMES
+    )
+    assert named_like_session(name) is told
