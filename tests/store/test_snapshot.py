@@ -19,6 +19,7 @@ from sessionkit import load
 from sessionkit.nanobot.policies import POLICIES
 from sessionkit.store.catalog import read_catalog
 from sessionkit.store.corpus import REPOSITORY_DATA, Corpus
+from sessionkit.store.counting import token_cache_in, token_cache_of
 from sessionkit.store.integrity import IntegrityError
 
 SAMPLES = ("sessions", "damaged", "nanobot-0.3.5")
@@ -244,3 +245,15 @@ def test_a_folder_gone_while_its_files_are_checked_is_a_changed_store(tmp_path: 
     )
     found = os.stat(tmp_path / "a.jsonl")
     assert (device, inode, size) == (found.st_dev, found.st_ino, 3)
+
+
+def test_sessions_of_a_snapshot_count_through_the_cache_folder_of_their_load(
+    tmp_path: Path, cache: Path
+) -> None:
+    folder = _copy("sessions", tmp_path)
+    chosen = tmp_path / "chosen"
+    load(folder, cache=chosen)
+    warm = load(folder, cache=chosen)
+    assert warm._snapshot is not None
+    assert token_cache_of(list(warm)) is token_cache_in(chosen)
+    assert not cache.exists()  # nothing went to the default cache folder
