@@ -259,7 +259,7 @@ def _write_counts(folder: Path, keys: np.ndarray, counts: np.ndarray) -> None:
     write_ipc(folder / name, _COUNTS, [table])
 
 
-TOKENS_FORMAT = 2
+TOKENS_FORMAT = 3
 """The layout of persisted counts and their keys; another format lives in another folder."""
 
 DEFAULT_CACHE = TokenCache(lambda: default_cache_dir() / f"tokens-{TOKENS_FORMAT}")

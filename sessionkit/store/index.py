@@ -75,7 +75,7 @@ __all__ = [
     "store_key",
 ]
 
-FORMAT = 6
+FORMAT = 7
 """The layout of entries; entries of another format (or sessionkit version) are not read."""
 RACY_NS = 3_000_000_000
 """A file whose mtime or ctime is this close to the moment it was read is not indexed yet:

@@ -7,11 +7,11 @@ import json
 import os
 import subprocess
 import sys
-import zlib
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+import xxhash
 
 from sessionkit.store import integrity
 from sessionkit.store.cachedir import write_ipc
@@ -159,7 +159,7 @@ def test_a_seal_is_checked_before_pyarrow_reads_a_byte(tmp_path: Path) -> None:
         with pytest.raises(integrity.IntegrityError):
             integrity.read_sealed(target)
     target.write_bytes(body + tail)
-    assert int.from_bytes(tail[4:8], "little") == zlib.crc32(body)
+    assert int.from_bytes(tail[4:12], "little") == xxhash.xxh3_64_intdigest(body)
 
 
 def test_a_damaged_file_is_removed_with_one_warning(tmp_path: Path) -> None:
@@ -180,8 +180,9 @@ def test_a_file_checked_once_is_checked_again_only_when_it_changes(
     later = integrity.time.time_ns() + 10**10  # the file's stamps have settled by then
     monkeypatch.setattr(integrity.time, "time_ns", lambda: later)
     computed = []
+    real = xxhash.xxh3_64_intdigest
     monkeypatch.setattr(
-        integrity, "zlib", type("Z", (), {"crc32": lambda b: computed.append(1) or zlib.crc32(b)})
+        integrity.xxhash, "xxh3_64_intdigest", lambda b: computed.append(1) or real(b)
     )
     for _ in range(3):
         assert integrity.read_sealed(target)[0].equals(table)
