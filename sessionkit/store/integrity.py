@@ -3,11 +3,12 @@
 Every file sessionkit persists (entry packs, replay packs, derived window stacks, token
 counts) is an Arrow IPC file followed by a 20-byte seal: a magic tag, the XXH3 (64-bit)
 digest of the Arrow bytes and their length (XXH3 reads about 19 GB/s here, CRC-32 2.4: a
-warm open checks a store's whole pack).  :func:`open_sealed` checks the seal in Python before pyarrow
-parses a single byte, because pyarrow trusts what it maps: flipped bits in string offsets
-crash the process, and flipped bits in text or counts give wrong answers silently.  A file
-that fails a check is reported once (:func:`discard`: a one-line warning) and removed, so
-its entries are rebuilt from the session files and the next load reads a good copy.
+warm open checks a store's whole pack).  :func:`open_sealed` checks the seal in Python
+before pyarrow parses a single byte, because pyarrow trusts what it maps: flipped bits in
+string offsets crash the process, and flipped bits in text or counts give wrong answers
+silently.  A file that fails a check is reported once (:func:`discard`: a one-line warning)
+and removed, so its entries are rebuilt from the session files and the next load reads a
+good copy.
 """
 
 from __future__ import annotations
