@@ -16,7 +16,7 @@ import pyarrow as pa
 from sessionkit.nanobot.policies import POLICIES
 from sessionkit.store.cachedir import write_ipc
 from sessionkit.store.frames import SESSION_VALUES
-from sessionkit.store.integrity import IntegrityError, discard, read_sealed_or_none
+from sessionkit.store.integrity import IntegrityError, read_sealed_checked
 
 __all__ = ["CATALOG", "IDENTITY", "Catalog", "catalog_of", "read_catalog", "write_catalog"]
 
@@ -114,11 +114,8 @@ def read_catalog(path: Path, pack: int, pack_rows: int, layout: int) -> Catalog 
     """The catalog at ``path`` when it was written for the pack of checksum ``pack`` (of
     ``pack_rows`` rows) in format ``layout``, else None.  Its values are checked: one that
     fails its seal, or whose columns break the catalog's rules, is removed with a warning."""
-    sealed = read_sealed_or_none(path)
-    if sealed is None:
-        return None
-    table, inode = sealed
-    try:
+
+    def checked(table: pa.Table) -> Catalog | None:
         found = json.loads(table.schema.metadata[_KEY])
         if found["format"] != layout or found["pack"] != pack:
             return None
@@ -132,6 +129,5 @@ def read_catalog(path: Path, pack: int, pack_rows: int, layout: int) -> Catalog 
         if not set(table.column("policy").unique().to_pylist()) <= set(POLICIES):
             raise IntegrityError("an unknown release")
         return Catalog(table, found["folder"])
-    except (IntegrityError, pa.ArrowException, KeyError, TypeError, ValueError) as exc:
-        discard(path, exc, inode)
-        return None
+
+    return read_sealed_checked(path, checked)

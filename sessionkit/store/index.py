@@ -55,7 +55,7 @@ from sessionkit.store.integrity import (
     IntegrityError,
     discard,
     open_sealed_checked_or_none,
-    read_sealed_or_none,
+    read_sealed_checked,
 )
 
 __all__ = [
@@ -567,12 +567,8 @@ class Index:
         """Arrays kept under ``name`` for ``stamp`` (the versions of what they were derived
         from), memory-mapped and read-only; None when there are none for that stamp.  A
         damaged file is removed with a warning (:func:`discard`)."""
-        path = self._derived_path(name)
-        sealed = read_sealed_or_none(path)
-        if sealed is None:
-            return None
-        table, inode = sealed
-        try:
+
+        def checked(table: pa.Table) -> dict[str, np.ndarray] | None:
             found = json.loads(table.schema.metadata[_KEY])
             if found["format"] != FORMAT or [found["name"], found["stamp"]] != [name, stamp]:
                 return None
@@ -584,9 +580,8 @@ class Index:
                 key: np.frombuffer(column[i].as_buffer(), dtype=dtype)
                 for i, (key, dtype) in enumerate(found["arrays"])
             }
-        except (IntegrityError, pa.ArrowException, KeyError, TypeError, ValueError) as exc:
-            discard(path, exc, inode)
-            return None
+
+        return read_sealed_checked(self._derived_path(name), checked)
 
     def write_arrays(self, name: str, stamp: str, arrays: dict[str, np.ndarray]) -> None:
         """Keep numpy arrays under ``name`` for ``stamp``, replacing any kept before; a

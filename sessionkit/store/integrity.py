@@ -33,6 +33,7 @@ __all__ = [
     "open_sealed_checked_or_none",
     "open_sealed_or_none",
     "read_sealed",
+    "read_sealed_checked",
     "read_sealed_or_none",
     "seal",
 ]
@@ -132,6 +133,22 @@ def read_sealed_or_none(path: Path) -> tuple[pa.Table, int] | None:
     """:func:`read_sealed`, or None when the file is missing, unreadable or damaged (a
     damaged one is removed with a warning, :func:`discard`, so it is rebuilt)."""
     return _or_none(read_sealed, path)
+
+
+def read_sealed_checked(path: Path, check: Callable[[pa.Table], T]) -> T | None:
+    """``check`` of the table in a sealed file: None when the file is missing, unreadable
+    or damaged (see :func:`read_sealed_or_none`), or when ``check`` finds its values bad
+    (raises :class:`IntegrityError`, or fails reading them): that file is removed with a
+    warning (:func:`discard`).  ``check`` returns None for a file not for this use."""
+    sealed = read_sealed_or_none(path)
+    if sealed is None:
+        return None
+    table, inode = sealed
+    try:
+        return check(table)
+    except (IntegrityError, pa.ArrowException, KeyError, TypeError, ValueError) as exc:
+        discard(path, exc, inode)
+        return None
 
 
 def open_sealed_or_none(path: Path) -> tuple[pa.Buffer, int] | None:
