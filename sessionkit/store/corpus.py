@@ -175,10 +175,8 @@ class Corpus:
         snapshot = self._snapshot
         if snapshot is None:
             return
-        entries = snapshot.entries()
+        entries = _as_loaded(snapshot.entries(), snapshot.policy, self.token_cache)
         self._snapshot = None
-        if self.token_cache is not DEFAULT_CACHE:
-            bind_token_cache((e.session for e in entries), self.token_cache)
         self._by_key = {entry.session.key: entry.session for entry in entries}
         self._entries = entries
 
@@ -537,13 +535,19 @@ def _loaded(
         if from_pack == len(files):
             _keep_catalog(index, store, served)
         counts.sweep()  # type: ignore[union-attr]
-    entries = [e for e in found if e is not None]
+    entries = _as_loaded([e for e in found if e is not None], chosen, counts)
+    problems.extend(leftover_temp_files(source, config_dir))
+    return Corpus._of_entries(entries, problems, tokens, counts)
+
+
+def _as_loaded(entries: list[Entry], chosen: str | None, counts: TokenCache | None) -> list[Entry]:
+    """``entries`` with their sessions as a load hands them out: replayed with the release
+    ``chosen`` (None: each its own), counting through the load's token cache."""
     for entry in entries:
         entry.session.policy = chosen or entry.meta["policy"]
-    problems.extend(leftover_temp_files(source, config_dir))
     if counts is not DEFAULT_CACHE:
         bind_token_cache((e.session for e in entries), counts)
-    return Corpus._of_entries(entries, problems, tokens, counts)
+    return entries
 
 
 READ_PROGRESS_BYTES = 20_000_000

@@ -109,7 +109,7 @@ class Snapshot:
         return session_rows(self.keys, paths, values, tokens=tokens, checkpoints=none)
 
     def entries(self) -> list[Entry]:
-        """Each file's entry, read from the pack's description (the policy set as loaded)."""
+        """Each file's entry, read from the pack's description."""
         folder = Path(self.catalog.folder)
         files = [
             (path, folder / name)
@@ -117,10 +117,7 @@ class Snapshot:
         ]
         identities = list(map(Identity._make, self.catalog.identities()))
         with no_gc():
-            entries = self.index.unfolded(self.store, self.opened, files, identities)
-        for entry in entries:
-            entry.session.policy = self.policy or entry.meta["policy"]
-        return entries
+            return self.index.unfolded(self.store, self.opened, files, identities)
 
 
 def open_snapshot(
