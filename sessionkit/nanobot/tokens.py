@@ -8,6 +8,7 @@ falls back to ``len(payload) // 4 + 4``.
 
 from __future__ import annotations
 
+import string
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -27,8 +28,11 @@ __all__ = [
     "estimate_message_tokens",
     "fallback_message_tokens",
     "fallback_payload_tokens",
+    "has_marker",
     "has_special_tokens",
     "message_payload",
+    "splits_between",
+    "SPLITS_BY_RULE",
 ]
 
 CL100K_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
@@ -44,6 +48,7 @@ _CL100K_SPECIAL = {
     "<|endofprompt|>": 100276,
 }
 FRAMING_TOKENS = 4
+_ASCII_PUNCTUATION = frozenset(string.punctuation)
 
 
 @lru_cache(maxsize=1)
@@ -90,13 +95,38 @@ def count_cl100k(text: str) -> int:
     return len(encoding().encode(text))
 
 
+def splits_between(prefix: str, rest: str) -> bool:
+    r"""Whether cl100k_base's pre-tokenizer cuts ``prefix + rest`` exactly between the two, so
+    its tokens are those of ``prefix`` then those of ``rest``.
+
+    True when ``prefix`` ends in ASCII punctuation and a newline and ``rest`` starts with
+    neither ``\r`` nor ``\n``: that punctuation takes the newlines after it into its pre-token
+    (`` ?[^\s\p{L}\p{N}]++[\r\n]*+``), which so ends where ``rest`` begins, and no alternative
+    of the pattern looks back.
+    """
+    return (
+        prefix[-1:] == "\n" and prefix[-2:-1] in _ASCII_PUNCTUATION and rest[:1] not in ("\r", "\n")
+    )
+
+
+SPLITS_BY_RULE = {"cl100k_base+4": splits_between}
+"""Each plain counting rule (``ReplayPolicy.plain_count``) whose pre-tokenizer split is
+known: the test of a text that joins another with the sum of their counts."""
+
+
 def fallback_payload_tokens(payload: str) -> int:
     return max(FRAMING_TOKENS, len(payload) // 4 + FRAMING_TOKENS) if payload else FRAMING_TOKENS
 
 
+def has_marker(text: str) -> bool:
+    """Whether ``text`` holds ``<|``, which every special token starts with (a search for
+    ``<`` first: one ``memchr``, many times faster over long text without it)."""
+    return "<" in text and "<|" in text
+
+
 def has_special_tokens(payload: str) -> bool:
     # tiktoken's encode() refuses special-token text; nanobot then takes its fallback.
-    return "<|" in payload and any(s in payload for s in _CL100K_SPECIAL)
+    return has_marker(payload) and any(s in payload for s in _CL100K_SPECIAL)
 
 
 def _payload_tokens(payload: str) -> int:

@@ -47,6 +47,7 @@ from sessionkit.nanobot.policies import (
 )
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings
+from sessionkit.nanobot.tokens import SPLITS_BY_RULE, has_marker
 from sessionkit.store.cachedir import name_digest
 from sessionkit.store.counting import (
     DEFAULT_CACHE,
@@ -54,6 +55,7 @@ from sessionkit.store.counting import (
     ReadThroughCache,
     TokenCache,
     count_tokens,
+    text_tokens,
     token_cache_of,
 )
 from sessionkit.store.fields import hidden_flags, message_field, truthy_flags, user_turn_flags
@@ -256,7 +258,8 @@ class _Counter:
     entry holding its message's own key fields, with text content, is known by its rule and
     content: it takes the message's stored count when that is for the same rule and content,
     or the count of an entry with the same rule and content counted for an earlier release;
-    only the rest are counted.
+    an entry whose text only puts a line before its message's is counted as that line plus
+    the stored count (:meth:`_prefixed`); only the rest are counted.
     """
 
     def __init__(
@@ -270,7 +273,7 @@ class _Counter:
         self.plain = _plain_fields(messages, self.fields)
         self.plain_messages = np.fromiter(
             (
-                p and type(c) is str and "<" not in c
+                p and type(c) is str and not has_marker(c)
                 for p, c in zip(self.plain, self.contents, strict=True)
             ),
             dtype=bool,
@@ -291,7 +294,7 @@ class _Counter:
         ours = map(self.contents.__getitem__, kept)
         same_text = np.fromiter(
             (
-                type(c) is str and type(m) is str and c == m
+                c is m or (type(c) is str and type(m) is str and c == m)
                 for c, m in zip(contents, ours, strict=True)
             ),
             dtype=bool,
@@ -306,10 +309,49 @@ class _Counter:
         found = own & same_text & same_rule & (stored >= 0)
         counts = np.where(found, stored, -1)
         rest = np.flatnonzero(~found).tolist()
+        rule = policy.plain_count
+        if rest and rule == self.stored_policy.plain_count and rule in SPLITS_BY_RULE:
+            rest = self._prefixed(SPLITS_BY_RULE[rule], contents, kept, rest, own, stored, counts)
         if rest:
             batch = [replayed[j] for j in rest]
             counts[rest] = self._counted(policy, batch, [kept[j] for j in rest], own[rest])
         return counts
+
+    def _prefixed(
+        self,
+        splits: Callable[[str, str], bool],
+        contents: list[Any],
+        kept: list[int],
+        rest: list[int],
+        own: np.ndarray,
+        stored: np.ndarray,
+        counts: np.ndarray,
+    ) -> list[int]:
+        """Count the entries of ``rest`` whose payload is a text put before their message's own
+        plain payload where the counting rule's pre-tokenizer ``splits`` (0.2.2's
+        ``[Message Time: …]`` line): that text's tokens plus the message's stored count, which
+        is for the same rule.  Returns the others."""
+        others, at, prefixes = [], [], []
+        for j in rest:
+            i, text, mine = kept[j], contents[j], self.contents[kept[j]]
+            if (
+                own[j]
+                and stored[j] >= 0
+                and self.plain_messages[i]
+                and type(text) is str
+                and mine
+                and len(text) > len(mine)
+                and text.endswith(mine)
+            ):
+                prefix = text[: len(text) - len(mine)]
+                if not has_marker(prefix) and splits(prefix, mine):
+                    at.append(j)
+                    prefixes.append(prefix)
+                    continue
+            others.append(j)
+        if at:
+            counts[at] = np.array(text_tokens(prefixes), np.int64) + stored[at]
+        return others
 
     def _counted(
         self,
@@ -329,7 +371,7 @@ class _Counter:
             content = entry.get("content")
             label = None
             if mine and type(content) is str:
-                plain = self.plain[i] and "<" not in content
+                plain = self.plain[i] and not has_marker(content)
                 label = (i, f"*{policy.plain_count}" if plain else policy.name, content)
                 found = self.known.get(label)
                 if found is not None:
@@ -357,22 +399,22 @@ class _Counter:
 
 def _plain_fields(messages: list[dict[str, Any]], fields: list[list[Any]]) -> list[bool]:
     """Per message: whether its key fields other than content (``fields``, in the order of
-    :data:`_KEY_FIELDS`) are missing or hold no ``<``: names, call ids and reasoning text,
-    tool calls as JSON without null (so no ``<|`` is in any field of an entry holding them
-    with ``<``-free text)."""
+    :data:`_KEY_FIELDS`) are missing or hold no ``<|``: names, call ids and reasoning text,
+    tool calls as JSON without null (the payload joins its parts with newlines, so no
+    ``<|`` is in the payload of an entry holding them with ``<|``-free text)."""
     plain = [True] * len(messages)
     calls, *texts = fields
     for values in texts:
         for i in compress(range(len(values)), map(is_not, values, repeat(None))):
             value = values[i]
-            plain[i] = plain[i] and type(value) is str and "<" not in value
+            plain[i] = plain[i] and type(value) is str and not has_marker(value)
     for i in compress(range(len(calls)), calls):
         try:
             dumped = orjson.dumps(calls[i])
         except (orjson.JSONEncodeError, TypeError):
             plain[i] = False
             continue
-        plain[i] = plain[i] and b"<" not in dumped and b"null" not in dumped  # null: NaN too
+        plain[i] = plain[i] and b"<|" not in dumped and b"null" not in dumped  # null: NaN too
     return plain
 
 
@@ -658,7 +700,7 @@ def _compute_chunk(indices: list[int]) -> tuple[list[int], list[list[Replay]], l
     parsed once for all of them)."""
     sessions, jobs, missing = SHARED["sessions"], SHARED["jobs"], SHARED["missing"]
     delta = ReadThroughCache(SHARED["cache"])
-    with no_gc():
+    with no_gc(kept=True):  # the sessions keep their parsed messages
         replays = [
             _compute(
                 sessions[i], _targets(sessions[i], jobs, missing[i]), delta, SHARED["stored"][i]

@@ -38,6 +38,7 @@ from sessionkit.nanobot.policies import DEFAULT_POLICY, ReplayPolicy, get_policy
 from sessionkit.nanobot.tokens import (
     FRAMING_TOKENS,
     encoding,
+    has_marker,
     has_special_tokens,
 )
 from sessionkit.nanobot.uncountable import counts_or_missing
@@ -63,6 +64,7 @@ __all__ = [
     "count_tokens",
     "counting_workers",
     "ready_to_fork",
+    "text_tokens",
     "token_cache_in",
     "token_cache_of",
 ]
@@ -341,7 +343,7 @@ def _key_text(
     counting it alike names (``plain``: :attr:`~sessionkit.nanobot.release.ReplayPolicy.plain_count`)."""
     head = f"s{len(content)}:{content}" if type(content) is str else f"j{content!r}"
     fields = f"{head}|{calls!r}|{_text(name)}|{_text(call_id)}|{_text(reasoning)}"
-    shared = type(content) is not tuple and "<|" not in fields
+    shared = type(content) is not tuple and not has_marker(fields)
     return f"{plain if shared else policy}|{fields}"
 
 
@@ -443,6 +445,12 @@ def _encode_lengths(payloads: Sequence[str]) -> list[int]:
         return list(map(count, payloads))
     except UnicodeEncodeError:  # a lone surrogate somewhere in the batch
         return [count(_repaired(p)) for p in payloads]
+
+
+def text_tokens(texts: Sequence[str]) -> list[int]:
+    """cl100k_base tokens of short texts holding no ``<|``, counted now: for a line of text
+    looking its count up in a :class:`TokenCache` costs more than counting it."""
+    return _encode_lengths(texts)
 
 
 def _payload_counts(messages: Sequence[dict[str, Any]], policy: str) -> list[int]:

@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import json
 import shutil
+import string
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sessionkit.nanobot import tokens
 from sessionkit.nanobot.tokens import (
     encoding,
     estimate_message_tokens,
     fallback_message_tokens,
+    has_marker,
     message_payload,
+    splits_between,
 )
 
 TOOL_CALLS = [
@@ -215,3 +220,44 @@ def test_encoding_rejects_a_tampered_file(monkeypatch: pytest.MonkeyPatch, tmp_p
     monkeypatch.setattr(tokens.resources, "files", lambda package: tmp_path)
     with pytest.raises(ValueError, match="Hash mismatch"):
         encoding()
+
+
+def _tokens(text: str) -> int:
+    return len(encoding().encode_ordinary(text))
+
+
+TRICKY_STARTS = ["", "'s", "'LL", " ", "  x", "\t\n", "1", "123", "a", "é", "/", "]", "<", "\u2028"]
+
+
+@given(
+    head=st.text(max_size=30),
+    mark=st.sampled_from(string.punctuation),
+    start=st.sampled_from(TRICKY_STARTS),
+    tail=st.text(max_size=30),
+)
+def test_a_text_cut_after_punctuation_and_a_newline_counts_as_its_two_parts(
+    head: str, mark: str, start: str, tail: str
+) -> None:
+    prefix, rest = f"{head}{mark}\n", start + tail
+    assert splits_between(prefix, rest) is (rest[:1] not in ("\r", "\n"))
+    if splits_between(prefix, rest):
+        assert _tokens(prefix + rest) == _tokens(prefix) + _tokens(rest)
+
+
+@pytest.mark.parametrize(
+    ("prefix", "rest"),
+    [("a]\n", "\nb"), ("x:\n", "\n"), ("[Message Time: x]\n", "\n\nhello"), ("a]", "\nb")],
+)
+def test_texts_the_rule_does_not_cut_can_count_otherwise(prefix: str, rest: str) -> None:
+    assert not splits_between(prefix, rest)
+    assert _tokens(prefix + rest) != _tokens(prefix) + _tokens(rest)
+
+
+@pytest.mark.parametrize("prefix", ["a\n", "a \n", "]", "", "é\n", "]\r\n"])
+def test_only_ascii_punctuation_before_one_final_newline_cuts(prefix: str) -> None:
+    assert not splits_between(prefix, "b")
+
+
+@given(st.text(alphabet="<|ab", max_size=12))
+def test_has_marker_finds_exactly_the_special_token_start(text: str) -> None:
+    assert has_marker(text) is ("<|" in text)

@@ -14,6 +14,7 @@ import sessionkit
 from sessionkit import Session
 from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.settings import HistorySettings
+from sessionkit.nanobot.tokens import encoding
 from sessionkit.simulate.replay import (
     cache_size,
     clear_cache,
@@ -249,7 +250,7 @@ def test_entries_equal_to_their_message_take_its_stored_count(
     ``<|``); an entry counted for one release is reused by the next with the same rule."""
     import sessionkit.simulate.replay as replay_module
 
-    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"x": "<b>"}'}}
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"x": "<|b>"}'}}
     messages = [
         user("q"),
         assistant("a <|endoftext|>"),
@@ -285,6 +286,46 @@ def test_entries_equal_to_their_message_take_its_stored_count(
         ("nanobot-0.3.0", ["a <|endoftext|>", "c"]),
         ("nanobot-0.3.5", ["a <|endoftext|>", "c"]),
     ]
+
+
+def test_a_stamped_entry_counts_its_stamp_line_plus_its_messages_stored_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """0.2.2's ``[Message Time: …]`` line before a user message's own plain text costs the
+    line's tokens plus the message's stored count; an entry is counted whole where the
+    pre-tokenizer joins the line to the text (text starting with a newline), where the line
+    or the text holds ``<|``, or where the text changed too; an entry holding its message's
+    own content list takes the stored count.  Every count equals counting the entry."""
+    import sessionkit.simulate.replay as replay_module
+
+    messages = [
+        user("q"),
+        user("\nq"),
+        user("\rq"),
+        user("say <|endoftext|>"),
+        user("q", timestamp="<|endoftext|>"),
+        user("q", media=["/m.png"]),
+        user([{"type": "text", "text": "q"}]),
+        user("it's <b>"),
+    ]
+    session = Session("k", messages)
+    counted: list[Any] = []
+
+    def spy(batch: list[dict[str, Any]], **kwargs: Any) -> list[int]:
+        counted.extend(e["content"] for e in batch)
+        return count_tokens(batch, **kwargs)
+
+    monkeypatch.setattr(replay_module, "count_tokens", spy)
+    clear_cache()
+    stored = np.array(count_tokens(messages, cache=None))
+    (found,) = replay_jobs(
+        [session], [(POLICY.name, STAMPED)], workers=1, progress=False, cache=None, stored=[stored]
+    )
+    entries = [POLICY.replay_entry(m, include_timestamps=True) for m in messages]
+    assert found[0].tokens.tolist() == count_tokens(entries, cache=None)
+    stamp = "[Message Time: 2026-01-01T10:00:00]\n"
+    assert found[0].tokens[0] == len(encoding().encode_ordinary(stamp)) + stored[0]
+    assert counted == [entries[i]["content"] for i in (1, 2, 3, 4, 5)]
 
 
 def test_a_grid_on_a_loaded_store_reuses_its_counts_and_equals_one_in_memory(

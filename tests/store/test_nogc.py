@@ -27,3 +27,15 @@ def test_a_collector_the_caller_paused_stays_paused() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_what_a_worker_keeps_is_frozen_so_no_collection_walks_it() -> None:
+    kept = [{"n": i} for i in range(3)]
+    try:
+        with no_gc(kept=True):
+            kept.extend({"n": i} for i in range(1_000))
+            assert gc.get_freeze_count() == 0
+        assert gc.isenabled()
+        assert gc.get_freeze_count() >= len(kept)
+    finally:
+        gc.unfreeze()
