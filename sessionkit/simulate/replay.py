@@ -84,6 +84,8 @@ T = TypeVar("T")
 _AUTO_PARALLEL_MESSAGES = 50_000
 _AUTO_PROGRESS_MESSAGES = 20_000
 _CHUNK_MESSAGES = 5_000
+_SPLIT_MESSAGES = 100_000
+"""A session this long is replayed by all workers, each taking a range of its messages."""
 _DERIVED_KEPT = 6
 UNREPLAYABLE = -3
 """``Replay.declared`` of a message the release's entry rewrite raises on."""
@@ -150,35 +152,84 @@ def _compute(
     """The session's :class:`Replay` under each target: what does not depend on the release
     is read from the messages once, and each entry is counted once per counting rule
     (``stored``: the messages' own counts by :data:`STORED_POLICY`, -1 where none)."""
-    messages = session.messages
+    return _assembled([_part(session.messages, 0, targets, cache, stored)], targets)
+
+
+@dataclass
+class _Part:
+    """What one range of a session's messages gives its replays (see :func:`_assembled`):
+    what each message tells alone, and per target the range's turn flags, replayed entries
+    (``kept``, source indices from the session's start), their counts, and the messages the
+    rewrite raised on (``raised``, from the session's start too)."""
+
+    answered: list[str | None]
+    declares: list[tuple[str, ...]]
+    shared: dict[str, np.ndarray]
+    turns: list[np.ndarray]
+    kept: list[list[int]]
+    raised: list[list[int]]
+    tokens: list[np.ndarray]
+
+
+def _part(
+    messages: list[dict[str, Any]],
+    start: int,
+    targets: list[Target],
+    cache: TokenCache | None,
+    stored: np.ndarray | None,
+) -> _Part:
+    """The :class:`_Part` of ``messages``, the session's from index ``start`` on (``stored``:
+    their stored counts, see :func:`_compute`)."""
     roles = message_field(messages, "role")
-    answered = [
-        tool_result_id(m) if r == "tool" else None for m, r in zip(messages, roles, strict=True)
-    ]
-    declares = [
-        tuple(tool_call_ids(m)) if r == "assistant" else ()
-        for m, r in zip(messages, roles, strict=True)
-    ]
-    declared = _declared(answered, declares)
     is_user = np.fromiter(map(eq, roles, repeat("user")), dtype=bool, count=len(messages))
-    shared = {
-        "is_user": is_user,
-        "delivery": truthy_flags(message_field(messages, "_channel_delivery")),
-        "command": is_user & truthy_flags(message_field(messages, "_command")),
-        "checkpoint": np.fromiter(
-            map(is_, message_field(messages, HIDDEN_HISTORY_KEY), repeat(True)),
-            dtype=bool,
-            count=len(messages),
-        ),
-    }
+    part = _Part(
+        answered=[
+            tool_result_id(m) if r == "tool" else None for m, r in zip(messages, roles, strict=True)
+        ],
+        declares=[
+            tuple(tool_call_ids(m)) if r == "assistant" else ()
+            for m, r in zip(messages, roles, strict=True)
+        ],
+        shared={
+            "is_user": is_user,
+            "delivery": truthy_flags(message_field(messages, "_channel_delivery")),
+            "command": is_user & truthy_flags(message_field(messages, "_command")),
+            "checkpoint": np.fromiter(
+                map(is_, message_field(messages, HIDDEN_HISTORY_KEY), repeat(True)),
+                dtype=bool,
+                count=len(messages),
+            ),
+        },
+        turns=[],
+        kept=[],
+        raised=[],
+        tokens=[],
+    )
     counter = _Counter(messages, stored, cache)
     hidden = hidden_flags(messages)
-    replays: list[Replay] = []
     for policy, settings in targets:
         entries, raised = _rewritten(messages, policy.entry_function(settings))
         kept = [i for i, entry in enumerate(entries) if entry is not None]
+        part.turns.append(user_turn_flags(messages, roles, hidden, policy))
+        part.tokens.append(counter.counts(policy, entries, kept))
+        part.kept.append([i + start for i in kept] if start else kept)
+        part.raised.append([i + start for i in raised] if start else raised)
+    return part
+
+
+def _assembled(parts: list[_Part], targets: list[Target]) -> list[Replay]:
+    """The :class:`Replay` under each target of a session whose messages ``parts`` cover in
+    order: their per-message facts joined, and who declared each answered call found over
+    the whole session."""
+    answered = [a for part in parts for a in part.answered]
+    declares = [d for part in parts for d in part.declares]
+    declared = _declared(answered, declares)
+    shared = {name: _joined([p.shared[name] for p in parts]) for name in parts[0].shared}
+    replays: list[Replay] = []
+    for t in range(len(targets)):
+        kept = [i for part in parts for i in part.kept[t]]
         same = next((r for r in replays if r.kept.tolist() == kept), None)
-        unreplayable = [i for i in raised if answered[i] is None]
+        unreplayable = [i for part in parts for i in part.raised[t] if answered[i] is None]
         own = declared  # shared by the targets, so their stacks can share its jump tables
         if unreplayable:
             own = declared.copy()
@@ -186,7 +237,7 @@ def _compute(
         replays.append(
             Replay(
                 **shared,
-                turn=user_turn_flags(messages, roles, hidden, policy),
+                turn=_joined([part.turns[t] for part in parts]),
                 declared=own,
                 kept=np.array(kept, dtype=np.int32) if same is None else same.kept,
                 entry_declared=(
@@ -194,10 +245,15 @@ def _compute(
                     if same is None
                     else same.entry_declared
                 ),
-                tokens=counter.counts(policy, entries, kept),
+                tokens=_joined([part.tokens[t] for part in parts]),
             )
         )
     return replays
+
+
+def _joined(arrays: list[np.ndarray]) -> np.ndarray:
+    """The arrays end to end (the one array itself when there is one)."""
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
 def _rewritten(
@@ -710,6 +766,91 @@ def _compute_chunk(indices: list[int]) -> tuple[list[int], list[list[Replay]], l
     return indices, replays, delta.fresh
 
 
+def _compute_split(
+    session: Session,
+    targets: list[Target],
+    cache: TokenCache | None,
+    stored: np.ndarray | None,
+    workers: int,
+) -> list[Replay]:
+    """:func:`_compute` of one long session by forked workers, each replaying a range of its
+    messages: read from the file by each worker when not read yet (the messages then never
+    all in memory), else inherited.  Their new token counts join ``cache``."""
+    n = len(session)
+    if isinstance(session, IndexedSession) and session.streamable:
+        bounds = _streamed_bounds(n, workers, len(targets))
+        task: Callable[[int, int], tuple[list[_Part], list]] = _compute_streamed
+        shared = {"session": session}
+    else:
+        step = max(1, -(-n // (4 * workers)))
+        bounds = [*range(0, n, step), n]
+        task = _compute_range
+        shared = {"messages": session.messages}
+    shared |= {"targets": targets, "cache": cache, "stored": stored}
+    parts: list[_Part] = []
+    with forked_pool(workers, **shared) as pool:
+        futures = [pool.submit(task, a, b) for a, b in zip(bounds, bounds[1:], strict=False)]
+        for future in futures:
+            found, fresh = future.result()
+            if cache is not None and fresh:
+                cache.update(*zip(*fresh, strict=True))
+            parts.extend(found)
+    return _assembled(parts, targets)
+
+
+def _streamed_bounds(n: int, workers: int, targets: int) -> list[int]:
+    """Where the workers' ranges of ``n`` messages start (and the last ends) when each reads
+    the file from its start: a range ending further in is shorter, by what reading up to it
+    costs.  Replaying a message for one release costs about what parsing it does, so with
+    ``r = targets`` and ``q = r / (1 + r)`` range ``j`` ends at ``n (1 - q^j) / (1 - q^w)``,
+    which gives every worker the same work."""
+    q = targets / (1 + targets)
+    ends = [round(n * (1 - q**j) / (1 - q**workers)) for j in range(workers + 1)]
+    return sorted(set(ends))
+
+
+class _RangeRead(Exception):
+    """Raised by a worker's sink once it has the messages of its range."""
+
+
+def _compute_streamed(start: int, stop: int) -> tuple[list[_Part], list]:
+    """In a worker: the :class:`_Part` of each batch of messages ``start:stop`` of the
+    session shared, read from its file (up to ``stop``) and dropped batch by batch."""
+    targets, stored = SHARED["targets"], SHARED["stored"]
+    delta = ReadThroughCache(SHARED["cache"])
+    parts: list[_Part] = []
+    seen = 0
+
+    def sink(messages: list[dict[str, Any]]) -> None:
+        nonlocal seen
+        low, high = max(start, seen), min(stop, seen + len(messages))
+        if low < high:
+            ours = None if stored is None else stored[low:high]
+            parts.append(_part(messages[low - seen : high - seen], low, targets, delta, ours))
+        seen += len(messages)
+        if seen >= stop and stop < len(SHARED["session"]):
+            raise _RangeRead
+
+    with no_gc(kept=True), suppress(_RangeRead):
+        SHARED["session"].stream(sink)
+    return parts, delta.fresh
+
+
+def _compute_range(start: int, stop: int) -> tuple[list[_Part], list]:
+    """In a worker: the :class:`_Part` of messages ``start:stop`` of the messages shared."""
+    stored = SHARED["stored"]
+    delta = ReadThroughCache(SHARED["cache"])
+    with no_gc(kept=True):
+        part = _part(
+            SHARED["messages"][start:stop],
+            start,
+            SHARED["targets"],
+            delta,
+            None if stored is None else stored[start:stop],
+        )
+    return [part], delta.fresh
+
+
 def _targets(session: Session, jobs: list[Job], wanted: list[int]) -> list[Target]:
     """The release and settings of each job in ``wanted`` for ``session``."""
     return [(_policy(session, jobs[j][0]), jobs[j][1]) for j in wanted]
@@ -922,8 +1063,18 @@ def replay_jobs(
     with tqdm(
         total=total, unit="msg", desc=f"preparing ({named})", disable=not show or not todo
     ) as bar:
-        if workers <= 1 or not can_fork() or len(todo) < 2:
-            for i in todo:
+        parallel = workers > 1 and can_fork()
+        rest = todo
+        if parallel:  # a long session is replayed in ranges of messages by every worker
+            rest = [i for i in todo if len(sessions[i]) < _SPLIT_MESSAGES]
+            for i in sorted(set(todo) - set(rest)):
+                targets = _targets(sessions[i], jobs, missing[i])
+                computed = _compute_split(sessions[i], targets, cache, stored[i], workers)
+                for j, r in zip(missing[i], computed, strict=True):
+                    found[j][i] = r
+                bar.update(sizes[i])
+        if not parallel or len(rest) < 2:
+            for i in rest:
                 targets = _targets(sessions[i], jobs, missing[i])
                 with no_gc():
                     computed = _compute(sessions[i], targets, cache, stored[i])
@@ -931,7 +1082,7 @@ def replay_jobs(
                     found[j][i] = r
                 bar.update(sizes[i])
         else:
-            chunks = _chunks(sizes, todo, max(4 * workers, total // _CHUNK_MESSAGES))
+            chunks = _chunks(sizes, rest, max(4 * workers, total // _CHUNK_MESSAGES))
             for indices, replays in _compute_in_workers(
                 sessions, jobs, missing, cache, stored, chunks, workers
             ):

@@ -27,7 +27,7 @@ import json
 import math
 import os
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass, fields
 from datetime import datetime
@@ -718,17 +718,21 @@ class IndexedSession(Session):
         )
         return adopted
 
-    def _parse(self) -> None:
+    def _check_identity(self) -> None:
         if file_identity(self.path) != self._identity:  # type: ignore[arg-type]
             raise SessionChangedError(
                 f"{self.path} changed since session {self.key!r} was loaded, so its messages "
                 "no longer match the corpus frames; load the store again"
             )
+
+    def _changed(self) -> SessionChangedError:
+        return SessionChangedError(f"{self.path} no longer holds the indexed session {self.key!r}")
+
+    def _parse(self) -> None:
+        self._check_identity()
         session, _ = read_session_file(self.path)  # type: ignore[arg-type]
         if session is None or len(session.messages) != self._size:
-            raise SessionChangedError(
-                f"{self.path} no longer holds the indexed session {self.key!r}"
-            )
+            raise self._changed()
         self._messages, self._lines, self._parsed = (
             session.messages,
             session.line_numbers,
@@ -738,6 +742,29 @@ class IndexedSession(Session):
 
     def _unread(self) -> bool:
         return self._messages is None and self._identity is not None
+
+    @property
+    def streamable(self) -> bool:
+        """Whether the messages are still unread in a JSONL file, so :meth:`stream` can hand
+        them out batch by batch."""
+        return self._unread() and self.path.suffix == ".jsonl"  # type: ignore[union-attr]
+
+    def stream(self, sink: Callable[[list[dict[str, Any]]], None]) -> None:
+        """Hand the messages to ``sink`` a batch at a time as the file is read, keeping none
+        (a worker replaying a range of a huge session).  Raises :class:`SessionChangedError`
+        as the first use of :attr:`messages` would, and whatever ``sink`` raises (which is
+        how it stops the reading early)."""
+        self._check_identity()
+        seen = 0
+
+        def counted(messages: list[dict[str, Any]], _lines: list[int]) -> None:
+            nonlocal seen
+            seen += len(messages)
+            sink(messages)
+
+        session, _ = read_session_file(self.path, counted)  # type: ignore[arg-type]
+        if session is None or seen != self._size:
+            raise self._changed()
 
     @property  # type: ignore[override]
     def messages(self) -> list[dict[str, Any]]:

@@ -27,6 +27,7 @@ from sessionkit.simulate.replay import (
 from sessionkit.simulate.states import message_states
 from sessionkit.simulate.windowing import windows
 from sessionkit.store.counting import TokenCache, count_tokens
+from sessionkit.store.index import SessionChangedError
 from sessionkit.testing import check_window_invariants
 
 POLICY = get_policy("nanobot-0.2")
@@ -150,6 +151,93 @@ def test_workers_give_the_same_replays() -> None:
         for name in names:
             np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
         np.testing.assert_array_equal(a.tokens, b.tokens)
+
+
+def test_a_long_session_replayed_in_ranges_by_workers_equals_one_replayed_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ranges of 2 messages: calls declared in one range and answered in later ones (or
+    never, or twice), a line without a role, a command, a hidden checkpoint and stamped
+    turns all give the replays, under every release, one process gives."""
+    import sessionkit.simulate.replay as replay_module
+
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    messages = [
+        user("q"),
+        assistant("", tool_calls=[call]),
+        user("/new", _command=True),
+        {"role": "tool", "tool_call_id": "c1", "content": "r"},
+        {"content": "no role"},
+        {"role": "tool", "tool_call_id": "c1", "content": "again"},
+        {"role": "tool", "tool_call_id": "c9", "content": "orphan"},
+        user("summary", _hidden_history=True),
+        assistant("[Message Time: 2026-01-01]\nb"),
+        user("\nlast"),
+        assistant("done"),
+    ]
+    session = Session("k", messages)
+    jobs = [(name, settings) for name in RELEASES for settings in (PLAIN, STAMPED)]
+    stored = np.array(count_tokens(messages, cache=None))
+    clear_cache()
+    whole = replay_jobs([session], jobs, workers=1, progress=False, cache=None, stored=[stored])
+    clear_cache()
+    monkeypatch.setattr(replay_module, "_SPLIT_MESSAGES", 4)
+    split = replay_jobs([session], jobs, workers=2, progress=False, cache=None, stored=[stored])
+    for (a,), (b,) in zip(split, whole, strict=True):
+        for name in (*replay_module._PER_MESSAGE, *replay_module._PER_ENTRY):
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+    assert (whole[0][0].declared == replay_module.UNREPLAYABLE).sum() == 1
+    assert whole[0][0].declared[[3, 5, 6]].tolist() == [1, 1, -1]
+
+
+def test_a_long_indexed_session_is_read_by_each_worker_up_to_its_range(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long session not read yet: each worker reads the file in 4 KB batches up to the
+    end of its range and replays that range; the replays equal one process's, the session
+    stays unread, and a file changed since the load fails as reading it would."""
+    import sessionkit.nanobot.reader as reader_module
+    import sessionkit.simulate.replay as replay_module
+    import sessionkit.store.index
+
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    turn = [
+        user("q " * 40),
+        assistant("", tool_calls=[call]),
+        {"role": "tool", "tool_call_id": "c1", "content": "r " * 30},
+        assistant("[Message Time: 2026-01-01]\nb"),
+    ]
+    lines = [{"_type": "metadata", "key": "t:0"}, *turn * 60, user("/new", _command=True)]
+    (folder / "t_0.jsonl").write_text("".join(f"{json.dumps(x)}\n" for x in lines))
+    monkeypatch.setattr(sessionkit.store.index, "RACY_NS", 0)
+    monkeypatch.setattr(reader_module, "_CHUNK_BYTES", 4096)
+    jobs = [(name, STAMPED) for name in RELEASES]
+
+    def unread(cache: str) -> Any:
+        """The session as a new process's second load gives it (an index of its own)."""
+        clear_cache()
+        monkeypatch.setenv("SESSIONKIT_CACHE_DIR", str(tmp_path / cache))
+        sessionkit.load(folder)
+        (session,) = list(sessionkit.load(folder))
+        assert session.streamable
+        return session
+
+    whole = replay_jobs([unread("one")], jobs, workers=1, progress=False, cache=None)
+    monkeypatch.setattr(replay_module, "_SPLIT_MESSAGES", 4)
+    session = unread("two")
+    split = replay_jobs([session], jobs, workers=2, progress=False, cache=None)
+    assert session.streamable
+    for (a,), (b,) in zip(split, whole, strict=True):
+        for name in (*replay_module._PER_MESSAGE, *replay_module._PER_ENTRY):
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+    assert replay_module._streamed_bounds(241, 2, 3) == [0, 138, 241]
+    session = unread("three")
+    with (folder / "t_0.jsonl").open("a") as file:
+        file.write(json.dumps(user("more")) + "\n")
+    with pytest.raises(SessionChangedError):
+        replay_jobs([session], jobs, workers=2, progress=False, cache=None)
 
 
 @pytest.mark.parametrize("workers", [1, 2])
