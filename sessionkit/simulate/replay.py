@@ -16,6 +16,7 @@ Replaying a session for several releases at once (:func:`replay_jobs`) reads its
 once and counts each replayed entry once per counting rule: an entry holding its message's
 own fields takes the count the load keeps for the message when that count is for the same
 rule (:func:`stored_counts`), and releases sharing a rule share the counts of equal entries.
+Workers take whole sessions, or ranges of the messages of a long one (``_SPLIT_MESSAGES``).
 """
 
 from __future__ import annotations
@@ -1028,7 +1029,8 @@ def replay_jobs(
 ) -> list[list[Replay]]:
     """:func:`replay_all` of the sessions under each job, in order: what is missing is
     computed in one pass over the sessions, so each session's messages are parsed once for
-    every release and setting (a session read back from the index is parsed on first use),
+    every release and setting (a session read back from the index is parsed on first use; a
+    long one by each worker, up to the end of its range of messages, keeping none),
     and each replayed entry is counted once per counting rule.  ``stored`` may give each
     session's exact counts of its messages as stored, by :data:`STORED_POLICY` (-1: none;
     None: not known), as its load keeps them; entries equal to their message reuse them."""
