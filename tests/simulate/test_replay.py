@@ -335,7 +335,8 @@ def test_entries_equal_to_their_message_take_its_stored_count(
 ) -> None:
     """An entry holding its message's own fields takes the message's stored (0.2.2) count
     where that count is for the same rule: 0.2.2 always, 0.3.x for a plain message (no
-    ``<|``); an entry counted for one release is reused by the next with the same rule."""
+    ``<|``, a ``<`` alone is plain); an entry counted for one release is reused by the next
+    with the same rule."""
     import sessionkit.simulate.replay as replay_module
 
     call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"x": "<|b>"}'}}
@@ -345,6 +346,7 @@ def test_entries_equal_to_their_message_take_its_stored_count(
         assistant("[Message Time: 2026-01-01]\nb"),
         assistant("c", tool_calls=[call]),
         {"role": "tool", "tool_call_id": "c1", "content": "r"},
+        {"role": "tool", "tool_call_id": "c1", "content": "<b>x</b> <", "name": "f<"},
     ]
     session = Session("k", messages)
     batches: list[tuple[str, list[Any]]] = []
@@ -355,7 +357,7 @@ def test_entries_equal_to_their_message_take_its_stored_count(
 
     monkeypatch.setattr(replay_module, "count_tokens", spy)
     clear_cache()
-    stored = np.array([101, 102, 103, 104, 105])
+    stored = np.array([101, 102, 103, 104, 105, 106])
     jobs = [(name, PLAIN) for name in RELEASES]
     found = replay_jobs([session], jobs, workers=1, progress=False, cache=None, stored=[stored])
 
@@ -365,9 +367,9 @@ def test_entries_equal_to_their_message_take_its_stored_count(
 
     b = counted("nanobot-0.2", 2)
     assert [r[0].tokens.tolist() for r in found] == [
-        [101, 102, b, 104, 105],
-        [101, counted("nanobot-0.3.0", 1), b, counted("nanobot-0.3.0", 3), 105],
-        [101, counted("nanobot-0.3.5", 1), b, counted("nanobot-0.3.5", 3), 105],
+        [101, 102, b, 104, 105, 106],
+        [101, counted("nanobot-0.3.0", 1), b, counted("nanobot-0.3.0", 3), 105, 106],
+        [101, counted("nanobot-0.3.5", 1), b, counted("nanobot-0.3.5", 3), 105, 106],
     ]
     assert batches[:3] == [
         ("nanobot-0.2", ["b"]),
