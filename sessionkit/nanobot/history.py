@@ -137,12 +137,12 @@ def find_legal_message_start(messages: Sequence[Message]) -> int:
     return start
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=1024)
 def sanitize_assistant_text(text: str) -> str:
     """Assistant text as replayed: no leading time stamp, no image or tool-echo lines (a
     line either pattern matches holds ``[image: ``, ``message(`` or ``generate_image(``:
-    text without them keeps every line).  Remembered for the latest texts: replaying a
-    session for each release sanitizes its texts once."""
+    text without them keeps every line).  Remembered for the latest 1,024 texts: replaying
+    a session for each release sanitizes its texts once."""
     stamp = _LEADING_STAMP.match(text)
     if stamp:
         text = text[stamp.end() :]
