@@ -21,6 +21,7 @@ from sessionkit.nanobot.request_rules import call_parts, content_parts, named_pa
 __all__ = [
     "CL100K_SHA256",
     "FRAMING_TOKENS",
+    "SPLITS_BY_RULE",
     "byte_fallback_estimate",
     "byte_fallback_tokens",
     "count_cl100k",
@@ -32,7 +33,6 @@ __all__ = [
     "has_special_tokens",
     "message_payload",
     "splits_between",
-    "SPLITS_BY_RULE",
 ]
 
 CL100K_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
