@@ -31,7 +31,6 @@ __all__ = [
     "open_sealed",
     "open_sealed_checked",
     "open_sealed_checked_or_none",
-    "open_sealed_or_none",
     "read_sealed",
     "read_sealed_checked",
     "read_sealed_or_none",
@@ -149,11 +148,6 @@ def read_sealed_checked(path: Path, check: Callable[[pa.Table], T]) -> T | None:
     except (IntegrityError, pa.ArrowException, KeyError, TypeError, ValueError) as exc:
         discard(path, exc, inode)
         return None
-
-
-def open_sealed_or_none(path: Path) -> tuple[pa.Buffer, int] | None:
-    """:func:`open_sealed`, or None as :func:`read_sealed_or_none`."""
-    return _or_none(open_sealed, path)
 
 
 def open_sealed_checked_or_none(path: Path) -> tuple[pa.Buffer, int, int] | None:
