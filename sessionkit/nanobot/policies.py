@@ -43,10 +43,10 @@ __all__ = [
     "fit_budget",
     "get_policy",
     "is_temp_file",
-    "temp_file_names",
     "recent_message_start_index",
     "release_of_temp_file",
     "sanitize_assistant_text",
+    "temp_file_names",
     "tool_call_ids",
     "tool_result_id",
 ]

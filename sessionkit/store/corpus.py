@@ -773,10 +773,10 @@ def _keep(
     """Persist what this load built: the whole store as a new pack when many files were not
     in the old one or many of its items are for files gone or changed (``packed``: entries
     served from the pack, its stale items, and the files read now by position), else each
-    new entry in its file's own pack, and drop own packs of files gone or changed.  Files changed too recently, or while
-    being read, are left out (a session already indexed, read back or checked when its
-    file was read, is not looked at again); a cache that cannot be written costs speed
-    only."""
+    new entry in its file's own pack, and drop own packs of files gone or changed.  Files
+    changed too recently, or while being read, are left out (a session already indexed,
+    read back or checked when its file was read, is not looked at again); a cache that
+    cannot be written costs speed only."""
     from_pack, stale, built = packed
     served = sum(e is not None for e in found)
     least = max(PACK_MIN, len(files) // 10)

@@ -7,8 +7,9 @@ its own, until the store's pack is rewritten.  A pack of one folder's files has 
 beside it (:mod:`sessionkit.store.catalog`: its files and their sessions' values as columns,
 bound to the pack by its checksum), so a warm open of that folder checks and serves it
 without an object per file (:mod:`sessionkit.store.snapshot`).  Each entry is valid only for
-its file's identity (device, inode, size, mtime_ns, ctime_ns): a new, grown, replaced or edited file no
-longer matches and is read again; an edit that keeps size and mtime still changes ctime.  A
+its file's identity (device, inode, size, mtime_ns, ctime_ns): a new, grown, replaced or
+edited file no longer matches and is read again; an edit that keeps size and mtime still
+changes ctime.  A
 file changed within :data:`RACY_NS` of being read is not indexed (a later change could keep
 every timestamp), so it is simply read next time.  Replays (:mod:`sessionkit.simulate.replay`) are
 kept per store and setting under the same identities, and what windows derive from a large
