@@ -81,7 +81,7 @@ def _cpu_s() -> float:
 
 def sweep(folder: Path, workers: int, repeats: int) -> dict[str, Any]:
     """The whole-corpus measurements (run in a fresh process for a cold token cache)."""
-    from sessionkit.simulate.replay import clear_cache
+    from sessionkit.store.memo import clear
     from sessionkit.simulate.windowing import windows
 
     load_s, sessions = _timed(lambda: _load(folder))
@@ -96,7 +96,7 @@ def sweep(folder: Path, workers: int, repeats: int) -> dict[str, Any]:
     cold_s, frame = _timed(full)
     cold_cpu_s = _cpu_s() - cpu
     warm_s = min(_timed(full)[0] for _ in range(repeats))
-    clear_cache()
+    clear()
     cpu = _cpu_s()
     token_warm_s, _ = _timed(full)
     token_warm_cpu_s = _cpu_s() - cpu

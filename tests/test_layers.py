@@ -183,3 +183,68 @@ def test_the_core_and_the_package_import_no_data_stack(module: str) -> None:
         "assert not heavy, heavy\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _private_reaches(module: str) -> list[str]:
+    """Where ``module`` uses another sessionkit module's private name: ``from m import _x``,
+    or ``m._x`` on a name bound to module ``m`` (dotted chains followed)."""
+    tree = _tree(module)
+    bound: dict[str, str] = {}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):  # `import a.b` binds a; `import a.b as c` binds a.b
+            for alias in node.names:
+                if alias.name.startswith("sessionkit"):
+                    if alias.asname:
+                        bound[alias.asname] = alias.name
+                    else:
+                        bound["sessionkit"] = "sessionkit"
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sessionkit"):
+            for alias in node.names:
+                if _is_private(alias.name) and node.module != module:
+                    found.append(f"{module}:{node.lineno} imports {node.module}.{alias.name}")
+                bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and _is_private(node.attr)):
+            continue
+        chain, value = [], node.value
+        while isinstance(value, ast.Attribute):
+            chain.append(value.attr)
+            value = value.value
+        if isinstance(value, ast.Name) and value.id in bound:
+            target = ".".join([bound[value.id], *reversed(chain)])
+            if target in MODULES and target != module:
+                found.append(f"{module}:{node.lineno} uses {target}.{node.attr}")
+    return found
+
+
+def test_no_module_reaches_into_another_modules_private_names() -> None:
+    assert [reach for module in MODULES for reach in _private_reaches(module)] == []
+
+
+def test_the_private_check_finds_each_kind_of_reach(tmp_path: Path) -> None:
+    source = (
+        "import sessionkit.simulate.replay\n"
+        "import sessionkit.store.index as index\n"
+        "from sessionkit.nanobot import request_022\n"
+        "from sessionkit.calls.kits import _probe\n"
+        "a = sessionkit.simulate.replay._compute\n"
+        "b = index._time(None)\n"
+        "c = request_022._fill\n"
+        "d = request_022.__name__ + index.Index.__doc__\n"
+    )
+    MODULES["sessionkit._reach"] = tmp_path / "reach.py"
+    MODULES["sessionkit._reach"].write_text(source)
+    try:
+        assert sorted(_private_reaches("sessionkit._reach")) == [
+            "sessionkit._reach:4 imports sessionkit.calls.kits._probe",
+            "sessionkit._reach:5 uses sessionkit.simulate.replay._compute",
+            "sessionkit._reach:6 uses sessionkit.store.index._time",
+            "sessionkit._reach:7 uses sessionkit.nanobot.request_022._fill",
+        ]
+    finally:
+        del MODULES["sessionkit._reach"]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from reference import need
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted(ROOT.glob("notebooks/*.ipynb"))
@@ -88,7 +89,7 @@ def test_the_lab_config_turns_news_and_update_checks_off(
             "fetchNews": "false",
         }
     }
-    settings_utils = pytest.importorskip("jupyterlab_server.settings_utils")
+    settings_utils = need("jupyterlab_server.settings_utils")
     monkeypatch.setenv("JUPYTER_CONFIG_PATH", str(LAB_CONFIG))
     overrides, _ = settings_utils._get_overrides(str(tmp_path))
     settings = overrides["@jupyterlab/apputils-extension:notification"]

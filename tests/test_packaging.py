@@ -12,6 +12,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from reference import need
 
 from sessionkit.nanobot.reader import SessionPathError
 from sessionkit.store import corpus
@@ -24,7 +25,7 @@ SAMPLE = ["discord_987.jsonl", "telegram_777.jsonl"]
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A wheel built from this checkout by the project's build backend."""
-    pytest.importorskip("hatchling")
+    need("hatchling")
     out = tmp_path_factory.mktemp("wheel")
     build = f"import hatchling.build; print(hatchling.build.build_wheel({str(out)!r}))"
     name = subprocess.run(

@@ -14,15 +14,14 @@ other stays unattributed (``ambiguous``).  ``exact``: the turn's recorded usage 
 Windows, candidates and the common case (a turn alone in its window whose calls all fit it)
 are array operations; only turns sharing calls, or with recorded usage to match, are searched
 call by call.  Each session's turns are derived once per file version (a session read back
-from the index and unchanged) or per messages list (any other session) and kept, as replays
-and request calls are, so a second :func:`attribute` parses and replays nothing.
+from the index and unchanged) or per content (any other session) and kept, as replays
+and request calls are (:mod:`sessionkit.store.memo`), so a second :func:`attribute` parses and
+replays nothing.
 """
 
 from __future__ import annotations
 
 import time
-import weakref
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -41,7 +40,7 @@ from sessionkit.nanobot.usage_records import (
     is_checkpoint,
     last_usage,
 )
-from sessionkit.store.index import IndexedSession
+from sessionkit.store import memo, versions
 
 __all__ = [
     "ATTRIBUTIONS",
@@ -49,7 +48,6 @@ __all__ = [
     "Attribution",
     "CallTimes",
     "attribute",
-    "clear_cache",
     "local_ms",
     "zone_key",
 ]
@@ -61,7 +59,6 @@ _DEPTH = 400
 """Calls of one tangle searched at most (deeper ones stay unattributed)."""
 _ANY_SESSION = frozenset({"cron", "system"})
 """Sources a call of any session's turn may carry (a bound cron job, a subagent's report)."""
-_KEPT_VERSIONS = 50_000
 """File versions whose turns are kept (the least recently used are dropped first)."""
 KINDS = ("agent", "summary", "other")
 ATTRIBUTIONS = ("exact", "time")
@@ -213,47 +210,12 @@ def zone_key(zone: tzinfo | None) -> Any:
     return zone
 
 
-@dataclass
-class _Slot:
-    """The turns kept for a session not read back from the index: valid while it holds
-    ``content`` (kept, so its id cannot be reused) at ``length``."""
-
-    ref: weakref.ref
-    content: object
-    length: int
-    own: dict[Any, _Own] = field(default_factory=dict)
+_SPACE = "turn times"
+"""This module's space in :mod:`sessionkit.store.memo` (shared by every load of an indexed file
+version)."""
 
 
-_BY_VERSION: OrderedDict[Any, _Own] = OrderedDict()
-_SLOTS: dict[int, _Slot] = {}
-
-
-def clear_cache() -> None:
-    """Forget every session's turns (in this process); needed only after editing messages in
-    place."""
-    _BY_VERSION.clear()
-    _SLOTS.clear()
-
-
-def _slot(session: Session) -> _Slot:
-    key = id(session)
-    slot = _SLOTS.get(key)
-    if (
-        slot is not None
-        and slot.ref() is session
-        and slot.content is session.messages
-        and slot.length == len(session)
-    ):
-        return slot
-
-    def forget(_: weakref.ref, key: int = key) -> None:
-        _SLOTS.pop(key, None)
-
-    slot = _Slot(weakref.ref(session, forget), session.messages, len(session))
-    _SLOTS[key] = slot
-    return slot
-
-
+@versions.consistent
 def _owns(sessions: Sequence[Session], zone: tzinfo | None) -> list[_Own]:
     """Each session's :class:`_Own`: kept ones reused, the rest derived and kept."""
     try:
@@ -261,26 +223,11 @@ def _owns(sessions: Sequence[Session], zone: tzinfo | None) -> list[_Own]:
         hash(zoned)
     except TypeError:
         return _own_turns(sessions, zone)
-    found: list[_Own | None] = []
-    for session in sessions:
-        if isinstance(session, IndexedSession) and session.pristine:
-            version = (session.identity, session.policy, zoned)
-            own = _BY_VERSION.get(version)
-            if own is not None:
-                _BY_VERSION.move_to_end(version)
-            found.append(own)
-        else:
-            found.append(_slot(session).own.get((session.policy, zoned)))
+    kept = [memo.slot(session, _SPACE, shared=True) for session in sessions]
+    found: list[_Own | None] = [k.get(zoned) for k in kept]
     todo = [i for i, own in enumerate(found) if own is None]
     for i, own in zip(todo, _own_turns([sessions[i] for i in todo], zone), strict=True):
-        session = sessions[i]
-        found[i] = own
-        if isinstance(session, IndexedSession) and session.pristine:
-            _BY_VERSION[(session.identity, session.policy, zoned)] = own
-        else:
-            _slot(session).own[(session.policy, zoned)] = own
-    while len(_BY_VERSION) > _KEPT_VERSIONS:
-        _BY_VERSION.popitem(last=False)
+        found[i] = kept[i][zoned] = own
     return found  # type: ignore[return-value]
 
 

@@ -23,7 +23,6 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import numpy as np
 import pandas as pd
 
-from sessionkit.accounting import attribution
 from sessionkit.accounting.attribution import (
     ATTRIBUTIONS,
     KINDS,
@@ -50,10 +49,11 @@ from sessionkit.nanobot.usage_records import (
 )
 from sessionkit.nanobot.workspace import config_dir_hint, config_folder, recorded_workspace
 from sessionkit.schema import PROBLEMS, USAGE, frame, string_array
+from sessionkit.store import memo
 from sessionkit.store.corpus import Corpus, load
 from sessionkit.store.index import IndexedSession, file_identity
 
-__all__ = ["ATTRIBUTIONS", "KINDS", "clear_cache", "usage"]
+__all__ = ["ATTRIBUTIONS", "KINDS", "usage"]
 
 Group = tuple[Path | None, list[Session]]
 """Sessions of one workspace (None: not known)."""
@@ -256,11 +256,12 @@ _TIED: OrderedDict[Any, Attribution] = OrderedDict()
 _KEPT_ATTRIBUTIONS = 8
 
 
-def clear_cache() -> None:
-    """Forget the usage logs, turns and attributions kept (in this process)."""
+def _forget() -> None:
     _LOGS.clear()
     _TIED.clear()
-    attribution.clear_cache()
+
+
+memo.on_clear(_forget)
 
 
 def _attribution(

@@ -193,7 +193,7 @@ def price_calls(
     return Priced(cost, problems)
 
 
-def _when(date: datetime | dt.date | str | None) -> datetime:
+def price_moment(date: datetime | dt.date | str | None) -> datetime:
     """A price date as a UTC moment (None: now; a date: its UTC midnight)."""
     if date is None:
         return datetime.now(UTC)
@@ -227,7 +227,7 @@ def cost(
     cached = prefix if calibration is None else (prefix * prompt) // np.maximum(total, 1)
     completion = np.full(len(total), completion_tokens, dtype=np.int64)
     counts = np.stack([prompt, cached, np.zeros_like(prompt), completion], axis=1)
-    at = int(_when(date).timestamp() * 1000)
+    at = int(price_moment(date).timestamp() * 1000)
     n = len(total)
     priced = price_calls([model] * n, [provider] * n, np.full(n, at, dtype=np.int64), counts)
     added = frame(

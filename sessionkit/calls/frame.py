@@ -40,6 +40,7 @@ from sessionkit.nanobot.settings import (
 )
 from sessionkit.schema import REQUEST_SETTINGS, REQUESTS, frame
 from sessionkit.simulate.windowing import windows
+from sessionkit.store import memo
 from sessionkit.store.corpus import Corpus
 
 __all__ = ["requests"]
@@ -237,6 +238,7 @@ class _Extras:
 
 _LAID_OUT: list[Any] = []
 """The last :func:`_laid_out` result and weak references to the parts it was made of."""
+memo.on_clear(_LAID_OUT.clear)
 
 
 def _laid_out(built: list[SessionCalls], parts: list[SessionExtras]) -> tuple[_Stack, _Extras]:

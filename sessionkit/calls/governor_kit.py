@@ -8,7 +8,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from sessionkit.calls.kits import KitError, _probe
+from sessionkit.calls.kits import KitError, run_probe
 from sessionkit.nanobot.release import ReplayPolicy
 
 __all__ = ["governor_texts"]
@@ -16,7 +16,7 @@ __all__ = ["governor_texts"]
 
 @lru_cache(maxsize=8)
 def _texts(release: str, probe: str, python: str) -> Mapping[str, Any]:
-    answer = _probe(probe, Path(python), {})
+    answer = run_probe(probe, Path(python), {})
     if answer.get("nanobot") != release:
         raise KitError(f"the probe ran nanobot {answer.get('nanobot')!r}, not {release}")
     return answer

@@ -152,7 +152,7 @@ def _write(path: Path, key: Mapping[str, Any], kit: Mapping[str, Any]) -> None:
             os.unlink(temp)
 
 
-def _probe(probe: str, python: Path, request: Mapping[str, Any]) -> dict[str, Any]:
+def run_probe(probe: str, python: Path, request: Mapping[str, Any]) -> dict[str, Any]:
     """Run the release's probe in ``python`` (isolated mode: nothing of this environment)."""
     script = resources.files("sessionkit.nanobot.probes").joinpath(probe)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
@@ -244,7 +244,7 @@ def kit_for(
         "channel": channel,
         "runtime": runtime,
     }
-    raw = _probe(probe, python, request)
+    raw = run_probe(probe, python, request)
     if raw.get("nanobot") != release:
         raise KitError(f"the probe ran nanobot {raw.get('nanobot')!r}, not {release}")
     if folder is not None and path is not None:

@@ -1,20 +1,18 @@
 """Each session's LLM calls apart from the history, as arrays: the current message's and
 every call's step tokens per user turn, and what the next turn's history repeats of the last
-call.  Rebuilt and counted once per session, release and kit, then kept while the session
-holds the same messages (as :mod:`sessionkit.simulate.replay` keeps replays) — for a session
-read back from the index, while its file is unchanged, so a store loaded again finds them —
-and a second :func:`sessionkit.requests` is array arithmetic only.
+call.  Rebuilt and counted once per session, release and kit, then kept in
+:mod:`sessionkit.store.memo` for the session as it is now — for a session read back from the
+index and unchanged, by file version, so a store loaded again finds them — and a second
+:func:`sessionkit.requests` is array arithmetic only.
 
 The current message reads attached image files as they are when it is first rebuilt; call
-:func:`clear_cache` after changing them (or after editing messages in place).
+:func:`sessionkit.store.memo.clear` after changing them.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
-import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import as_completed
 from dataclasses import dataclass, field
@@ -27,11 +25,11 @@ from sessionkit.nanobot.kit import Kit
 from sessionkit.nanobot.release import ReplayPolicy
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS
+from sessionkit.store import memo, versions
 from sessionkit.store.counting import ReadThroughCache, TokenCache, count_tokens, token_cache_of
 from sessionkit.store.forked import SHARED, can_fork, forked_pool
-from sessionkit.store.index import IndexedSession
 
-__all__ = ["Item", "SessionCalls", "all_calls", "clear_cache"]
+__all__ = ["Item", "SessionCalls", "all_calls"]
 
 Message = dict[str, Any]
 
@@ -183,71 +181,13 @@ def _matches(
     return out
 
 
-@dataclass
-class _Slot:
-    """What is kept for one session: valid while it holds ``content`` at ``length``."""
-
-    ref: weakref.ref
-    content: object
-    length: int
-    calls: dict[tuple[str, str, str | None], SessionCalls] = field(default_factory=dict)
+_SPACE = "calls"
+"""This module's space in :mod:`sessionkit.store.memo` (shared by every load of an indexed file
+version)."""
 
 
-_SLOTS: dict[int, _Slot] = {}
-_BY_VERSION: OrderedDict[Any, dict[tuple[str, str, str | None], SessionCalls]] = OrderedDict()
-"""Calls of sessions read back from the index and unchanged, by file version: a session
-loaded again from the same file finds them."""
-_KEPT_VERSIONS = 50_000
-
-
-def _content(session: Session) -> object:
-    """What the calls depend on: the messages list, or for a session read back from the index
-    and not changed since, the file version indexed (so nothing is parsed to check it)."""
-    if isinstance(session, IndexedSession) and session.pristine:
-        return session.identity
-    return session.messages
-
-
-def _slot(session: Session) -> _Slot:
-    key = id(session)
-    slot = _SLOTS.get(key)
-    content = _content(session)
-    if (
-        slot is not None
-        and slot.ref() is session
-        and slot.content is content
-        and slot.length == len(session)
-    ):
-        return slot
-
-    def forget(_: weakref.ref, key: int = key) -> None:
-        _SLOTS.pop(key, None)
-
-    slot = _Slot(weakref.ref(session, forget), content, len(session), _by_version(session))
-    _SLOTS[key] = slot
-    return slot
-
-
-def _by_version(session: Session) -> dict[tuple[str, str, str | None], SessionCalls]:
-    """The calls shared by every load of a file version, for a session read back from the index
-    and unchanged since (the least recently used versions dropped first); else a new dict."""
-    if not (isinstance(session, IndexedSession) and session.pristine):
-        return {}
-    version = session.identity
-    kept = _BY_VERSION.get(version)
-    if kept is not None:
-        _BY_VERSION.move_to_end(version)
-        return kept
-    kept = _BY_VERSION[version] = {}
-    while len(_BY_VERSION) > _KEPT_VERSIONS:
-        _BY_VERSION.popitem(last=False)
-    return kept
-
-
-def clear_cache() -> None:
-    """Forget every session's calls (in this process)."""
-    _SLOTS.clear()
-    _BY_VERSION.clear()
+def _kept(session: Session) -> dict[tuple[str, str, str | None], SessionCalls]:
+    return memo.slot(session, _SPACE, shared=True)
 
 
 Item = tuple[ReplayPolicy, Session, Kit | None, str | None, Sequence[bool]]
@@ -282,13 +222,14 @@ def _chunks(sizes: list[int], todo: list[int], n_chunks: int) -> list[list[int]]
     return [g.tolist() for g in np.split(np.array(todo), cut) if len(g)]
 
 
+@versions.consistent
 def all_calls(
     items: list[Item], *, workers: int | None = None, progress: bool | None = None
 ) -> list[SessionCalls]:
     """Each item's calls: kept ones reused, the rest built and kept, in ``workers`` forked
     processes (default: every core for large batches; none inside a Dask worker), with a
     progress bar (default: for large batches)."""
-    found = [_slot(item[1]).calls.get(_key(item)) for item in items]
+    found = [_kept(item[1]).get(_key(item)) for item in items]
     todo = [i for i, calls in enumerate(found) if calls is None]
     sizes = [len(item[1]) for item in items]
     total = sum(sizes[i] for i in todo)
@@ -312,7 +253,7 @@ def all_calls(
                         found[i] = calls
                     bar.update(sum(sizes[i] for i in indices))
     for i in todo:
-        _slot(items[i][1]).calls[_key(items[i])] = found[i]  # type: ignore[assignment]
+        _kept(items[i][1])[_key(items[i])] = found[i]  # type: ignore[assignment]
     if cache is not None and todo:
         cache.flush_soon()
     return [_complete(item, calls) for item, calls in zip(items, found, strict=True)]  # type: ignore[arg-type]

@@ -28,7 +28,7 @@ __all__ = ["call_forms"]
 
 
 def _step_form(message: Message) -> Message:
-    return {k: v for k, v in message.items() if k not in request_022._SAVE_ONLY_KEYS}
+    return {k: v for k, v in message.items() if k not in request_022.SAVE_ONLY_KEYS}
 
 
 def _budget(kit: Mapping[str, Any]) -> int | None:
@@ -38,8 +38,8 @@ def _budget(kit: Mapping[str, Any]) -> int | None:
     if not window:
         return None
     output = settings["max_tokens"]
-    output = output if isinstance(output, int) else request_022._FALLBACK_MAX_OUTPUT
-    budget = settings["context_block_limit"] or (window - output - request_022._SNIP_SAFETY)
+    output = output if isinstance(output, int) else request_022.FALLBACK_MAX_OUTPUT
+    budget = settings["context_block_limit"] or (window - output - request_022.SNIP_SAFETY)
     return budget if budget > 0 else None
 
 
@@ -54,7 +54,7 @@ def call_forms(
     raw = kit.raw
     where = {"kit": raw, "session_key": session_key}
     marker = raw["markers"]["backfilled_result"]
-    compactable = request_022._COMPACTABLE_TOOLS
+    compactable = request_022.COMPACTABLE_TOOLS
     changed: dict[int, tuple[int, Form | None, Form | None, Form | None, Form | None]] = {}
     regular = True
     answered_at: dict[str, list[int]] = {}
@@ -95,20 +95,20 @@ def call_forms(
             continue
         weight = int(is_tool and message.get("name") in compactable)
         weight += sum(f["name"] in compactable for f in extra)
-        if any(len(f["content"]) >= request_022._COMPACT_MIN_CHARS for f in extra):
+        if any(len(f["content"]) >= request_022.COMPACT_MIN_CHARS for f in extra):
             regular = False
         forms: list[Form | None] = []
         for own in (entry(message), _step_form(message)):
             if own is None:
                 forms += [list(extra), None]
                 continue
-            plain = [*request_022._bound_results([own], where), *extra]
+            plain = [*request_022.bound_results([own], where), *extra]
             content = own.get("content")
             compacted = None
-            long = isinstance(content, str) and len(content) >= request_022._COMPACT_MIN_CHARS
+            long = isinstance(content, str) and len(content) >= request_022.COMPACT_MIN_CHARS
             if is_tool and own.get("name") in compactable and long:
                 name = own.get("name", "tool")
-                stand_in = request_022._fill(raw["markers"]["compacted_result"], {"name": name})
+                stand_in = request_022.fill_deep(raw["markers"]["compacted_result"], {"name": name})
                 compacted = [{**own, "content": stand_in}, *extra]
             if is_tool and not own.get("tool_call_id") and plain[0] != own:
                 regular = False  # bounded by a name made from its place in the request
@@ -116,4 +116,4 @@ def call_forms(
         if weight or any(form is not None for form in forms):
             history, history_compacted, step, step_compacted = forms
             changed[i] = (weight, history, history_compacted, step, step_compacted)
-    return CallForms(changed, request_022._COMPACT_KEEP, _budget(raw), regular)
+    return CallForms(changed, request_022.COMPACT_KEEP, _budget(raw), regular)

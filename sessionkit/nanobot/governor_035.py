@@ -38,7 +38,7 @@ from typing import Any
 
 from sessionkit.nanobot.history import CONTINUATION_TEXT, Message, is_hidden_history
 from sessionkit.nanobot.release import SAFETY_BUFFER
-from sessionkit.nanobot.request_035 import _cleaned, _in_loop, loop_messages
+from sessionkit.nanobot.request_035 import cleaned_for_model, in_loop, loop_messages
 
 __all__ = [
     "GovernedTurn",
@@ -157,7 +157,7 @@ def _aware(stamp: str | None, zone: tzinfo | None) -> str | None:
 
 def _replies(messages: Sequence[Message]) -> int:
     """How many agent calls' replies the loop saved among ``messages``."""
-    return sum(m.get("role") == "assistant" and _in_loop(m) for m in messages)
+    return sum(m.get("role") == "assistant" and in_loop(m) for m in messages)
 
 
 def _text_of(
@@ -270,9 +270,9 @@ def sent_messages(
         {"role": "user", "content": rules["continuation"]},
         *delta,
     ]
-    sent = _cleaned(base, rules, session_key)
+    sent = cleaned_for_model(base, rules, session_key)
     for k in range(summary_step + 1, step + 1):
-        sent = _cleaned([*sent, *_new(steps, k)], rules, session_key)
+        sent = cleaned_for_model([*sent, *_new(steps, k)], rules, session_key)
     return sent
 
 
@@ -325,7 +325,7 @@ def summary_messages(
         accepted = loop_messages(
             system, history, current, steps[step - 1], kit=kit, session_key=session_key
         )
-    return [*_cleaned(accepted, kit["loop"], session_key), copy.deepcopy(dict(archive))]
+    return [*cleaned_for_model(accepted, kit["loop"], session_key), copy.deepcopy(dict(archive))]
 
 
 def input_budget(context_window: int, max_output: int) -> int:

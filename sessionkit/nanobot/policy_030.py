@@ -168,8 +168,8 @@ class Policy030(CappedPolicy):
         return call_forms_03x.call_forms(
             messages,
             entry,
-            request_030._in_memory,
-            lambda listed: request_030._governed(unbudgeted, listed, 0, set()),
+            request_030.in_memory,
+            lambda listed: request_030.governed(unbudgeted, listed, 0, set()),
             budget=settings.budget or None,
             merges_users=False,
         )

@@ -157,8 +157,8 @@ class Policy035(ReplayPolicy):
         return call_forms_03x.call_forms(
             messages,
             entry,
-            lambda m: request_035._as_held(m) if request_035._in_loop(m) else None,
-            lambda listed: request_035._cleaned(listed, rules, session_key),
+            lambda m: request_035.as_held(m) if request_035.in_loop(m) else None,
+            lambda listed: request_035.cleaned_for_model(listed, rules, session_key),
             budget=None,
             merges_users=True,
         )

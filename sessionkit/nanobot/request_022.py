@@ -51,10 +51,10 @@ Message = dict[str, Any]
 Kit = Mapping[str, Any]
 Count = Callable[[str], int]
 
-_SAVE_ONLY_KEYS = ("timestamp", "latency_ms")
+SAVE_ONLY_KEYS = ("timestamp", "latency_ms")
 # The loop's microcompact: older results of these tools, past the 10 newest, shrink to a
 # one-line marker when they hold at least 500 characters.
-_COMPACTABLE_TOOLS = frozenset(
+COMPACTABLE_TOOLS = frozenset(
     {
         "read_file",
         "exec",
@@ -66,23 +66,23 @@ _COMPACTABLE_TOOLS = frozenset(
         "list_exec_sessions",
     }
 )
-_COMPACT_KEEP = 10
-_COMPACT_MIN_CHARS = 500
+COMPACT_KEEP = 10
+COMPACT_MIN_CHARS = 500
 _OFFLOAD_EXEMPT_TOOLS = frozenset({"read_file"})
 _PREVIEW_CHARS = 1200
 _RESULTS_DIR = Path(".nanobot") / "tool-results"
-_SNIP_SAFETY = 1024
-_FALLBACK_MAX_OUTPUT = 4096
+SNIP_SAFETY = 1024
+FALLBACK_MAX_OUTPUT = 4096
 
 
-def _fill(value: Any, values: Mapping[str, str]) -> Any:
+def fill_deep(value: Any, values: Mapping[str, str]) -> Any:
     """A copy of ``value`` with every sentinel in its strings replaced, in one pass."""
     if isinstance(value, str):
         return fill(value, **values)
     if isinstance(value, list):
-        return [_fill(item, values) for item in value]
+        return [fill_deep(item, values) for item in value]
     if isinstance(value, dict):
-        return {key: _fill(item, values) for key, item in value.items()}
+        return {key: fill_deep(item, values) for key, item in value.items()}
     return value
 
 
@@ -115,7 +115,7 @@ def system_prompt(kit: Kit, last_summary: Mapping[str, Any] | None = None) -> st
     if not isinstance(last_summary, Mapping):
         return kit["system_text"]
     active = datetime.fromisoformat(last_summary["last_active"]).isoformat()
-    part = _fill(kit["summary"], {"text": str(last_summary["text"]), "last_active": active})
+    part = fill_deep(kit["summary"], {"text": str(last_summary["text"]), "last_active": active})
     return kit["system_text"] + kit["joiner"] + part
 
 
@@ -158,11 +158,11 @@ def current_message(kit: Kit, user: Mapping[str, Any]) -> Message:
     }
     images = _image_urls(user.get("media"))
     if not images:
-        return _fill(kit["current"], values)
+        return fill_deep(kit["current"], values)
     template = kit["current_media"]
     image, *rest = template["content"]
-    blocks = [_fill(image, {"image_url": url, "image_path": path}) for url, path in images]
-    return {**_fill(template, values), "content": blocks + _fill(rest, values)}
+    blocks = [fill_deep(image, {"image_url": url, "image_path": path}) for url, path in images]
+    return {**fill_deep(template, values), "content": blocks + fill_deep(rest, values)}
 
 
 def turn_steps(turn: Sequence[Mapping[str, Any]]) -> list[list[Message]]:
@@ -187,7 +187,7 @@ def turn_steps(turn: Sequence[Mapping[str, Any]]) -> list[list[Message]]:
                 steps.append(list(appended))
         elif role != "tool" or not appended:
             break
-        appended.append({k: v for k, v in message.items() if k not in _SAVE_ONLY_KEYS})
+        appended.append({k: v for k, v in message.items() if k not in SAVE_ONLY_KEYS})
     if appended:
         steps.append(list(appended))
     return steps
@@ -217,14 +217,14 @@ def _microcompact(messages: list[Message], kit: Kit) -> list[Message]:
     indices = [
         i
         for i, m in enumerate(messages)
-        if m.get("role") == "tool" and m.get("name") in _COMPACTABLE_TOOLS
+        if m.get("role") == "tool" and m.get("name") in COMPACTABLE_TOOLS
     ]
     out = list(messages)
-    for index in indices[: max(0, len(indices) - _COMPACT_KEEP)]:
+    for index in indices[: max(0, len(indices) - COMPACT_KEEP)]:
         content = out[index].get("content")
-        if isinstance(content, str) and len(content) >= _COMPACT_MIN_CHARS:
+        if isinstance(content, str) and len(content) >= COMPACT_MIN_CHARS:
             name = out[index].get("name", "tool")
-            marker = _fill(kit["markers"]["compacted_result"], {"name": name})
+            marker = fill_deep(kit["markers"]["compacted_result"], {"name": name})
             out[index] = {**out[index], "content": marker}
     return out
 
@@ -235,9 +235,9 @@ def _tool_result(content: Any, call_id: str, name: str, where: Mapping[str, Any]
     kit = where["kit"]
     text = text_of_blocks(content) if isinstance(content, list) else None
     if content is None or (isinstance(content, str) and not content.strip()) or content == []:
-        return _fill(kit["markers"]["empty_tool_result"], {"name": name})
+        return fill_deep(kit["markers"]["empty_tool_result"], {"name": name})
     if text is not None and not text.strip():
-        return _fill(kit["markers"]["empty_tool_result"], {"name": name})
+        return fill_deep(kit["markers"]["empty_tool_result"], {"name": name})
     if name in _OFFLOAD_EXEMPT_TOOLS:
         return content
     limit = kit["settings"]["max_tool_result_chars"]
@@ -250,13 +250,13 @@ def _tool_result(content: Any, call_id: str, name: str, where: Mapping[str, Any]
         more = len(payload) > _PREVIEW_CHARS
         template = kit["markers"]["tool_reference_more" if more else "tool_reference"]
         values = {"path": str(path), "size": str(len(payload))}
-        content = _fill(template, {**values, "preview": payload[:_PREVIEW_CHARS]})
+        content = fill_deep(template, {**values, "preview": payload[:_PREVIEW_CHARS]})
     if isinstance(content, str) and len(content) > limit:
         return truncated(content, limit, kit["markers"]["truncated_suffix"])
     return content
 
 
-def _bound_results(messages: list[Message], where: Mapping[str, Any]) -> list[Message]:
+def bound_results(messages: list[Message], where: Mapping[str, Any]) -> list[Message]:
     out = list(messages)
     for index, message in enumerate(messages):
         if message.get("role") != "tool":
@@ -286,8 +286,8 @@ def _snip(messages: list[Message], where: Mapping[str, Any]) -> list[Message]:
     if not messages or not window:
         return messages
     output = settings["max_tokens"]
-    output = output if isinstance(output, int) else _FALLBACK_MAX_OUTPUT
-    budget = settings["context_block_limit"] or (window - output - _SNIP_SAFETY)
+    output = output if isinstance(output, int) else FALLBACK_MAX_OUTPUT
+    budget = settings["context_block_limit"] or (window - output - SNIP_SAFETY)
     tools, count = where["tools"], where["count"]
     if budget <= 0 or estimate_request(messages, tools, count) <= budget:
         return messages
@@ -355,7 +355,7 @@ def loop_messages(
     }
     filler = kit["markers"]["backfilled_result"]
     messages = backfill(drop_orphan_results(messages, strict=False), filler, str_names=False)
-    messages = _snip(_bound_results(_microcompact(messages, kit), where), where)
+    messages = _snip(bound_results(_microcompact(messages, kit), where), where)
     return backfill(drop_orphan_results(messages, strict=False), filler, str_names=False)
 
 

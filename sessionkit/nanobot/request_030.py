@@ -205,7 +205,7 @@ def current_message(
 # -- the turn's steps ----------------------------------------------------------------------------
 
 
-def _in_memory(message: Mapping[str, Any]) -> Message:
+def in_memory(message: Mapping[str, Any]) -> Message:
     return {k: v for k, v in message.items() if k not in _SAVE_ONLY_KEYS}
 
 
@@ -234,7 +234,7 @@ def turn_steps(turn: list[Message]) -> list[list[Message]]:
         if message.get("injected_event") == "subagent_result":
             break
         if answered:
-            steps.append([_in_memory(m) for m in turn[:index]])
+            steps.append([in_memory(m) for m in turn[:index]])
         answered = True
     return steps
 
@@ -497,7 +497,7 @@ def _snip_history(settings: LoopSettings, messages: list[Message]) -> list[Messa
     return system + kept[find_legal_message_start(kept) :]
 
 
-def _governed(
+def governed(
     settings: LoopSettings, messages: list[Message], start: int, compacted: set[str]
 ) -> list[Message]:
     """The copy 0.3.0's context governor makes of the runner's messages for one call."""
@@ -529,8 +529,8 @@ def loop_messages(
     compacted: set[str] = set()
     earlier = [index for index, message in enumerate(steps) if _is_assistant(message) and index]
     for stop in [0, *earlier] if steps else []:
-        _governed(settings, initial + steps[:stop], start, compacted)
-    return _governed(settings, initial + list(steps), start, compacted)
+        governed(settings, initial + steps[:stop], start, compacted)
+    return governed(settings, initial + list(steps), start, compacted)
 
 
 # -- the provider's clean-up ---------------------------------------------------------------------

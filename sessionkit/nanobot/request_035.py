@@ -204,7 +204,7 @@ def current_message(
 # --- the steps of a turn ---------------------------------------------------------------------
 
 
-def _in_loop(message: Message) -> bool:
+def in_loop(message: Message) -> bool:
     """Whether a stored message of a turn was part of the loop's transcript."""
     if message.get("_command"):
         return False
@@ -216,7 +216,7 @@ def _in_loop(message: Message) -> bool:
     )
 
 
-def _as_held(message: Message) -> Message:
+def as_held(message: Message) -> Message:
     """A stored message as the loop held it: no save time or latency, the runtime-context
     marker back under ``_meta``."""
     held: Message = {}
@@ -248,11 +248,11 @@ def turn_steps(turn: list[Message]) -> list[list[Message]]:
     held: list[Message] = []
     steps: list[list[Message]] = []
     for message in turn:
-        if not _in_loop(message):
+        if not in_loop(message):
             continue
         if message.get("role") == "assistant":
             steps.append(list(held))
-        held.append(_as_held(message))
+        held.append(as_held(message))
     if steps:
         return steps
     return [] if any(m.get("_command") for m in turn) else [[]]
@@ -421,7 +421,7 @@ def _merge_adjacent_users(messages: list[Message], continuation: str) -> list[Me
     return out
 
 
-def _cleaned(
+def cleaned_for_model(
     messages: list[Message], rules: Mapping[str, Any], session_key: str | None
 ) -> list[Message]:
     """The loop's clean-up of one list (``prepare_messages_for_model``)."""
@@ -461,9 +461,9 @@ def loop_messages(
     first = 2 + len(history)
     replies = [first + i for i, m in enumerate(steps) if i and m.get("role") == "assistant"]
     bounds = sorted({first, *replies, len(raw)})
-    sent = _cleaned(raw[: bounds[0]], rules, session_key)
+    sent = cleaned_for_model(raw[: bounds[0]], rules, session_key)
     for start, stop in zip(bounds, bounds[1:], strict=False):
-        sent = _cleaned([*sent, *raw[start:stop]], rules, session_key)
+        sent = cleaned_for_model([*sent, *raw[start:stop]], rules, session_key)
     return sent
 
 

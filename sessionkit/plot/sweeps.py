@@ -66,11 +66,11 @@ def _sweep(
     return frame.assign(truncated=frame["cut"].isin(TRUNCATING_CUTS))
 
 
-def _budget_label(budget: int) -> str:
+def budget_label(budget: int) -> str:
     return "none" if budget <= 0 else f"{budget:,}"
 
 
-def _budget_order(budgets: Iterable[int]) -> list[int]:
+def budget_order(budgets: Iterable[int]) -> list[int]:
     """Budgets ascending, no budget (0, "none") last: no limit is the largest budget."""
     return sorted(budgets, key=lambda budget: (budget <= 0, budget))
 
@@ -102,7 +102,7 @@ def window_heatmap(
     grid = frame.pivot_table(
         index="max_tokens", columns="max_messages", values=value, aggfunc="mean"
     ).astype(float)
-    grid = grid.reindex(index=_budget_order(grid.index), columns=_budget_order(grid.columns))
+    grid = grid.reindex(index=budget_order(grid.index), columns=budget_order(grid.columns))
     if ax is None:
         ax = new_figure(7.0, 4.2).add_subplot()
     share = value == "truncated"
@@ -126,8 +126,8 @@ def window_heatmap(
             fontsize=8,
             color="black" if cell > middle else "white",
         )
-    ax.set_xticks(range(grid.shape[1]), [_budget_label(m) for m in grid.columns])
-    ax.set_yticks(range(grid.shape[0]), [_budget_label(b) for b in grid.index])
+    ax.set_xticks(range(grid.shape[1]), [budget_label(m) for m in grid.columns])
+    ax.set_yticks(range(grid.shape[0]), [budget_label(b) for b in grid.index])
     ax.set_xlabel("max_messages")
     ax.set_ylabel("max_tokens")
     ax.set_title(SWEEP_VALUES[value], loc="left", fontsize=10)
@@ -155,14 +155,14 @@ def truncation_share(
     settings = settings.replace(include_timestamps=include_timestamps)
     frame = _sweep(source, max_messages, max_tokens, settings)
     share = frame.groupby(["max_messages", "max_tokens"])["truncated"].mean().unstack()
-    share = share[_budget_order(share.columns)]
+    share = share[budget_order(share.columns)]
     if ax is None:
         ax = new_figure(7.0, 3.8).add_subplot()
     positions = np.arange(share.shape[1])
     for count, row in share.iterrows():
         (line,) = ax.plot(positions, row.to_numpy(dtype=float), marker="o", label=f"{count}")
         line.set_gid(f"max_messages={count}")
-    ax.set_xticks(positions, [_budget_label(b) for b in share.columns])
+    ax.set_xticks(positions, [budget_label(b) for b in share.columns])
     ax.set_ylim(0, 1.02)
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.set_xlabel("max_tokens")

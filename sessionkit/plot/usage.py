@@ -18,11 +18,11 @@ from matplotlib.axes import Axes
 from matplotlib.ticker import FuncFormatter
 
 from sessionkit.accounting.calibration import Calibration
-from sessionkit.accounting.pricing import _when, price_calls
+from sessionkit.accounting.pricing import price_calls, price_moment
 from sessionkit.accounting.report import usage_table
 from sessionkit.plot.requests import SETTING_COLUMNS
 from sessionkit.plot.style import compact, count_axis, legend_beside, new_figure, plotting
-from sessionkit.plot.sweeps import _budget_label, _budget_order
+from sessionkit.plot.sweeps import budget_label, budget_order
 from sessionkit.store.text import plot_label
 
 __all__ = ["cost_by", "cost_heatmap", "cumulative_cost", "reported_vs_estimated", "usd"]
@@ -164,7 +164,7 @@ def cumulative_cost(
     completion = calls["completion_tokens"].to_numpy(dtype=np.int64)
     counts = np.stack([prompt, np.zeros_like(prompt), np.zeros_like(prompt), completion], axis=1)
     n = len(calls)
-    at = np.full(n, int(_when(date).timestamp() * 1000), dtype=np.int64)
+    at = np.full(n, int(price_moment(date).timestamp() * 1000), dtype=np.int64)
     fresh = price_calls([model] * n, [provider] * n, at, counts).cost
     if ax is None:
         ax = new_figure(8.0, 3.8).add_subplot()
@@ -203,7 +203,7 @@ def cost_heatmap(costs: pd.DataFrame, ax: Axes | None = None) -> Axes:
     cells = costs.groupby(list(_GRID))["cost_usd"]
     total = cells.sum().where(cells.count() == cells.size())
     grid = total.unstack("max_messages").astype(float)
-    grid = grid.reindex(index=_budget_order(grid.index), columns=_budget_order(grid.columns))
+    grid = grid.reindex(index=budget_order(grid.index), columns=budget_order(grid.columns))
     if ax is None:
         ax = new_figure(7.0, 4.2).add_subplot()
     image = ax.imshow(grid.to_numpy(), origin="lower", aspect="auto", cmap="viridis")
@@ -211,8 +211,8 @@ def cost_heatmap(costs: pd.DataFrame, ax: Axes | None = None) -> Axes:
     for (row, col), cell in np.ndenumerate(grid.to_numpy()):
         colour = "black" if cell > middle else "white"
         ax.text(col, row, usd(cell), ha="center", va="center", fontsize=8, color=colour)
-    ax.set_xticks(range(grid.shape[1]), [_budget_label(m) for m in grid.columns])
-    ax.set_yticks(range(grid.shape[0]), [_budget_label(b) for b in grid.index])
+    ax.set_xticks(range(grid.shape[1]), [budget_label(m) for m in grid.columns])
+    ax.set_yticks(range(grid.shape[0]), [budget_label(b) for b in grid.index])
     ax.set_xlabel("max_messages")
     ax.set_ylabel("max_tokens")
     per_cell = int(cells.size().max()) if len(costs) else 0

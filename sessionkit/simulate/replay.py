@@ -5,9 +5,8 @@ policy and the settings its replayed entries depend on (``policy.entry_key(setti
 ``include_timestamps``, 0.3.x's ``include_runtime_context``): the replayed entries' source
 indices and token counts (that release's estimate), and the per-message flags the window rules
 read.  :func:`replay` and :func:`replay_all` compute it (in forked workers for large corpora)
-and keep it, keyed by ``(policy name, entry key)``, while the session object is alive and still
-holds the same messages list at the same length; :func:`clear_cache` forgets everything (needed
-after editing messages in place).  Sessions read back from the persistent index
+and keep it in :mod:`sessionkit.store.memo`, keyed by ``(policy name, entry key)``, for the
+session as it is now (any edit, in place or not, makes them computed again).  Sessions read back from the persistent index
 (:class:`~sessionkit.store.index.IndexedSession`) also find their replays there, kept per store and
 setting for the file versions indexed, and :func:`prepared` keeps what is derived from a large
 store's replays (the windows' stacked arrays): a new process then replays nothing.
@@ -23,11 +22,10 @@ from __future__ import annotations
 
 import operator
 import os
-import weakref
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import as_completed
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import eq, is_, is_not
 from typing import Any, TypeVar
@@ -49,6 +47,7 @@ from sessionkit.nanobot.policies import (
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings
 from sessionkit.nanobot.tokens import SPLITS_BY_RULE, has_marker
+from sessionkit.store import memo, versions
 from sessionkit.store.cachedir import name_digest
 from sessionkit.store.counting import (
     DEFAULT_CACHE,
@@ -68,8 +67,6 @@ from sessionkit.store.nogc import no_gc
 __all__ = [
     "UNREPLAYABLE",
     "Replay",
-    "cache_size",
-    "clear_cache",
     "derived",
     "prepared",
     "prepared_each",
@@ -498,75 +495,26 @@ def _keys(
     return keys
 
 
-def _content(session: Session) -> object:
-    """What a session's replays depend on: its messages list, or for a session read back from
-    the index and not changed since, the file version it was indexed at (so its messages need
-    not be parsed)."""
-    if isinstance(session, IndexedSession) and session.pristine:
-        return session.identity
-    return session.messages
+_SPACE = "replays"
+"""This module's space in :mod:`sessionkit.store.memo` (replays by key; the stored counts of
+:func:`stored_tokens` by release are in ``"stored counts"``)."""
 
 
-@dataclass
-class _Slot:
-    """What is cached for one session, by release: valid while it holds ``content`` (see
-    :func:`_content`) at ``length``."""
-
-    ref: weakref.ref
-    content: object  # kept, so its id cannot be reused
-    length: int
-    replays: dict[ReplayKey, Replay] = field(default_factory=dict)
-    stored: dict[str, np.ndarray] = field(default_factory=dict)
-
-    def holds(self, session: Session) -> bool:
-        """Whether this slot still describes ``session`` as it is now."""
-        return (
-            self.ref() is session
-            and self.content is _content(session)
-            and self.length == len(session)
-        )
+def _replays(session: Session) -> dict[Any, Any]:
+    return memo.slot(session, _SPACE)
 
 
-# Slots by id(session), dropped when the session is garbage-collected.
-_SLOTS: dict[int, _Slot] = {}
 # The latest values derived from lists of replays, with those lists (see `derived`).
 _DERIVED: list[tuple[list[Replay], Any]] = []
 
 
-def clear_cache() -> None:
-    """Forget every session's replays and stored-message counts (in this process)."""
-    _SLOTS.clear()
+def _forget() -> None:
     _DERIVED.clear()
     _PREPARED.clear()
 
 
-def cache_size() -> int:
-    """How many (session, policy, entry setting) replays are cached."""
-    return sum(len(slot.replays) for slot in _SLOTS.values())
-
-
-def _slot(session: Session) -> _Slot:
-    """The session's cache slot, emptied if its messages changed since it was filled."""
-    key = id(session)
-    slot = _SLOTS.get(key)
-    if slot is not None and slot.holds(session):
-        return slot
-    if slot is not None and slot.ref() is session:
-        ref = slot.ref
-    else:
-
-        def forget(_: weakref.ref, key: int = key) -> None:
-            _SLOTS.pop(key, None)
-
-        ref = weakref.ref(session, forget)
-    slot = _Slot(ref, _content(session), len(session))
-    _SLOTS[key] = slot
-    return slot
-
-
 def _cached(session: Session, key: ReplayKey) -> Replay | None:
-    slot = _SLOTS.get(id(session))
-    return slot.replays.get(key) if slot is not None and slot.holds(session) else None
+    return _replays(session).get(key)
 
 
 def replay(
@@ -588,13 +536,13 @@ def stored_tokens(session: Session, policy: str | None = None) -> np.ndarray:
     The array is read-only: it is the cached one.
     """
     name = _policy(session, policy).name
-    slot = _slot(session)
-    if name not in slot.stored:
+    kept = memo.slot(session, "stored counts")
+    if name not in kept:
         cache = token_cache_of([session])
         counts = np.array(count_tokens(session.messages, policy=name, cache=cache), np.int64)
         counts.flags.writeable = False
-        slot.stored[name] = counts
-    return slot.stored[name]
+        kept[name] = counts
+    return kept[name]
 
 
 def derived(replays: list[Replay], build: Callable[[list[Replay]], T]) -> T:
@@ -743,6 +691,9 @@ def _kept(
 _PREPARED: dict[tuple[str, str], Any] = {}
 """What :func:`prepared` derived for indexed sessions, by its name and stamp in the index
 (the latest few)."""
+
+
+memo.on_clear(_forget)
 
 
 def _remember(name: tuple[str, str], value: T) -> T:
@@ -1018,6 +969,7 @@ Job = tuple[str | None, HistorySettings]
 """A replay asked for: the release (None: each session's own) and the history settings."""
 
 
+@versions.consistent
 def replay_jobs(
     sessions: list[Session],
     jobs: list[Job],
@@ -1046,7 +998,7 @@ def replay_jobs(
         unknown = [i for i, r in enumerate(replays) if r is None]
         for i, indexed in _stored(sessions, own, unknown).items():
             replays[i] = indexed
-            _slot(sessions[i]).replays[own[i]] = indexed
+            _replays(sessions[i])[own[i]] = indexed
     missing = {
         i: js
         for i in range(len(sessions))
@@ -1095,7 +1047,7 @@ def replay_jobs(
     for j, own in enumerate(keys):
         computed = {i: found[j][i] for i in todo if j in missing[i]}
         for i, r in computed.items():
-            _slot(sessions[i]).replays[own[i]] = r  # type: ignore[assignment]
+            _replays(sessions[i])[own[i]] = r
         _keep(sessions, own, computed)  # type: ignore[arg-type]
     if cache is not None and todo:
         cache.flush_soon()

@@ -232,9 +232,16 @@ def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
 
+def _lines_of(session: Session, n: int) -> Sequence[int] | None:
+    """The session's line numbers while they still describe its ``n`` messages (a message
+    deleted or inserted in place leaves them behind), else None."""
+    lines = session.line_numbers
+    return lines if lines is not None and len(lines) == n else None
+
+
 def _line_numbers(session: Session, n: int) -> np.ndarray:
     """The line numbers of a session's ``n`` messages (-1: none kept)."""
-    lines = session.line_numbers
+    lines = _lines_of(session, n)
     if isinstance(lines, range):
         return np.arange(lines.start, lines.stop, dtype=np.int64)
     if lines is None:
@@ -322,7 +329,7 @@ def _session_problems(
     positions, in order, and reasons), then each time a frame cannot hold (``outside``:
     those messages' positions and stored timestamps); ``n`` messages in all."""
     path = str(session.path)
-    lines = session.line_numbers or [None] * n
+    lines = _lines_of(session, n) or [None] * n
     found = list(read)
     found += [Problem(path, lines[i], reason) for i, reason in uncountable]
     for field in ("created_at", "updated_at"):
@@ -601,7 +608,7 @@ def entries_of(
             "policy": session.policy,
             "title": session_title(session.metadata),
             "preview": session_preview(
-                session.messages, line_numbers=session.line_numbers, first_damaged_line=damaged
+                session.messages, line_numbers=_lines_of(session, n), first_damaged_line=damaged
             )
             if scan is None
             else scan.preview(damaged),

@@ -58,6 +58,7 @@ from sessionkit.store.integrity import (
     open_sealed_checked_or_none,
     read_sealed_checked,
 )
+from sessionkit.store.versions import content_digest
 
 __all__ = [
     "FORMAT",
@@ -672,6 +673,7 @@ class IndexedSession(Session):
     _identity: Identity | None = None
     _index: Index | None = None
     _store = ""
+    _seen: bytes | None = None  # the parsed messages' digest when first handed out
 
     @classmethod
     def restored(
@@ -769,9 +771,14 @@ class IndexedSession(Session):
 
     @property  # type: ignore[override]
     def messages(self) -> list[dict[str, Any]]:
-        """The raw message dicts, parsed from the file on first use."""
+        """The raw message dicts, parsed from the file on first use.  The first time the
+        parsed list is handed out its digest is taken, so :attr:`pristine` can tell an edit
+        made in place afterwards."""
         if self._unread():
             self._parse()
+        if self._seen is None and self._messages is self._parsed:
+            self._seen = b""  # while digesting, which reads this property again
+            self._seen = content_digest(self) or b""
         return self._messages  # type: ignore[return-value]
 
     @messages.setter
@@ -806,13 +813,16 @@ class IndexedSession(Session):
 
     @property
     def pristine(self) -> bool:
-        """Whether the messages are still those indexed (not parsed yet, or parsed and
-        neither replaced nor resized)."""
+        """Whether the messages (and key, release, offset, metadata and records) are still
+        those indexed: not parsed yet, or parsed and neither replaced, resized nor edited in
+        place since they were first handed out."""
         if self._identity is None:
             return False
-        return self._messages is None or (
-            self._messages is self._parsed and len(self._messages) == self._size
-        )
+        if self._messages is None:
+            return True
+        if self._messages is not self._parsed or len(self._messages) != self._size:
+            return False
+        return self._seen is None or content_digest(self) == self._seen
 
     def __len__(self) -> int:
         return self._size if self._unread() else len(self.messages)

@@ -27,7 +27,7 @@ from sessionkit.testing.snapshots import (
     UPDATE_ENV,
     Snapshot,
     SnapshotMismatch,
-    _update_requested,
+    update_requested,
 )
 
 __all__ = ["CHECKED", "KEYS", "MEASURES", "assert_requests_snapshot", "requests_data"]
@@ -329,7 +329,7 @@ def assert_requests_snapshot(
     }
     actual = _Recorded(priced, _settings(frame), table)
     shape = table.shape
-    rewrite = _update_requested(update)
+    rewrite = update_requested(update)
     if not path.exists():
         if not rewrite:
             raise SnapshotMismatch(

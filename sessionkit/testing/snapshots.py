@@ -56,7 +56,7 @@ class _Table:
     rows: list[list[str]]
 
 
-def _update_requested(update: bool | None) -> bool:
+def update_requested(update: bool | None) -> bool:
     if update is not None:
         return update
     return os.environ.get(UPDATE_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
@@ -240,7 +240,7 @@ def assert_frame_snapshot(
     shape = (len(actual.rows), len(actual.columns))
     text = _dump(actual, path)
     if not path.exists():
-        if not _update_requested(update):
+        if not update_requested(update):
             raise SnapshotMismatch(
                 f"no snapshot at {path.as_posix()}; record it with update=True or {UPDATE_ENV}=1"
             )
@@ -251,7 +251,7 @@ def assert_frame_snapshot(
     expected = _parse(stored, path)
     if expected == actual:
         return Snapshot(path, "matches", shape)
-    if _update_requested(update):
+    if update_requested(update):
         path.write_text(text, encoding="utf-8")
         return Snapshot(path, "updated", shape)
     raise SnapshotMismatch(_diff(expected, actual, _row_labels(frame), path))

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from usage_fixtures import call, ledger, reply, tied, user, write_log, write_session
 
-from sessionkit.accounting import attribution
 from sessionkit.accounting import ledger as ledger_module
+from sessionkit.store import memo
 
 
 def test_a_second_call_reuses_what_is_kept_and_sees_changed_files(
@@ -21,10 +21,10 @@ def test_a_second_call_reuses_what_is_kept_and_sees_changed_files(
     cache.mkdir(mode=0o700)
     write_session(data, "telegram:alice", [user("x", 0), reply("y", 2)])
     write_log(data, [call(1)])
-    ledger_module.clear_cache()
+    memo.clear()
     first = ledger(data, cache=cache)
     assert tied(first) == [(1, "telegram:alice", 0, 0, "agent", "time")]
-    assert (len(attribution._BY_VERSION), len(ledger_module._TIED)) == (1, 1)
+    assert (memo.size("turn times"), len(ledger_module._TIED)) == (1, 1)
     kept = next(iter(ledger_module._TIED.values()))
     again = ledger(data, cache=cache)
     pd.testing.assert_frame_equal(again, first, check_exact=True)
@@ -38,4 +38,4 @@ def test_a_second_call_reuses_what_is_kept_and_sees_changed_files(
         (1, "telegram:alice", 0, 0, "agent", "time"),
         (2, "telegram:alice", 1, 0, "agent", "time"),
     ]
-    assert (len(attribution._BY_VERSION), len(ledger_module._TIED)) == (2, 2)
+    assert (memo.size("turn times"), len(ledger_module._TIED)) == (2, 2)

@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 
 import sessionkit as sk
-from sessionkit.calls import turns
 from sessionkit.calls.assembly import count_text, kit_of, turn_calls
 from sessionkit.calls.installs import ReleaseNotInstalled
+from sessionkit.store import memo
 
 RELEASE = sk.get_policy("nanobot-0.2")
 KEYS = ("telegram:12345", "telegram:777", "cli:direct")  # two channels: two kits to ask for
@@ -207,13 +207,12 @@ def test_a_grid_is_one_block_per_setting(sessions: list[sk.Session]) -> None:
 def test_calls_are_kept_until_the_messages_change(corpus: sk.Corpus) -> None:
     """A second frame reuses each session's calls; a session cut short is counted again."""
     session = corpus["telegram:777"].copy()
-    turns.clear_cache()
+    memo.clear()
     first = sk.requests(session)
-    assert len(turns._SLOTS) == 1
-    (slot,) = turns._SLOTS.values()
-    (kept,) = slot.calls.values()
+    assert memo.size("calls") == 1
+    (kept,) = memo.slot(session, "calls", shared=True).values()
     pd.testing.assert_frame_equal(sk.requests(session), first)
-    assert next(iter(slot.calls.values())) is kept
+    assert next(iter(memo.slot(session, "calls", shared=True).values())) is kept
     cut = session.before_user(10)
     session.messages = cut.messages
     shorter = sk.requests(session)

@@ -11,7 +11,7 @@ Use from a test module::
 
     @pytest.fixture(scope="module")
     def nb030():
-        return release("0.3.0")  # skips the module's tests when the env cannot be built
+        return release("0.3.0")  # skips (fails under CI) when the env cannot be built
 
     results = nb030.run("nanobot.utils.helpers:estimate_message_tokens",
                         [{"args": [message]} for message in messages])
@@ -41,7 +41,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import pytest
+from reference import unavailable
 
 from sessionkit.calls.installs import install
 
@@ -153,8 +153,9 @@ def _build_or_reason(version: str) -> Release | str:
 
 
 def release(version: str) -> Release:
-    """The release's environment, built on first use; skips the calling test if it can't be."""
+    """The release's environment, built on first use; when it can't be, the calling test
+    skips (fails under CI)."""
     built = _build_or_reason(version)
     if isinstance(built, str):
-        pytest.skip(built)
+        unavailable(built)
     return built

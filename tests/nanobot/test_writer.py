@@ -17,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from reference import need
 
 from sessionkit.nanobot import writer
 from sessionkit.nanobot.naming import (
@@ -521,7 +522,7 @@ def test_held_lock_times_out_without_writing(tmp_path):
 
 
 def test_waits_for_nanobots_filelock(tmp_path):
-    filelock = pytest.importorskip("filelock")
+    filelock = need("filelock")
     held = threading.Event()
 
     def hold() -> None:

@@ -16,8 +16,6 @@ from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.settings import HistorySettings
 from sessionkit.nanobot.tokens import encoding
 from sessionkit.simulate.replay import (
-    cache_size,
-    clear_cache,
     derived,
     replay,
     replay_all,
@@ -26,6 +24,7 @@ from sessionkit.simulate.replay import (
 )
 from sessionkit.simulate.states import message_states
 from sessionkit.simulate.windowing import windows
+from sessionkit.store import memo
 from sessionkit.store.counting import TokenCache, count_tokens
 from sessionkit.store.index import SessionChangedError
 from sessionkit.testing import check_window_invariants
@@ -61,27 +60,27 @@ def test_a_replay_holds_the_entries_and_their_tokens(session: Session) -> None:
 
 
 def test_replays_are_cached_until_the_session_changes() -> None:
-    clear_cache()
+    memo.clear()
     session = Session("k", [user("/help", _command=True), assistant(""), user("q"), assistant("a")])
     windows(session)
     windows(session, max_tokens=[10, 20])
-    assert cache_size() == 1
+    assert memo.size("replays") == 1
     session.messages.append(user("more"))
     assert windows(session, at="end")["messages_kept"].item() == 3
     session.retain_recent_legal_suffix(1)
     assert windows(session, at="end")["messages_kept"].item() == 1
     windows(session, include_timestamps=[False, True])
-    assert cache_size() == 2
+    assert memo.size("replays") == 2
     session.messages = [user()]
-    assert replay(session, STAMPED).kept.tolist() == [0] and cache_size() == 1
+    assert replay(session, STAMPED).kept.tolist() == [0] and memo.size("replays") == 1
     del session
-    assert cache_size() == 0
+    assert memo.size("replays") == 0
 
 
 def test_windows_states_and_testing_share_one_replay(
     session: Session, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clear_cache()
+    memo.clear()
     first = replay(session, STAMPED)
     stored_tokens(session)
 
@@ -93,15 +92,15 @@ def test_windows_states_and_testing_share_one_replay(
     windows(session, at="end")
     message_states(session)
     assert check_window_invariants(session).empty
-    assert replay(session, STAMPED) is first and cache_size() == 1
+    assert replay(session, STAMPED) is first and memo.size("replays") == 1
 
 
-def test_clear_cache_forgets_replays_stored_counts_and_derived_values(session: Session) -> None:
+def test_memo_clear_forgets_replays_stored_counts_and_derived_values(session: Session) -> None:
     replayed = replay_all([session], STAMPED)
     stored = stored_tokens(session)
     assert derived(replayed, len) == 1
-    clear_cache()
-    assert cache_size() == 0
+    memo.clear()
+    assert memo.size("replays") == 0
     assert replay(session, STAMPED) is not replayed[0]
     assert stored_tokens(session) is not stored
     calls: list[int] = []
@@ -119,7 +118,7 @@ def test_stored_counts_are_read_only_and_follow_edits(session: Session) -> None:
 
 
 def test_derived_values_are_reused_for_the_same_replays(session: Session) -> None:
-    clear_cache()
+    memo.clear()
     replays = replay_all([session], STAMPED)
     calls: list[list] = []
 
@@ -134,9 +133,9 @@ def test_derived_values_are_reused_for_the_same_replays(session: Session) -> Non
 
 def test_workers_give_the_same_replays() -> None:
     sessions = [Session(f"t:{i}", [user(f"q{j} {i}") for j in range(i + 2)]) for i in range(6)]
-    clear_cache()
+    memo.clear()
     parallel = replay_all(sessions, STAMPED, workers=2, progress=False)
-    clear_cache()
+    memo.clear()
     serial = replay_all(sessions, STAMPED, workers=1, progress=False)
     for a, b in zip(parallel, serial, strict=True):
         names = (
@@ -178,9 +177,9 @@ def test_a_long_session_replayed_in_ranges_by_workers_equals_one_replayed_whole(
     session = Session("k", messages)
     jobs = [(name, settings) for name in RELEASES for settings in (PLAIN, STAMPED)]
     stored = np.array(count_tokens(messages, cache=None))
-    clear_cache()
+    memo.clear()
     whole = replay_jobs([session], jobs, workers=1, progress=False, cache=None, stored=[stored])
-    clear_cache()
+    memo.clear()
     monkeypatch.setattr(replay_module, "_SPLIT_MESSAGES", 4)
     split = replay_jobs([session], jobs, workers=2, progress=False, cache=None, stored=[stored])
     for (a,), (b,) in zip(split, whole, strict=True):
@@ -217,7 +216,7 @@ def test_a_long_indexed_session_is_read_by_each_worker_up_to_its_range(
 
     def unread(cache: str) -> Any:
         """The session as a new process's second load gives it (an index of its own)."""
-        clear_cache()
+        memo.clear()
         monkeypatch.setenv("SESSIONKIT_CACHE_DIR", str(tmp_path / cache))
         sessionkit.load(folder)
         (session,) = list(sessionkit.load(folder))
@@ -250,7 +249,7 @@ def test_replayed_again_reads_token_counts_from_the_cache(
     ]
     cache = TokenCache()
     first = windows(sessions, cache=cache, workers=1)
-    clear_cache()
+    memo.clear()
 
     def refuse(payloads: list[str]) -> list[int]:
         raise AssertionError("tokenized again despite a warm token cache")
@@ -260,12 +259,12 @@ def test_replayed_again_reads_token_counts_from_the_cache(
 
 
 def test_replays_are_cached_per_release_and_the_settings_its_entries_read() -> None:
-    clear_cache()
+    memo.clear()
     session = Session("k", [user("say <|endoftext|> now"), assistant("a")])
     own = replay(session, STAMPED)
     release = get_policy("nanobot-0.3.0")
     plain_030 = replay(session, HistorySettings(include_runtime_context=False), policy=release.name)
-    assert cache_size() == 2
+    assert memo.size("replays") == 2
     # 0.3.0's entries ignore include_timestamps: the same cached replay.
     same = HistorySettings(include_timestamps=False, include_runtime_context=False)
     assert replay(session, same, policy=release.name) is plain_030
@@ -315,13 +314,13 @@ def test_replays_for_several_releases_parse_each_indexed_session_once(
         return real(path)
 
     monkeypatch.setattr(sessionkit.store.index, "read_session_file", counted)
-    clear_cache()
+    memo.clear()
     jobs = [(name, STAMPED) for name in RELEASES]
     together = replay_jobs(sessions, jobs, workers=workers, progress=False, cache=None)
     assert sorted(log.read_text().split()) == sorted(os.fspath(s.path) for s in sessions)
     alone = []
     for name in RELEASES:
-        clear_cache()
+        memo.clear()
         fresh = [Session(s.key, list(s.messages), policy=s.policy) for s in sessions]
         alone.append(replay_all(fresh, STAMPED, policy=name, workers=1, progress=False))
     for found, expected in zip(together, alone, strict=True):
@@ -356,7 +355,7 @@ def test_entries_equal_to_their_message_take_its_stored_count(
         return count_tokens(batch, **kwargs)
 
     monkeypatch.setattr(replay_module, "count_tokens", spy)
-    clear_cache()
+    memo.clear()
     stored = np.array([101, 102, 103, 104, 105, 106])
     jobs = [(name, PLAIN) for name in RELEASES]
     found = replay_jobs([session], jobs, workers=1, progress=False, cache=None, stored=[stored])
@@ -406,7 +405,7 @@ def test_a_stamped_entry_counts_its_stamp_line_plus_its_messages_stored_count(
         return count_tokens(batch, **kwargs)
 
     monkeypatch.setattr(replay_module, "count_tokens", spy)
-    clear_cache()
+    memo.clear()
     stored = np.array(count_tokens(messages, cache=None))
     (found,) = replay_jobs(
         [session], [(POLICY.name, STAMPED)], workers=1, progress=False, cache=None, stored=[stored]
@@ -446,9 +445,9 @@ def test_a_grid_on_a_loaded_store_reuses_its_counts_and_equals_one_in_memory(
     (loaded,) = list(corpus)
     counts = sessionkit.simulate.replay.stored_counts(corpus.entries)
     assert counts[id(loaded)].tolist() == count_tokens(loaded.messages, cache=None)
-    clear_cache()
+    memo.clear()
     grid = {"policy": RELEASES, "max_tokens": [0, 8], "include_timestamps": [False, True]}
     from_store = windows(corpus, **grid)
-    clear_cache()
+    memo.clear()
     in_memory = windows([Session(loaded.key, list(loaded.messages))], **grid)
     pd.testing.assert_frame_equal(from_store, in_memory)

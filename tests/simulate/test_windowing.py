@@ -19,8 +19,9 @@ from sessionkit import Session
 from sessionkit.nanobot.policies import find_legal_message_start, get_policy
 from sessionkit.nanobot.settings import HistorySettings
 from sessionkit.schema import WINDOWS
-from sessionkit.simulate.replay import clear_cache, replay
+from sessionkit.simulate.replay import replay
 from sessionkit.simulate.windowing import _legal_start, _orphan_jumps, windows
+from sessionkit.store import memo
 from sessionkit.store.counting import count_tokens
 
 POLICY = get_policy("nanobot-0.2")
@@ -190,9 +191,9 @@ def test_sessions_without_user_turns_and_empty_sessions() -> None:
 
 
 def test_workers_give_the_same_frame(sample: list[Session]) -> None:
-    clear_cache()
+    memo.clear()
     parallel = windows(sample, max_tokens=[0, 2000], workers=2, progress=False)
-    clear_cache()
+    memo.clear()
     serial = windows(sample, max_tokens=[0, 2000], workers=1, progress=False)
     pd.testing.assert_frame_equal(parallel, serial)
 

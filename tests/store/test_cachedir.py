@@ -18,7 +18,7 @@ import sessionkit.simulate.replay
 import sessionkit.store.corpus
 import sessionkit.store.index
 from sessionkit import load
-from sessionkit.store import cachedir, counting
+from sessionkit.store import cachedir, counting, memo
 from sessionkit.store.frames import MESSAGE_TABLE
 from sessionkit.store.integrity import read_sealed
 
@@ -169,7 +169,7 @@ def test_edit_and_reload_cycles_keep_the_cache_bounded(
         corpus = load(store)
         sessionkit.windows(corpus, at="end", max_tokens=[0, 20])
         corpus.token_cache.flush()
-        sessionkit.simulate.replay.clear_cache()
+        memo.clear()
         sizes.append(sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()))
     print(f"cache bytes after 1 / 20 cycles: {sizes[0]} / {sizes[-1]}")
     assert sizes[-1] <= 2 * sizes[0], sizes
@@ -187,7 +187,7 @@ def test_entries_and_replays_of_a_deleted_file_are_dropped(
     (store / "cli_2.jsonl").unlink()
     with (store / "cli_0.jsonl").open("a") as f:
         f.write(json.dumps({"role": "user", "content": "later"}) + "\n")
-    sessionkit.simulate.replay.clear_cache()
+    memo.clear()
     sessionkit.windows(load(store), max_tokens=[0, 20])
     assert len(list(own.iterdir())) == 2
     (replays,) = folder.glob("index-*/replays/*.arrow")

@@ -40,6 +40,7 @@ from pathlib import Path
 import pandas as pd, pyarrow as pa
 import sessionkit as sk
 import sessionkit.store.corpus
+import sessionkit.store.memo as memo
 import sessionkit.simulate.replay as replay
 import sessionkit.store.index as index
 from sessionkit.store.counting import DEFAULT_CACHE
@@ -52,8 +53,7 @@ store, cache, seed, rounds = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[
 grid = {"policy": ["nanobot-0.2", "nanobot-0.3.5"], "max_tokens": [0, 40]}
 
 def forget():
-    replay.clear_cache()
-    replay._PREPARED.clear()
+    memo.clear()
     DEFAULT_CACHE.clear()
 
 def answers(corpus, cache=DEFAULT_CACHE):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from reference import need, unavailable
 
 from sessionkit.nanobot.reader import SessionPathError
 from sessionkit.views.report import (
@@ -38,9 +39,9 @@ def test_a_notebook_without_parameters_is_refused(tmp_path: Path) -> None:
 
 
 def test_the_kernel_is_started_with_encrypted_sockets() -> None:
-    zmq = pytest.importorskip("zmq")
+    zmq = need("zmq")
     if not zmq.has("curve"):
-        pytest.skip("pyzmq without CurveZMQ")
+        unavailable("pyzmq without CurveZMQ")
     assert kernel_config().KernelManager.transport_encryption == "auto"
 
 
