@@ -81,7 +81,7 @@ def _is_data_dir(path: Path) -> bool:
     )
 
 
-def _loaded(folder: Path, cache: bool | PathLike[str]) -> list[Session]:
+def _loaded(folder: Path, cache: bool | PathLike[str] | None) -> list[Session]:
     try:
         return list(load(folder, tokens=None, cache=cache))
     except SessionPathError:
@@ -89,7 +89,7 @@ def _loaded(folder: Path, cache: bool | PathLike[str]) -> list[Session]:
 
 
 def _groups(
-    source: Any, config_dir: Any, workspace: Any, cache: bool | PathLike[str]
+    source: Any, config_dir: Any, workspace: Any, cache: bool | PathLike[str] | None
 ) -> tuple[Path, list[Group]]:
     """The data dir whose usage records to read and the sessions to tie them to."""
     chosen = Path(workspace).expanduser() if workspace is not None else None
@@ -397,7 +397,7 @@ def usage(
     model: str | None = None,
     provider: str | None = None,
     estimate: bool = True,
-    cache: bool | PathLike[str] = True,
+    cache: bool | PathLike[str] | None = None,
 ) -> pd.DataFrame:
     """One row per LLM call nanobot recorded (columns: :data:`sessionkit.schema.USAGE`).
 

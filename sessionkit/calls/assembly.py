@@ -27,6 +27,7 @@ from sessionkit.nanobot.tokens import count_cl100k
 from sessionkit.nanobot.workspace import recorded_workspace
 from sessionkit.schema import REQUEST_PARTS, frame
 from sessionkit.store.corpus import Corpus, resolve_session
+from sessionkit.store.counting import token_cache_of
 
 __all__ = [
     "Request",
@@ -116,6 +117,12 @@ def config_of(workspace: Path, session: Session) -> Path | None:
     return next((c for c in candidates if c.is_file()), None)
 
 
+def kit_persistence(session: Session) -> bool | None:
+    """``cache_dir`` for the kits of ``session``'s requests: False (keep none on disk) for a
+    session of a ``cache=False`` load, else None (as the persistence switch says)."""
+    return False if token_cache_of([session]) is None else None
+
+
 def kit_of(
     policy: ReplayPolicy,
     session: Session,
@@ -126,7 +133,8 @@ def kit_of(
     cache_dir: Path | None | bool = None,
 ) -> tuple[Kit, Path]:
     """The release's kit for the session's workspace (found from its path unless given), and
-    that workspace."""
+    that workspace; kept on disk as :func:`kit_persistence` says unless ``cache_dir`` is
+    given."""
     root = Path(workspace) if workspace is not None else workspace_of(session)
     if root is None:
         raise ValueError(
@@ -143,7 +151,7 @@ def kit_of(
         config=chosen,
         channel=policy.channel(session.key),
         runtime=runtime,
-        cache_dir=cache_dir,
+        cache_dir=kit_persistence(session) if cache_dir is None else cache_dir,
     )
     return kit, root
 

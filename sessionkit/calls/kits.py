@@ -24,7 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from sessionkit.nanobot.kit import Kit
-from sessionkit.store.cachedir import cache_dir_problem, default_cache_dir, make_private_dir
+from sessionkit.store.cachedir import (
+    cache_dir_problem,
+    default_cache_dir,
+    make_private_dir,
+    persistence_on,
+)
 
 __all__ = ["KitError", "kit_for", "workspace_inputs"]
 
@@ -220,15 +225,17 @@ def kit_for(
 ) -> Kit:
     """The kit of ``release`` for ``workspace`` (probed once, then read from the cache).
 
-    ``cache_dir=False`` keeps nothing on disk; ``None`` is the user's cache folder.
+    ``cache_dir=False`` keeps nothing on disk; ``None`` is the user's cache folder, unless
+    persistence is off (``SESSIONKIT_CACHE=off``).
     """
     workspace = workspace.expanduser().resolve()
     config = config.expanduser().resolve() if config is not None else None
     runtime = dict(runtime or {})
     key, newest = _key(release, python, workspace, config, channel, runtime)
     folder = None
-    if cache_dir is not False:
-        folder = (cache_dir or default_cache_dir()) / f"kits-{_FORMAT}"
+    if persistence_on(cache_dir):
+        root = default_cache_dir() if cache_dir is None or cache_dir is True else cache_dir
+        folder = Path(root) / f"kits-{_FORMAT}"
         if cache_dir_problem(folder.parent) is not None:
             folder = None
     path = None

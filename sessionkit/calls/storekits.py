@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sessionkit.calls.assembly import config_of, count_text, kit_of, workspace_of
+from sessionkit.calls.assembly import config_of, count_text, kit_of, kit_persistence, workspace_of
 from sessionkit.calls.installs import ReleaseNotInstalled, find_release
 from sessionkit.calls.kits import kit_for
 from sessionkit.nanobot.kit import Kit
@@ -113,6 +113,7 @@ class StoreKits:
                     config=config,
                     channel=channel,
                     runtime=self.runtime,
+                    cache_dir=kit_persistence(session),
                 )
             except ValueError as exc:
                 self._warn(session.key, str(exc))

@@ -8,10 +8,19 @@ this release does by default"; each release object resolves it
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import operator
+from dataclasses import dataclass, fields, replace
 from typing import Any, Literal, TypedDict
 
-__all__ = ["DEFAULT_SETTINGS", "HistorySettings", "Offset", "SettingsOverrides"]
+__all__ = [
+    "DEFAULT_SETTINGS",
+    "HistorySettings",
+    "Offset",
+    "SettingsOverrides",
+    "checked_limit",
+    "checked_setting",
+    "grid_values",
+]
 
 Offset = Literal["recorded", "none"] | int
 """Which ``last_consolidated`` a replay starts from: the stored one, 0, or a given index."""
@@ -70,6 +79,12 @@ class HistorySettings:
     file_cap: int | None = None
     last_consolidated: Offset | None = None
 
+    def __post_init__(self) -> None:
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if value is not None:
+                object.__setattr__(self, field.name, checked_setting(field.name, value))
+
     def replace(self, **changes: Any) -> HistorySettings:
         """A copy with some fields changed (``None`` values leave a field as it is)."""
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
@@ -86,6 +101,70 @@ class SettingsOverrides(TypedDict, total=False):
     include_runtime_context: bool | None
     file_cap: int | None
     last_consolidated: Offset | None
+
+
+_ACCEPTED = {
+    "max_messages": "an int (<= 0: the release's default count window)",
+    "max_tokens": "an int >= 0 (0: no budget)",
+    "file_cap": "an int >= 0 (0: no cap)",
+    "include_timestamps": "True or False",
+    "extend_to_user": "True or False",
+    "include_runtime_context": "True or False",
+    "last_consolidated": "'recorded', 'none' or an int",
+}
+
+
+def _int(name: str, value: Any, accepted: str) -> int:
+    if isinstance(value, bool | str):
+        raise TypeError(f"{name} must be {accepted}, not {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be {accepted}, not {value!r}") from None
+
+
+def checked_setting(name: str, value: Any) -> Any:
+    """``value`` for history setting ``name``, checked (a numpy int or bool taken as the
+    Python one); raises ``TypeError``/``ValueError`` naming the setting and what it takes."""
+    accepted = _ACCEPTED.get(name)
+    if accepted is None:
+        raise TypeError(f"{name!r} is no history setting; the settings are {', '.join(_ACCEPTED)}")
+    if accepted == "True or False":
+        if type(value).__name__ in ("bool", "bool_"):
+            return bool(value)
+        raise TypeError(f"{name} must be {accepted}, not {value!r}")
+    if name == "last_consolidated":
+        if isinstance(value, str) and value in ("recorded", "none"):
+            return value
+        if isinstance(value, str):
+            raise ValueError(f"{name} must be {accepted}, not {value!r}")
+        return _int(name, value, accepted)
+    number = _int(name, value, accepted)
+    if name != "max_messages" and number < 0:
+        raise ValueError(f"{name} must be {accepted}, not {number}")
+    return number
+
+
+def checked_limit(name: str, value: Any) -> int:
+    """A model limit (``context_window``, ``max_output``): an int >= 0, else an error naming it."""
+    number = _int(name, value, "an int >= 0")
+    if number < 0:
+        raise ValueError(f"{name} must be an int >= 0, not {number}")
+    return number
+
+
+def grid_values(name: str, value: Any) -> list[Any] | None:
+    """The values a keyword sweeps: None when not given, else a value or a list (tuple,
+    range, array) of values, each checked, and ``None`` inside a list kept (the release's
+    default, resolved by the caller)."""
+    if value is None:
+        return None
+    many = not isinstance(value, str | bytes | dict) and hasattr(value, "__iter__")
+    values = list(value) if many else [value]
+    if not values:
+        raise ValueError(f"{name}= takes a value or a non-empty list of values, not {value!r}")
+    check = checked_limit if name in ("context_window", "max_output") else checked_setting
+    return [None if v is None else check(name, v) for v in values]
 
 
 DEFAULT_SETTINGS = HistorySettings()

@@ -34,7 +34,7 @@ import pandas as pd
 from sessionkit.nanobot.policies import ReplayPolicy, get_policy
 from sessionkit.nanobot.release import DEFAULT_MAX_OUTPUT, SAFETY_BUFFER
 from sessionkit.nanobot.session import Session
-from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings, Offset
+from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings, Offset, grid_values
 from sessionkit.schema import WINDOWS, frame
 from sessionkit.simulate import replay
 from sessionkit.store.corpus import Corpus
@@ -351,9 +351,12 @@ def _as_list(value: Any) -> list[Any]:
 
 
 def _grid(settings: HistorySettings, name: str, override: Any) -> list[Any]:
-    """The values of one setting to sweep: the override (a value or a list), else the setting
-    (``settings`` resolved by the release in force)."""
-    return [getattr(settings, name)] if override is None else _as_list(override)
+    """The values of one setting to sweep: the override (a value or a list, each checked;
+    ``None`` in it is the setting), else the setting (``settings`` resolved by the release in
+    force)."""
+    own = getattr(settings, name)
+    values = grid_values(name, override)
+    return [own] if values is None else [own if v is None else v for v in values]
 
 
 def _targets(
@@ -418,13 +421,15 @@ def _calls(
         return [_Call(c, b) for c in counts for b in budgets]
     if max_tokens is not None:
         raise ValueError("max_tokens is derived from context_window and max_output; pass one")
+    windows_given = grid_values("context_window", context_window) or []
+    if None in windows_given:
+        raise ValueError("context_window's list cannot hold None: give ints >= 0, or no list")
+    outputs = grid_values("max_output", max_output) or [None]
     limits = [
-        (int(ctx), int(out))
-        for ctx in _as_list(context_window)
-        for out in _as_list(DEFAULT_MAX_OUTPUT if max_output is None else max_output)
+        (ctx, DEFAULT_MAX_OUTPUT if out is None else out)
+        for ctx in windows_given
+        for out in outputs
     ]
-    if any(ctx < 0 or out < 0 for ctx, out in limits):
-        raise ValueError(f"context_window and max_output must be >= 0, got {limits}")
     calls = [
         _Call(call.max_messages, call.max_tokens, ctx, out, call.governor_budget)
         for ctx, out in limits
@@ -460,10 +465,11 @@ def windows(
     include_runtime_context: bool | Sequence[bool] | None = None,
     extend_to_user: bool | Sequence[bool] | None = None,
     last_consolidated: Offset | Sequence[Offset] | None = None,
+    file_cap: int | Sequence[int] | None = None,
     at: At = "every_user_turn",
     workers: int | None = None,
     progress: bool | None = None,
-    cache: TokenCache | None = DEFAULT_CACHE,
+    cache: TokenCache | bool | None = DEFAULT_CACHE,
 ) -> pd.DataFrame:
     """One row per (session, release, turn, setting): the history that release replays there.
 
@@ -513,8 +519,13 @@ def windows(
         release's agent loop instead of fixed ``max_tokens``.
     max_messages, max_tokens, include_timestamps, include_runtime_context, extend_to_user, \
 last_consolidated
-        Overrides of ``settings``, each a value or a list of values (None: the setting's).
-        ``include_timestamps`` reaches 0.2.2 only, ``include_runtime_context`` 0.3.x only.
+        Overrides of ``settings``, each a value or a list of values (None, alone or in a
+        list: the setting's, else the release's default); a value of the wrong type or range
+        raises, naming the parameter and what it takes.  ``include_timestamps`` reaches 0.2.2
+        only, ``include_runtime_context`` 0.3.x only.
+    file_cap
+        Refused with ``ValueError`` when given: windows replay sessions as stored (see
+        :func:`sessionkit.file_cap` for what a cap trims).
     at
         ``"every_user_turn"`` (before each user turn is stored; under 0.3.5 the hidden
         checkpoint and automation messages are not turns, as in its forks), ``"end"`` (the history the next message would get)
@@ -526,8 +537,16 @@ last_consolidated
         Show a progress bar (default: for large sweeps).
     cache
         Token-count cache shared with :func:`sessionkit.count_tokens` (default: a Corpus's
-        own, so one loaded with ``cache=False`` keeps no counts on disk).
+        own, so one loaded with ``cache=False`` keeps no counts on disk); ``False`` keeps
+        none.
     """
+    if file_cap is not None:
+        raise ValueError(
+            "file_cap is not applied to windows or requests, which replay sessions as stored; "
+            "sessionkit.file_cap(source, limits) shows what a cap would trim"
+        )
+    if cache is False or cache is True:
+        cache = None if cache is False else DEFAULT_CACHE
     if isinstance(source, Corpus) and cache is DEFAULT_CACHE:
         cache = source.token_cache
     sessions = [source] if isinstance(source, Session) else list(source)

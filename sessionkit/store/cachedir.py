@@ -24,6 +24,7 @@ __all__ = [
     "default_cache_dir",
     "make_private_dir",
     "name_digest",
+    "persistence_on",
     "private_dir_problem",
     "remove_dead_temp_files",
     "write_ipc",
@@ -34,6 +35,20 @@ def name_digest(data: bytes | str) -> str:
     """A short stable name for ``data`` in the cache folder (32 hex digits of BLAKE2b)."""
     raw = data.encode() if isinstance(data, str) else data
     return hashlib.blake2b(raw, digest_size=16).hexdigest()
+
+
+PERSISTENCE_ENV = "SESSIONKIT_CACHE"
+"""sessionkit's one persistence switch: ``off`` (or ``0``, ``false``, ``no``) keeps nothing on
+disk and reads nothing kept (index, token counts, replays, release kits), whatever a call's
+``cache=`` says; with it on, ``cache=False`` does the same for one call and what derives
+from it."""
+
+
+def persistence_on(cache: object = None) -> bool:
+    """Whether a call given ``cache`` persists: never when :data:`PERSISTENCE_ENV` is off,
+    else unless ``cache`` is False (None: not given, True or a folder: on)."""
+    value = os.environ.get(PERSISTENCE_ENV, "").strip().lower()
+    return value not in {"off", "0", "false", "no"} and cache is not False
 
 
 def default_cache_dir() -> Path:

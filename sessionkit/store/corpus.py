@@ -32,7 +32,7 @@ from sessionkit.nanobot.reader import (
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.usage_records import data_dir_of
 from sessionkit.nanobot.workspace import recorded_workspace
-from sessionkit.store.cachedir import cache_dir_problem
+from sessionkit.store.cachedir import cache_dir_problem, persistence_on
 from sessionkit.store.counting import (
     DEFAULT_CACHE,
     CountingBatches,
@@ -356,7 +356,7 @@ def load(
     tokens: Method | None = "tiktoken",
     config_dir: PathLike | None = None,
     policy: str | None = None,
-    cache: bool | PathLike = True,
+    cache: bool | PathLike | None = None,
     progress: bool | None = None,
 ) -> Corpus:
     """Load every session under ``path`` into a :class:`Corpus`; never writes there.
@@ -383,9 +383,11 @@ def load(
         Replay every session with this release's policy (see ``sessionkit.POLICIES``) instead
         of the release that wrote its file.
     cache
-        ``True``: use the index and token counts in
+        ``None`` (default) or ``True``: use the index and token counts in
         :func:`sessionkit.store.index.default_cache_dir`; a path: those in that folder;
-        ``False``: read every file, count every token and read or keep nothing on disk.
+        ``False``: read every file, count every token and read or keep nothing on disk, for
+        this corpus and everything computed from it.  ``SESSIONKIT_CACHE=off`` in the
+        environment means ``False`` for every load (sessionkit's one persistence switch).
         A folder owned by another user or writable by others (no sticky bit), or one that
         lies (symlinks resolved) inside what is loaded, is refused with a warning: nothing
         is kept then either.
@@ -713,14 +715,14 @@ def _size(file: Path, identity: Identity | None) -> int:
         return 0
 
 
-def _token_cache(cache: bool | PathLike, index: Index) -> TokenCache:
+def _token_cache(cache: bool | PathLike | None, index: Index) -> TokenCache:
     """The token counts that go with the index: the shared default cache for the default
     folder, else the counts kept in the folder given."""
-    return DEFAULT_CACHE if cache is True else token_cache_in(index.root)
+    return DEFAULT_CACHE if cache is None or cache is True else token_cache_in(index.root)
 
 
 def _index(
-    cache: bool | PathLike,
+    cache: bool | PathLike | None,
     source: PathLike | list[PathLike] | tuple[PathLike, ...],
     config_dir: PathLike | None,
 ) -> Index | None:
@@ -731,9 +733,10 @@ def _index(
     that links into a workspace is caught too; a cache folder owned by another user or
     writable by others without the sticky bit
     (:func:`~sessionkit.store.cachedir.cache_dir_problem`) is refused as well."""
-    if cache is False:
+    if not persistence_on(cache):
         return None
-    given = (default_cache_dir() if cache is True else Path(cache)).expanduser()
+    chosen = default_cache_dir() if cache is None or cache is True else Path(cache)  # type: ignore[arg-type]
+    given = chosen.expanduser()
     problem = cache_dir_problem(given)
     if problem is not None:
         warnings.warn(

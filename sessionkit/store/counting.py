@@ -45,6 +45,7 @@ from sessionkit.nanobot.uncountable import counts_or_missing
 from sessionkit.store.cachedir import (
     cache_dir_problem,
     default_cache_dir,
+    persistence_on,
     remove_dead_temp_files,
     write_ipc,
 )
@@ -150,10 +151,10 @@ class TokenCache:
         return self._folder() if callable(self._folder) else self._folder
 
     def _usable_folder(self) -> Path | None:
-        """:attr:`folder`, unless its cache folder (its parent) may not be trusted: then
-        None, with a warning."""
+        """:attr:`folder`, unless persistence is off (:func:`persistence_on`) or its cache
+        folder (its parent) may not be trusted: then None, the latter with a warning."""
         folder = self.folder
-        if folder is None:
+        if folder is None or not persistence_on():
             return None
         problem = cache_dir_problem(folder.parent)
         if problem is None:
@@ -745,7 +746,7 @@ def count_tokens(
     messages: Iterable[dict[str, Any]],
     *,
     method: Method = "tiktoken",
-    cache: TokenCache | None = DEFAULT_CACHE,
+    cache: TokenCache | bool | None = DEFAULT_CACHE,
     workers: int | None = None,
     policy: str = DEFAULT_POLICY,
     progress: Progress | None = None,
@@ -765,7 +766,8 @@ def count_tokens(
         tiktoken (0.2.2: characters // 4 + 4; 0.3.x: UTF-8 bytes + 4).
     cache
         Where exact counts are remembered, keyed by a hash of each message's payload
-        fields (and the release); ``None`` disables caching.
+        fields (and the release): by default on disk unless ``SESSIONKIT_CACHE=off``;
+        ``False`` (or ``None``) keeps them in no cache at all.
     workers
         Processes used for large batches (default: every core).
     policy
@@ -784,6 +786,8 @@ def count_tokens(
         (0.3.x) A lone surrogate in a payload counted by UTF-8 bytes: special-token text, or
         any payload with ``method="fallback"``, as those releases raise.
     """
+    if cache is False or cache is True:
+        cache = None if cache is False else DEFAULT_CACHE
     batch = messages if isinstance(messages, list | tuple) else list(messages)
     bad = next((n for n, m in enumerate(batch) if not isinstance(m, dict)), None)
     if bad is not None:

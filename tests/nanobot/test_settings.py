@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 from sessionkit.nanobot.policies import POLICIES, get_policy
-from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings
+from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings, grid_values
 
 
 def test_every_setting_defaults_to_the_release_in_force() -> None:
@@ -71,3 +72,46 @@ def test_settings_are_frozen_and_hashable() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         DEFAULT_SETTINGS.max_messages = 5  # type: ignore[misc]
     assert len({HistorySettings(), HistorySettings(), HistorySettings(max_messages=5)}) == 2
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "error", "says"),
+    [
+        ("max_messages", "10", TypeError, "max_messages must be an int"),
+        ("max_messages", 10.0, TypeError, "max_messages must be an int"),
+        ("max_messages", True, TypeError, "max_messages must be an int"),
+        ("max_tokens", -1, ValueError, "max_tokens must be an int >= 0"),
+        ("file_cap", -5, ValueError, "file_cap must be an int >= 0"),
+        ("include_timestamps", 1, TypeError, "include_timestamps must be True or False"),
+        ("extend_to_user", "yes", TypeError, "extend_to_user must be True or False"),
+        ("last_consolidated", "latest", ValueError, "'recorded', 'none' or an int"),
+        ("last_consolidated", 2.5, TypeError, "'recorded', 'none' or an int"),
+    ],
+)
+def test_a_wrong_value_is_refused_naming_the_setting(
+    name: str, value: object, error: type[Exception], says: str
+) -> None:
+    with pytest.raises(error, match=says):
+        HistorySettings(**{name: value})
+    with pytest.raises(error, match=says):
+        grid_values(name, [None, value])
+
+
+def test_numpy_values_are_taken_as_python_ones() -> None:
+    settings = HistorySettings(max_messages=np.int64(7), include_timestamps=np.bool_(False))
+    assert (type(settings.max_messages), type(settings.include_timestamps)) == (int, bool)
+    assert settings == HistorySettings(max_messages=7, include_timestamps=False)
+
+
+def test_a_grid_keeps_none_for_the_releases_default() -> None:
+    assert grid_values("max_messages", None) is None
+    assert grid_values("max_messages", 5) == [5]
+    assert grid_values("max_messages", (None, 10)) == [None, 10]
+    assert grid_values("max_tokens", range(0, 3)) == [0, 1, 2]
+    assert grid_values("last_consolidated", "none") == ["none"]
+    with pytest.raises(ValueError, match="non-empty list"):
+        grid_values("max_tokens", [])
+    with pytest.raises(TypeError, match="'max_msgs' is no history setting"):
+        grid_values("max_msgs", [1])
+    with pytest.raises(ValueError, match="context_window must be an int >= 0"):
+        grid_values("context_window", [-1])

@@ -203,7 +203,7 @@ def test_unknown_policies_and_bad_settings_are_refused() -> None:
         windows(Session("k", messages=[user()], policy="nanobot-0.3"))
     with pytest.raises(ValueError, match="unknown history policy 'nanobot-9'"):
         windows(Session("k", messages=[user()]), policy=["nanobot-0.2", "nanobot-9"])
-    with pytest.raises(ValueError, match="must be >= 0"):
+    with pytest.raises(ValueError, match="context_window must be an int >= 0, not -1"):
         windows(Session("k", messages=[user()]), context_window=-1)
     with pytest.raises(ValueError, match="at must be"):
         windows(Session("k"), at="start")
@@ -464,3 +464,40 @@ def test_max_tokens_none_takes_the_settings_budget(data_dir: Path) -> None:
     frame = windows(session, settings=chosen, max_tokens=None)
     assert frame["max_tokens"].unique().tolist() == [3000]
     assert frame.equals(windows(session, max_tokens=3000))
+
+
+def test_none_in_a_grid_is_the_releases_default() -> None:
+    """``include_timestamps=[None, False]``: 0.2.2's default (True) and False, not False twice;
+    ``max_messages=[None, 10]``: 120 and 10."""
+    session = sessionkit.load(
+        Path(__file__).resolve().parents[2] / "data" / "sessions", cache=False
+    )["webui:f00d42"]
+    grid = sessionkit.windows(
+        session, at="end", include_timestamps=[None, False], max_messages=[None, 10]
+    )
+    assert grid[["include_timestamps", "max_messages"]].values.tolist() == [
+        [True, 120],
+        [True, 10],
+        [False, 120],
+        [False, 10],
+    ]
+    same = sessionkit.windows(session, at="end", include_timestamps=True, max_messages=[120, 10])
+    assert grid["tokens_kept"].tolist()[:2] == same["tokens_kept"].tolist()
+
+
+@pytest.mark.parametrize(
+    ("keywords", "says"),
+    [
+        ({"max_messages": ["10"]}, "max_messages must be an int"),
+        ({"include_timestamps": [None, 1]}, "include_timestamps must be True or False"),
+        ({"context_window": [None, 8000]}, "context_window's list cannot hold None"),
+        ({"context_window": 8000, "max_output": -1}, "max_output must be an int >= 0"),
+        ({"file_cap": 100}, "file_cap is not applied to windows or requests"),
+    ],
+)
+def test_a_wrong_grid_is_refused_naming_the_parameter(keywords: dict, says: str) -> None:
+    session = Session("k", [{"role": "user", "content": "q"}])
+    with pytest.raises((TypeError, ValueError), match=says):
+        sessionkit.windows(session, **keywords)
+    with pytest.raises((TypeError, ValueError), match=says):
+        sessionkit.requests(session, **keywords)
