@@ -81,15 +81,17 @@ def _cpu_s() -> float:
 
 def sweep(folder: Path, workers: int, repeats: int) -> dict[str, Any]:
     """The whole-corpus measurements (run in a fresh process for a cold token cache)."""
-    from sessionkit.store.memo import clear
     from sessionkit.simulate.windowing import windows
+    from sessionkit.store.memo import clear
 
     load_s, sessions = _timed(lambda: _load(folder))
     rss_loaded = _peak_rss_mib()["process"]
 
     def full() -> Any:
         return windows(
-            sessions, policy=list(RELEASES), max_tokens=list(MAX_TOKENS), workers=workers
+            sessions,
+            grid={"policy": list(RELEASES), "max_tokens": list(MAX_TOKENS)},
+            workers=workers,
         )
 
     cpu = _cpu_s()
@@ -247,7 +249,9 @@ def versus_nanobot(folder: Path, n_sample: int, seed: int) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     picked = rng.choice(len(sessions), size=n_sample, replace=False, p=turns / turns.sum())
     sample = [sessions[i] for i in sorted(picked)]
-    frame = windows(sample, policy=list(RELEASES), max_tokens=list(MAX_TOKENS), workers=1)
+    frame = windows(
+        sample, grid={"policy": list(RELEASES), "max_tokens": list(MAX_TOKENS)}, workers=1
+    )
     out: dict[str, Any] = {
         "sample_sessions": len(sample),
         "sample_turns": int(sum(s.n_user_turns for s in sample)),

@@ -341,13 +341,19 @@ def _request(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return USAGE
+    if args.config is not None:
+        print(
+            "sessionkit: note: --config is deprecated; pass --config-dir (the config file "
+            "nanobot ran with, or its folder)",
+            file=sys.stderr,
+        )
     try:
         built = request(
             session,
-            args.turn,
+            turn=args.turn,
             step=args.step,
             workspace=args.workspace,
-            config=args.config,
+            config_dir=args.config if args.config is not None else args.config_dir,
             nanobot=args.nanobot,
         )
     except (IndexError, ValueError, ReleaseNotInstalled) as exc:
@@ -384,7 +390,7 @@ def _usage(args: argparse.Namespace) -> int:
     calls = usage(args.path, config_dir=args.config_dir, tz=zone, model=args.model, estimate=False)
     table = usage_table(calls, args.by, zone)
     _write(with_total(table) if args.format == "table" else table, args.format)
-    summary, problems = calls.attrs["summary"], calls.attrs["problems"]
+    summary, problems = calls.summary, calls.problems
     print(
         f"{summary['calls']} logged call(s): {summary['exact']} tied exactly, {summary['time']} "
         f"by time, {summary['unattributed']} unattributed ({summary['ambiguous']} ambiguous); "
@@ -464,7 +470,9 @@ def _parser() -> argparse.ArgumentParser:
     req.add_argument("--step", type=int, default=0, help="zero-based call within the turn")
     req.add_argument("--format", choices=["table", "json"], default="table")
     req.add_argument("--workspace", help="workspace whose files the prompt reads")
-    req.add_argument("--config", help="the config.json nanobot ran with")
+    req.add_argument(
+        "--config", help="deprecated spelling of --config-dir (the config.json nanobot ran with)"
+    )
     req.add_argument("--nanobot", help="python or venv of the installed release")
     req.add_argument("--config-dir", help=_CONFIG_DIR_HELP)
     req.set_defaults(run=_request)

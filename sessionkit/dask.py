@@ -36,9 +36,11 @@ from dask.dataframe.utils import clear_known_categories
 import sessionkit
 from sessionkit import schema
 from sessionkit.calls.installs import ReleaseNotInstalled, find_release
+from sessionkit.conventions import renamed
 from sessionkit.nanobot.policies import POLICIES, get_policy
 from sessionkit.nanobot.reader import find_session_files, leftover_temp_files
 from sessionkit.nanobot.session import Session
+from sessionkit.nanobot.workspace import config_file
 from sessionkit.store.corpus import Corpus, PathLike, default_data_dir
 from sessionkit.store.counting import Method
 from sessionkit.store.frames import problems_frame
@@ -247,7 +249,7 @@ def windows(
         :data:`PARTITION_MESSAGES` of a Corpus).
     **grid
         The keywords of :func:`sessionkit.windows` except ``workers`` and ``progress``
-        (one process per task, no progress bar).
+        (one process per task, no progress bar): its settings, and ``grid=`` to sweep.
     """
     meta = sessionkit.windows([], **grid, workers=1, progress=False)
     return _per_session(_windows_part, meta, paths_or_corpus, npartitions, grid)
@@ -287,12 +289,13 @@ def _interpreters(policy: str | Sequence[str] | None, nanobot: Any) -> dict[str,
     return found
 
 
+@renamed(config="config_dir")
 def requests(
     paths_or_corpus: Paths | Corpus | None = None,
     *,
     npartitions: int | None = None,
     workspace: PathLike | None = None,
-    config: PathLike | None = None,
+    config_dir: PathLike | None = None,
     nanobot: Any = None,
     **options: Any,
 ) -> dd.DataFrame:
@@ -300,7 +303,8 @@ def requests(
     :data:`schema.REQUESTS`); rows come partition by partition, as :func:`windows`' do.
 
     The release interpreters are found here, on the client, and the workspace and config
-    made absolute, so every worker asks for the same kits: the first to need one reads it
+    file (``config_dir``: the file or its folder; ``config=`` is its deprecated spelling) made
+    absolute, so every worker asks for the same kits: the first to need one reads it
     from the kit cache (or asks the release and keeps it there), the others read it back.
     Workers need the releases at the same paths and share the kit cache when they share
     the user's cache folder (``SESSIONKIT_CACHE_DIR``); a release not installed is reported
@@ -310,7 +314,7 @@ def requests(
     """
     options |= {
         "workspace": Path(workspace).expanduser().resolve() if workspace is not None else None,
-        "config": Path(config).expanduser().resolve() if config is not None else None,
+        "config_dir": None if config_dir is None else config_file(config_dir).resolve(),
         "nanobot": _interpreters(options.get("policy"), nanobot),
     }
     meta = sessionkit.requests([], **options, workers=1, progress=False)

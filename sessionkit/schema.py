@@ -33,6 +33,7 @@ __all__ = [
     "VIOLATIONS",
     "WINDOWS",
     "Column",
+    "Reported",
     "Status",
     "contrast_ratio",
     "describe",
@@ -460,6 +461,29 @@ def frame(
     return pd.DataFrame(
         {c.name: _array(c, values[c.name], codes.get(c.name)) for c in columns}, copy=False
     )
+
+
+class Reported(pd.DataFrame):
+    """A frame that also says what was met making it: ``problems`` (a :data:`PROBLEMS` frame:
+    files, lines and prices that could not be used) and ``summary`` (a dict of counts), as
+    attributes of this object alone.  A frame derived from it (a selection, a copy, a merge)
+    is a plain DataFrame, so no problems travel where they no longer describe the rows."""
+
+    _metadata = ["problems", "summary"]  # noqa: RUF012 (pandas' subclassing hook)
+
+    @property
+    def _constructor(self) -> type[pd.DataFrame]:
+        return pd.DataFrame
+
+    @classmethod
+    def of(
+        cls, rows: pd.DataFrame, problems: pd.DataFrame, summary: Mapping[str, Any] | None = None
+    ) -> Reported:
+        """``rows`` reporting ``problems`` (and ``summary``, default empty)."""
+        out = cls(rows, copy=False)
+        out.problems = problems
+        out.summary = dict(summary or {})
+        return out
 
 
 def empty_frame(columns: tuple[Column, ...]) -> pd.DataFrame:

@@ -38,7 +38,7 @@ def no_release(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_request_table(data_dir, corpus, capsys: pytest.CaptureFixture[str]) -> None:
-    built = sessionkit.request(corpus[KEY], 1)
+    built = sessionkit.request(corpus[KEY], turn=1)
     assert main(["request", str(data_dir), KEY, "1"]) == 0
     out, err = capsys.readouterr()
     lines = out.splitlines()
@@ -70,7 +70,7 @@ def test_request_table(data_dir, corpus, capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_request_json_is_the_request(data_dir, corpus, capsys: pytest.CaptureFixture[str]) -> None:
-    built = sessionkit.request(corpus[KEY], 1, step=1)
+    built = sessionkit.request(corpus[KEY], turn=1, step=1)
     assert main(["request", str(data_dir), KEY, "1", "--step", "1", "--format", "json"]) == 0
     out, err = capsys.readouterr()
     assert out == built.to_json() + "\n"
@@ -163,7 +163,7 @@ def test_a_session_outside_a_workspace_needs_workspace(
     )
     given = ["request", str(loose), KEY, "1", "--workspace", str(data_dir), "--format", "json"]
     assert main(given) == 0
-    assert capsys.readouterr().out == sessionkit.request(corpus[KEY], 1).to_json() + "\n"
+    assert capsys.readouterr().out == sessionkit.request(corpus[KEY], turn=1).to_json() + "\n"
 
 
 def test_releases_list_says_where_each_release_is(

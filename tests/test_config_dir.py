@@ -101,13 +101,13 @@ def test_fork_into_a_035_workspace_lands_where_035_looks(store, given: str) -> N
     config_dir = config if given == "folder" else config / "config.json"
     source = sk.load(workspace, config_dir=config_dir, cache=False)
     with pytest.raises(SessionPathError, match="pass config_dir="):
-        sk.fork(source, "telegram:42-fork", 1, source_key=KEY, sessions_dir=workspace)
+        sk.fork(source, "telegram:42-fork", 1, key=KEY, sessions_dir=workspace)
     made = sk.fork(
-        source, "telegram:42-fork", 1, source_key=KEY, sessions_dir=workspace, config_dir=config_dir
+        source, "telegram:42-fork", 1, key=KEY, sessions_dir=workspace, config_dir=config_dir
     )
     assert made.path is not None and made.path.parent == namespace.resolve()
     assert not (workspace / "sessions").exists()
-    many = sk.fork_many(source, [0, 2], source_key=KEY, sessions_dir=workspace, config_dir=config)
+    many = sk.fork_many(source, [0, 2], key=KEY, sessions_dir=workspace, config_dir=config)
     assert {s.path.parent for s in many} == {namespace.resolve()}
     reloaded = sk.load(workspace, config_dir=config_dir, cache=False)
     assert sorted(reloaded.keys()) == sorted([KEY, "telegram:42-fork", *(s.key for s in many)])

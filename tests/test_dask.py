@@ -122,16 +122,16 @@ def test_problems_equal_pandas(client: Client, store: Path, generated: sk.Corpus
 
 
 def test_windows_equal_pandas(client: Client, source: Path, expected: sk.Corpus) -> None:
-    got = skd.windows(source, npartitions=3, **GRID).compute()
-    want = sk.windows(expected, **GRID)
+    got = skd.windows(source, npartitions=3, grid=GRID).compute()
+    want = sk.windows(expected, grid=GRID)
     assert len(got) == len(want)
     pd.testing.assert_frame_equal(_canonical(got, sort=True), _canonical(want, sort=True))
 
 
 def test_windows_of_a_corpus_in_memory(client: Client, generated: sk.Corpus) -> None:
     """A Corpus is shipped to the workers in groups of sessions instead of files."""
-    got = skd.windows(generated, npartitions=2, **GRID).compute()
-    want = sk.windows(generated, **GRID)
+    got = skd.windows(generated, npartitions=2, grid=GRID).compute()
+    want = sk.windows(generated, grid=GRID)
     pd.testing.assert_frame_equal(_canonical(got, sort=True), _canonical(want, sort=True))
 
 
@@ -139,8 +139,8 @@ def test_windows_of_a_corpus_in_memory(client: Client, generated: sk.Corpus) -> 
 def test_file_cap_equal_pandas(
     client: Client, source: Path, expected: sk.Corpus, replay: str
 ) -> None:
-    got = skd.file_cap(source, npartitions=3, limits=[50, 400], replay=replay).compute()
-    want = sk.file_cap(expected, limits=[50, 400], replay=replay)
+    got = skd.file_cap(source, npartitions=3, grid={"file_cap": [50, 400]}, replay=replay).compute()
+    want = sk.file_cap(expected, grid={"file_cap": [50, 400]}, replay=replay)
     assert len(got) == len(want) > 0
     pd.testing.assert_frame_equal(_canonical(got, sort=True), _canonical(want, sort=True))
 
@@ -232,7 +232,7 @@ def test_requests_equal_pandas(client: Client, workspace: Path) -> None:
     """Workers read the kits this process asked the releases for (none asked again, none
     made with other inputs) and give pandas' rows, system prompt and tools included."""
     release("0.3.5")  # where sessionkit finds it (the suite's releases folder), else skip
-    grid = {"max_messages": [20, 120], "block": 64}
+    grid = {"grid": {"max_messages": [20, 120]}, "block": 64}
     want = sk.requests(sk.load(workspace / "sessions"), **grid)
     kits = _kits_kept()
     got = skd.requests(workspace / "sessions", npartitions=3, **grid).compute()

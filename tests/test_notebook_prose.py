@@ -138,7 +138,7 @@ def _number(text: str) -> int:
 
 
 def test_the_store_separates_the_first_trim_from_the_largest(corpus: sk.Corpus) -> None:
-    growth = sk.file_cap(corpus, [2_000], replay="growth")
+    growth = sk.file_cap(corpus, grid={"file_cap": [2_000]}, replay="growth")
     first = growth.sort_values(["turn", "at"], kind="stable").iloc[0]
     assert first["dropped"] != growth["dropped"].max()
     assert first["turn"] != growth.loc[growth["dropped"].idxmax(), "turn"]
@@ -148,7 +148,7 @@ def test_file_cap_prose_is_computed_from_the_data(
     shown: dict, store: Path, corpus: sk.Corpus
 ) -> None:
     text = _text(shown, "04_file_cap.ipynb")
-    growth = sk.file_cap(corpus, [500, 2_000], replay="growth")
+    growth = sk.file_cap(corpus, grid={"file_cap": [500, 2_000]}, replay="growth")
     g2000 = growth[growth["limit"] == 2_000]
     first = g2000.sort_values(["turn", "at"], kind="stable").iloc[0]
     largest = g2000.loc[g2000["dropped"].idxmax()]
@@ -175,7 +175,7 @@ def test_file_cap_prose_is_computed_from_the_data(
     )
     assert re.search(rf"At 500 there are {len(growth[growth['limit'] == 500]):,} trims", text)
 
-    final = sk.file_cap(corpus, [2_000])
+    final = sk.file_cap(corpus, grid={"file_cap": [2_000]})
     tripped = final[final["tripped"]]
     assert f"{len(tripped)} of 2 sessions trips the cap today" in text
     row = tripped.iloc[0]
@@ -197,14 +197,14 @@ def test_token_budget_prose_is_computed_from_the_data(
     assert "bundled" not in text
     stored = [m for session in corpus for m in session.messages]
     exact = np.array(sk.count_tokens(stored))
-    fallback = np.array(sk.count_tokens(stored, method="fallback"))
+    fallback = np.array(sk.count_tokens(stored, tokens="fallback"))
     assert (
         f"Computed from {markdown_code(store)} (2 sessions, {len(stored):,} messages, "
         f"{exact.sum():,} tokens)" in text
     )
     assert f"the fallback estimate is {fallback.sum() / exact.sum():.0%} of the exact count" in text
     ratios = {
-        s.key: sum(sk.count_tokens(s.messages, method="fallback"))
+        s.key: sum(sk.count_tokens(s.messages, tokens="fallback"))
         / sum(sk.count_tokens(s.messages))
         for s in corpus
     }

@@ -164,7 +164,7 @@ GRID = {"max_messages": (10, 40, 120), "max_tokens": (0, 1_000, 8_000)}
 
 @pytest.fixture(scope="module")
 def sweep(corpus) -> pd.DataFrame:
-    return windows(corpus, **{k: list(v) for k, v in GRID.items()}, include_timestamps=True)
+    return windows(corpus, grid={k: list(v) for k, v in GRID.items()}, include_timestamps=True)
 
 
 @pytest.mark.parametrize("value", ["messages_kept", "tokens_kept", "truncated"])
@@ -181,7 +181,7 @@ def test_window_heatmap_cells(corpus, sweep, value: str) -> None:
 
 def test_window_heatmap_puts_no_count_limit_last(corpus) -> None:
     ax = plot.window_heatmap(corpus, max_messages=(0, 10), max_tokens=(0,))
-    frame = windows(corpus, max_messages=[0, 10], max_tokens=0)
+    frame = windows(corpus, grid={"max_messages": [0, 10]}, max_tokens=0)
     means = frame.groupby("max_messages")["messages_kept"].mean()
     assert ax.images[0].get_array().tolist() == [[means[10], means[0]]]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["10", "none"]
@@ -195,7 +195,7 @@ def test_sweeps_take_their_other_settings_from_the_settings_value(corpus, sweep)
     plain = HistorySettings(include_timestamps=False)
     by_value = plot.truncation_share(corpus, settings=plain, **GRID)
     by_keyword = plot.truncation_share(corpus, include_timestamps=False, **GRID)
-    frame = windows(corpus, settings=plain, **{k: list(v) for k, v in GRID.items()})
+    frame = windows(corpus, settings=plain, grid={k: list(v) for k, v in GRID.items()})
     expected = plot.truncation_share(frame)
     for ax in (by_value, by_keyword):
         assert [line.get_ydata().tolist() for line in ax.get_lines()] == [
@@ -204,7 +204,7 @@ def test_sweeps_take_their_other_settings_from_the_settings_value(corpus, sweep)
 
 
 def test_window_heatmap_refuses_mixed_frames(corpus) -> None:
-    mixed = windows(corpus["webui:abc123"], include_timestamps=[False, True])
+    mixed = windows(corpus["webui:abc123"], grid={"include_timestamps": [False, True]})
     with pytest.raises(ValueError, match="include_timestamps"):
         plot.window_heatmap(mixed)
     with pytest.raises(ValueError, match="value must be one of"):
@@ -226,7 +226,7 @@ def test_truncation_share_lines(sweep) -> None:
 def test_file_cap_curve(corpus, replay: str) -> None:
     limits = [100, 300, 1000, 5000]
     ax = plot.file_cap_curve(corpus, limits=limits, replay=replay)
-    frame = file_cap(corpus, limits, replay=replay)
+    frame = file_cap(corpus, grid={"file_cap": limits}, replay=replay)
     (sessions,) = _gid(ax, "sessions")
     (messages,) = _gid(ax.figure.axes[-1], "messages")
     for limit, n, dropped in zip(
@@ -364,7 +364,7 @@ CONTEXTS = [32_000, 128_000]
 @pytest.fixture(scope="module")
 def by_release(corpus) -> pd.DataFrame:
     """Every release's windows, as the release plots compute them (commands left out)."""
-    frame = windows(corpus, policy=RELEASES, context_window=CONTEXTS)
+    frame = windows(corpus, grid={"policy": RELEASES, "context_window": CONTEXTS})
     return frame[~frame["command"]]
 
 
@@ -402,7 +402,7 @@ def test_release_comparison_from_a_frame_equals_from_the_session(corpus, by_rele
     with pytest.raises(ValueError, match="one session at one context_window"):
         plot.release_comparison(by_release)
     with pytest.raises(ValueError, match="context_window"):
-        plot.release_comparison(windows(corpus[KEY], policy=RELEASES))
+        plot.release_comparison(windows(corpus[KEY], grid={"policy": RELEASES}))
 
 
 def _bars(ax: Axes, gid: str) -> list[float]:
@@ -430,7 +430,7 @@ def test_release_summary_bars_are_the_windows(corpus, by_release) -> None:
     for ax in fig.axes:
         assert [t.get_text() for t in ax.get_xticklabels()] == ["32k", "128k"]
     assert _png(
-        plot.release_summary(windows(corpus, policy=RELEASES, context_window=CONTEXTS))
+        plot.release_summary(windows(corpus, grid={"policy": RELEASES, "context_window": CONTEXTS}))
     ) == _png(fig)
 
 
@@ -461,7 +461,7 @@ def test_release_plot_tick_labels_never_collide(corpus) -> None:
 
 @pytest.fixture(scope="module")
 def capped(corpus) -> pd.DataFrame:
-    return file_cap(corpus, list(plot.sweeps.DEFAULT_LIMITS))
+    return file_cap(corpus, grid={"file_cap": list(plot.sweeps.DEFAULT_LIMITS)})
 
 
 def _tiny() -> sessionkit.Session:
@@ -610,7 +610,7 @@ def test_every_plot_shows_in_a_fresh_kernel(data_dir, tmp_path) -> None:
     setup = (
         "import matplotlib.pyplot as plt\nimport sessionkit as sk\n"
         f"corpus = sk.load({str(data_dir)!r})\n"
-        "sweep = sk.windows(corpus, max_messages=[20, 120], max_tokens=[0, 8000])"
+        "sweep = sk.windows(corpus, grid={'max_messages': [20, 120], 'max_tokens': [0, 8000]})"
     )
     cells = [setup, *JUPYTER_CELLS.values()]
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])

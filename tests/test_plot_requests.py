@@ -35,7 +35,7 @@ def corpus(data_dir) -> sessionkit.Corpus:
 def two_counts(corpus) -> pd.DataFrame:
     """Requests of two sessions under two count windows, at a 32k context window."""
     return sessionkit.requests(
-        [corpus[KEY], corpus[OTHER]], max_messages=[10, 40], context_window=WINDOW
+        [corpus[KEY], corpus[OTHER]], grid={"max_messages": [10, 40]}, context_window=WINDOW
     )
 
 
@@ -141,7 +141,7 @@ def test_cache_ratio_draws_one_line_per_setting(two_counts) -> None:
 
 
 def test_cache_ratio_by_a_flag_and_by_no_limit(corpus) -> None:
-    flags = sessionkit.requests(corpus[OTHER], include_timestamps=[False, True])
+    flags = sessionkit.requests(corpus[OTHER], grid={"include_timestamps": [False, True]})
     ax = plot.cache_ratio(flags, by="include_timestamps")
     assert [line.get_gid() for line in ax.get_lines()] == [
         "include_timestamps=False",
@@ -149,7 +149,7 @@ def test_cache_ratio_by_a_flag_and_by_no_limit(corpus) -> None:
     ]
     labels = [t.get_text().split(" (")[0] for t in ax.get_legend().get_texts()]
     assert labels == ["include_timestamps False", "include_timestamps True"]
-    budgets = sessionkit.requests(corpus[OTHER], max_tokens=[0, 3_000])
+    budgets = sessionkit.requests(corpus[OTHER], grid={"max_tokens": [0, 3_000]})
     ax = plot.cache_ratio(budgets, by="max_tokens")
     labels = [t.get_text().split(" (")[0] for t in ax.get_legend().get_texts()]
     assert labels == ["max_tokens none", "max_tokens 3,000"]
@@ -163,7 +163,9 @@ def test_mixed_frames_are_refused_naming_the_column(corpus, two_counts, one) -> 
         plot.request_composition(two_counts[two_counts["session_key"] == KEY])
     with pytest.raises(ValueError, match="several session_key values"):
         plot.cache_ratio(two_counts)
-    grid = sessionkit.requests(corpus[OTHER], max_messages=[10, 40], max_tokens=[0, 3_000])
+    grid = sessionkit.requests(
+        corpus[OTHER], grid={"max_messages": [10, 40], "max_tokens": [0, 3_000]}
+    )
     with pytest.raises(ValueError, match=r"\(lines vary max_messages\); .* several max_tokens"):
         plot.cache_ratio(grid)
     releases = pd.concat([one, one.assign(policy="nanobot-0.3.0")], ignore_index=True)
@@ -219,7 +221,7 @@ def test_both_show_in_a_fresh_kernel(data_dir, tmp_path) -> None:
     cells = [
         "import sessionkit as sk\n"
         f"corpus = sk.load({str(data_dir)!r})\n"
-        f"frame = sk.requests(corpus[{OTHER!r}], max_messages=[10, 40], context_window=32_000)",
+        f"frame = sk.requests(corpus[{OTHER!r}], grid={{'max_messages': [10, 40]}}, context_window=32_000)",
         "sk.plot.request_composition(frame[frame['max_messages'] == 10])",
         "sk.plot.cache_ratio(frame)",
     ]

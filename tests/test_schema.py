@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from sessionkit import schema
+from sessionkit.schema import PROBLEMS, Reported, empty_frame, frame
 
 ALL_COLUMNS = [
     schema.SESSIONS,
@@ -139,3 +140,17 @@ def test_the_request_settings_are_request_columns_in_their_order() -> None:
     names = [c.name for c in schema.REQUESTS]
     assert [n for n in names if n in schema.REQUEST_SETTINGS] == list(schema.REQUEST_SETTINGS)
     assert len(schema.REQUEST_SETTINGS) == 8
+
+
+def test_a_reported_frames_problems_stay_with_it_alone() -> None:
+    rows = pd.DataFrame({"a": [1, 2, 3]})
+    problems = frame(PROBLEMS, {"path": ["x"], "line_no": [1], "reason": ["bad"]})
+    reported = Reported.of(rows, problems, {"calls": 3})
+    assert reported.problems["reason"].tolist() == ["bad"]
+    assert reported.summary == {"calls": 3}
+    assert reported.attrs == {}
+    derived = reported[reported["a"] > 1]
+    assert type(derived) is pd.DataFrame and not hasattr(derived, "problems")
+    assert type(reported.copy()) is pd.DataFrame
+    pd.testing.assert_frame_equal(pd.DataFrame(reported), rows)
+    assert Reported.of(rows, empty_frame(PROBLEMS)).summary == {}

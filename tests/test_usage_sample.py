@@ -107,7 +107,7 @@ def test_usage_ties_every_call_to_its_turn_and_step() -> None:
     columns += ["completion_tokens", "cached_tokens"]
     rows = [tuple(r) for r in frame[columns].astype(object).itertuples(index=False)]
     assert rows == _expected()
-    assert frame.attrs["summary"] == {
+    assert frame.summary == {
         "calls": 19,
         "exact": 3,
         "time": 16,
@@ -149,7 +149,7 @@ def test_costs_are_what_genai_prices_calculates() -> None:
     ]
     assert frame["cost_usd"].tolist() == expected
     assert round(frame["cost_usd"].sum(), 8) == 0.01669485
-    assert frame.attrs["problems"]["reason"].tolist() == [
+    assert frame.problems["reason"].tolist() == [
         "provider 'custom' is unknown to genai-prices: 'gpt-4o-mini' priced at openai's prices"
     ]
 
@@ -234,4 +234,4 @@ def test_usage_of_a_session_folder_reads_its_own_data_dir(
     own = usage(folder, tz="UTC", estimate=False, cache=False)
     whole = usage(SAMPLE, tz="UTC", estimate=False, cache=False)
     pd.testing.assert_frame_equal(own, whole)
-    assert own.attrs["summary"]["calls"] == 19
+    assert own.summary["calls"] == 19

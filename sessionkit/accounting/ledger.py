@@ -2,8 +2,8 @@
 
 One row per call of 0.3.5's per-call log, plus one row per (day, source) of the daily totals
 0.2.2 and 0.3.0 keep, for the days no per-call log covers (a call is never counted twice).
-Problems with the files become rows of ``df.attrs["problems"]`` (the rest is still read);
-``df.attrs["summary"]`` counts how the calls were attributed.
+Problems with the files become rows of ``df.problems`` (the rest is still read);
+``df.summary`` counts how the calls were attributed (:class:`sessionkit.schema.Reported`).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from sessionkit.nanobot.usage_records import (
     round_usages,
 )
 from sessionkit.nanobot.workspace import config_dir_hint, config_folder, recorded_workspace
-from sessionkit.schema import PROBLEMS, USAGE, frame, string_array
+from sessionkit.schema import PROBLEMS, USAGE, Reported, frame, string_array
 from sessionkit.store import memo
 from sessionkit.store.corpus import Corpus, load
 from sessionkit.store.index import IndexedSession, file_identity
@@ -313,7 +313,7 @@ def _estimates(
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                rows = requests(sessions, workspace=workspace, config=config)
+                rows = requests(sessions, workspace=workspace, config_dir=config)
             except (NotImplementedError, ValueError, RuntimeError, OSError) as exc:
                 problems.append(
                     (
@@ -398,7 +398,7 @@ def usage(
     provider: str | None = None,
     estimate: bool = True,
     cache: bool | PathLike[str] | None = None,
-) -> pd.DataFrame:
+) -> Reported:
     """One row per LLM call nanobot recorded (columns: :data:`sessionkit.schema.USAGE`).
 
     What is derived from files is kept in this process per file version: the log's rows (the
@@ -494,11 +494,11 @@ def usage(
     if not isinstance(columns["source"], pd.Categorical):
         columns["source"] = pd.Categorical(columns["source"])
     out = frame(USAGE, columns).sort_values("time", kind="stable", ignore_index=True)
-    out.attrs["problems"] = frame(
-        PROBLEMS, {c.name: [p[i] for p in problems] for i, c in enumerate(PROBLEMS)}
+    return Reported.of(
+        out,
+        frame(PROBLEMS, {c.name: [p[i] for p in problems] for i, c in enumerate(PROBLEMS)}),
+        {**tied.summary, "daily_rows": len(daily), "tz": _zone_name(zone)},
     )
-    out.attrs["summary"] = {**tied.summary, "daily_rows": len(daily), "tz": _zone_name(zone)}
-    return out
 
 
 def _minus_one(values: Any) -> np.ndarray:

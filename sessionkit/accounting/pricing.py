@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from sessionkit.schema import PROBLEMS, REQUEST_COSTS, frame
+from sessionkit.schema import PROBLEMS, REQUEST_COSTS, Reported, frame
 
 if TYPE_CHECKING:
     from sessionkit.accounting.calibration import Calibration
@@ -212,13 +212,13 @@ def cost(
     calibration: Calibration | None = None,
     date: datetime | dt.date | str | None = None,
     completion_tokens: int = 0,
-) -> pd.DataFrame:
+) -> Reported:
     """What each request of a :func:`sessionkit.requests` frame (any settings grid) would
     cost with ``model``: its ``total_tokens`` as input (through ``calibration`` when given),
     its ``prefix_tokens`` (scaled alike) priced as cache reads, ``completion_tokens`` output
     per request, at the prices of ``date`` (default now).  Adds the columns of
     :data:`sessionkit.schema.REQUEST_COSTS`; an unknown model gives NaN costs and a row in
-    ``attrs["problems"]``."""
+    ``.problems`` (a :class:`sessionkit.schema.Reported` frame)."""
     total = requests_frame["total_tokens"].to_numpy(dtype=np.int64)
     prefix = requests_frame["prefix_tokens"].to_numpy(dtype=np.int64)
     prompt = total
@@ -240,7 +240,7 @@ def cost(
         },
     )
     out = pd.concat([requests_frame.reset_index(drop=True), added], axis=1)
-    out.attrs["problems"] = frame(
+    problems = frame(
         PROBLEMS,
         {
             "path": ["genai-prices"] * len(priced.problems),
@@ -248,4 +248,4 @@ def cost(
             "reason": priced.problems,
         },
     )
-    return out
+    return Reported.of(out, problems)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,14 +18,15 @@ import pandas as pd
 from sessionkit.calls.governor_kit import governor_texts
 from sessionkit.calls.installs import find_release
 from sessionkit.calls.kits import kit_for
+from sessionkit.conventions import renamed
 from sessionkit.nanobot.governor_035 import GovernedTurn, is_checkpoint
 from sessionkit.nanobot.kit import Kit
 from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.release import ReplayPolicy
 from sessionkit.nanobot.session import Session, turn_number
-from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings
+from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings, Offset
 from sessionkit.nanobot.tokens import count_cl100k
-from sessionkit.nanobot.workspace import recorded_workspace
+from sessionkit.nanobot.workspace import config_file, recorded_workspace
 from sessionkit.schema import REQUEST_PARTS, frame
 from sessionkit.store.corpus import Corpus, resolve_session
 from sessionkit.store.counting import token_cache_of
@@ -305,16 +307,24 @@ def _parts(
     )
 
 
+@renamed(config="config_dir")
 def request(
     source: Session | Corpus,
-    turn: int,
-    *,
     key: str | None = None,
+    turn: int | None = None,
+    *,
     step: int = 0,
-    workspace: str | os.PathLike[str] | None = None,
-    config: str | os.PathLike[str] | None = None,
     policy: str | None = None,
-    settings: HistorySettings = DEFAULT_SETTINGS,
+    settings: HistorySettings | None = None,
+    max_messages: int | None = None,
+    max_tokens: int | None = None,
+    include_timestamps: bool | None = None,
+    include_runtime_context: bool | None = None,
+    extend_to_user: bool | None = None,
+    last_consolidated: Offset | None = None,
+    file_cap: int | None = None,
+    workspace: str | os.PathLike[str] | None = None,
+    config_dir: str | os.PathLike[str] | None = None,
     nanobot: str | os.PathLike[str] | None = None,
     runtime: Mapping[str, Any] | None = None,
     summary: bool = False,
@@ -327,14 +337,20 @@ def request(
     source, key
         A session, or a Corpus and the key of one of its sessions.
     turn
-        Zero-based user message being answered (as in :func:`sessionkit.windows`).
+        Zero-based user message being answered (as in :func:`sessionkit.windows`).  The old
+        call ``request(source, turn)`` (the turn second) still works, with a
+        ``DeprecationWarning``.
     step
         Zero-based agent call within the turn (0: the first, before any tool ran).
-    workspace, config
-        The workspace whose files the prompt reads and its ``config.json`` (default: found
-        where nanobot keeps them, from the session's path).
     policy, settings
         The release (default: the session's own) and history settings (default: its own).
+    max_messages, max_tokens, include_timestamps, include_runtime_context, extend_to_user, \
+last_consolidated, file_cap
+        Overrides of ``settings``, one value each (None: the setting's).
+    workspace, config_dir
+        The workspace whose files the prompt reads and its nanobot config file, or that
+        file's folder (``config.json`` there; ``config=`` is the deprecated spelling); by
+        default found where nanobot keeps them, from the session's path.
     nanobot
         The interpreter or venv of the installed release (default: found, see
         :func:`sessionkit.calls.installs.find_release`).
@@ -350,6 +366,26 @@ def request(
         turn, or a summary a later one overwrote); by default the nearest stored time,
         marked ``inferred`` in ``.parts``.
     """
+    if isinstance(key, int) and not isinstance(key, bool) and turn is None:
+        warnings.warn(
+            f"request(source, {key}) is deprecated; pass request(source, turn={key}) "
+            "(the second parameter is the session key)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        key, turn = None, key
+    if turn is None:
+        raise TypeError("request() needs turn=, the zero-based user turn answered")
+    settings = (DEFAULT_SETTINGS if settings is None else settings).replace(
+        max_messages=max_messages,
+        max_tokens=max_tokens,
+        include_timestamps=include_timestamps,
+        include_runtime_context=include_runtime_context,
+        extend_to_user=extend_to_user,
+        last_consolidated=last_consolidated,
+        file_cap=file_cap,
+    )
+    config = None if config_dir is None else config_file(config_dir)
     session = resolve_session(source, key)
     chosen = get_policy(policy or session.policy)
     kit, root = kit_of(chosen, session, workspace, config, nanobot, runtime)

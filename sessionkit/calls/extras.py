@@ -150,7 +150,9 @@ def _build(
         for form in shapes:
             spans.append((len(batch), len(batch) + len(form or [])))
             batch += form or []
-    counts = _prefix(count_tokens(batch, cache=cache, workers=1, policy=policy.name))
+    counts = _prefix(
+        count_tokens(batch, cache=False if cache is None else cache, workers=1, policy=policy.name)
+    )
     weight, fillers, long = (np.zeros(n, np.int64) for _ in range(3))
     h_plain, h_comp, s_plain, s_comp = (np.zeros(n, np.int64) for _ in range(4))
     parts = iter(spans)

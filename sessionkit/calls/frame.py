@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import warnings
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Unpack
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -30,37 +30,44 @@ from sessionkit.calls.governor import frame_verdicts
 from sessionkit.calls.rebuilt import Call, rebuild, shared
 from sessionkit.calls.storekits import Interpreter, StoreKits
 from sessionkit.calls.turns import Item, SessionCalls, all_calls
+from sessionkit.conventions import SWEEPABLE, as_keywords, renamed, swept
 from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.session import Session
-from sessionkit.nanobot.settings import (
-    DEFAULT_SETTINGS,
-    HistorySettings,
-    Offset,
-    SettingsOverrides,
-)
+from sessionkit.nanobot.settings import HistorySettings, Offset
+from sessionkit.nanobot.workspace import config_file
 from sessionkit.schema import REQUEST_SETTINGS, REQUESTS, frame
 from sessionkit.simulate.windowing import windows
 from sessionkit.store import memo
-from sessionkit.store.corpus import Corpus
+from sessionkit.store.corpus import Corpus, selected
+from sessionkit.store.counting import token_cache_of
 
 __all__ = ["requests"]
 
 
+@renamed(config="config_dir")
 def requests(
     source: Session | Corpus | Iterable[Session],
+    key: str | None = None,
     *,
+    policy: str | None = None,
+    settings: HistorySettings | None = None,
+    max_messages: int | None = None,
+    max_tokens: int | None = None,
+    include_timestamps: bool | None = None,
+    include_runtime_context: bool | None = None,
+    extend_to_user: bool | None = None,
+    last_consolidated: Offset | None = None,
+    file_cap: int | None = None,
+    context_window: int | None = None,
+    max_output: int | None = None,
+    grid: Mapping[str, Sequence[Any]] | None = None,
     workspace: str | Path | None = None,
-    config: str | Path | None = None,
-    policy: str | list[str] | None = None,
-    settings: HistorySettings = DEFAULT_SETTINGS,
+    config_dir: str | Path | None = None,
     nanobot: Interpreter | Mapping[str, Interpreter] | None = None,
     runtime: Mapping[str, Any] | None = None,
     block: int | None = None,
-    context_window: int | list[int] | None = None,
-    max_output: int | list[int] | None = None,
     workers: int | None = None,
     progress: bool | None = None,
-    **overrides: Unpack[SettingsOverrides],
 ) -> pd.DataFrame:
     """One row per (session, release, setting, turn, step): the request's tokens by part,
     its total, and ``prefix_tokens``, what it shares exactly with the session's previous
@@ -74,33 +81,46 @@ def requests(
     archived summary the release adds to the system prompt; ``needs_summary`` the context
     governor's exact verdict before the call (0.3.5, with ``context_window``; <NA> otherwise).
 
-    Settings and overrides are those of :func:`sessionkit.windows` (each may be a list: the
-    frame covers the grid).  ``nanobot`` names the release's interpreter or venv, or maps
+    ``key``, ``policy``, ``settings``, the setting keywords and ``grid`` are those of
+    :func:`sessionkit.windows` (the frame covers the grid).  ``config_dir`` is the nanobot
+    config file the kits are probed with, or its folder (``config.json`` there; ``config=``
+    is its deprecated spelling).  ``nanobot`` names the release's interpreter or venv, or maps
     release versions to them (``{"0.2.2": ...}``; a version left out is found as usual).
     Without an installed release (see ``sessionkit releases install``) the system and tools
     parts are 0 and a warning says so once.  ``workers`` and ``progress`` are those of
     :func:`sessionkit.windows`.
     """
-    sessions = [source] if isinstance(source, Session) else list(source)
-    w = windows(
-        sessions,
-        settings=settings,
+    given = swept(
+        "requests",
+        grid,
+        SWEEPABLE,
+        stacklevel=4,
         policy=policy,
+        max_messages=max_messages,
+        max_tokens=max_tokens,
+        include_timestamps=include_timestamps,
+        include_runtime_context=include_runtime_context,
+        extend_to_user=extend_to_user,
+        last_consolidated=last_consolidated,
+        file_cap=file_cap,
         context_window=context_window,
         max_output=max_output,
-        workers=workers,
-        progress=progress,
-        **overrides,
     )
+    chosen = selected(source, key)
+    sessions = [chosen] if isinstance(chosen, Session) else list(chosen)
+    w = windows(
+        sessions, settings=settings, workers=workers, progress=progress, **as_keywords(given)
+    )
+    config = None if config_dir is None else config_file(config_dir)
     kits = StoreKits(
         Path(workspace) if workspace is not None else None,
-        Path(config) if config is not None else None,
+        config,
         nanobot,
         runtime,
     )
     rows = _rows(w, {s.key: s for s in sessions}, kits, block, workers, progress)
     for message in kits.warnings.values():
-        warnings.warn(message, stacklevel=2)
+        warnings.warn(message, stacklevel=3)
     return rows
 
 
@@ -634,4 +654,6 @@ def _rebuilt(
             if before[0] != now[0]:  # another system prompt: only the tools are shared
                 parts["prefix"][i] = parts["tools"][i]
             else:
-                parts["prefix"][i] = parts["head"][i] + shared(release, kit, before, now)
+                parts["prefix"][i] = parts["head"][i] + shared(
+                    release, kit, before, now, token_cache_of([session])
+                )

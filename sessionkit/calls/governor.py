@@ -28,12 +28,14 @@ import pandas as pd
 from sessionkit.calls.assembly import TurnCalls, count_text, kit_of, turn_calls
 from sessionkit.calls.governor_kit import governor_texts
 from sessionkit.calls.installs import find_release
+from sessionkit.conventions import renamed
 from sessionkit.nanobot.kit import Kit
 from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.release import DEFAULT_MAX_OUTPUT, ReplayPolicy
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings
 from sessionkit.nanobot.tokens import has_special_tokens
+from sessionkit.nanobot.workspace import config_file
 from sessionkit.store.corpus import Corpus, resolve_session
 
 __all__ = ["VERDICT_COLUMNS", "frame_verdicts", "verdicts"]
@@ -180,6 +182,7 @@ def _turn_rows(
     return rows
 
 
+@renamed(config="config_dir")
 def verdicts(
     source: Session | Corpus,
     *,
@@ -188,7 +191,7 @@ def verdicts(
     calls: Literal["first", "all"] = "first",
     key: str | None = None,
     workspace: str | os.PathLike[str] | None = None,
-    config: str | os.PathLike[str] | None = None,
+    config_dir: str | os.PathLike[str] | None = None,
     policy: str | None = None,
     settings: HistorySettings = DEFAULT_SETTINGS,
     nanobot: str | os.PathLike[str] | None = None,
@@ -212,6 +215,7 @@ def verdicts(
     chosen = get_policy(policy or session.policy)
     if not chosen.governed:
         raise ValueError(f"{chosen.label} has no context governor")
+    config = None if config_dir is None else config_file(config_dir)
     kit, root = kit_of(chosen, session, workspace, config, nanobot, runtime)
 
     def archive() -> Mapping[str, Any]:

@@ -16,7 +16,7 @@ from sessionkit.nanobot.kit import Kit
 from sessionkit.nanobot.release import ReplayPolicy
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS
-from sessionkit.store.counting import count_tokens, token_cache_of
+from sessionkit.store.counting import TokenCache, count_tokens, token_cache_of
 
 __all__ = ["Call", "RebuiltCall", "rebuild", "shared"]
 
@@ -89,7 +89,9 @@ def rebuild(
             at = max(i for i, p in enumerate(parts) if p == "history")
             parts[at] = "current"
         plain = [{k: v for k, v in m.items() if k != _PART} for m in loop]
-        counts = count_tokens(plain[1:], cache=cache, workers=1, policy=policy.name)
+        counts = count_tokens(
+            plain[1:], cache=False if cache is None else cache, workers=1, policy=policy.name
+        )
         totals = {"history": 0, "current": 0, "steps": 0}
         for part, n in zip(parts, counts, strict=True):
             totals[part] += n
@@ -113,12 +115,21 @@ def _wire(policy: ReplayPolicy, kit: Kit, message: Message) -> Any:
         return None
 
 
-def shared(policy: ReplayPolicy, kit: Kit, before: list[Message], now: list[Message]) -> int:
+def shared(
+    policy: ReplayPolicy,
+    kit: Kit,
+    before: list[Message],
+    now: list[Message],
+    cache: TokenCache | None,
+) -> int:
     """Tokens of the leading messages after the system prompt that two calls send identically
-    (as the provider sends each one), each counted alone."""
+    (as the provider sends each one), each counted alone (through ``cache``; None: none)."""
     same = []
     for a, b in zip(before[1:], now[1:], strict=False):
         if a != b and _wire(policy, kit, a) != _wire(policy, kit, b):
             break
         same.append(b)
-    return sum(count_tokens(same, workers=1, policy=policy.name)) if same else 0
+    counts = count_tokens(
+        same, workers=1, policy=policy.name, cache=False if cache is None else cache
+    )
+    return sum(counts) if same else 0

@@ -109,7 +109,9 @@ def _build(
             current, _, steps = turn
             batch += [current, *steps[-1]]
             batch += [m for step in steps if not _is_prefix(step, steps[-1]) for m in step]
-    counts = iter(count_tokens(batch, cache=cache, workers=1, policy=policy.name))
+    counts = iter(
+        count_tokens(batch, cache=False if cache is None else cache, workers=1, policy=policy.name)
+    )
     current_tokens, inferred, n_steps, steps_tokens, tails = [], [], [], [], []
     for turn in turns:
         if turn is None:

@@ -17,6 +17,7 @@ from pathlib import Path
 __all__ = [
     "WORKSPACE_ID_FILE",
     "config_dir_hint",
+    "config_file",
     "config_folder",
     "default_config_dir",
     "recorded_workspace",
@@ -49,6 +50,20 @@ def config_folder(config_dir: str | Path | None = None) -> Path:
     if path.is_file() or (path.suffix == ".json" and not path.exists()):
         return path.parent
     return path
+
+
+def config_file(config_dir: str | Path) -> Path:
+    """The config file ``config_dir`` names: the file itself, or ``config.json`` in that
+    folder (``~`` expanded); ``FileNotFoundError`` naming what was looked for when there is
+    none."""
+    path = Path(config_dir).expanduser()
+    found = path if path.is_file() else path / "config.json"
+    if not found.is_file():
+        raise FileNotFoundError(
+            f"config_dir={str(config_dir)!r} names no nanobot config file: {found} does not "
+            "exist (pass the config.json nanobot ran with, or the folder holding it)"
+        )
+    return found
 
 
 def sessions_root_035(config_dir: str | Path | None = None) -> Path:

@@ -15,6 +15,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator, PercentFormatter
 
+from sessionkit.conventions import is_many
 from sessionkit.nanobot.policies import POLICIES, get_policy
 from sessionkit.nanobot.session import Session
 from sessionkit.plot.style import compact, count_axis, legend_beside, new_figure, plotting
@@ -50,13 +51,13 @@ def _release_windows(
     if isinstance(source, pd.DataFrame):
         frame = source[source["policy"].isin(list(policies))]
     else:
-        frame = windows(
-            source, policy=list(policies), context_window=context_window, max_output=max_output
-        )
+        windows_given = context_window if is_many(context_window) else [context_window]
+        grid = {"policy": list(policies), "context_window": list(windows_given)}  # type: ignore[arg-type]
+        frame = windows(source, grid=grid, max_output=max_output)
     if frame["context_window"].isna().any() or frame["max_output"].nunique() > 1:
         raise ValueError(
             "release plots need windows made from one max_output and a context_window "
-            "(sk.windows(..., policy=[...], context_window=..., max_output=...))"
+            "(sk.windows(..., grid={'policy': [...]}, context_window=..., max_output=...))"
         )
     return frame[~frame["command"]]
 

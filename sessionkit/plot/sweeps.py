@@ -53,9 +53,8 @@ def _sweep(
     if isinstance(source, pd.DataFrame):
         frame = source
     else:
-        frame = windows(
-            source, settings=settings, max_messages=list(max_messages), max_tokens=list(max_tokens)
-        )
+        grid = {"max_messages": list(max_messages), "max_tokens": list(max_tokens)}
+        frame = windows(source, settings=settings, grid=grid)
     per_release = frame.groupby("policy", observed=True)
     for column in ("include_timestamps", "extend_to_user", "last_consolidated"):
         if per_release[column].nunique().max() > 1:
@@ -192,7 +191,8 @@ def file_cap_curve(
     if isinstance(source, pd.DataFrame):
         frame, grid = source, sorted(int(x) for x in source["limit"].unique())
     else:
-        frame, grid = file_cap(source, list(limits), replay=replay), sorted(set(limits))
+        frame = file_cap(source, grid={"file_cap": list(limits)}, replay=replay)
+        grid = sorted(set(limits))
     trimmed = frame[frame["tripped"]].groupby("limit")
     sessions = trimmed["session_key"].nunique().reindex(grid, fill_value=0)
     dropped = trimmed["dropped"].sum().reindex(grid, fill_value=0)

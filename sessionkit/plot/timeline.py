@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -13,7 +13,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle, StepPatch
 
 from sessionkit.nanobot.session import Session
-from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings, SettingsOverrides
+from sessionkit.nanobot.settings import HistorySettings, Offset
 from sessionkit.plot.style import (
     DPI,
     OTHER_ROLE_COLOR,
@@ -103,15 +103,22 @@ def token_timeline(
     key: str | None = None,
     *,
     turn: int | None = None,
-    settings: HistorySettings = DEFAULT_SETTINGS,
+    policy: str | None = None,
+    settings: HistorySettings | None = None,
+    max_messages: int | None = None,
+    max_tokens: int | None = None,
+    include_timestamps: bool | None = None,
+    include_runtime_context: bool | None = None,
+    extend_to_user: bool | None = None,
+    last_consolidated: Offset | None = None,
+    file_cap: int | None = None,
     xlim: tuple[float, float] | None = None,
     ax: Axes | None = None,
-    **overrides: Unpack[SettingsOverrides],
 ) -> Axes:
     """One session's messages as token bars by role, with the window kept at ``turn``.
 
-    ``source`` is a session, a Corpus with ``key`` (``turn``, ``settings`` and the keywords
-    overriding them as for :func:`sessionkit.message_states`), or the
+    ``source`` is a session, a Corpus with ``key`` (``turn``, ``policy``, ``settings`` and the
+    keywords overriding them as for :func:`sessionkit.message_states`), or the
     :class:`~sessionkit.simulate.states.MessageStates` that call returned.  Drawn: one filled ``StepPatch`` per role (``gid`` ``"role:<role>"``, heights =
     stored tokens); spans with gids ``"window"`` (first to last message sent),
     ``"trimmed_tokens"``, ``"consolidated"``, ``"file_cap"`` and ``"later"``; on a twin axis the tokens sent if the
@@ -127,8 +134,15 @@ def token_timeline(
             source,
             key,
             turn=turn,
+            policy=policy,
             settings=settings,
-            **overrides,
+            max_messages=max_messages,
+            max_tokens=max_tokens,
+            include_timestamps=include_timestamps,
+            include_runtime_context=include_runtime_context,
+            extend_to_user=extend_to_user,
+            last_consolidated=last_consolidated,
+            file_cap=file_cap,
         )
     )
     states = result.frame

@@ -9,16 +9,20 @@ the dropped messages that were not already consolidated.  :func:`file_cap` appli
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Sequence
+import dataclasses
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import pandas as pd
 from tqdm.auto import tqdm
 
+from sessionkit.conventions import is_many, renamed, swept
 from sessionkit.nanobot.policies import Trim, get_policy
 from sessionkit.nanobot.session import Session
-from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings
+from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings, checked_setting
 from sessionkit.schema import FILE_CAP, frame
+from sessionkit.store.corpus import selected
 
 __all__ = ["FILE_CAP", "file_cap"]
 
@@ -84,11 +88,15 @@ def _growth(cap: Cap, session: Session, limit: int) -> list[tuple]:
     return rows
 
 
+@renamed(limits="file_cap")
 def file_cap(
     source: Session | Iterable[Session],
-    limits: int | Sequence[int] | None = None,
+    key: str | None = None,
     *,
-    settings: HistorySettings = DEFAULT_SETTINGS,
+    policy: str | None = None,
+    settings: HistorySettings | None = None,
+    file_cap: int | None = None,
+    grid: Mapping[str, Sequence[Any]] | None = None,
     replay: Literal["final", "growth"] = "final",
     progress: bool | None = None,
 ) -> pd.DataFrame:
@@ -99,13 +107,20 @@ def file_cap(
 
     Parameters
     ----------
-    source
-        A Session, a Corpus or any iterable of Sessions (each is left untouched).
-    limits
-        One limit or several (default: ``settings.file_cap`` as each session's release
-        resolves it: 2000 for 0.2.2 and 0.3.0, 0 for 0.3.5, which has no cap).
+    source, key
+        A Session, a Corpus or any iterable of Sessions (each is left untouched), and one
+        session of it (None: every session).
+    policy
+        The release whose cap to apply (default: each session's own).
     settings
-        The history settings whose ``file_cap`` is the default limit.
+        The history settings whose ``file_cap`` is the default limit (None: each release's:
+        2000 for 0.2.2 and 0.3.0, 0 for 0.3.5, which has no cap).
+    file_cap
+        The limit, overriding ``settings`` (``limits=`` is its deprecated spelling, and a
+        limit given second, ``file_cap(source, 100)``, still works with a warning).
+    grid
+        Limits or releases to sweep: ``{"file_cap": [500, 2000], "policy": [...]}``
+        (``None`` in a list: the release's default).
     replay
         ``"final"``: one row per (session, limit), the cap applied to the stored messages
         with the recorded offset.  ``"growth"``: the session rebuilt turn by turn with the
@@ -113,19 +128,51 @@ def file_cap(
     progress
         Show a progress bar (default: for large corpora).
     """
+    if key is not None and not isinstance(key, str):
+        warnings.warn(
+            "file_cap(source, limits) is deprecated; pass file_cap=<limit> or "
+            "grid={'file_cap': [...]} (the second parameter is the session key)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        if file_cap is not None or (grid and "file_cap" in grid):
+            raise TypeError("file_cap() got limits second and file_cap=; pass file_cap= only")
+        if is_many(key):
+            grid = {**(grid or {}), "file_cap": list(key)}
+        else:
+            file_cap = key
+        key = None
+    given = swept(
+        "file_cap", grid, ("policy", "file_cap"), stacklevel=4, policy=policy, file_cap=file_cap
+    )
     if replay not in ("final", "growth"):
         raise ValueError(f"replay must be 'final' or 'growth', not {replay!r}")
-    sessions = [source] if isinstance(source, Session) else list(source)
+    chosen = selected(source, key)
+    sessions = [chosen] if isinstance(chosen, Session) else list(chosen)
+    names = [None if n is None else get_policy(n).name for n in _values(given["policy"])]
+    limits = [
+        None if x is None else checked_setting("file_cap", x) for x in _values(given["file_cap"])
+    ]
+    settings = DEFAULT_SETTINGS if settings is None else settings
     step = _final if replay == "final" else _growth
     show = len(sessions) >= _AUTO_PROGRESS_SESSIONS if progress is None else progress
     rows: list[tuple] = []
     for session in tqdm(sessions, desc=f"file cap ({replay})", unit="session", disable=not show):
-        release = get_policy(session.policy)
-        cap = _no_cap if release.file_cap is None else release.file_cap
-        chosen = release.resolve(settings).file_cap if limits is None else limits
-        for limit in [int(x) for x in (chosen if isinstance(chosen, list | tuple) else [chosen])]:
-            rows.extend(step(cap, session, limit))
+        for name in names:
+            subject = session
+            if name is not None and name != session.policy:
+                subject = dataclasses.replace(session, policy=name)
+            release = get_policy(subject.policy)
+            cap = _no_cap if release.file_cap is None else release.file_cap
+            own = release.resolve(settings).file_cap
+            for limit in limits:
+                rows.extend(step(cap, subject, own if limit is None else limit))
     return _frame(rows, [s.key for s in sessions])
+
+
+def _values(value: Any) -> list[Any]:
+    """A swept value as the list of its values (one value, or None: a list of it)."""
+    return value if isinstance(value, list) else [value]
 
 
 def _frame(rows: list[tuple], keys: list[str]) -> pd.DataFrame:

@@ -435,7 +435,12 @@ class _Counter:
             labels.append(label)
         if todo:
             batch = [entries[j] for j in todo]
-            fresh = count_tokens(batch, cache=self.cache, workers=1, policy=policy.name)
+            fresh = count_tokens(
+                batch,
+                cache=False if self.cache is None else self.cache,
+                workers=1,
+                policy=policy.name,
+            )
             for j, label, n in zip(todo, labels, fresh, strict=True):
                 counts[j] = n
                 if label is not None:
@@ -539,7 +544,10 @@ def stored_tokens(session: Session, policy: str | None = None) -> np.ndarray:
     kept = memo.slot(session, "stored counts")
     if name not in kept:
         cache = token_cache_of([session])
-        counts = np.array(count_tokens(session.messages, policy=name, cache=cache), np.int64)
+        counts = np.array(
+            count_tokens(session.messages, policy=name, cache=False if cache is None else cache),
+            np.int64,
+        )
         counts.flags.writeable = False
         kept[name] = counts
     return kept[name]

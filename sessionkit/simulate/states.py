@@ -13,15 +13,16 @@ after every turn.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from sessionkit.nanobot.policies import Trim, get_policy
 from sessionkit.nanobot.session import Session
-from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings, SettingsOverrides
+from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings, Offset
 from sessionkit.schema import STATES, STATUS_NAMES, frame
 from sessionkit.simulate import replay
 from sessionkit.simulate.windowing import windows
@@ -114,7 +115,7 @@ def _window(session: Session, turn: int, settings: HistorySettings) -> _Window:
     rows = windows(
         subject,
         settings=settings,
-        max_tokens=sorted({0, max(settings.max_tokens, 0)}),
+        grid={"max_tokens": sorted({0, max(settings.max_tokens, 0)})},
         last_consolidated=trim.last_consolidated,
         at=[len(retained)],
     )
@@ -166,8 +167,15 @@ def message_states(
     key: str | None = None,
     *,
     turn: int | None = None,
-    settings: HistorySettings = DEFAULT_SETTINGS,
-    **overrides: Unpack[SettingsOverrides],
+    policy: str | None = None,
+    settings: HistorySettings | None = None,
+    max_messages: int | None = None,
+    max_tokens: int | None = None,
+    include_timestamps: bool | None = None,
+    include_runtime_context: bool | None = None,
+    extend_to_user: bool | None = None,
+    last_consolidated: Offset | None = None,
+    file_cap: int | None = None,
 ) -> MessageStates:
     """Every message of a session with its tokens and its status at ``turn``.
 
@@ -178,23 +186,35 @@ def message_states(
     turn
         User message whose answer is being prepared, 0 to ``n_user_turns`` (default: the
         next turn, i.e. the whole session).
+    policy
+        The release to replay with (default: the session's own).
     settings
-        The history settings, the file cap applied before the turn included (a field left
-        ``None``: the session's release's default, see :class:`~sessionkit.HistorySettings`);
+        The history settings, the file cap applied before the turn included (None, or a
+        field left ``None``: the release's default, see :class:`~sessionkit.HistorySettings`);
         the result carries them resolved.
-    **overrides
-        Any :class:`~sessionkit.HistorySettings` field by name, overriding ``settings``
-        (None: the setting's).
+    max_messages, max_tokens, include_timestamps, include_runtime_context, extend_to_user, \
+last_consolidated, file_cap
+        Overrides of ``settings``, one value each (None: the setting's).
     """
     session = resolve_session(source, key)
-    settings = settings.replace(**overrides)
-    policy = get_policy(session.policy)
-    settings = policy.resolve(settings)
+    if policy is not None and get_policy(policy).name != session.policy:
+        session = dataclasses.replace(session, policy=get_policy(policy).name)
+    settings = (DEFAULT_SETTINGS if settings is None else settings).replace(
+        max_messages=max_messages,
+        max_tokens=max_tokens,
+        include_timestamps=include_timestamps,
+        include_runtime_context=include_runtime_context,
+        extend_to_user=extend_to_user,
+        last_consolidated=last_consolidated,
+        file_cap=file_cap,
+    )
+    release = get_policy(session.policy)
+    settings = release.resolve(settings)
     resolved = _turn(session, turn)
     window = _window(session, resolved, settings)
     replayed = replay.replay(session, settings)
     roles = [shown(m.get("role")) for m in session.messages]
-    is_user = np.fromiter(map(policy.is_user_turn, session.messages), np.int64, len(roles))
+    is_user = np.fromiter(map(release.is_user_turn, session.messages), np.int64, len(roles))
     states = frame(
         STATES,
         {
@@ -217,5 +237,5 @@ def message_states(
         messages_kept=int(window.row["messages_kept"]),
         tokens_kept=int(window.row["tokens_kept"]),
         recovered=bool(window.row["recovered"]),
-        count_window=policy.count_window(settings.max_messages),
+        count_window=release.count_window(settings.max_messages),
     )

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from functools import partial
 from typing import Any, Literal
@@ -31,13 +31,14 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from sessionkit.conventions import SWEEPABLE, swept
 from sessionkit.nanobot.policies import ReplayPolicy, get_policy
 from sessionkit.nanobot.release import DEFAULT_MAX_OUTPUT, SAFETY_BUFFER
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings, Offset, grid_values
 from sessionkit.schema import WINDOWS, frame
 from sessionkit.simulate import replay
-from sessionkit.store.corpus import Corpus
+from sessionkit.store.corpus import Corpus, selected
 from sessionkit.store.counting import DEFAULT_CACHE, TokenCache
 
 __all__ = ["DEFAULT_MAX_OUTPUT", "SAFETY_BUFFER", "WINDOWS", "windows"]
@@ -454,28 +455,30 @@ def _needs_summary(call: _Call, policy: ReplayPolicy, tokens_kept: np.ndarray) -
 
 def windows(
     source: Session | Iterable[Session],
+    key: str | None = None,
     *,
-    settings: HistorySettings = DEFAULT_SETTINGS,
-    policy: str | Sequence[str] | None = None,
-    context_window: int | Sequence[int] | None = None,
-    max_output: int | Sequence[int] | None = None,
-    max_messages: int | Sequence[int] | None = None,
-    max_tokens: int | Sequence[int] | None = None,
-    include_timestamps: bool | Sequence[bool] | None = None,
-    include_runtime_context: bool | Sequence[bool] | None = None,
-    extend_to_user: bool | Sequence[bool] | None = None,
-    last_consolidated: Offset | Sequence[Offset] | None = None,
-    file_cap: int | Sequence[int] | None = None,
+    policy: str | None = None,
+    settings: HistorySettings | None = None,
+    max_messages: int | None = None,
+    max_tokens: int | None = None,
+    include_timestamps: bool | None = None,
+    include_runtime_context: bool | None = None,
+    extend_to_user: bool | None = None,
+    last_consolidated: Offset | None = None,
+    file_cap: int | None = None,
+    context_window: int | None = None,
+    max_output: int | None = None,
+    grid: Mapping[str, Sequence[Any]] | None = None,
     at: At = "every_user_turn",
     workers: int | None = None,
     progress: bool | None = None,
-    cache: TokenCache | bool | None = DEFAULT_CACHE,
+    cache: TokenCache | bool | None = None,
 ) -> pd.DataFrame:
     """One row per (session, release, turn, setting): the history that release replays there.
 
     The history settings come from ``settings`` (a field left ``None``: the release's own
     default, see :class:`~sessionkit.HistorySettings`); each keyword given overrides one of
-    them and may be a list, and the frame covers the whole grid (columns:
+    them, ``grid`` sweeps lists of values, and the frame covers the whole grid (columns:
     :data:`sessionkit.schema.WINDOWS`).  Each window equals the release's ``get_history`` of
     the session cut at ``at``; windows of one release and setting form one block of rows.
 
@@ -509,23 +512,31 @@ def windows(
     ----------
     source
         A Session, a Corpus or any iterable of Sessions.
-    settings
-        The history settings (``file_cap`` is not used here).
+    key
+        One session of ``source`` (None: every session).
     policy
-        The release (``"nanobot-0.2"``, ``"nanobot-0.3.0"``, ``"nanobot-0.3.5"``) or a list of
-        them, side by side (default: each session's own ``Session.policy``).
-    context_window, max_output
-        The model's context window and output reserve (each a value or a list): simulate each
-        release's agent loop instead of fixed ``max_tokens``.
+        The release (``"nanobot-0.2"``, ``"nanobot-0.3.0"``, ``"nanobot-0.3.5"``; default:
+        each session's own ``Session.policy``); ``grid={"policy": [...]}`` puts several side
+        by side.
+    settings
+        The history settings (None: every field the release's default; ``file_cap`` is not
+        used here).
     max_messages, max_tokens, include_timestamps, include_runtime_context, extend_to_user, \
 last_consolidated
-        Overrides of ``settings``, each a value or a list of values (None, alone or in a
-        list: the setting's, else the release's default); a value of the wrong type or range
-        raises, naming the parameter and what it takes.  ``include_timestamps`` reaches 0.2.2
-        only, ``include_runtime_context`` 0.3.x only.
+        Overrides of ``settings``, one value each (None: the setting's, else the release's
+        default); a value of the wrong type or range raises, naming the parameter and what it
+        takes.  ``include_timestamps`` reaches 0.2.2 only, ``include_runtime_context`` 0.3.x
+        only.
     file_cap
         Refused with ``ValueError`` when given: windows replay sessions as stored (see
         :func:`sessionkit.file_cap` for what a cap trims).
+    context_window, max_output
+        The model's context window and output reserve: simulate each release's agent loop
+        instead of a fixed ``max_tokens``.
+    grid
+        What to sweep: a mapping from any of the names above (``policy`` included) to a list
+        of values (``None`` in it: the release's default), e.g. ``{"max_tokens": [0, 8000],
+        "policy": list(sk.POLICIES)}``; the frame covers every combination.
     at
         ``"every_user_turn"`` (before each user turn is stored; under 0.3.5 the hidden
         checkpoint and automation messages are not turns, as in its forks), ``"end"`` (the history the next message would get)
@@ -536,17 +547,42 @@ last_consolidated
     progress
         Show a progress bar (default: for large sweeps).
     cache
-        Token-count cache shared with :func:`sessionkit.count_tokens` (default: a Corpus's
-        own, so one loaded with ``cache=False`` keeps no counts on disk); ``False`` keeps
-        none.
+        Token-count cache shared with :func:`sessionkit.count_tokens` (None: a Corpus's
+        own, so one loaded with ``cache=False`` keeps no counts on disk, else the default
+        one); ``False`` keeps none.
     """
+    given = swept(
+        "windows",
+        grid,
+        SWEEPABLE,
+        policy=policy,
+        max_messages=max_messages,
+        max_tokens=max_tokens,
+        include_timestamps=include_timestamps,
+        include_runtime_context=include_runtime_context,
+        extend_to_user=extend_to_user,
+        last_consolidated=last_consolidated,
+        file_cap=file_cap,
+        context_window=context_window,
+        max_output=max_output,
+    )
+    policy, file_cap = given["policy"], given["file_cap"]
+    max_messages, max_tokens = given["max_messages"], given["max_tokens"]
+    include_timestamps, extend_to_user = given["include_timestamps"], given["extend_to_user"]
+    include_runtime_context = given["include_runtime_context"]
+    last_consolidated = given["last_consolidated"]
+    context_window, max_output = given["context_window"], given["max_output"]
+    source = selected(source, key)
+    settings = DEFAULT_SETTINGS if settings is None else settings
     if file_cap is not None:
         raise ValueError(
             "file_cap is not applied to windows or requests, which replay sessions as stored; "
-            "sessionkit.file_cap(source, limits) shows what a cap would trim"
+            "sessionkit.file_cap(source, file_cap=...) shows what a cap would trim"
         )
-    if cache is False or cache is True:
-        cache = None if cache is False else DEFAULT_CACHE
+    if cache is None or cache is True:
+        cache = DEFAULT_CACHE
+    elif cache is False:
+        cache = None
     if isinstance(source, Corpus) and cache is DEFAULT_CACHE:
         cache = source.token_cache
     sessions = [source] if isinstance(source, Session) else list(source)

@@ -67,7 +67,7 @@ from sessionkit.store.nogc import no_gc
 from sessionkit.store.snapshot import Snapshot, open_snapshot
 from sessionkit.store.streamed import STREAM_BYTES, streamed_entry
 
-__all__ = ["Corpus", "check_source", "default_data_dir", "load", "resolve_session"]
+__all__ = ["Corpus", "check_source", "default_data_dir", "load", "resolve_session", "selected"]
 
 PathLike = str | Path
 
@@ -865,6 +865,22 @@ def _read_isolated(file: Path) -> tuple[Session | None, list[Problem]]:
         return read_session_file(file)
     except Exception as exc:  # a bug must cost one file, never the whole corpus
         return None, [unforeseen_failure(file, exc)]
+
+
+def selected(source: Any, key: str | None) -> Any:
+    """``source`` (a Corpus, a Session or sessions) narrowed to session ``key`` (None: as it
+    is): the Corpus's session of that key, the Session when it has it, the sessions of an
+    iterable that have it (``KeyError`` when none has)."""
+    if key is None:
+        return source
+    if not isinstance(key, str):
+        raise TypeError(f"key= takes a session key (str), not {key!r}")
+    if isinstance(source, Corpus | Session):
+        return resolve_session(source, key)
+    chosen = [s for s in source if s.key == key]
+    if not chosen:
+        raise KeyError(f"no session of key {key!r} among those given")
+    return chosen
 
 
 def resolve_session(

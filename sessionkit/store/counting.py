@@ -1,8 +1,8 @@
 """Token counts for many messages at once: batched, parallel, and cached by content.
 
 Each count equals a release's exact estimate (``get_policy(name).estimate_message_tokens``)
-or its no-tiktoken fallback.  Pick ``method="tiktoken"`` (the default) to match a nanobot that
-could load tiktoken, ``method="fallback"`` to match one that could not.  The releases differ in
+or its no-tiktoken fallback.  Pick ``tokens="tiktoken"`` (the default) to match a nanobot that
+could load tiktoken, ``tokens="fallback"`` to match one that could not.  The releases differ in
 the payload (0.3.5 skips non-string text blocks, which 0.2.2 and 0.3.0 cannot join) and in
 what special-token text and the fallback cost (0.2.2: characters // 4 + 4; 0.3.x: UTF-8
 bytes + 4); where a release raises, so does :func:`count_tokens`, with the same class.
@@ -34,6 +34,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
+from sessionkit.conventions import renamed
 from sessionkit.nanobot.policies import DEFAULT_POLICY, ReplayPolicy, get_policy
 from sessionkit.nanobot.tokens import (
     FRAMING_TOKENS,
@@ -742,13 +743,14 @@ def _both_counts(
     return list(zip(exact, map(release.fallback_tokens, payloads), strict=True))
 
 
+@renamed(method="tokens")
 def count_tokens(
     messages: Iterable[dict[str, Any]],
     *,
-    method: Method = "tiktoken",
-    cache: TokenCache | bool | None = DEFAULT_CACHE,
-    workers: int | None = None,
     policy: str = DEFAULT_POLICY,
+    tokens: Method = "tiktoken",
+    cache: TokenCache | bool | None = None,
+    workers: int | None = None,
     progress: Progress | None = None,
 ) -> list[int]:
     """Token counts for many messages at once: batched, parallel and cached.
@@ -761,18 +763,19 @@ def count_tokens(
     ----------
     messages
         Persisted message dicts.
-    method
-        ``"tiktoken"`` for the release's exact count, ``"fallback"`` for its estimate without
-        tiktoken (0.2.2: characters // 4 + 4; 0.3.x: UTF-8 bytes + 4).
-    cache
-        Where exact counts are remembered, keyed by a hash of each message's payload
-        fields (and the release): by default on disk unless ``SESSIONKIT_CACHE=off``;
-        ``False`` (or ``None``) keeps them in no cache at all.
-    workers
-        Processes used for large batches (default: every core).
     policy
         The release whose estimate to reproduce (``"nanobot-0.2"``, ``"nanobot-0.3.0"``,
         ``"nanobot-0.3.5"``).
+    tokens
+        ``"tiktoken"`` for the release's exact count, ``"fallback"`` for its estimate without
+        tiktoken (0.2.2: characters // 4 + 4; 0.3.x: UTF-8 bytes + 4); as ``sk.load(tokens=)``
+        (``method=`` is its deprecated spelling).
+    cache
+        Where exact counts are remembered, keyed by a hash of each message's payload
+        fields (and the release): None or True the default cache (on disk unless
+        ``SESSIONKIT_CACHE=off``), ``False`` none, or a ``TokenCache``.
+    workers
+        Processes used for large batches (default: every core).
     progress
         Called with how many more messages are counted as parts finish (a progress bar's
         ``update``); the calls add up to ``len(messages)``.
@@ -784,10 +787,12 @@ def count_tokens(
         is not a string, as those releases raise.
     UnicodeEncodeError
         (0.3.x) A lone surrogate in a payload counted by UTF-8 bytes: special-token text, or
-        any payload with ``method="fallback"``, as those releases raise.
+        any payload with ``tokens="fallback"``, as those releases raise.
     """
-    if cache is False or cache is True:
-        cache = None if cache is False else DEFAULT_CACHE
+    if cache is None or cache is True:
+        cache = DEFAULT_CACHE
+    elif cache is False:
+        cache = None
     batch = messages if isinstance(messages, list | tuple) else list(messages)
     bad = next((n for n, m in enumerate(batch) if not isinstance(m, dict)), None)
     if bad is not None:
@@ -796,13 +801,13 @@ def count_tokens(
             f"'hello'}}; item {bad} is {batch[bad]!r:.60} ({type(batch[bad]).__name__})"
         )
     release = get_policy(policy)
-    if method == "fallback":
+    if tokens == "fallback":
         estimates = [release.fallback_message_tokens(m) for m in batch]
         if progress is not None:
             progress(len(batch))
         return estimates
-    if method != "tiktoken":
-        raise ValueError(f"unknown token method {method!r}; use 'tiktoken' or 'fallback'")
+    if tokens != "tiktoken":
+        raise ValueError(f"unknown token method tokens={tokens!r}; use 'tiktoken' or 'fallback'")
     workers = workers or os.cpu_count() or 1
     if cache is None:
         return _uncached_counts(batch, workers, policy, progress)

@@ -253,7 +253,8 @@ def _token_counts(
     msgs: list[dict[str, Any]], method: Method, cache: TokenCache | None
 ) -> np.ndarray:
     """0.2.2's count of every message (-1 where nanobot cannot count it)."""
-    counts = counts_or_missing(msgs, partial(count_tokens, method=method, cache=cache))
+    through = False if cache is None else cache
+    counts = counts_or_missing(msgs, partial(count_tokens, tokens=method, cache=through))
     return _missing_as_minus_one(counts)
 
 
@@ -476,7 +477,11 @@ def built_rows(
         def count(batch: list[dict[str, Any]]) -> list[int]:
             bar.reset(total=len(batch))  # counts_or_missing may count a second, smaller batch
             return count_tokens(
-                batch, method="tiktoken", cache=cache, workers=workers, progress=bar.update
+                batch,
+                tokens="tiktoken",
+                cache=False if cache is None else cache,
+                workers=workers,
+                progress=bar.update,
             )
 
         if pending is not None and counts:

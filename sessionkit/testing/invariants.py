@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from sessionkit import schema
+from sessionkit.conventions import is_many
 from sessionkit.nanobot.policies import get_policy, tool_call_ids, tool_result_id
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings
@@ -272,8 +273,12 @@ def check_window_invariants(
         if exact:
             candidates = _exact_windows(sessions, settings, counts, budgets)
         else:
+            swept = {"max_messages": max_messages, "max_tokens": max_tokens}
             frame = windows(
-                sessions, settings=settings, max_messages=max_messages, max_tokens=max_tokens
+                sessions,
+                settings=settings,
+                grid={k: list(v) for k, v in swept.items() if is_many(v)} or None,
+                **{k: v for k, v in swept.items() if not is_many(v)},
             )
             candidates = _frame_windows(frame, sessions, memo)
     rows = [

@@ -18,7 +18,7 @@ import html
 import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Unpack
+from typing import Any
 
 import ipywidgets as widgets
 import numpy as np
@@ -28,11 +28,12 @@ from sessionkit.calls import assembly
 from sessionkit.calls.assembly import Request
 from sessionkit.calls.installs import ReleaseNotInstalled
 from sessionkit.calls.kits import KitError
+from sessionkit.conventions import renamed
 from sessionkit.nanobot.listing import flatten_content
 from sessionkit.nanobot.naming import UnsafeKeyError
 from sessionkit.nanobot.policies import POLICIES, get_policy
 from sessionkit.nanobot.session import Session
-from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings, SettingsOverrides
+from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings, Offset
 from sessionkit.schema import STATUSES
 from sessionkit.simulate.states import MessageStates, message_states
 from sessionkit.store.cachedir import default_cache_dir, private_dir_problem
@@ -208,7 +209,6 @@ class Explorer(widgets.VBox):
         config_dir: str | Path | None = None,
         usage: pd.DataFrame | bool | None = None,
         settings: HistorySettings = DEFAULT_SETTINGS,
-        **overrides: Unpack[SettingsOverrides],
     ) -> None:
         self.corpus = corpus
         self.config_dir = config_dir
@@ -216,7 +216,7 @@ class Explorer(widgets.VBox):
         self._turn_usage: TurnUsage | None = None
         self._usage_shown: tuple[Any, ...] | None = None
         self.fork_folder = SCRATCH_FORK_DIR if sessions_dir is None else Path(sessions_dir)
-        self._initial = settings.replace(**overrides)
+        self._initial = settings
         self._scheduled = False
         self._quiet = False
         self._original = ""
@@ -623,7 +623,7 @@ class Explorer(widgets.VBox):
         )
         try:
             built = assembly.request(
-                subject, turn, step=self.request_step.value, settings=self.settings()
+                subject, turn=turn, step=self.request_step.value, settings=self.settings()
             )
         except (ReleaseNotInstalled, IndexError, ValueError, KitError) as exc:
             self.request_view.value = _request_message(str(exc), "sk-request-error")
@@ -752,32 +752,52 @@ def _usage_frame(
     raise TypeError(f"usage= takes a frame from sessionkit.usage, True or None, not {usage!r}")
 
 
+@renamed(corpus="source")
 def explore(
-    corpus: Corpus | Session,
-    *,
+    source: Corpus | Session,
     key: str | None = None,
+    *,
+    policy: str | None = None,
+    settings: HistorySettings | None = None,
+    max_messages: int | None = None,
+    max_tokens: int | None = None,
+    include_timestamps: bool | None = None,
+    include_runtime_context: bool | None = None,
+    extend_to_user: bool | None = None,
+    last_consolidated: Offset | None = None,
+    file_cap: int | None = None,
     sessions_dir: str | Path | None = None,
     config_dir: str | Path | None = None,
     usage: pd.DataFrame | bool | None = None,
-    settings: HistorySettings = DEFAULT_SETTINGS,
-    **overrides: Unpack[SettingsOverrides],
 ) -> Explorer:
     """Show the explorer for a Corpus (or one Session); returns the app (an ipywidgets VBox).
 
-    ``settings`` are the initial history settings and ``overrides`` replace some of them
-    (any :class:`~sessionkit.HistorySettings` field by name); forks go to ``sessions_dir`` (default: :data:`SCRATCH_FORK_DIR`),
-    a 0.3.5 workspace's through ``config_dir`` (the config file or its folder).  ``usage``
-    (a frame from :func:`sessionkit.usage`, or True to read it from ``config_dir``) adds a
-    panel with the selected turn's reported calls, tokens and cost.
+    ``key`` picks the session shown first and ``policy`` the release it is replayed with
+    (default: the session's own); ``settings`` are the initial history settings and the
+    setting keywords replace some of them (``corpus=`` is the deprecated spelling of
+    ``source``).  Forks go to ``sessions_dir`` (default: :data:`SCRATCH_FORK_DIR`), a 0.3.5
+    workspace's through ``config_dir`` (the config file or its folder).  ``usage`` (a frame
+    from :func:`sessionkit.usage`, or True to read it from ``config_dir``) adds a panel with
+    the selected turn's reported calls, tokens and cost.
     """
-    if isinstance(corpus, Session):
-        corpus = Corpus([corpus])
-    return Explorer(
+    corpus = Corpus([source]) if isinstance(source, Session) else source
+    initial = (DEFAULT_SETTINGS if settings is None else settings).replace(
+        max_messages=max_messages,
+        max_tokens=max_tokens,
+        include_timestamps=include_timestamps,
+        include_runtime_context=include_runtime_context,
+        extend_to_user=extend_to_user,
+        last_consolidated=last_consolidated,
+        file_cap=file_cap,
+    )
+    app = Explorer(
         corpus,
         key=key,
         sessions_dir=sessions_dir,
         config_dir=config_dir,
         usage=usage,
-        settings=settings,
-        **overrides,
+        settings=initial,
     )
+    if policy is not None:
+        app.policy.value = get_policy(policy).name
+    return app

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 from tqdm.auto import tqdm
 
+from sessionkit.conventions import renamed
 from sessionkit.nanobot.naming import Naming, session_path
 from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.session import Session, turn_number
@@ -203,13 +204,14 @@ def _run(job: _Job, *, overwrite: bool, lineage: bool, digests: dict[Path, str |
     return session
 
 
+@renamed(source_key="key")
 def fork(
     source: Session | Corpus,
     target_key: str,
     before_user_index: int,
     *,
+    key: str | None = None,
     edit: str | None = None,
-    source_key: str | None = None,
     sessions_dir: str | Path | None = None,
     overwrite: bool = False,
     lineage: bool = False,
@@ -230,7 +232,7 @@ def fork(
     Parameters
     ----------
     source
-        The session, or a :class:`~sessionkit.Corpus` together with ``source_key``.
+        The session, or a :class:`~sessionkit.Corpus` together with ``key``.
     target_key
         Key of the new session (``channel:chat_id``); it names the file.
     before_user_index
@@ -238,8 +240,8 @@ def fork(
     edit
         New text for that user message, appended at the fork point with a fresh timestamp and
         the original message's other fields, so the fork ends on the question to answer.
-    source_key
-        Which session of a Corpus to fork.
+    key
+        Which session of a Corpus to fork (``source_key=`` is its deprecated spelling).
     sessions_dir
         Write the fork there (a sessions folder or a workspace; see
         :func:`~sessionkit.nanobot.writer.save_session`); ``None`` only returns it.  A
@@ -262,11 +264,11 @@ def fork(
         For an index below 0 or past the number of user messages (with ``edit``: not naming
         an existing user message); nanobot returns ``None`` there.
     KeyError
-        When ``source_key`` is not in the corpus.
+        When ``key`` is not in the corpus.
     FileExistsError, UnsafeKeyError, PermissionError
         From writing, as :func:`~sessionkit.nanobot.writer.save_session` raises them.
     """
-    session = resolve_session(source, source_key, key_name="source_key")
+    session = resolve_session(source, key)
     job = _prepare(session, target_key, before_user_index, edit, sessions_dir, naming, config_dir)
     _check_targets([job], overwrite)
     return _run(job, overwrite=overwrite, lineage=lineage, digests={})
@@ -275,7 +277,7 @@ def fork(
 def _plan_rows(
     source: Session | Corpus,
     plan: Iterable[int] | pd.DataFrame | None,
-    source_key: str | None,
+    key: str | None,
 ) -> list[tuple[Session, Any, Any, Any]]:
     """``(session, before_user_index, edit, target_key)`` for every fork the plan asks for."""
     if isinstance(plan, pd.DataFrame):
@@ -286,31 +288,32 @@ def _plan_rows(
             )
         rows = []
         for row in plan.to_dict("records"):
-            key = row.get("session_key", source_key)
+            chosen = row.get("session_key", key)
             edit, target = row.get("edit"), row.get("target_key")
             rows.append(
                 (
-                    resolve_session(source, None if pd.isna(key) else key, key_name="source_key"),
+                    resolve_session(source, None if pd.isna(chosen) else chosen),
                     row["before_user_index"],
                     None if edit is None or pd.isna(edit) else edit,
                     None if target is None or pd.isna(target) else target,
                 )
             )
         return rows
-    if plan is None and source_key is None and not isinstance(source, Session):
+    if plan is None and key is None and not isinstance(source, Session):
         sessions = list(source)
     else:
-        sessions = [resolve_session(source, source_key, key_name="source_key")]
+        sessions = [resolve_session(source, key)]
     if plan is None:
         return [(s, i, None, None) for s in sessions for i in range(s.n_user_turns)]
     return [(sessions[0], i, None, None) for i in plan]
 
 
+@renamed(source_key="key")
 def fork_many(
     source: Session | Corpus,
     plan: Iterable[int] | pd.DataFrame | None = None,
     *,
-    source_key: str | None = None,
+    key: str | None = None,
     target_key: str = DEFAULT_TARGET,
     sessions_dir: str | Path | None = None,
     overwrite: bool = False,
@@ -326,12 +329,13 @@ def fork_many(
     source
         A session, or a :class:`~sessionkit.Corpus`.
     plan
-        ``None``: a fork before every user message (of ``source_key``'s session, or of every
+        ``None``: a fork before every user message (of ``key``'s session, or of every
         session in a Corpus).  A list of ``before_user_index`` values.  Or a DataFrame with a
         ``before_user_index`` column and optional ``session_key`` (which session of the
         Corpus), ``edit`` and ``target_key`` columns; missing values mean "none".
-    source_key
-        The session of a Corpus that a list plan, or a plan without ``session_key``, forks.
+    key
+        The session of a Corpus that a list plan, or a plan without ``session_key``, forks
+        (``source_key=`` is its deprecated spelling).
     target_key
         Template for keys a plan does not give: ``{key}`` (source key), ``{index}`` (the
         ``before_user_index``) and ``{n}`` (position in the plan).
@@ -346,10 +350,10 @@ def fork_many(
         The forks, in plan order.  A failure while writing leaves earlier forks written.
     """
     jobs = []
-    for n, (session, index, edit, key) in enumerate(_plan_rows(source, plan, source_key)):
-        if key is None:
-            key = target_key.format(key=session.key, index=index, n=n)
-        jobs.append(_prepare(session, key, index, edit, sessions_dir, naming, config_dir))
+    for n, (session, index, edit, target) in enumerate(_plan_rows(source, plan, key)):
+        if target is None:
+            target = target_key.format(key=session.key, index=index, n=n)
+        jobs.append(_prepare(session, target, index, edit, sessions_dir, naming, config_dir))
     _check_targets(jobs, overwrite)
     show = len(jobs) > _PROGRESS_FROM if progress is None else progress
     digests: dict[Path, str | None] = {}

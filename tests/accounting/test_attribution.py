@@ -47,7 +47,7 @@ def test_sequential_turns_are_tied_by_their_windows_and_last_usage_confirms_exac
         (3, "slack:bob", 0, 0, "agent", "time"),
         (4, "telegram:alice", 1, 0, "agent", "exact"),
     ]
-    assert frame.attrs["summary"] == {
+    assert frame.summary == {
         "calls": 4,
         "exact": 1,
         "time": 3,
@@ -81,7 +81,7 @@ def test_what_counts_cannot_break_stays_unattributed_and_is_counted(tmp_path: Pa
         (1, None, None, None, "agent", None),
         (2, None, None, None, "agent", None),
     ]
-    summary = frame.attrs["summary"]
+    summary = frame.summary
     assert (summary["ambiguous"], summary["unattributed"], summary["outside"]) == (2, 2, 0)
 
 
@@ -151,7 +151,7 @@ def test_summary_calls_go_to_their_turn_other_dream_and_cron_calls_to_none(
         (8, None, None, None, "other", None),
         (9, None, None, None, "agent", None),
     ]
-    assert frame.attrs["summary"]["outside"] == 1
+    assert frame.summary["outside"] == 1
 
 
 def test_a_retry_repeats_its_step(tmp_path: Path) -> None:
@@ -180,7 +180,7 @@ def test_session_times_are_read_in_the_zone_given_and_a_wrong_zone_is_named(
     assert [r[1:4] for r in tied(right)] == [(f"telegram:{n}", 0, 0) for n in range(4)]
     wrong = ledger(tmp_path, tz="UTC")
     assert tied(wrong) == [(n + 1, None, None, None, "agent", None) for n in range(4)]
-    assert wrong.attrs["problems"]["reason"].tolist()[-1] == (
+    assert wrong.problems["reason"].tolist()[-1] == (
         "4 of 4 agent calls fall in no turn window; with session times read -1 h off, 4 "
         "would: pass tz= the zone nanobot ran in"
     )

@@ -58,7 +58,7 @@ def test_a_corpus_of_a_035_session_folder_reads_its_data_dir(tmp_path: Path) -> 
         (4, "telegram:alice", 1, 0, "agent", "exact"),
     ]
     pd.testing.assert_frame_equal(frame, ledger(tmp_path), check_exact=True)
-    assert frame.attrs["summary"] == ledger(tmp_path).attrs["summary"]
+    assert frame.summary == ledger(tmp_path).summary
 
 
 def test_a_corpus_loaded_with_a_config_dir_reads_that_one(tmp_path: Path) -> None:
@@ -90,7 +90,7 @@ def test_a_named_config_dir_wins_and_calls_of_other_sessions_stay_untied(tmp_pat
         (3, "slack:bob", 0, 0, "agent", "time"),
         (4, None, None, None, "agent", None),
     ]
-    assert frame.attrs["summary"]["outside"] == 3
+    assert frame.summary["outside"] == 3
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     corpus = sk.load(folder, tokens=None, cache=False)

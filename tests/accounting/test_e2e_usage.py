@@ -73,11 +73,12 @@ def _rows(frame) -> list[tuple]:
 def test_every_logged_call_is_tied_to_its_turn_and_step(runs, name: str) -> None:
     run = runs(name)
     scenario = {"governor": e2e.SCENARIO_GOVERNOR, "basic": e2e.SCENARIO_BASIC}[name]
-    frame = usage(run.data_dir, estimate=False, cache=False).sort_values("call_id")
+    reported = usage(run.data_dir, estimate=False, cache=False)
+    frame = reported.sort_values("call_id")
     assert frame["call_id"].tolist() == list(range(1, len(run.requests) + 1))
     assert _rows(frame) == _expected(run, scenario)
     assert frame["attribution"].notna().all()
-    summary = frame.attrs["summary"]
+    summary = reported.summary
     assert (summary["calls"], summary["unattributed"], summary["ambiguous"]) == (
         len(run.requests),
         0,
@@ -86,7 +87,7 @@ def test_every_logged_call_is_tied_to_its_turn_and_step(runs, name: str) -> None
     if name == "governor":
         assert run.kinds.count("default") == 2
         assert frame["cost_usd"].isna().all()
-        assert frame.attrs["problems"]["reason"].tolist() == [
+        assert reported.problems["reason"].tolist() == [
             f"no price for model 'stub-model' (provider 'custom') in genai-prices: cost_usd "
             f"NaN for {len(run.requests)} call(s) (Unable to find provider with model matching "
             "'stub-model')"
@@ -95,7 +96,8 @@ def test_every_logged_call_is_tied_to_its_turn_and_step(runs, name: str) -> None
 
 def test_costs_are_what_genai_prices_calculates(runs) -> None:
     run = runs("basic")
-    frame = usage(run.data_dir, estimate=False, cache=False).sort_values("call_id")
+    reported = usage(run.data_dir, estimate=False, cache=False)
+    frame = reported.sort_values("call_id")
     expected = [
         float(
             calc_price(
@@ -116,6 +118,6 @@ def test_costs_are_what_genai_prices_calculates(runs) -> None:
     ]
     assert frame["cost_usd"].tolist() == expected
     assert np.all(frame["cost_usd"] > 0)
-    assert frame.attrs["problems"]["reason"].tolist() == [
+    assert reported.problems["reason"].tolist() == [
         "provider 'custom' is unknown to genai-prices: 'gpt-4o-mini' priced at openai's prices"
     ]

@@ -74,11 +74,11 @@ def test_daily_totals_become_rows_per_day_and_source(record, tmp_path: Path) -> 
     assert frame["reported"].tolist() == [False, True, True]
     assert frame[["session_key", "turn", "kind", "model", "call_id"]].isna().all().all()
     assert frame["cost_usd"].isna().all()
-    assert frame.attrs["problems"]["reason"].tolist() == [
+    assert frame.problems["reason"].tolist() == [
         "daily totals record no model: cost_usd NaN (pass model=)"
     ]
     priced = ledger(tmp_path, model="gpt-4o-mini", provider="openai")
-    assert priced["cost_usd"].notna().all() and priced.attrs["problems"].empty
+    assert priced["cost_usd"].notna().all() and priced.problems.empty
 
 
 def test_a_day_the_per_call_log_covers_is_not_counted_twice(record, tmp_path: Path) -> None:
@@ -93,10 +93,10 @@ def test_a_day_the_per_call_log_covers_is_not_counted_twice(record, tmp_path: Pa
         [1, 900, 1],
     ]
     assert frame["time"].tolist()[0] == pd.Timestamp("2025-12-30 16:00", tz="UTC")
-    assert frame.attrs["problems"]["reason"].tolist()[0] == (
+    assert frame.problems["reason"].tolist()[0] == (
         "1 day(s) also in the per-call log, daily totals left out: 2026-01-01"
     )
-    assert frame.attrs["summary"]["daily_rows"] == 1
+    assert frame.summary["daily_rows"] == 1
 
 
 def test_a_workspace_source_reads_the_usage_records_of_its_config_dir(tmp_path: Path) -> None:

@@ -77,7 +77,7 @@ def _words(rows: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
 
 
 def _reasons(frame) -> list[str]:
-    return frame.attrs["problems"]["reason"].tolist()
+    return frame.problems["reason"].tolist()
 
 
 @pytest.mark.conformance

@@ -43,13 +43,14 @@ def _oracle(row: tuple, provider: str | None) -> float:
 
 def test_each_call_costs_what_genai_prices_calculates(tmp_path) -> None:
     write_log(tmp_path, ROWS)
-    frame = ledger(tmp_path).sort_values("call_id", ignore_index=True)
+    reported = ledger(tmp_path)
+    frame = reported.sort_values("call_id", ignore_index=True)
     expected = [_oracle(r, p) for r, p in zip(ROWS, ORACLE_PROVIDER, strict=False)]
     assert frame["cost_usd"].tolist()[:7] == expected
     assert np.isnan(frame["cost_usd"].iloc[7])
     # off-peak and peak deepseek, and the two gemini tiers, really are priced apart
     assert expected[5] != expected[6] and expected[3] / 250_000 != expected[4] / 180_000
-    assert frame.attrs["problems"]["reason"].tolist() == [
+    assert reported.problems["reason"].tolist() == [
         "provider 'custom' is unknown to genai-prices: 'gpt-4o-mini' priced at openai's prices",
         "no price for model 'stub-model' (provider 'custom') in genai-prices: cost_usd NaN for "
         "1 call(s) (Unable to find provider with model matching 'stub-model')",
@@ -92,7 +93,7 @@ def test_cost_prices_each_request_with_its_prefix_as_cache_reads() -> None:
         [12000, 7000, 0],
     ]
     assert list(priced.columns[:6]) == list(grid.columns)
-    assert priced.attrs["problems"].empty
+    assert priced.problems.empty
 
 
 def test_cost_through_a_calibration_scales_prompt_and_prefix() -> None:
@@ -106,7 +107,7 @@ def test_cost_through_a_calibration_scales_prompt_and_prefix() -> None:
 def test_cost_of_an_unknown_model_is_nan_and_a_problem() -> None:
     priced = cost(_grid(), model="no-such-model-xyz", date="2026-01-01")
     assert priced["cost_usd"].isna().all()
-    assert priced.attrs["problems"]["reason"].tolist() == [
+    assert priced.problems["reason"].tolist() == [
         "no price for model 'no-such-model-xyz' (provider None) in genai-prices: cost_usd NaN "
         "for 4 call(s) (Unable to find provider with model matching 'no-such-model-xyz')"
     ]

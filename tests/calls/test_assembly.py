@@ -27,7 +27,7 @@ def workspace(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
 
 def test_parts_name_every_piece_and_the_memory(workspace: Path) -> None:
     session = sk.load(workspace)[KEY]
-    request = sk.request(session, 1)
+    request = sk.request(session, turn=1)
     parts = request.parts.set_index("part")
     assert list(parts.index) == [
         "system: identity",
@@ -51,7 +51,7 @@ def test_a_prompt_file_changed_since_makes_it_as_of_now(workspace: Path, tmp_pat
     copy = tmp_path / "workspace"
     shutil.copytree(workspace, copy)
     (copy / "memory" / "MEMORY.md").write_text("The user prefers imperial units.\n")
-    request = sk.request(sk.load(copy)[KEY], 1)
+    request = sk.request(sk.load(copy)[KEY], turn=1)
     assert request.as_of_now is True
     assert request.notes == (
         "the workspace files the prompt reads changed after the turn; rebuilt from "
@@ -62,13 +62,13 @@ def test_a_prompt_file_changed_since_makes_it_as_of_now(workspace: Path, tmp_pat
 def test_out_of_range_turns_and_steps_say_so(workspace: Path) -> None:
     session = sk.load(workspace)[KEY]
     with pytest.raises(IndexError, match=rf"turn {session.n_user_turns} is out of range"):
-        sk.request(session, session.n_user_turns)
+        sk.request(session, turn=session.n_user_turns)
     with pytest.raises(IndexError, match=r"step 5 is out of range: turn 1 of session 'cli:direct'"):
-        sk.request(session, 1, step=5)
+        sk.request(session, turn=1, step=5)
 
 
 def test_a_session_without_a_workspace_asks_for_one(workspace: Path) -> None:
     session = sk.load(workspace)[KEY].copy()
     session.path = None
     with pytest.raises(ValueError, match=r"pass workspace=<the workspace folder>"):
-        sk.request(session, 1)
+        sk.request(session, turn=1)

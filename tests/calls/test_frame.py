@@ -84,7 +84,7 @@ def test_each_part_is_the_requests_part(corpus: sk.Corpus, frame: pd.DataFrame) 
             assert row.inferred and row.current_tokens == _tokens([stored])
             stand_ins += 1
             continue
-        request = sk.request(session, row.turn, step=row.step)
+        request = sk.request(session, turn=row.turn, step=row.step)
         history, current, steps = _split(request)
         parts = request.parts.set_index("part")["tokens"]
         assert row.system_tokens == count_text(kit.system_text) > 0
@@ -120,7 +120,7 @@ def test_a_long_session_counts_what_0_2_2_sends(corpus: sk.Corpus) -> None:
     rows = sk.requests(session)
     row = rows[(rows["turn"] == 138) & (rows["step"] == 2)].iloc[0]
     windows = sk.windows(session).set_index("turn")
-    request = sk.request(session, 138, step=2)
+    request = sk.request(session, turn=138, step=2)
     history, _, steps = _split(request)
     assert windows.loc[138, "tokens_kept"] == 14_896
     assert row.history_tokens == _tokens(history) == 8_680
@@ -164,7 +164,7 @@ def test_the_prefix_is_what_the_previous_call_shares(
     for row in frame.itertuples():
         assert row.cache_ratio == row.prefix_tokens / row.total_tokens
         try:
-            request = sk.request(session, row.turn, step=row.step, settings=settings)
+            request = sk.request(session, turn=row.turn, step=row.step, settings=settings)
         except ValueError:  # the stored message stands in for the current one
             previous = None
             continue
@@ -191,7 +191,7 @@ def test_block_rounds_the_prefix_down(sessions: list[sk.Session], frame: pd.Data
 
 
 def test_a_grid_is_one_block_per_setting(sessions: list[sk.Session]) -> None:
-    grid = sk.requests(sessions, max_messages=[20, 120], max_tokens=[0, 4000])
+    grid = sk.requests(sessions, grid={"max_messages": [20, 120], "max_tokens": [0, 4000]})
     blocks = grid.groupby(["max_messages", "max_tokens"], sort=False).ngroup()
     assert blocks.is_monotonic_increasing and blocks.nunique() == 4
     for (messages, budget), rows in grid.groupby(["max_messages", "max_tokens"]):
@@ -224,7 +224,7 @@ def test_without_the_release_system_and_tools_are_empty(
     sessions: list[sk.Session], frame: pd.DataFrame, no_nanobot: Path
 ) -> None:
     with pytest.raises(ReleaseNotInstalled, match="has no nanobot-ai, not nanobot-ai 0.2.2"):
-        sk.request(sessions[0], 0, nanobot=no_nanobot)
+        sk.request(sessions[0], turn=0, nanobot=no_nanobot)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         bare = sk.requests(sessions, nanobot=no_nanobot)
@@ -350,10 +350,10 @@ def _tool_session() -> sk.Session:
 
 def _check_calls(session: sk.Session, got: pd.DataFrame, **where: Any) -> None:
     """Each row's parts and prefix equal to sk.request's call and the one before it."""
-    kit, _ = kit_of(RELEASE, session, where["workspace"], where.get("config"), None, None)
+    kit, _ = kit_of(RELEASE, session, where["workspace"], where.get("config_dir"), None, None)
     previous: Any = None
     for row in got.itertuples():
-        request = sk.request(session, row.turn, step=row.step, **where)
+        request = sk.request(session, turn=row.turn, step=row.step, **where)
         history, current, steps = _split(request)
         assert (row.history_tokens, row.history_messages) == (_tokens(history), len(history))
         assert (row.current_tokens, row.steps_tokens) == (_tokens([current]), _tokens(steps))
@@ -426,7 +426,7 @@ def test_calls_over_the_release_budget_are_rebuilt(data_dir: Path, tmp_path: Pat
     config = tmp_path / "config.json"
     defaults = {"contextWindowTokens": budget + 512 + 1024, "maxTokens": 512}
     config.write_text(json.dumps({"agents": {"defaults": defaults}}))
-    got = sk.requests(session, workspace=data_dir, config=config)
-    _check_calls(session, got, workspace=data_dir, config=config)
+    got = sk.requests(session, workspace=data_dir, config_dir=config)
+    _check_calls(session, got, workspace=data_dir, config_dir=config)
     trimmed = got["history_tokens"] < roomy["history_tokens"]
     assert trimmed.any() and not trimmed.all()

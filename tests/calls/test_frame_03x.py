@@ -58,7 +58,7 @@ def test_each_history_and_steps_are_the_requests(corpus: sk.Corpus, version: str
         sample = pd.concat([rows.iloc[::every], rows[rows["step"] >= 1].iloc[::every]])
         for row in sample.itertuples():
             try:
-                request = sk.request(session, row.turn, step=row.step, policy=name)
+                request = sk.request(session, turn=row.turn, step=row.step, policy=name)
             except ValueError:  # a turn whose input was not stored: no request to compare
                 assert row.inferred
                 continue
@@ -73,7 +73,7 @@ def test_each_history_and_steps_are_the_requests(corpus: sk.Corpus, version: str
     assert checked > 20
     assert cleaned > checked // 4
     rows = sk.requests(corpus["telegram:777"], policy=name).set_index(["turn", "step"])
-    history, _ = _split(sk.request(corpus["telegram:777"], 19, step=1, policy=name))
+    history, _ = _split(sk.request(corpus["telegram:777"], turn=19, step=1, policy=name))
     assert rows.loc[(19, 1), "history_tokens"] == _tokens(history) == 2_036
 
 
@@ -88,14 +88,14 @@ def test_calls_near_0_3_0s_budget_are_rebuilt(corpus: sk.Corpus, tmp_path: Path)
     defaults = {"contextWindowTokens": 14_000 + 512 + 1024, "maxTokens": 512}
     config.write_text(json.dumps({"agents": {"defaults": defaults}}))
     roomy = sk.requests(session, policy=name)
-    rows = sk.requests(session, policy=name, config=config)
+    rows = sk.requests(session, policy=name, config_dir=config)
     trimmed = rows["history_tokens"] + rows["steps_tokens"]
     trimmed = trimmed < roomy["history_tokens"] + roomy["steps_tokens"]
     assert 30 < trimmed.sum() < len(rows) // 2
     near = rows[rows["total_tokens"] > 14_000 - 3_000].iloc[::9]
     assert len(near) > 6
     for row in near.itertuples():
-        request = sk.request(session, row.turn, step=row.step, policy=name, config=config)
+        request = sk.request(session, turn=row.turn, step=row.step, policy=name, config_dir=config)
         history, steps = _split(request)
         assert row.history_tokens == _tokens(history)
         assert row.history_messages == len(history)
@@ -165,7 +165,7 @@ def test_0_3_5_history_past_a_recorded_offset_is_the_requests(corpus: sk.Corpus)
         )
         for row in chosen.itertuples():
             try:
-                request = sk.request(session, row.turn, step=row.step, policy=name)
+                request = sk.request(session, turn=row.turn, step=row.step, policy=name)
             except ValueError:  # a turn whose input was not stored: no request to compare
                 continue
             history, _ = _split(request)

@@ -42,7 +42,11 @@ def session(governed: GatewayRun) -> sk.Session:
 
 
 def _where(run: GatewayRun) -> dict[str, Any]:
-    return {"workspace": run.workspace, "config": run.config, "nanobot": release("0.3.5").python}
+    return {
+        "workspace": run.workspace,
+        "config_dir": run.config,
+        "nanobot": release("0.3.5").python,
+    }
 
 
 def _recorded(run: GatewayRun) -> list[tuple[int, int, str, dict[str, Any]]]:
@@ -90,7 +94,7 @@ def test_every_request_is_rebuilt_exactly(governed: GatewayRun, session: sk.Sess
     exact = stood_in = 0
     for turn, step, kind, body in _recorded(governed):
         label = (turn, step, kind)
-        built = sk.request(session, turn, step=step, summary=kind == "summary", **where)
+        built = sk.request(session, turn=turn, step=step, summary=kind == "summary", **where)
         assert built.kind == kind and (built.turn, built.step) == (turn, step)
         assert _json(built.tools) == body["tools"], label
         archived = built.parts.set_index("part")["inferred"].get("system: archived summary")
@@ -108,7 +112,7 @@ def test_every_request_is_rebuilt_exactly(governed: GatewayRun, session: sk.Sess
         lag = datetime.fromisoformat(sent) - datetime.fromisoformat(guess)
         assert 0 <= lag.total_seconds() < _turn_seconds(governed, turn), label
         given = sk.request(
-            session, turn, step=step, summary=kind == "summary", last_active=sent, **where
+            session, turn=turn, step=step, summary=kind == "summary", last_active=sent, **where
         )
         assert _json(given.messages) == body["messages"], label
         assert not any("last active" in note for note in given.notes), label
@@ -167,7 +171,7 @@ def test_a_call_sent_as_measured_counts_as_its_request(
     frame = verdicts(session, context_window=CTX, max_output=OUT, calls="all", **where)
     checked = 0
     for row in frame[(frame["kind"] == "agent") & ~frame["summarised"]].itertuples():
-        sent = sk.request(session, row.turn, step=row.step, **where)
+        sent = sk.request(session, turn=row.turn, step=row.step, **where)
         budget = sent.tokens  # the budget exactly at the request's estimate: counted exactly
         near = verdicts(
             session, context_window=budget + OUT + 1024, max_output=OUT, calls="all", **where
@@ -188,7 +192,7 @@ def test_near_the_budget_the_count_is_exact_and_far_from_it_screened(
     """Per turn, the first call: one token under the exact estimate's budget it is over, one
     above it is not, both counted exactly; far from any budget the screen decides."""
     where = _where(governed)
-    sent = {turn: sk.request(session, turn, **where) for turn in (0, 1, 3)}  # no summary first
+    sent = {turn: sk.request(session, turn=turn, **where) for turn in (0, 1, 3)}  # no summary first
     for turn, request in sent.items():
         tokens = request.tokens
         for budget, over in ((tokens, True), (tokens + 1, False)):

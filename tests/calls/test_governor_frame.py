@@ -37,7 +37,11 @@ def session(governed: GatewayRun) -> sk.Session:
 
 
 def _where(run: GatewayRun) -> dict[str, Any]:
-    return {"workspace": run.workspace, "config": run.config, "nanobot": release("0.3.5").python}
+    return {
+        "workspace": run.workspace,
+        "config_dir": run.config,
+        "nanobot": release("0.3.5").python,
+    }
 
 
 def test_needs_summary_is_the_governors_verdict(governed: GatewayRun, session: sk.Session) -> None:
@@ -46,7 +50,7 @@ def test_needs_summary_is_the_governors_verdict(governed: GatewayRun, session: s
     window there is none."""
     where = _where(governed)
     windows = [CTX, CTX + 400, 200_000]
-    got = sk.requests(session, context_window=windows, max_output=OUT, **where)
+    got = sk.requests(session, grid={"context_window": windows}, max_output=OUT, **where)
     for window, rows in got.groupby("context_window"):
         found = verdicts(session, context_window=window, max_output=OUT, calls="all", **where)
         agent = found[found["kind"] == "agent"]
@@ -66,7 +70,7 @@ def test_summary_tokens_are_the_archived_summary(governed: GatewayRun, session: 
     got = sk.requests(session, **where)
     carried = 0
     for row in got.itertuples():
-        request = sk.request(session, row.turn, step=row.step, **where)
+        request = sk.request(session, turn=row.turn, step=row.step, **where)
         parts = request.parts.set_index("part")
         archived = (
             parts.loc["system: archived summary"]

@@ -51,10 +51,10 @@ def test_every_agent_request_is_rebuilt_exactly(basic: GatewayRun) -> None:
         key, session_turn = where[turn]
         built = sk.request(
             corpus[key],
-            session_turn,
+            turn=session_turn,
             step=step,
             workspace=basic.workspace,
-            config=basic.config,
+            config_dir=basic.config,
             nanobot=python,
         )
         assert _json(built.messages) == body["messages"], (key, session_turn, step)
@@ -75,7 +75,7 @@ def test_the_requests_frame_matches_what_was_sent(basic: GatewayRun) -> None:
     identical messages."""
     corpus = sk.load(basic.sessions_dir)
     python = release("0.3.5").python
-    frame = sk.requests(corpus, workspace=basic.workspace, config=basic.config, nanobot=python)
+    frame = sk.requests(corpus, workspace=basic.workspace, config_dir=basic.config, nanobot=python)
     where = _session_turns(SCENARIO_BASIC)
     sent: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
     for body, turn, step in zip(basic.requests, basic.turns, basic.steps, strict=True):
@@ -87,10 +87,10 @@ def test_the_requests_frame_matches_what_was_sent(basic: GatewayRun) -> None:
     for row, fixed in zip(frame.itertuples(), system_and_tools, strict=True):
         loop = sk.request(
             corpus[row.session_key],
-            row.turn,
+            turn=row.turn,
             step=row.step,
             workspace=basic.workspace,
-            config=basic.config,
+            config_dir=basic.config,
             nanobot=python,
         ).loop_messages
         messages = sent[row.session_key, row.turn, row.step]

@@ -332,7 +332,11 @@ def test_replays_leave_held_lines_out(tmp_path: Path) -> None:
         assert session.get_history(max_tokens=16) == public[2:]
         assert session.history() == without.history()
     frames = [
-        sk.windows(sk.load(path, cache=False), policy=list(POLICIES), max_tokens=[16, 0], at="end")
+        sk.windows(
+            sk.load(path, cache=False),
+            grid={"policy": list(POLICIES), "max_tokens": [16, 0]},
+            at="end",
+        )
         for path in (held, plain)
     ]
     pd.testing.assert_frame_equal(frames[0], frames[1])

@@ -188,4 +188,4 @@ def test_fallback_equals_nanobot_without_tiktoken(
         expected = [_outcome(helpers.estimate_message_tokens, m) for m in batch]
     assert [_outcome(fallback_message_tokens, m) for m in batch] == expected
     counted = [m for m, n in zip(batch, expected, strict=True) if isinstance(n, int)]
-    assert count_tokens(counted, method="fallback") == [n for n in expected if isinstance(n, int)]
+    assert count_tokens(counted, tokens="fallback") == [n for n in expected if isinstance(n, int)]

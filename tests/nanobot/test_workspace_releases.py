@@ -39,11 +39,9 @@ def test_forks_into_a_035_workspace_are_listed_and_loaded_by_035(tmp_path: Path)
     config_file = tmp_path / "config" / "config.json"
     config_file.write_text("{}\n")
     corpus = sk.load(workspace, config_dir=config_file, cache=False)
-    one = sk.fork(
-        corpus, f"{KEY}:fork", 1, source_key=KEY, sessions_dir=workspace, config_dir=config_file
-    )
+    one = sk.fork(corpus, f"{KEY}:fork", 1, key=KEY, sessions_dir=workspace, config_dir=config_file)
     many = sk.fork_many(
-        corpus, [0, 3], source_key=KEY, sessions_dir=workspace, config_dir=config_file.parent
+        corpus, [0, 3], key=KEY, sessions_dir=workspace, config_dir=config_file.parent
     )
     forks = [one, *many]
     assert {f.path.parent for f in forks} == {Path(made["returned"]["sessions_dir"])}

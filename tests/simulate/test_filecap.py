@@ -50,7 +50,7 @@ def sample() -> list[Session]:
 
 
 def test_final_matches_session_method_on_the_sample(sample: list[Session]) -> None:
-    frame = file_cap(sample, [2000, 300, 50])
+    frame = file_cap(sample, grid={"file_cap": [2000, 300, 50]})
     assert list(frame.columns) == [c.name for c in FILE_CAP]
     for column in FILE_CAP:
         assert str(frame[column.name].dtype) == column.dtype, column.name
@@ -72,7 +72,7 @@ def test_final_matches_session_method_on_the_sample(sample: list[Session]) -> No
 
 
 def test_growth_matches_growing_a_session(sample: list[Session]) -> None:
-    frame = file_cap(sample, [2000, 120], replay="growth")
+    frame = file_cap(sample, grid={"file_cap": [2000, 120]}, replay="growth")
     for (key, limit), trims in frame.groupby(["session_key", "limit"], observed=True):
         session = next(s for s in sample if s.key == key)
         got = list(trims[["at", "dropped", "archived", "kept"]].itertuples(index=False, name=None))
@@ -84,7 +84,7 @@ def test_growth_matches_growing_a_session(sample: list[Session]) -> None:
 @settings(max_examples=80)
 @given(sessions(), st.sampled_from([1, 2, 3, 5, 8]))
 def test_generated_sessions(session: Session, limit: int) -> None:
-    final = file_cap(session, limit)
+    final = file_cap(session, file_cap=limit)
     capped, archived = session.with_file_cap(limit)
     (row,) = final.itertuples(index=False)
     assert (row.kept, row.archived, row.last_consolidated) == (
@@ -92,7 +92,7 @@ def test_generated_sessions(session: Session, limit: int) -> None:
         len(archived),
         capped.last_consolidated,
     )
-    growth = file_cap(session, [limit], replay="growth")
+    growth = file_cap(session, grid={"file_cap": [limit]}, replay="growth")
     got = list(growth[["at", "dropped", "archived", "kept"]].itertuples(index=False, name=None))
     assert got == grown_by_hand(session, limit)
     assert (
@@ -103,14 +103,14 @@ def test_generated_sessions(session: Session, limit: int) -> None:
 
 def test_newest_messages_can_be_dropped() -> None:
     session = Session("k", messages=[user(), assistant("a0"), assistant("a1"), assistant("a2")])
-    (row,) = file_cap(session, 2).itertuples(index=False)
+    (row,) = file_cap(session, file_cap=2).itertuples(index=False)
     assert (row.tripped, row.dropped, row.kept, row.archived) == (True, 2, 2, 2)
 
 
 def test_empty_results_keep_the_columns() -> None:
-    frame = file_cap([Session("k", messages=[user()])], [5], replay="growth")
+    frame = file_cap([Session("k", messages=[user()])], grid={"file_cap": [5]}, replay="growth")
     assert frame.empty and list(frame.columns) == [c.name for c in FILE_CAP]
-    pd.testing.assert_index_equal(frame.columns, file_cap([], [5]).columns)
+    pd.testing.assert_index_equal(frame.columns, file_cap([], grid={"file_cap": [5]}).columns)
     with pytest.raises(ValueError, match="replay"):
         file_cap([], replay="later")
 
@@ -119,4 +119,4 @@ def test_the_default_limit_is_the_settings_file_cap() -> None:
     session = Session("k", messages=[user(), assistant("a0"), user(), assistant("a1")])
     assert file_cap(session)["limit"].tolist() == [2000]
     small = HistorySettings(file_cap=2)
-    pd.testing.assert_frame_equal(file_cap(session, settings=small), file_cap(session, 2))
+    pd.testing.assert_frame_equal(file_cap(session, settings=small), file_cap(session, file_cap=2))

@@ -63,13 +63,13 @@ def test_replays_are_cached_until_the_session_changes() -> None:
     memo.clear()
     session = Session("k", [user("/help", _command=True), assistant(""), user("q"), assistant("a")])
     windows(session)
-    windows(session, max_tokens=[10, 20])
+    windows(session, grid={"max_tokens": [10, 20]})
     assert memo.size("replays") == 1
     session.messages.append(user("more"))
     assert windows(session, at="end")["messages_kept"].item() == 3
     session.retain_recent_legal_suffix(1)
     assert windows(session, at="end")["messages_kept"].item() == 1
-    windows(session, include_timestamps=[False, True])
+    windows(session, grid={"include_timestamps": [False, True]})
     assert memo.size("replays") == 2
     session.messages = [user()]
     assert replay(session, STAMPED).kept.tolist() == [0] and memo.size("replays") == 1
@@ -176,7 +176,7 @@ def test_a_long_session_replayed_in_ranges_by_workers_equals_one_replayed_whole(
     ]
     session = Session("k", messages)
     jobs = [(name, settings) for name in RELEASES for settings in (PLAIN, STAMPED)]
-    stored = np.array(count_tokens(messages, cache=None))
+    stored = np.array(count_tokens(messages, cache=False))
     memo.clear()
     whole = replay_jobs([session], jobs, workers=1, progress=False, cache=None, stored=[stored])
     memo.clear()
@@ -362,7 +362,7 @@ def test_entries_equal_to_their_message_take_its_stored_count(
 
     def counted(name: str, i: int) -> int:
         entry = get_policy(name).entry_function(PLAIN)(messages[i])
-        return count_tokens([entry], policy=name, cache=None)[0]
+        return count_tokens([entry], policy=name, cache=False)[0]
 
     b = counted("nanobot-0.2", 2)
     assert [r[0].tokens.tolist() for r in found] == [
@@ -406,12 +406,12 @@ def test_a_stamped_entry_counts_its_stamp_line_plus_its_messages_stored_count(
 
     monkeypatch.setattr(replay_module, "count_tokens", spy)
     memo.clear()
-    stored = np.array(count_tokens(messages, cache=None))
+    stored = np.array(count_tokens(messages, cache=False))
     (found,) = replay_jobs(
         [session], [(POLICY.name, STAMPED)], workers=1, progress=False, cache=None, stored=[stored]
     )
     entries = [POLICY.replay_entry(m, include_timestamps=True) for m in messages]
-    assert found[0].tokens.tolist() == count_tokens(entries, cache=None)
+    assert found[0].tokens.tolist() == count_tokens(entries, cache=False)
     stamp = "[Message Time: 2026-01-01T10:00:00]\n"
     assert found[0].tokens[0] == len(encoding().encode_ordinary(stamp)) + stored[0]
     assert counted == [entries[i]["content"] for i in (1, 2, 3, 4, 5)]
@@ -444,10 +444,10 @@ def test_a_grid_on_a_loaded_store_reuses_its_counts_and_equals_one_in_memory(
     corpus = sessionkit.load(folder)
     (loaded,) = list(corpus)
     counts = sessionkit.simulate.replay.stored_counts(corpus.entries)
-    assert counts[id(loaded)].tolist() == count_tokens(loaded.messages, cache=None)
+    assert counts[id(loaded)].tolist() == count_tokens(loaded.messages, cache=False)
     memo.clear()
     grid = {"policy": RELEASES, "max_tokens": [0, 8], "include_timestamps": [False, True]}
-    from_store = windows(corpus, **grid)
+    from_store = windows(corpus, grid=grid)
     memo.clear()
-    in_memory = windows([Session(loaded.key, list(loaded.messages))], **grid)
+    in_memory = windows([Session(loaded.key, list(loaded.messages))], grid=grid)
     pd.testing.assert_frame_equal(from_store, in_memory)

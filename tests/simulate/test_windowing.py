@@ -77,7 +77,7 @@ def sample() -> list[Session]:
 
 
 def test_columns_follow_the_schema(sample: list[Session]) -> None:
-    frame = windows(sample[:3], max_tokens=[0, 500], progress=False)
+    frame = windows(sample[:3], grid={"max_tokens": [0, 500]}, progress=False)
     assert list(frame.columns) == [c.name for c in WINDOWS]
     for column in WINDOWS:
         assert str(frame[column.name].dtype) == column.dtype, column.name
@@ -92,7 +92,7 @@ def test_columns_follow_the_schema(sample: list[Session]) -> None:
 
 
 def test_every_sample_session_matches_the_policy(sample: list[Session]) -> None:
-    frame = windows(sample, **GRID, last_consolidated=["recorded", "none"], progress=False)
+    frame = windows(sample, grid=GRID | {"last_consolidated": ["recorded", "none"]}, progress=False)
     assert len(frame) == 4 * 4 * 2 * 2 * 2 * sum(s.n_user_turns for s in sample)
     by_key = {s.key: s for s in sample}
     turns = frame.groupby("session_key", observed=True)["at"].transform(
@@ -115,9 +115,8 @@ def test_generated_sessions_match_the_policy(session: Session) -> None:
     grid = GRID | {"max_messages": [0, 2, 5]}
     frame = windows(
         session,
-        **grid,
         at=list(range(len(session.messages) + 1)),
-        last_consolidated=["recorded", "none"],
+        grid=grid | {"last_consolidated": ["recorded", "none"]},
         progress=False,
     )
     assert len(frame) == 3 * 4 * 2 * 2 * 2 * (len(session.messages) + 1)
@@ -142,7 +141,9 @@ def test_orphan_jumps_give_every_legal_start(messages: list[dict[str, Any]]) -> 
 def test_recorded_offset_applies_within_the_prefix_only() -> None:
     messages = [user("u0"), assistant(), user("u1"), assistant(), user("u2"), assistant()]
     session = Session("k", messages=messages, last_consolidated=2)
-    frame = windows(session, at=[0, 1, 2, 4, 6], last_consolidated=["recorded", "none", 5, -1])
+    frame = windows(
+        session, at=[0, 1, 2, 4, 6], grid={"last_consolidated": ["recorded", "none", 5, -1]}
+    )
     table = frame.pivot(index="at", columns="last_consolidated", values="consolidated")
     assert table.loc[:, "recorded"].tolist() == [0, 0, 2, 2, 2]
     assert table.loc[:, "none"].tolist() == [0] * 5
@@ -161,7 +162,9 @@ def test_cut_recovery_and_commands() -> None:
         assistant(long),
         user("next"),
     ]
-    frame = windows(Session("k", messages=messages), max_messages=[120, 2], max_tokens=[0, 60])
+    frame = windows(
+        Session("k", messages=messages), grid={"max_messages": [120, 2], "max_tokens": [0, 60]}
+    )
     assert frame["command"].tolist() == [True, False, False] * 4
     end = frame[frame["at"] == 5].set_index(["max_messages", "max_tokens"])
     assert end.loc[(120, 0), "cut"] == "none" and end.loc[(120, 0), "messages_kept"] == 3
@@ -192,9 +195,9 @@ def test_sessions_without_user_turns_and_empty_sessions() -> None:
 
 def test_workers_give_the_same_frame(sample: list[Session]) -> None:
     memo.clear()
-    parallel = windows(sample, max_tokens=[0, 2000], workers=2, progress=False)
+    parallel = windows(sample, grid={"max_tokens": [0, 2000]}, workers=2, progress=False)
     memo.clear()
-    serial = windows(sample, max_tokens=[0, 2000], workers=1, progress=False)
+    serial = windows(sample, grid={"max_tokens": [0, 2000]}, workers=1, progress=False)
     pd.testing.assert_frame_equal(parallel, serial)
 
 
@@ -202,7 +205,7 @@ def test_unknown_policies_and_bad_settings_are_refused() -> None:
     with pytest.raises(ValueError, match="unknown history policy 'nanobot-0.3'"):
         windows(Session("k", messages=[user()], policy="nanobot-0.3"))
     with pytest.raises(ValueError, match="unknown history policy 'nanobot-9'"):
-        windows(Session("k", messages=[user()]), policy=["nanobot-0.2", "nanobot-9"])
+        windows(Session("k", messages=[user()]), grid={"policy": ["nanobot-0.2", "nanobot-9"]})
     with pytest.raises(ValueError, match="context_window must be an int >= 0, not -1"):
         windows(Session("k", messages=[user()]), context_window=-1)
     with pytest.raises(ValueError, match="at must be"):
@@ -243,7 +246,9 @@ def test_settings_give_the_defaults_and_keywords_override_them(sample: list[Sess
         windows(session, settings=tight),
         windows(session, max_messages=20, max_tokens=500, include_timestamps=False),
     )
-    grid = windows(session, settings=tight, max_tokens=[0, 500], extend_to_user=[False, True])
+    grid = windows(
+        session, settings=tight, grid={"max_tokens": [0, 500], "extend_to_user": [False, True]}
+    )
     assert grid.groupby(["max_tokens", "extend_to_user"]).size().to_dict() == {
         (0, False): session.n_user_turns,
         (0, True): session.n_user_turns,
@@ -356,10 +361,8 @@ def test_generated_sessions_match_every_release(session: Session) -> None:
     }
     frame = windows(
         session,
-        policy=RELEASES,
-        **grid,
         at=list(range(len(session.messages) + 1)),
-        last_consolidated=["recorded", "none"],
+        grid=grid | {"policy": RELEASES, "last_consolidated": ["recorded", "none"]},
         progress=False,
     )
     # 0.2.2 varies by time stamps, 0.3.x by runtime context: 2 entry settings each.
@@ -382,10 +385,12 @@ def test_generated_sessions_match_every_release(session: Session) -> None:
 def test_every_sample_session_matches_every_release_at_every_turn(sample: list[Session]) -> None:
     frame = windows(
         sample,
-        policy=RELEASES,
-        context_window=[16_000],
-        max_output=[4096],
-        include_runtime_context=[True, False],
+        grid={
+            "policy": RELEASES,
+            "context_window": [16_000],
+            "max_output": [4096],
+            "include_runtime_context": [True, False],
+        },
         progress=False,
     )
     n_turns = sum(s.n_user_turns for s in sample)
@@ -424,7 +429,10 @@ def test_context_window_gives_each_releases_loop_call_and_summary_verdict() -> N
     messages = [user(long), assistant(long), user(long), assistant(long), user("next")]
     session = Session("k", messages=messages)
     frame = windows(
-        session, policy=RELEASES, context_window=[3000, 20_000], max_output=1000, at="end"
+        session,
+        grid={"policy": RELEASES, "context_window": [3000, 20_000]},
+        max_output=1000,
+        at="end",
     ).set_index(["policy", "context_window"])
     assert frame["max_output"].tolist() == [1000] * 6
     assert frame["max_messages"].tolist() == [120, 120, 120, 200, 0, 0]
@@ -473,7 +481,7 @@ def test_none_in_a_grid_is_the_releases_default() -> None:
         Path(__file__).resolve().parents[2] / "data" / "sessions", cache=False
     )["webui:f00d42"]
     grid = sessionkit.windows(
-        session, at="end", include_timestamps=[None, False], max_messages=[None, 10]
+        session, at="end", grid={"include_timestamps": [None, False], "max_messages": [None, 10]}
     )
     assert grid[["include_timestamps", "max_messages"]].values.tolist() == [
         [True, 120],
@@ -481,16 +489,19 @@ def test_none_in_a_grid_is_the_releases_default() -> None:
         [False, 120],
         [False, 10],
     ]
-    same = sessionkit.windows(session, at="end", include_timestamps=True, max_messages=[120, 10])
+    same = sessionkit.windows(
+        session, at="end", include_timestamps=True, grid={"max_messages": [120, 10]}
+    )
     assert grid["tokens_kept"].tolist()[:2] == same["tokens_kept"].tolist()
 
 
 @pytest.mark.parametrize(
     ("keywords", "says"),
     [
-        ({"max_messages": ["10"]}, "max_messages must be an int"),
-        ({"include_timestamps": [None, 1]}, "include_timestamps must be True or False"),
-        ({"context_window": [None, 8000]}, "context_window's list cannot hold None"),
+        ({"grid": {"max_messages": ["10"]}}, "max_messages must be an int"),
+        ({"grid": {"include_timestamps": [None, 1]}}, "include_timestamps must be True or False"),
+        ({"grid": {"context_window": [None, 8000]}}, "context_window's list cannot hold None"),
+        ({"max_messages": "10"}, "max_messages must be an int"),
         ({"context_window": 8000, "max_output": -1}, "max_output must be an int >= 0"),
         ({"file_cap": 100}, "file_cap is not applied to windows or requests"),
     ],

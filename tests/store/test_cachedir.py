@@ -75,7 +75,7 @@ def test_the_cache_is_the_users_alone_whatever_the_umask(tmp_path: Path, settled
     old = os.umask(0)
     try:
         corpus = load(store, cache=folder)
-        sessionkit.windows(corpus, max_tokens=[0, 20])
+        sessionkit.windows(corpus, grid={"max_tokens": [0, 20]})
         corpus.token_cache.flush()
     finally:
         os.umask(old)
@@ -167,7 +167,7 @@ def test_edit_and_reload_cycles_keep_the_cache_bounded(
         with (store / "cli_1.jsonl").open("a") as f:
             f.write(json.dumps({"role": "assistant", "content": f"reply {n}"}) + "\n")
         corpus = load(store)
-        sessionkit.windows(corpus, at="end", max_tokens=[0, 20])
+        sessionkit.windows(corpus, at="end", grid={"max_tokens": [0, 20]})
         corpus.token_cache.flush()
         memo.clear()
         sizes.append(sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()))
@@ -181,14 +181,14 @@ def test_entries_and_replays_of_a_deleted_file_are_dropped(
     store = _store(tmp_path / "sessions")
     folder = tmp_path / "cache"
     monkeypatch.setenv("SESSIONKIT_CACHE_DIR", str(folder))
-    sessionkit.windows(load(store), max_tokens=[0, 20])
+    sessionkit.windows(load(store), grid={"max_tokens": [0, 20]})
     (own,) = {p.parent for p in folder.glob("index-*/files/*.arrow")}
     assert len(list(own.iterdir())) == 3
     (store / "cli_2.jsonl").unlink()
     with (store / "cli_0.jsonl").open("a") as f:
         f.write(json.dumps({"role": "user", "content": "later"}) + "\n")
     memo.clear()
-    sessionkit.windows(load(store), max_tokens=[0, 20])
+    sessionkit.windows(load(store), grid={"max_tokens": [0, 20]})
     assert len(list(own.iterdir())) == 2
     (replays,) = folder.glob("index-*/replays/*.arrow")
     _, items = sessionkit.store.index._read_pack(replays, sessionkit.store.index.REPLAY_TABLE)
@@ -238,7 +238,7 @@ def test_cache_info_reports_the_index_bytes(
     store = _store(tmp_path / "sessions")
     folder = tmp_path / "cache"
     corpus = load(store, cache=folder)
-    sessionkit.windows(corpus, max_tokens=[0, 20])
+    sessionkit.windows(corpus, grid={"max_tokens": [0, 20]})
     corpus.token_cache.flush()
     index = [p for p in folder.glob("index-*/*/*") if p.is_file()]
     assert {p.parent.name for p in index} == {"files", "replays", "derived"}

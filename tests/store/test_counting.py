@@ -36,7 +36,7 @@ IMAGE_BLOCK = {"type": "image_url", "image_url": {"url": "data:x"}}
 
 @pytest.mark.parametrize("message", [{}, {"content": ""}, {"content": None}, {"content": []}])
 def test_empty_payload_costs_the_four_framing_tokens(message: dict[str, Any]) -> None:
-    assert count_tokens([message], cache=None) == [4]
+    assert count_tokens([message], cache=False) == [4]
 
 
 @pytest.mark.parametrize(
@@ -48,13 +48,13 @@ def test_empty_payload_costs_the_four_framing_tokens(message: dict[str, Any]) ->
     ],
 )
 def test_special_token_text_takes_nanobots_fallback(text: str) -> None:
-    assert count_tokens([{"content": text}], cache=None) == [len(text) // 4 + 4]
+    assert count_tokens([{"content": text}], cache=False) == [len(text) // 4 + 4]
 
 
 def test_lone_surrogates_are_counted_as_tiktoken_repairs_them() -> None:
     text = "ok \ud800 then \udfff"
     expected = len(encoding().encode_ordinary(text)) + 4
-    assert count_tokens([{"content": text}, {"content": "plain"}], cache=None) == [expected, 5]
+    assert count_tokens([{"content": text}, {"content": "plain"}], cache=False) == [expected, 5]
 
 
 @pytest.mark.parametrize(
@@ -69,7 +69,7 @@ def test_lone_surrogates_are_counted_as_tiktoken_repairs_them() -> None:
     ],
 )
 def test_fallback_method(message: dict[str, Any], expected: int) -> None:
-    assert count_tokens([message], method="fallback", cache=None) == [expected]
+    assert count_tokens([message], tokens="fallback", cache=False) == [expected]
 
 
 MIXED: list[dict[str, Any]] = [
@@ -85,16 +85,16 @@ MIXED: list[dict[str, Any]] = [
 
 
 def test_count_tokens_equals_per_message_estimates() -> None:
-    assert count_tokens(MIXED, cache=None) == [estimate_message_tokens(m) for m in MIXED]
-    assert count_tokens(MIXED, method="fallback", cache=None) == [
+    assert count_tokens(MIXED, cache=False) == [estimate_message_tokens(m) for m in MIXED]
+    assert count_tokens(MIXED, tokens="fallback", cache=False) == [
         fallback_message_tokens(m) for m in MIXED
     ]
-    assert count_tokens([], cache=None) == []
+    assert count_tokens([], cache=False) == []
 
 
 def test_count_tokens_rejects_unknown_method() -> None:
-    with pytest.raises(ValueError, match="unknown token method 'words'"):
-        count_tokens(MIXED, method="words")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unknown token method tokens='words'"):
+        count_tokens(MIXED, tokens="words")  # type: ignore[arg-type]
 
 
 def test_cached_recount_skips_the_encoder(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -110,7 +110,7 @@ def test_cached_recount_skips_the_encoder(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(counting, "_encode_lengths", refuse)
     assert count_tokens(MIXED, cache=cache) == first
     with pytest.raises(AssertionError, match="encoder called"):
-        count_tokens(MIXED, cache=None)
+        count_tokens(MIXED, cache=False)
     cache.clear()
     assert len(cache) == 0
     with pytest.raises(AssertionError, match="encoder called"):
@@ -186,7 +186,7 @@ def test_equal_fields_get_equal_keys_and_non_strings_count_as_absent() -> None:
 def test_parallel_path_equals_single_path(monkeypatch: pytest.MonkeyPatch) -> None:
     messages = [{"role": "user", "content": f"message {i} " + "word " * (i % 7)} for i in range(40)]
     messages += MIXED
-    single = count_tokens(messages, cache=None, workers=1)
+    single = count_tokens(messages, cache=False, workers=1)
     pools: list[int] = []
     pool_class = forked.ProcessPoolExecutor
 
@@ -197,7 +197,7 @@ def test_parallel_path_equals_single_path(monkeypatch: pytest.MonkeyPatch) -> No
 
     monkeypatch.setattr(forked, "ProcessPoolExecutor", SpyPool)
     monkeypatch.setattr(counting, "_PARALLEL_MIN_MESSAGES", 1)
-    assert count_tokens(messages, cache=None, workers=2) == single
+    assert count_tokens(messages, cache=False, workers=2) == single
     assert pools == [2]
     cache = TokenCache()
     assert count_tokens(messages, cache=cache, workers=2) == single
@@ -233,13 +233,13 @@ def test_the_counting_backend_is_the_rust_bpe_crate() -> None:
 @pytest.mark.parametrize("method", ["tiktoken", "fallback"])
 def test_non_dict_items_are_a_type_error(messages: Any, named: str, method: str) -> None:
     with pytest.raises(TypeError, match="count_tokens takes a list of message dicts") as error:
-        count_tokens(messages, method=method, cache=None)
+        count_tokens(messages, tokens=method, cache=False)
     assert str(error.value).endswith(named)
 
 
 def test_a_generator_of_dicts_is_still_counted() -> None:
     messages = ({"role": "user", "content": "hello"} for _ in range(2))
-    assert count_tokens(messages, method="fallback") == [5, 5]
+    assert count_tokens(messages, tokens="fallback") == [5, 5]
 
 
 # --- every release ---------------------------------------------------------------------------
@@ -260,7 +260,7 @@ def test_count_tokens_equals_each_releases_estimate(
 ) -> None:
     estimate = get_policy(policy).estimate_message_tokens
     countable = [m for m in batch if _counts(lambda m=m: estimate(m))]
-    assert count_tokens(countable, cache=None, workers=1, policy=policy) == [
+    assert count_tokens(countable, cache=False, workers=1, policy=policy) == [
         estimate(m) for m in countable
     ]
     assert count_tokens(countable, cache=TokenCache(), workers=1, policy=policy) == [
@@ -291,7 +291,7 @@ def test_special_tokens_and_the_fallback_per_release(
     policy: str, method: str, expected: list[int]
 ) -> None:
     batch = [{"content": "say <|endoftext|> now 日本"}, {"content": "plan"}]
-    assert count_tokens(batch, method=method, cache=None, policy=policy) == expected  # type: ignore[arg-type]
+    assert count_tokens(batch, tokens=method, cache=False, policy=policy) == expected  # type: ignore[arg-type]
     if method == "fallback" and policy != "nanobot-0.2":
         fallback = get_policy(policy).fallback_message_tokens  # type: ignore[attr-defined]
         assert expected == [fallback(m) for m in batch]
@@ -352,13 +352,13 @@ def test_where_a_release_raises_so_does_count_tokens(policy: str) -> None:
         except (TypeError, UnicodeEncodeError) as error:
             expected = type(error)
         if isinstance(expected, list):
-            assert count_tokens([message], cache=None, policy=policy) == expected
+            assert count_tokens([message], cache=False, policy=policy) == expected
         else:
             with pytest.raises(expected):
-                count_tokens([message], cache=None, policy=policy, method=method)  # type: ignore[arg-type]
+                count_tokens([message], cache=False, policy=policy, tokens=method)  # type: ignore[arg-type]
     if policy != "nanobot-0.2":
         with pytest.raises(UnicodeEncodeError):
-            count_tokens([{"content": "a \ud800"}], method="fallback", policy=policy)
+            count_tokens([{"content": "a \ud800"}], tokens="fallback", policy=policy)
 
 
 def test_unknown_policy_is_refused() -> None:
@@ -477,7 +477,9 @@ def test_windows_of_a_cache_false_corpus_keep_no_token_counts(
     cache = tmp_path / "cache"
     monkeypatch.setenv("SESSIONKIT_CACHE_DIR", str(cache))
     counting.DEFAULT_CACHE.clear()
-    sessionkit.windows(load(store, cache=False), policy="nanobot-0.3.5", max_tokens=[0, 20])
+    sessionkit.windows(
+        load(store, cache=False), policy="nanobot-0.3.5", grid={"max_tokens": [0, 20]}
+    )
     counting.DEFAULT_CACHE.flush()
     assert not cache.exists()
 
@@ -533,10 +535,10 @@ def test_counting_batches_cut_by_characters_and_count_as_count_tokens(
         second = batches.close()
         told: list[int] = []
         assert first(told.append) == (
-            count_tokens(messages, cache=None),
-            count_tokens(messages, method="fallback", cache=None),
+            count_tokens(messages, cache=False),
+            count_tokens(messages, tokens="fallback", cache=False),
         )
-        alone = count_tokens(messages[:1], cache=None)[0]
+        alone = count_tokens(messages[:1], cache=False)[0]
         assert second() == ([None, alone], [None, 13])
     # sizes with 64 each: 100, 100 | 164, 364 | 64 (close) | 320 | 100 | (close: nothing)
     assert sent == [2, 2, 1, 1, 1, 0]

@@ -534,15 +534,15 @@ def test_windows_kept_in_the_index_follow_a_changed_file(
 ) -> None:
     monkeypatch.setattr(sessionkit.simulate.replay, "_PERSIST_MIN_MESSAGES", 0)
     grid = {"policy": ["nanobot-0.2", "nanobot-0.3.5"], "max_tokens": [0, 20]}
-    sessionkit.windows(load(store), **grid)
+    sessionkit.windows(load(store), grid=grid)
     memo.clear()
     kept = sorted(p.name for p in cache.glob("index-*/derived/*.arrow"))
     assert len(kept) == 2
     with (store / "telegram_1.jsonl").open("a") as f:
         f.write(json.dumps({"role": "user", "content": "and Porto"}) + "\n")
-    warm = sessionkit.windows(load(store), **grid)
+    warm = sessionkit.windows(load(store), grid=grid)
     memo.clear()
-    pd.testing.assert_frame_equal(warm, sessionkit.windows(load(store, cache=False), **grid))
+    pd.testing.assert_frame_equal(warm, sessionkit.windows(load(store, cache=False), grid=grid))
     assert (warm["session_key"] == "telegram:1").sum() == 2 * 4  # two turns now
     assert sorted(p.name for p in cache.glob("index-*/derived/*.arrow")) == kept  # replaced
 

@@ -58,7 +58,7 @@ def forget():
 
 def answers(corpus, cache=DEFAULT_CACHE):
     frames = [corpus.messages, corpus.sessions, corpus.problems]
-    return frames + [sk.windows(corpus, cache=cache, **grid)]
+    return frames + [sk.windows(corpus, cache=cache, grid=grid)]
 
 def same(got, want, what):
     for a, b in zip(got, want, strict=True):

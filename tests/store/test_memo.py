@@ -67,10 +67,10 @@ def _answers(session: Session) -> dict[str, Any]:
         explorer = sk.explore(session)
     explorer.max_tokens.value = 3000
     return {
-        "windows": sk.windows(session, max_tokens=[0, 4000]),
+        "windows": sk.windows(session, grid={"max_tokens": [0, 4000]}),
         "requests": calls,
         "states": sk.message_states(session, turn=session.n_user_turns).frame,
-        "file_cap": sk.file_cap(session, [10, 50]),
+        "file_cap": sk.file_cap(session, grid={"file_cap": [10, 50]}),
         "cost": sk.cost(calls, model="gpt-4o", provider="openai"),
         "explorer": explorer.states.frame,
         "history": pd.DataFrame({"n": [len(session.history())]}),
@@ -116,9 +116,9 @@ def test_every_entry_point_follows_an_edit(
 def test_the_issues_edit_changes_the_tokens_kept() -> None:
     """The figures of the foundations issue: 439,928 tokens kept, 441,528 after the edit."""
     session = _loaded(False)
-    assert sk.windows(session, max_tokens=[0])["tokens_kept"].sum() == 439_928
+    assert sk.windows(session, grid={"max_tokens": [0]})["tokens_kept"].sum() == 439_928
     _grow_text(session)
-    assert sk.windows(session, max_tokens=[0])["tokens_kept"].sum() == 441_528
+    assert sk.windows(session, grid={"max_tokens": [0]})["tokens_kept"].sum() == 441_528
 
 
 def test_an_edit_in_place_unpins_an_indexed_session(tmp_path: Path) -> None:

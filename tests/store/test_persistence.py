@@ -23,11 +23,11 @@ cache = False if off else None
 corpus = sk.load({data!r}, cache=cache)
 corpus.sessions, corpus.messages, corpus.problems
 session = corpus["webui:f00d42"]
-sk.windows(corpus, max_tokens=[0, 4000])
-calls = sk.requests(session, max_messages=[20, 120])
+sk.windows(corpus, grid={{"max_tokens": [0, 4000]}})
+calls = sk.requests(session, grid={{"max_messages": [20, 120]}})
 sk.cost(calls, model="gpt-4o", provider="openai")
 sk.message_states(session, turn=3)
-sk.file_cap(corpus, [50])
+sk.file_cap(corpus, grid={{"file_cap": [50]}})
 sk.count_tokens(session.messages, cache=cache, workers=1)
 sk.count_tokens([{{"role": "user", "content": "a new text"}}], cache=cache)
 explorer = sk.explore(corpus, key="webui:f00d42")

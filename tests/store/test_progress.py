@@ -115,7 +115,7 @@ def test_count_tokens_reports_each_forked_range_then_cache_hits_and_fresh_counts
     count_tokens(more, cache=cache, workers=1, progress=told.append)
     assert told == [10, 5]  # the hits, then the fresh counts
     told.clear()
-    count_tokens(more, cache=None, workers=2, progress=told.append)
+    count_tokens(more, cache=False, workers=2, progress=told.append)
     assert told == [15]
 
 

@@ -244,7 +244,7 @@ def test_explorer_in_chromium(lab: tuple[str, Path]) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
     corpus = sessionkit.load(REPO / "data")
     session = corpus[KEY]
-    kept = windows(session, max_tokens=[0, MAX_TOKENS], include_timestamps=True, at="end")
+    kept = windows(session, grid={"max_tokens": [0, MAX_TOKENS]}, include_timestamps=True, at="end")
     before, expected = kept["messages_kept"].tolist()
     assert expected == len(session.get_history(120, max_tokens=MAX_TOKENS, include_timestamps=True))
     assert expected != before, "pick a MAX_TOKENS that changes this session's window"

@@ -31,9 +31,9 @@ def built(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, int]]:
     calls: list[tuple[str, int, int]] = []
     real = assembly.request
 
-    def recorded(session, turn, **options):
+    def recorded(session, *, turn, **options):
         calls.append((session.key, turn, options.get("step", 0)))
-        return real(session, turn, **options)
+        return real(session, turn=turn, **options)
 
     monkeypatch.setattr(assembly, "request", recorded)
     return calls
@@ -68,7 +68,7 @@ def test_nothing_is_built_until_the_button_is_pressed(app: Explorer, built: list
 def test_the_parts_and_the_json_are_the_request(app: Explorer, corpus, built: list) -> None:
     app.turn.value = 1
     app.request_button.click()
-    expected = real_request(corpus[KEY], 1, settings=app.settings())
+    expected = real_request(corpus[KEY], turn=1, settings=app.settings())
     view = app.request_view.value
     assert view.startswith(
         "<div class='sk-request-head'><b>nanobot 0.2.2 request</b> for turn 1, step 0: "
@@ -98,7 +98,7 @@ def test_moving_a_control_takes_the_request_away_until_asked_again(
     assert app.request_view.value == stale, "said once, not redrawn at every move"
     app.request_button.click()
     assert built == [(KEY, 1, 0), (KEY, 2, 1)]
-    expected = real_request(corpus[KEY], 2, step=1, settings=app.settings())
+    expected = real_request(corpus[KEY], turn=2, step=1, settings=app.settings())
     assert _json(app.request_view.value) == expected.to_json()
     app.picker.value = "webui:f00d42"
     assert "sk-request-stale" in app.request_view.value

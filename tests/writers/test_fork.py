@@ -256,23 +256,23 @@ def corpus(source, tmp_path) -> Corpus:
 
 
 def test_fork_from_a_corpus(corpus):
-    result = fork(corpus, "t:1", 1, source_key="telegram:1")
+    result = fork(corpus, "t:1", 1, key="telegram:1")
     assert result.messages == MESSAGES[:5]
 
 
 def test_missing_source_key(corpus):
     with pytest.raises(KeyError, match="no session 'telegram:2'"):
-        fork(corpus, "t:1", 0, source_key="telegram:2")
+        fork(corpus, "t:1", 0, key="telegram:2")
 
 
 def test_corpus_needs_a_source_key(corpus):
-    with pytest.raises(TypeError, match="needs source_key"):
+    with pytest.raises(TypeError, match="needs key"):
         fork(corpus, "t:1", 0)
 
 
 def test_source_key_must_match_a_session(source):
-    with pytest.raises(ValueError, match="source_key 'x:y' given with session 'telegram:1'"):
-        fork(source, "t:1", 0, source_key="x:y")
+    with pytest.raises(ValueError, match="key 'x:y' given with session 'telegram:1'"):
+        fork(source, "t:1", 0, key="x:y")
 
 
 # --- writing -------------------------------------------------------------------------------
@@ -292,7 +292,7 @@ def test_written_fork_with_storage_naming(source, tmp_path):
 def test_writing_touches_no_other_file(corpus, tmp_path):
     folder = tmp_path / "ws" / "sessions"
     before = _files(folder)
-    fork(corpus, "telegram:1b", 1, source_key="telegram:1", sessions_dir=tmp_path / "ws")
+    fork(corpus, "telegram:1b", 1, key="telegram:1", sessions_dir=tmp_path / "ws")
     after = _files(folder)
     assert {k: v for k, v in after.items() if k != "telegram_1b.jsonl"} == before
 
@@ -316,7 +316,7 @@ def test_the_source_file_is_never_replaced(corpus, tmp_path):
     before = _files(folder)
     for key in ("telegram:1", "telegram_1"):
         with pytest.raises(ValueError, match="source session's own file"):
-            fork(corpus, key, 0, source_key="telegram:1", sessions_dir=folder, overwrite=True)
+            fork(corpus, key, 0, key="telegram:1", sessions_dir=folder, overwrite=True)
     assert _files(folder) == before
 
 
@@ -377,7 +377,7 @@ def test_fork_many_defaults_to_every_user_turn(source):
 
 def test_fork_many_with_a_list_and_a_template(corpus, tmp_path):
     forks = fork_many(
-        corpus, [0, 3], source_key="telegram:1", target_key="exp:{n}-{index}", sessions_dir=tmp_path
+        corpus, [0, 3], key="telegram:1", target_key="exp:{n}-{index}", sessions_dir=tmp_path
     )
     assert [f.key for f in forks] == ["exp:0-0", "exp:1-3"]
     assert sorted(_files(tmp_path)) == ["exp_0-0.jsonl", "exp_1-3.jsonl"]
