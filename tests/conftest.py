@@ -19,7 +19,7 @@ from types import ModuleType
 
 import pytest
 from hypothesis import HealthCheck, settings
-from reference import require
+from reference import RUNNING, require
 from xdist import is_xdist_controller
 
 settings.register_profile(
@@ -86,6 +86,22 @@ def data_dir() -> Path:
 def nanobot() -> ModuleType:
     """nanobot-ai 0.2.2's ``nanobot.session.manager``; the test skips without nanobot-ai."""
     return require()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test taking the ``nanobot`` fixture (nanobot-ai 0.2.2) is a conformance test, so
+    ``-m "not conformance"`` runs without it."""
+    for item in items:
+        if "nanobot" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.conformance)
+
+
+@pytest.fixture(autouse=True)
+def _running(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Which test runs now, for :func:`reference.marked_for`."""
+    RUNNING.append(request.node)
+    yield
+    RUNNING.pop()
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -20,6 +20,18 @@ NANOBOT_MISSING = (
 )
 
 
+RUNNING: list[pytest.Item] = []
+"""The test running now (set by conftest's ``_running`` fixture), so a reference can check
+that the test asking for it is marked as needing it."""
+
+
+def marked_for(marker: str, what: str) -> None:
+    """Fail the running test unless it carries ``marker``: ``-m "not conformance"`` must be
+    the run that needs no nanobot release, so every test that asks for one says so."""
+    if RUNNING and RUNNING[-1].get_closest_marker(marker) is None:
+        pytest.fail(f"{RUNNING[-1].nodeid} uses {what} but is not marked {marker}")
+
+
 def under_ci() -> bool:
     """Whether this run is CI's (``CI`` set to true, as ``.ci/run`` is run)."""
     return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
@@ -41,5 +53,7 @@ def need(module: str, reason: str | None = None) -> ModuleType:
 
 
 def require(module: str = "nanobot.session.manager") -> ModuleType:
-    """Import one of nanobot's modules, or stop the caller with :data:`NANOBOT_MISSING`."""
+    """Import one of nanobot's modules, or stop the caller with :data:`NANOBOT_MISSING`
+    (inside a test, one marked ``conformance``)."""
+    marked_for("conformance", f"nanobot-ai ({module})")
     return need(module, NANOBOT_MISSING)

@@ -185,6 +185,7 @@ def test_releases_list_says_where_each_release_is(
     )
 
 
+@pytest.mark.conformance
 def test_releases_list_names_a_managed_venv_and_the_nanobot_command(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -228,6 +228,7 @@ def _kits_kept() -> list[Path]:
     return sorted(default_cache_dir().glob("kits-*/*.json"))
 
 
+@pytest.mark.conformance
 def test_requests_equal_pandas(client: Client, workspace: Path) -> None:
     """Workers read the kits this process asked the releases for (none asked again, none
     made with other inputs) and give pandas' rows, system prompt and tools included."""
@@ -243,6 +244,7 @@ def test_requests_equal_pandas(client: Client, workspace: Path) -> None:
     pd.testing.assert_frame_equal(_canonical(got, sort=True), _canonical(want, sort=True))
 
 
+@pytest.mark.conformance
 def test_requests_with_one_release_named(client: Client, workspace: Path) -> None:
     """``nanobot`` naming 0.3.5's interpreter: the 0.2.2 sessions get no kit on any worker
     (system prompt and tools 0, as sk.requests gives them), the 0.3.5 one gets its kit."""

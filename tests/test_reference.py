@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from reference import need, unavailable, under_ci
+from reference import marked_for, need, unavailable, under_ci
 
 
 @pytest.mark.parametrize("value", ["true", "TRUE", "1", "yes"])
@@ -29,3 +29,10 @@ def test_elsewhere_it_skips(monkeypatch: pytest.MonkeyPatch, value: str | None) 
 
 def test_a_module_that_is_there_is_returned() -> None:
     assert need("json").dumps([1]) == "[1]"
+
+
+def test_a_test_asking_for_a_release_must_be_marked(request: pytest.FixtureRequest) -> None:
+    with pytest.raises(pytest.fail.Exception, match="uses nanobot-ai 0.3.5 but is not marked"):
+        marked_for("conformance", "nanobot-ai 0.3.5")
+    request.node.add_marker(pytest.mark.conformance)
+    marked_for("conformance", "nanobot-ai 0.3.5")  # now it is

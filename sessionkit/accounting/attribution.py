@@ -175,9 +175,9 @@ def _own_turns(sessions: Sequence[Session], zone: tzinfo | None) -> list[_Own]:
         made.append(calls)
         checkpoints.append(
             [
-                at
+                when
                 for m in messages
-                if is_checkpoint(m) and (at := local_ms(m.get("timestamp"), zone))
+                if is_checkpoint(m) and (when := local_ms(m.get("timestamp"), zone))
             ]
         )
     ms = _ms(stamps, bounds, zone) if stamps else np.empty(0, dtype=np.int64)

@@ -40,7 +40,7 @@ problems as (row id or None, reason)."""
 
 def _state(db: Path) -> tuple[tuple[int, int] | None, ...]:
     """Size and modification time of the database and its WAL files (None: absent)."""
-    out = []
+    out: list[tuple[int, int] | None] = []
     for suffix in _SUFFIXES:
         try:
             st = os.stat(f"{db}{suffix}")

@@ -176,9 +176,9 @@ def price_calls(
     rows_known = np.flatnonzero(known)
     named = []
     for i, code in enumerate(pairs):
-        recorded = int(code % (len(provider_names) + 1)) - 1
+        slot = int(code % (len(provider_names) + 1)) - 1
         name = str(model_names[int(code // (len(provider_names) + 1))])
-        named.append((name, None if recorded < 0 else str(provider_names[recorded]), i))
+        named.append((name, None if slot < 0 else str(provider_names[slot]), i))
     for name, recorded, i in sorted(named, key=lambda p: (p[0], str(p[1]))):
         index = rows_known[where == i]
         try:

@@ -21,7 +21,7 @@ import warnings
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from sessionkit.nanobot.kit import Kit
 from sessionkit.store.cachedir import (
@@ -234,7 +234,8 @@ def kit_for(
     key, newest = _key(release, python, workspace, config, channel, runtime)
     folder = None
     if persistence_on(cache_dir):
-        root = default_cache_dir() if cache_dir is None or cache_dir is True else cache_dir
+        # persistence_on: ``cache_dir`` is not False, so a folder where it is not None or True.
+        root = default_cache_dir() if cache_dir is None or cache_dir is True else cast(Path, cache_dir)
         folder = Path(root) / f"kits-{_FORMAT}"
         if cache_dir_problem(folder.parent) is not None:
             folder = None

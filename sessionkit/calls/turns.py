@@ -213,7 +213,8 @@ def _complete(item: Item, calls: SessionCalls) -> SessionCalls:
 
 
 def _build_chunk(indices: list[int]) -> tuple[list[int], list[SessionCalls], list]:
-    items, delta = SHARED["items"], ReadThroughCache(SHARED["cache"])
+    items: list[Item] = SHARED["items"]  # all_calls's items, shared with the forked workers
+    delta = ReadThroughCache(SHARED["cache"])
     return indices, [_build(*items[i][:3], items[i][4], delta) for i in indices], delta.fresh
 
 

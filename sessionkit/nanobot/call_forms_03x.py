@@ -16,6 +16,7 @@ rebuilds exactly.  Pure Python; the rules are the releases' (``clean``).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from sessionkit.nanobot.call_forms import CallForms, Form
 from sessionkit.nanobot.history import Message, tool_call_ids, tool_result_id
@@ -72,7 +73,7 @@ def _forms(
     a backfilled result belongs with the message before it)."""
     tagged = [{**m, _TAG: i} for i in block if (m := own(messages[i])) is not None]
     out: dict[int, Form] = {i: [] for i in block}
-    at = None
+    at: Any = None  # the index of the last tagged message (a result backfilled after it has none)
     for message in clean(tagged):
         at = message.get(_TAG, at)
         out[at].append({k: v for k, v in message.items() if k != _TAG})

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import suppress
 from decimal import Decimal
 from functools import partial
+from types import FrameType
 from typing import Any
 
 import orjson
@@ -77,6 +78,7 @@ def has_long_number(data: bytes) -> bool:
 
 
 def _stack_depth() -> int:
+    frame: FrameType | None
     frame, depth = sys._getframe(), 0
     while frame is not None:
         frame, depth = frame.f_back, depth + 1
@@ -111,7 +113,7 @@ def exact_int(digits: str) -> int:
 def _json_loads(text: str, brackets: int, **lifted: Any) -> Any:
     """``json.loads(text)``: inline when ``brackets`` (an upper bound on its nesting) leaves
     room on this stack, else on a fresh stack (:func:`_on_fresh_stack`)."""
-    parse = partial(json.loads, **lifted) if lifted else json.loads
+    parse: Callable[[str], Any] = partial(json.loads, **lifted) if lifted else json.loads
     if brackets < sys.getrecursionlimit() - _stack_depth() - 100:
         return parse(text)
     return _on_fresh_stack(parse, text)

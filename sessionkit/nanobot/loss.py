@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from sessionkit.nanobot.jsontext import loads_as_nanobot
 from sessionkit.nanobot.reader import MAX_LINE_BYTES, split_batches
@@ -149,7 +149,8 @@ def nanobot_load(lines: Iterable[bytes]) -> NanobotLoad:
     for line_no, raw in enumerate(lines, 1):
         verdict = read_line(raw)
         if verdict.status in ("skipped", "fatal"):
-            (skipped if verdict.status == "skipped" else fatal).append((line_no, verdict.reason))
+            reason = cast(str, verdict.reason)  # a skipped or fatal verdict always has one
+            (skipped if verdict.status == "skipped" else fatal).append((line_no, reason))
         if verdict.status != "record":
             continue
         record = verdict.value

@@ -26,6 +26,7 @@ from sessionkit.nanobot.history import (
     sanitize_assistant_text,
 )
 from sessionkit.nanobot.kit import Kit
+from sessionkit.nanobot.naming import Naming
 from sessionkit.nanobot.release import CappedPolicy, LoopCall, replay_token_budget
 from sessionkit.nanobot.settings import HistorySettings
 
@@ -100,7 +101,7 @@ class Policy030(CappedPolicy):
     colour: str = "#dd8452"
     default_max_messages: int = FILE_MAX_MESSAGES
     file_limit: int = FILE_MAX_MESSAGES
-    naming: str = "nanobot-0.3"
+    naming: Naming = "nanobot-0.3"
     entry_setting: str = "include_runtime_context"
     entry_default: bool = True
     defaults: HistorySettings = HistorySettings(
@@ -188,7 +189,7 @@ class Policy030(CappedPolicy):
         """0.3.0 forks keep each message's public form (runtime context stripped)."""
         return public_message(message)
 
-    def replay_entry(  # type: ignore[override]
+    def replay_entry(
         self, message: Message, *, include_runtime_context: bool = True
     ) -> Message | None:
         """The dict one stored message becomes in the model's history, or None if skipped.

@@ -35,6 +35,7 @@ from sessionkit.nanobot.history import (
     sanitize_assistant_text,
 )
 from sessionkit.nanobot.kit import Kit
+from sessionkit.nanobot.naming import Naming
 from sessionkit.nanobot.release import SAFETY_BUFFER, LoopCall, ReplayPolicy
 from sessionkit.nanobot.settings import HistorySettings
 
@@ -93,7 +94,7 @@ class Policy035(ReplayPolicy):
     label: str = "nanobot 0.3.5"
     colour: str = "#55a868"
     default_max_messages: int = 0
-    naming: str = "nanobot-0.3"
+    naming: Naming = "nanobot-0.3"
     temp_name: str = r"\.[^/]*\.jsonl\.[0-9a-f]{16}\.tmp"
     entry_setting: str = "include_runtime_context"
     entry_default: bool = True

@@ -23,7 +23,7 @@ from functools import partial
 from itertools import compress, repeat
 from operator import contains, methodcaller, not_
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -293,13 +293,14 @@ def split_batches(
             chunk = chunk[:-1]
         if b"\r" in chunk:
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        batch: list[bytes | int] = chunk.split(b"\n")
-        last = batch.pop()
+        lines = chunk.split(b"\n")
+        last = lines.pop()
+        batch = cast("list[bytes | int]", lines)  # the same list: a line over limit, its size
         if batch:
-            first = batch[0]
-            batch[0] = size + len(first) if skipping else b"".join((*pending, first))  # type: ignore[arg-type]
+            first = lines[0]
+            batch[0] = size + len(first) if skipping else b"".join((*pending, first))
             pending, size, skipping = [], 0, False
-            if max(map(len, batch[1:]), default=0) > limit or (
+            if max(map(len, lines[1:]), default=0) > limit or (  # lines[1:]: bytes still
                 type(batch[0]) is bytes and len(batch[0]) > limit
             ):
                 batch = [len(x) if type(x) is bytes and len(x) > limit else x for x in batch]
@@ -523,7 +524,7 @@ def _parsed_batches(
     lines that are not records join ``found`` (bad, kept or held), and ``found.lines``
     becomes the count of lines read."""
     bad, kept, held = found.bad, found.kept, found.held
-    loads = orjson.loads
+    loads: Callable[[Any], Any] = orjson.loads  # an over-long line's int: TypeError, caught
     line_no = 0
     for lines in _read_batches(fd, size):
         try:
@@ -536,19 +537,20 @@ def _parsed_batches(
             continue
         records: list[dict[str, Any]] = []
         numbers: list[int] = []
+        reason: str | None
         for line in lines:
             line_no += 1
             if type(line) is int:
                 reason = f"line of {line:,} bytes is over {MAX_LINE_BYTES:,}; not read"
                 bad.append((line_no, reason))
                 continue
-            value, reason = _parse_line(line)
+            value, reason = _parse_line(cast(bytes, line))  # an int went on above
             if reason is not None and reason.startswith(_PAST_LIMITS):
                 if type(value) is dict and value.get("_type") == "metadata":
                     kept.append((line_no, f"{reason}; sessionkit keeps its metadata"))
                     reason = None
                 else:
-                    held.append((line_no, line.decode("utf-8")))
+                    held.append((line_no, cast(bytes, line).decode("utf-8")))
                     reason += _HELD
             if type(value) is dict and reason is None:
                 records.append(value)
@@ -644,7 +646,7 @@ def _role_problems(
 ) -> list[Problem]:
     """A problem for each role that holds a lone surrogate; all roles are checked in one
     C-level pass when all are fine."""
-    roles = list(map(dict.get, messages, repeat("role")))
+    roles: list[Any] = list(map(dict.get, messages, repeat("role")))
     texts = roles if _STR.issuperset(map(type, roles)) else [r for r in roles if type(r) is str]
     try:
         "".join(texts).encode("utf-8")
@@ -755,6 +757,7 @@ def _jsonl_session(
             continue
         special.add(i)
     streamed = found.streamed
+    line_numbers: Sequence[int]
     if streamed is not None:
         messages, line_numbers = [], streamed.numbers
     elif not special:

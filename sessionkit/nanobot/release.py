@@ -38,6 +38,7 @@ from sessionkit.nanobot.history import (
     unchanged,
 )
 from sessionkit.nanobot.kit import Kit
+from sessionkit.nanobot.naming import Naming
 from sessionkit.nanobot.settings import HistorySettings
 
 __all__ = ["DEFAULT_MAX_OUTPUT", "SAFETY_BUFFER", "CappedPolicy", "LoopCall", "ReplayPolicy"]
@@ -88,7 +89,7 @@ class ReplayPolicy:
     """The release's colour in every plot and widget."""
     default_max_messages: int = 120
     """The count window ``get_history`` applies for ``max_messages <= 0`` (0: none)."""
-    naming: str = "nanobot-0.2"
+    naming: Naming = "nanobot-0.2"
     """The file naming scheme a fork of this release's session uses (``sessionkit.nanobot.naming``)."""
     temp_name: str = r"[^/]*\.jsonl\.tmp"
     """The name of the temporary file this release's save writes (a regex, matched whole)."""
@@ -470,7 +471,7 @@ class CappedPolicy(ReplayPolicy):
         start += find_legal_message_start(messages[start:stop])
         return keep_range(messages, last_consolidated, start, stop)
 
-    def file_cap(self, messages: list[Message], last_consolidated: int, limit: int) -> Trim:  # type: ignore[override]
+    def file_cap(self, messages: list[Message], last_consolidated: int, limit: int) -> Trim:
         """``enforce_file_cap``: trim to ``limit`` messages once the file grows past it."""
         if limit <= 0 or len(messages) <= limit:
             return unchanged(messages, last_consolidated)

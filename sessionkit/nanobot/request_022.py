@@ -201,6 +201,7 @@ def changed_at_save(message: Mapping[str, Any], kit: Kit) -> bool:
     limit = kit["settings"]["max_tool_result_chars"]
     suffix = kit["markers"]["truncated_suffix"]
     content = message.get("content")
+    texts: list[Any]  # the texts to check: a block's "text" may be anything
     if isinstance(content, str) and message.get("name") in _OFFLOAD_EXEMPT_TOOLS:
         texts = [content]
     elif isinstance(content, list):

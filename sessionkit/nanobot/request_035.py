@@ -24,7 +24,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path, PurePath
-from typing import Any
+from typing import Any, cast
 
 from sessionkit.nanobot import request_rules
 from sessionkit.nanobot.history import CONTINUATION_TEXT, Message, is_hidden_history
@@ -95,7 +95,8 @@ def system_prompt(
         if updated_at is None:
             raise NotOnDisk("the summary's last_active is not a time: pass updated_at") from None
         active = updated_at.isoformat()
-    part = _fill(kit["summary"], text=text, last_active=active)
+    # ``active`` is text here: ISO text fromisoformat took, or ``updated_at``'s.
+    part = _fill(kit["summary"], text=text, last_active=cast(str, active))
     return kit["system_text"] + kit["joiner"] + part
 
 
@@ -188,7 +189,7 @@ def current_message(
     media = user.get("media")
     has_media = isinstance(media, list) and any(isinstance(p, str) and p for p in media)
     if has_media and images is None:
-        images = _images_now(media)
+        images = _images_now(cast(list[Any], media))  # ``has_media``: a list
     template = kit["current"]
     current: Message = {
         key: _fill(value, text=content) if key == "content" else copy.deepcopy(value)

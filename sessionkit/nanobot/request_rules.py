@@ -15,7 +15,7 @@ import mimetypes
 import re
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 __all__ = [
     "TEXT_TYPES",
@@ -242,7 +242,7 @@ def without_surrogates(value: Any) -> Any:
     return value
 
 
-def empty_cleaned(message: Message, empty: str) -> Message:
+def empty_cleaned(message: Mapping[str, Any], empty: str) -> Message:
     """One message as the provider's first pass leaves it (0.2.2, 0.3.0, 0.3.5): ``_meta`` keys gone
     (its own and its blocks'), empty text blocks dropped, empty text sent as ``empty`` (null
     beside tool calls), a dict content listed."""
@@ -311,10 +311,11 @@ def wire_keys(
                     continue
                 raw = call.get("id")
                 named = isinstance(raw, str) and bool(raw)
-                call = {**call, "id": unique_id(raw if named else missing_id(), used, index)}
+                # ``named``: raw is a non-empty str (a flag mypy cannot narrow through).
+                call = {**call, "id": unique_id(cast(str, raw) if named else missing_id(), used, index)}
                 used.add(call["id"])
                 if named:
-                    pending.setdefault(raw, deque()).append(call["id"])
+                    pending.setdefault(cast(str, raw), deque()).append(call["id"])
                 function = call.get("function")
                 if isinstance(function, dict):
                     replayed = arguments(function.get("arguments"))

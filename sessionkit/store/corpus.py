@@ -12,7 +12,7 @@ from contextlib import nullcontext
 from datetime import tzinfo
 from functools import cached_property, partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 import pyarrow as pa
@@ -467,6 +467,7 @@ def _loaded(
     forking = tokens == "tiktoken" and sum(sizes) >= FORK_BYTES
     spread = index is not None and not forking and len(runs) > 1 and can_fork()
     kept_in = (index, store, now)
+    entry: Entry | None
     with (
         tqdm(
             total=sum(sizes),
@@ -478,8 +479,15 @@ def _loaded(
         counting_workers(counts) if forking else nullcontext() as pool,
     ):
         if spread:
+            # spread needs an index, and load() gives every index its token cache
             for i, entry in _built_apart(
-                runs, files, identities, kept_in, (tokens, counts), problems, bar
+                runs,
+                files,
+                identities,
+                cast("tuple[Index, str, int]", kept_in),
+                (tokens, cast(TokenCache, counts)),
+                problems,
+                bar,
             ):
                 found[i] = entry
         batches = None if pool is None else CountingBatches(pool, counts)
@@ -663,7 +671,7 @@ def _built_run(
             return None, [], [], met, counts.fresh
         if _indexable(files[i], identities[i], now):
             return streamed.span[0], [(i, 0, streamed.meta)], [], [], counts.fresh  # type: ignore[index]
-    met: list[Problem] = []
+    met = []
     fresh, where, read = _read_run(run, files, met, None, None)
     built = build_entries(fresh, _by_path(read), tokens=SHARED["tokens"], cache=counts, workers=1)
     table, restorable, whole = None, [], []
@@ -784,13 +792,18 @@ def _keep(
     served = sum(e is not None for e in found)
     least = max(PACK_MIN, len(files) // 10)
     whole = served - from_pack >= least or stale >= least
-    kept = [
-        (entry, identity)
-        for i, (file, identity, entry) in enumerate(zip(files, identities, found, strict=True))
-        if entry is not None
-        and (whole or i in built)
-        and (isinstance(entry.session, IndexedSession) or _indexable(file, identity, now))
-    ]
+    # every entry kept has an identity: an indexed session was served or restored at its
+    # file's, and _indexable holds for none without one
+    kept = cast(
+        "list[tuple[Entry, Identity]]",
+        [
+            (entry, identity)
+            for i, (file, identity, entry) in enumerate(zip(files, identities, found, strict=True))
+            if entry is not None
+            and (whole or i in built)
+            and (isinstance(entry.session, IndexedSession) or _indexable(file, identity, now))
+        ],
+    )
     try:
         index.sweep()
         if kept:

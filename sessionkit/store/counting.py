@@ -28,7 +28,7 @@ from itertools import compress, repeat
 from operator import is_not
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import numpy as np
 import orjson
@@ -123,7 +123,8 @@ class TokenCache:
 
     def get_many(self, keys: list[int | None]) -> list[int | None]:
         """Cached counts of many keys (None: not cached; a None key is never cached)."""
-        found: list[int | None] = list(map(self._counts.get, keys))
+        lookup = cast("Callable[[int | None], int | None]", self._counts.get)  # None: not cached
+        found: list[int | None] = list(map(lookup, keys))
         segments = self._segments()
         if not segments or None not in found:
             return found
@@ -279,7 +280,11 @@ def bind_token_cache(sessions: Iterable[object], cache: TokenCache | None) -> No
     states, windows) counts through the same cache and never touches another folder."""
     for session in sessions:
         key = id(session)
-        ref = weakref.ref(session, lambda _, key=key: _BOUND.pop(key, None))
+
+        def forget(_: weakref.ref[object], key: int = key) -> None:
+            _BOUND.pop(key, None)
+
+        ref = weakref.ref(session, forget)
         _BOUND[key] = (ref, cache)
 
 
@@ -579,8 +584,8 @@ def _cached_counts(
     keys = _message_keys(messages, policy)
     counts = cache.get_many(keys)
     todo = [i for i, n in enumerate(counts) if n is None]
-    first: dict[int, int] = {}
-    fresh = [i for i in todo if keys[i] is None or first.setdefault(keys[i], i) == i]  # type: ignore[index]
+    first: dict[int | None, int] = {}  # only int keys are set (a None key is never a repeat)
+    fresh = [i for i in todo if keys[i] is None or first.setdefault(keys[i], i) == i]
     if progress is not None:
         progress(len(messages) - len(fresh))  # found in the cache, or a repeat of a fresh one
     if not todo:
@@ -593,9 +598,9 @@ def _cached_counts(
         counts[i] = n
     for i in todo:
         if counts[i] is None:
-            counts[i] = counts[first[keys[i]]]  # type: ignore[index]
+            counts[i] = counts[first[keys[i]]]
     known = [(keys[i], n) for i, n in zip(fresh, fresh_counts, strict=True) if keys[i] is not None]
-    cache.update((k for k, _ in known), (n for _, n in known))  # type: ignore[misc]
+    cache.update((k for k, _ in known), (n for _, n in known))
     cache.flush_soon()
     return counts  # type: ignore[return-value]
 

@@ -3,10 +3,10 @@ column builders and replays share."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import compress, repeat
 from operator import eq, is_not
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -22,8 +22,11 @@ whether a whole column needs no per-value step."""
 
 def message_field(messages: Sequence[Mapping[str, Any]], name: str) -> list[Any]:
     """``name`` of every message (None where absent), read by a C-level ``map`` over dicts."""
+    # typeshed's overloaded ``dict.get`` does not take a Mapping; a mapping that is not a dict
+    # raises the TypeError handled below
+    get = cast("Callable[[Mapping[str, Any], str], Any]", dict.get)
     try:
-        return list(map(dict.get, messages, repeat(name)))
+        return list(map(get, messages, repeat(name)))
     except TypeError:  # a mapping that is not a dict
         return [m.get(name) for m in messages]
 

@@ -16,7 +16,7 @@ from functools import partial
 from itertools import chain, repeat
 from operator import attrgetter, is_not
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -86,7 +86,7 @@ def _naive(value: datetime | None) -> datetime | None:
 
 def fits_frame(value: datetime) -> bool:
     """Whether a time (wall clock, offset dropped) fits a frame's ``datetime64[ns]`` column."""
-    return FRAME_TIMES[0] <= _naive(value) <= FRAME_TIMES[1]  # type: ignore[operator]
+    return FRAME_TIMES[0] <= _naive(value) <= FRAME_TIMES[1]
 
 
 def _framed(value: datetime | None) -> datetime | None:
@@ -330,7 +330,7 @@ def _session_problems(
     positions, in order, and reasons), then each time a frame cannot hold (``outside``:
     those messages' positions and stored timestamps); ``n`` messages in all."""
     path = str(session.path)
-    lines = _lines_of(session, n) or [None] * n
+    lines: Sequence[int | None] = _lines_of(session, n) or [None] * n
     found = list(read)
     found += [Problem(path, lines[i], reason) for i, reason in uncountable]
     for field in ("created_at", "updated_at"):
@@ -545,7 +545,11 @@ def joined_rows(parts: list[Rows]) -> Rows:
         stamps=np.concatenate([p.stamps for p in parts]),
         outside=moved(attrgetter("outside")),
         uncountable=moved(attrgetter("uncountable")),
-        odd={name: moved(lambda part, name=name: part.odd[name]) for name in parts[0].odd},
+        odd={
+            # cast: mypy cannot infer a lambda with a default argument
+            name: moved(cast("Callable[[Rows], dict[int, Any]]", lambda part, name=name: part.odd[name]))
+            for name in parts[0].odd
+        },
     )
 
 
@@ -898,11 +902,11 @@ class SessionValues:
 
 def session_rows(
     keys: list[str],
-    paths: list[str | None],
+    paths: Sequence[str | None],
     values: SessionValues,
     *,
     tokens: Method | None,
-    checkpoints: list[dict[str, Any] | None] | None = None,
+    checkpoints: Sequence[dict[str, Any] | None] | None = None,
 ) -> pd.DataFrame:
     """The sessions frame of sessions ``keys`` at ``paths`` (``checkpoints``: their runtime
     checkpoints when already known, see :func:`_checkpoints`)."""
@@ -940,7 +944,7 @@ def session_rows(
     return frame
 
 
-def _checkpoints(paths: list[str | None]) -> list[dict[str, Any] | None]:
+def _checkpoints(paths: Sequence[str | None]) -> list[dict[str, Any] | None]:
     """Each path's :func:`runtime_checkpoint`, read only for a file whose folder holds its
     sidecar's name (one listing per folder, not a ``stat`` per file)."""
     listed: dict[str, set[str] | None] = {}

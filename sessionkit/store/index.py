@@ -281,7 +281,7 @@ def _read_pack_checked(
     path: Path, schema: pa.Schema
 ) -> tuple[pa.Table, dict[str, Item], int | None]:
     """:func:`_read_pack` and the pack's checksum (None: no pack read)."""
-    nothing = (schema.empty_table(), {}, None)
+    nothing: tuple[pa.Table, dict[str, Item], int | None] = (schema.empty_table(), {}, None)
     opened = _open_pack(path, schema)
     if opened is None:
         return nothing
@@ -769,7 +769,7 @@ class IndexedSession(Session):
         if session is None or seen != self._size:
             raise self._changed()
 
-    @property  # type: ignore[override]
+    @property
     def messages(self) -> list[dict[str, Any]]:
         """The raw message dicts, parsed from the file on first use.  The first time the
         parsed list is handed out its digest is taken, so :attr:`pristine` can tell an edit
@@ -785,7 +785,7 @@ class IndexedSession(Session):
     def messages(self, value: list[dict[str, Any]]) -> None:
         self._messages = value
 
-    @property  # type: ignore[override]
+    @property
     def line_numbers(self) -> Any:
         """Line numbers of the messages, parsed with them."""
         if self._unread():
@@ -798,7 +798,7 @@ class IndexedSession(Session):
             self._parse()
         self._lines = value
 
-    @property  # type: ignore[override]
+    @property
     def held_lines(self) -> tuple[tuple[int, str], ...]:
         """The lines held as they are (past ``json``'s limits), read with the messages."""
         if self._unread():

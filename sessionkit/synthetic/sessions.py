@@ -281,7 +281,7 @@ class _Builder:
             text = f"{self.rng.randint(5, 900)} messages in this session."
         else:
             text = "Commands: /new /stop /status /model /history /help"
-        reply = {"role": "assistant", "content": text, "timestamp": self.clock.tick(0.1, 1)}
+        reply: Record = {"role": "assistant", "content": text, "timestamp": self.clock.tick(0.1, 1)}
         reply["_command"] = True
         return [user, reply]
 

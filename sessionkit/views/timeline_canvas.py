@@ -31,8 +31,8 @@ import math
 import struct
 import zlib
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import matplotlib as mpl
 import numpy as np
@@ -48,10 +48,24 @@ from matplotlib.ticker import FuncFormatter
 
 from sessionkit.simulate.states import MessageStates
 
+if TYPE_CHECKING:
+    from matplotlib.axis import Axis
+    from matplotlib.typing import RcKeyType
+
 __all__ = ["TextCanvas", "TextImages", "TimelineCanvas", "rgba_png"]
 
-_FONT_LISTS = ("font.sans-serif", "font.serif", "font.monospace", "font.cursive", "font.fantasy")
-_GLYPH_PARAMS = ("text.hinting", "text.hinting_factor", "text.kerning_factor")
+_FONT_LISTS: tuple[RcKeyType, ...] = (
+    "font.sans-serif",
+    "font.serif",
+    "font.monospace",
+    "font.cursive",
+    "font.fantasy",
+)
+_GLYPH_PARAMS: tuple[RcKeyType, ...] = (
+    "text.hinting",
+    "text.hinting_factor",
+    "text.kerning_factor",
+)
 """rcParams that change which font (the families a generic one names; a string's own
 families are in its FontProperties), or which glyph images, a string is drawn with."""
 
@@ -154,15 +168,18 @@ def _font_heights(prop: Any, dpi: float) -> tuple[float | None, float | None, fl
     """``prop``'s ascent, descent and line gap in pixels, read from its font's OS/2 or hhea
     table as matplotlib's ``Text`` reads them (None: neither table; it measures instead)."""
     font = get_font(fontManager._find_fonts_by_props(prop))
-    for table_name, gap, ascent, descent in (
+    tables: tuple[tuple[Literal["OS/2", "hhea"], str, str, str], ...] = (
         ("OS/2", "sTypoLineGap", "sTypoAscender", "sTypoDescender"),
         ("hhea", "lineGap", "ascent", "descent"),
-    ):
-        table = font.get_sfnt_table(table_name)
+    )
+    for table_name, gap, ascent, descent in tables:
+        table: Mapping[str, Any] | None = font.get_sfnt_table(table_name)
         if table is None:
             continue
         fontsize = prop.get_size_in_points()
-        scale = 1 / font.get_sfnt_table("head")["unitsPerEm"] * fontsize * dpi / 72
+        head = font.get_sfnt_table("head")
+        assert head is not None  # FreeType gives every sfnt font (one with OS/2 or hhea) a head
+        scale = 1 / head["unitsPerEm"] * fontsize * dpi / 72
         return table[ascent] * scale, -table[descent] * scale, table[gap] * scale
     return None, None, None
 
@@ -211,7 +228,7 @@ class TextCanvas(FigureCanvasAgg):
         if self._lastKey != key:
             self.renderer = _TextRenderer(w, h, self.figure.dpi)
             self.renderer.text_images = self.text_images
-            self._lastKey = key
+            self._lastKey = key  # type: ignore[assignment]  # matplotlib private, untyped: Agg's renderer key, None until the first draw
         return self.renderer
 
     def draw(self) -> None:
@@ -229,7 +246,7 @@ def _measure_once(legend: Legend | None) -> list[tuple[OffsetBox, str]]:
     them again at each level, each entry's text five times a draw, and the sizes stay while
     its texts do (a layout moves the legend, never resizes its boxes)."""
     measured = []
-    boxes = [] if legend is None else [legend._legend_box]
+    boxes = [] if legend is None else [legend._legend_box]  # type: ignore[attr-defined]  # matplotlib private: the legend's laid-out box
     while boxes:
         box = boxes.pop()
         name = "_get_bbox_and_child_offsets" if isinstance(box, PackerBase) else "get_bbox"
@@ -242,7 +259,7 @@ def _measure_once(legend: Legend | None) -> list[tuple[OffsetBox, str]]:
 def _texts(figure: Figure) -> Iterator[Text]:
     """The texts of ``figure``'s Axes: titles, axis and tick labels, offsets, legend, others."""
     for ax in figure.axes:
-        yield from (ax.title, ax._left_title, ax._right_title, *ax.texts)
+        yield from (ax.title, ax._left_title, ax._right_title, *ax.texts)  # type: ignore[attr-defined]  # matplotlib private: the left and right titles
         for axis in (ax.xaxis, ax.yaxis):
             yield from (axis.label, axis.offsetText)
             for tick in (*axis.majorTicks, *axis.minorTicks):
@@ -262,14 +279,14 @@ def _lay_out_once(figure: Figure) -> list[tuple[Text, str]]:
     for text in _texts(figure):
         if text.get_wrap() or text.get_transform_rotates_text() or "_get_layout" in vars(text):
             continue
-        text._get_layout = _once(text)  # type: ignore[method-assign]
+        text._get_layout = _once(text)  # type: ignore[attr-defined]  # matplotlib private: Text's string layout
         laid_out.append((text, "_get_layout"))
     return laid_out
 
 
 def _once(text: Text) -> Callable[[Any], Any]:
     """``text._get_layout``, kept by renderer and string."""
-    lay_out = text._get_layout
+    lay_out = text._get_layout  # type: ignore[attr-defined]  # matplotlib private: Text's string layout
     kept: dict[tuple[int, str], Any] = {}
 
     def layout(renderer: Any) -> Any:
@@ -296,7 +313,13 @@ def _flat_top(ax: Axes) -> bool:
     )
 
 
-class _OnceAxis:
+if TYPE_CHECKING:
+    _AxisBase = Axis  # what a _OnceAxis is mixed into
+else:
+    _AxisBase = object
+
+
+class _OnceAxis(_AxisBase):
     """An axis of :class:`_DrawnOnce` Axes that finds its ticks, and measures their labels,
     once for what they depend on while its figure's ``tick_memo`` is a dict: matplotlib
     does both three or four times a draw, and again to measure the axis before it."""
@@ -322,28 +345,30 @@ class _OnceAxis:
     def _update_ticks(self) -> list[Any]:
         memo = self._memo()
         if memo is None:
-            return super()._update_ticks()  # type: ignore[misc]
+            return super()._update_ticks()  # type: ignore[misc]  # matplotlib private: the axis's tick finding
         key = ("ticks", *self._state())
         if key not in memo:
-            memo[key] = super()._update_ticks()  # type: ignore[misc]
+            memo[key] = super()._update_ticks()  # type: ignore[misc]  # matplotlib private: the axis's tick finding
         return list(memo[key])
 
     def _get_ticklabel_bboxes(self, ticks: list[Any], renderer: Any) -> tuple[list, list]:
         memo = self._memo()
         if memo is None or not ticks:
-            return super()._get_ticklabel_bboxes(ticks, renderer)  # type: ignore[misc]
+            return super()._get_ticklabel_bboxes(ticks, renderer)  # type: ignore[misc]  # matplotlib private: tick label measuring
         fonts = (ticks[0].label1.get_fontproperties(), ticks[0].label2.get_fontproperties())
         key = ("boxes", *self._state(), id(renderer), *map(hash, fonts), *map(id, ticks))
         if key not in memo:
-            memo[key] = super()._get_ticklabel_bboxes(ticks, renderer)  # type: ignore[misc]
+            memo[key] = super()._get_ticklabel_bboxes(ticks, renderer)  # type: ignore[misc]  # matplotlib private: tick label measuring
         first, second = memo[key]
         return list(first), list(second)
 
     def get_tightbbox(self, renderer: Any = None, *, for_layout_only: bool = False) -> Any:
         """As matplotlib measures it, the ticks found and their labels measured once for it
         outside a draw too (matplotlib does both twice)."""
-        with _tick_memo(self.axes.get_figure(root=True)):
-            return super().get_tightbbox(renderer, for_layout_only=for_layout_only)  # type: ignore[misc]
+        figure = self.axes.get_figure(root=True)
+        assert figure is not None  # an axis is measured in its Axes' figure
+        with _tick_memo(figure):
+            return super().get_tightbbox(renderer, for_layout_only=for_layout_only)
 
 
 class _OnceXAxis(_OnceAxis, XAxis):
@@ -361,11 +386,11 @@ def _tick_memo(figure: Figure) -> Iterator[None]:
     if getattr(figure, "tick_memo", None) is not None:
         yield
         return
-    figure.tick_memo = {}  # type: ignore[attr-defined]
+    figure.tick_memo = {}  # type: ignore[attr-defined]  # sessionkit's own attribute on the figure
     try:
         yield
     finally:
-        figure.tick_memo = None  # type: ignore[attr-defined]
+        figure.tick_memo = None  # type: ignore[attr-defined]  # sessionkit's own attribute on the figure
 
 
 class _DrawnOnce(Axes):
@@ -386,21 +411,24 @@ class _DrawnOnce(Axes):
         such as :func:`~sessionkit.plot.style.compact` writes none); matplotlib measures every
         y axis to learn that.  Anything else is placed by matplotlib."""
         figure = self.get_figure(root=False)
-        others = {*self._twinned_axes.get_siblings(self)}
-        others |= {*figure._align_label_groups["title"].get_siblings(self)}
-        titles = (self.title, self._left_title, self._right_title)
-        if self._autotitlepos is False or self.child_axes or not all(map(_flat_top, others)):
-            super()._update_title_position(renderer)
+        assert figure is not None  # titles are placed while the Axes' figure draws
+        others = {*self._twinned_axes.get_siblings(self)}  # type: ignore[attr-defined]  # matplotlib private: the Axes' twins
+        others |= {*figure._align_label_groups["title"].get_siblings(self)}  # type: ignore[union-attr]  # matplotlib private: Axes whose titles align
+        titles = (self.title, self._left_title, self._right_title)  # type: ignore[attr-defined]  # matplotlib private: the left and right titles
+        if self._autotitlepos is False or self.child_axes or not all(map(_flat_top, others)):  # type: ignore[attr-defined]  # matplotlib private: a title placed by the user
+            super()._update_title_position(renderer)  # type: ignore[misc]  # matplotlib private: its own title placement
             return
         top = max(ax.get_window_extent().ymax for ax in others)
         for title in titles:
             title.set_y(1.0)
         low = min(title.get_window_extent(renderer).ymin for title in titles)
         if top < 0 or low < top:
-            super()._update_title_position(renderer)
+            super()._update_title_position(renderer)  # type: ignore[misc]  # matplotlib private: its own title placement
 
     def draw(self, renderer: Any) -> None:
-        with _tick_memo(self.get_figure(root=True)):
+        figure = self.get_figure(root=True)
+        assert figure is not None  # Axes draw in their figure
+        with _tick_memo(figure):
             super().draw(renderer)
 
 
@@ -412,7 +440,7 @@ class _KeptAxes(_DrawnOnce):
 
     def twinx(self, axes_class: Any = None, **kwargs: Any) -> Axes:
         if self.kept_twin is None:
-            self.kept_twin = super().twinx(axes_class or _DrawnOnce, **kwargs)
+            self.kept_twin = super().twinx(axes_class or _DrawnOnce, **kwargs)  # type: ignore[arg-type]  # matplotlib's stub types axes_class as an Axes; it is an Axes class
         return self.kept_twin
 
 
@@ -430,7 +458,7 @@ class TimelineCanvas:
         if keep_text:
             TextCanvas(figure)
         figure.clear()
-        self.ax: _KeptAxes = figure.add_subplot(axes_class=_KeptAxes)
+        self.ax = cast(_KeptAxes, figure.add_subplot(axes_class=_KeptAxes))
 
     def plot(self, states: MessageStates, xlim: tuple[float, float] | None = None) -> Axes:
         """``token_timeline(states, xlim=xlim)`` on the kept Axes, nothing of the last

@@ -41,6 +41,7 @@ def corpus(data_dir: Path) -> sk.Corpus:
     return sk.load(data_dir / "sessions")
 
 
+@pytest.mark.conformance
 @pytest.mark.parametrize("version", ["0.3.0", "0.3.5"])
 def test_each_history_and_steps_are_the_requests(corpus: sk.Corpus, version: str) -> None:
     """For a sample of calls of three sessions: history and steps tokens and the history's
@@ -77,6 +78,7 @@ def test_each_history_and_steps_are_the_requests(corpus: sk.Corpus, version: str
     assert rows.loc[(19, 1), "history_tokens"] == _tokens(history) == 2_036
 
 
+@pytest.mark.conformance
 def test_calls_near_0_3_0s_budget_are_rebuilt(corpus: sk.Corpus, tmp_path: Path) -> None:
     """Under a context window whose budget (14,000) a third of telegram:777's calls pass,
     0.3.0 compacts and snips those requests itself: the frame's calls near the budget are
@@ -113,6 +115,7 @@ def _first_turn_past_offset(session: sk.Session, name: str) -> int:
     return int(turns.loc[turns["at"] >= session.last_consolidated, "turn"].min())
 
 
+@pytest.mark.conformance
 def test_0_3_5_replays_from_an_offset_an_earlier_release_recorded(corpus: sk.Corpus) -> None:
     """0.3.5 reads a 0.2 file's ``last_consolidated`` as ``last_archived``: at the first turn
     past it, sk.request's history is the release's own ``get_history`` of the messages before
@@ -148,6 +151,7 @@ def test_0_3_5_replays_from_an_offset_an_earlier_release_recorded(corpus: sk.Cor
     assert [len(h) for h in theirs] == [0, 9, 0]
 
 
+@pytest.mark.conformance
 def test_0_3_5_history_past_a_recorded_offset_is_the_requests(corpus: sk.Corpus) -> None:
     """Every sampled call from the first turn past a recorded offset (all of that turn's):
     history tokens and messages equal sk.request's (they differed on 105 calls of these three

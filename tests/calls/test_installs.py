@@ -22,6 +22,7 @@ def test_the_test_environment_holds_0_2_2() -> None:
     assert find_release("0.2.2") == Path(sys.executable)
 
 
+@pytest.mark.conformance
 def test_a_named_venv_or_interpreter_is_checked(tmp_path: Path) -> None:
     python = release("0.3.5").python
     assert find_release("0.3.5", python.parent.parent) == python
@@ -53,6 +54,7 @@ def test_missing_release_says_how_to_install(tmp_path: Path, monkeypatch) -> Non
     )
 
 
+@pytest.mark.conformance
 def test_the_nanobot_command_on_path_is_followed(tmp_path: Path, monkeypatch) -> None:
     python = release("0.3.5").python
     command = tmp_path / "nanobot"
@@ -62,6 +64,7 @@ def test_the_nanobot_command_on_path_is_followed(tmp_path: Path, monkeypatch) ->
     assert find_release("0.3.5", releases=tmp_path / "releases") == python
 
 
+@pytest.mark.conformance
 def test_a_managed_venv_counts_only_when_complete_and_right(tmp_path: Path) -> None:
     venv = release("0.3.5").python.parent.parent
     folder = tmp_path / "releases" / "0.3.5"

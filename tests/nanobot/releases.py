@@ -41,7 +41,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from reference import unavailable
+from reference import marked_for, unavailable
 
 from sessionkit.calls.installs import install
 
@@ -155,6 +155,7 @@ def _build_or_reason(version: str) -> Release | str:
 def release(version: str) -> Release:
     """The release's environment, built on first use; when it can't be, the calling test
     skips (fails under CI)."""
+    marked_for("conformance", f"nanobot-ai {version}")
     built = _build_or_reason(version)
     if isinstance(built, str):
         unavailable(built)

@@ -144,7 +144,7 @@ class StubServer:
     def __exit__(self, *_exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
-        self._thread.join()
+        self._thread.join(timeout=30)
 
     def _is_agent_call(self, body: Mapping[str, Any]) -> bool:
         """Whether a request takes the next scripted reply (see the module docstring)."""

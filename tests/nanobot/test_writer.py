@@ -536,7 +536,8 @@ def test_waits_for_nanobots_filelock(tmp_path):
     with pytest.raises(TimeoutError):
         save_session(_session(), tmp_path, lock_timeout=0.05)
     path = save_session(_session(), tmp_path, lock_timeout=10)
-    holder.join()
+    holder.join(timeout=10)
+    assert not holder.is_alive()
     assert path.read_bytes() == EXPECTED
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import sys
 import time
+from collections.abc import Callable
 
 import psutil
 import pytest
@@ -33,13 +34,20 @@ def test_workers_inherit_shared_values_and_ignore_sigint() -> None:
         signal.signal(signal.SIGINT, before)
 
 
+def _until(condition: Callable[[], bool], seconds: float = 30.0) -> None:
+    """Wait for ``condition``; fail after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"still not so after {seconds} s"
+        time.sleep(0.01)
+
+
 def test_leaving_by_an_exception_terminates_busy_workers_at_once() -> None:
     started = time.monotonic()
     others = set(psutil.Process().children())  # an earlier test's (a Dask cluster's, say)
     with pytest.raises(KeyboardInterrupt), forked_pool(2, answer=42) as pool:
         jobs = [pool.submit(time.sleep, 30) for _ in range(6)]
-        while not all(job.running() for job in jobs[:2]):
-            time.sleep(0.01)
+        _until(lambda: all(job.running() for job in jobs[:2]))
         workers = [p for p in psutil.Process().children() if p not in others]
         raise KeyboardInterrupt
     assert time.monotonic() - started < 5  # not the 90 s the six sleeps would take
@@ -65,8 +73,7 @@ def test_large_results_let_running_tasks_finish_and_drop_queued_ones() -> None:
     others = set(psutil.Process().children())
     with pytest.raises(KeyboardInterrupt), forked_pool(2, large_results=True) as pool:
         jobs = [pool.submit(_big_after, 0.5) for _ in range(6)]
-        while not all(job.running() for job in jobs[:2]):
-            time.sleep(0.01)
+        _until(lambda: all(job.running() for job in jobs[:2]))
         workers = [p for p in psutil.Process().children() if p not in others]
         raise KeyboardInterrupt
     assert time.monotonic() - started < 5  # two rounds of 0.5 s, not six

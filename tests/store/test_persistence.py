@@ -67,6 +67,7 @@ def test_a_tour_with_persistence_off_writes_nothing(tmp_path: Path, how: str) ->
     assert sorted(p.name for p in tmp_path.iterdir()) == ["home"]  # nothing in the cwd
 
 
+@pytest.mark.conformance
 def test_the_same_tour_with_persistence_on_keeps_its_index(tmp_path: Path) -> None:
     """The check above can fail: the tour with persistence on writes the cache folder."""
     home, cache = tmp_path / "home", tmp_path / "cache"

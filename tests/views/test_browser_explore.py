@@ -189,7 +189,7 @@ def serve_lab(tmp_path: Path) -> Iterator[tuple[str, str]]:
             server.wait(timeout=20)
         except subprocess.TimeoutExpired:
             server.kill()
-            server.wait()
+            server.wait(timeout=20)
         log.close()
 
 

@@ -36,7 +36,7 @@ def no_new_folders() -> Iterator[None]:
         if dir_fd is None:
             created.append(os.path.abspath(os.fspath(path)))
 
-    os.mkdir = recording_mkdir  # type: ignore[assignment]
+    os.mkdir = recording_mkdir
     try:
         yield
     finally:
