@@ -48,4 +48,5 @@ notebooks: setup-lab
 test: setup-test
 	$(BIN)/ruff check sessionkit tests benchmarks scripts notebooks
 	$(BIN)/ruff format --check sessionkit tests benchmarks scripts notebooks
+	$(BIN)/mypy
 	$(BIN)/pytest

@@ -26,7 +26,7 @@ import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import dask
 import dask.dataframe as dd
@@ -120,15 +120,15 @@ def _meta(empty: pd.DataFrame) -> pd.DataFrame:
     return clear_known_categories(empty, cols=unknown)
 
 
-def _messages_part(files: list[Path], tokens: Method | None, cache: bool) -> pd.DataFrame:
+def _messages_part(files: list[PathLike], tokens: Method | None, cache: bool) -> pd.DataFrame:
     return sessionkit.load(files, tokens=tokens, cache=cache).messages
 
 
-def _sessions_part(files: list[Path], tokens: Method | None, cache: bool) -> pd.DataFrame:
+def _sessions_part(files: list[PathLike], tokens: Method | None, cache: bool) -> pd.DataFrame:
     return sessionkit.load(files, tokens=tokens, cache=cache).sessions
 
 
-def _problems_part(files: list[Path]) -> pd.DataFrame:
+def _problems_part(files: list[PathLike]) -> pd.DataFrame:
     return sessionkit.load(files, tokens=None).problems
 
 
@@ -202,7 +202,8 @@ def read_problems(paths: Paths | None = None, *, npartitions: int | None = None)
 
 def _sessions(group: list[Path] | list[Session]) -> Corpus | list[Session]:
     """A group of files loaded (tokens are not needed), or a group of sessions as it is."""
-    return sessionkit.load(group, tokens=None) if isinstance(group[0], Path) else group
+    files = cast("list[PathLike]", group)  # when its first item is a Path
+    return sessionkit.load(files, tokens=None) if isinstance(group[0], Path) else group
 
 
 def _windows_part(group: list[Path] | list[Session], grid: dict[str, Any]) -> pd.DataFrame:

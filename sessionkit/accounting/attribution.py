@@ -228,7 +228,7 @@ def _owns(sessions: Sequence[Session], zone: tzinfo | None) -> list[_Own]:
     todo = [i for i, own in enumerate(found) if own is None]
     for i, own in zip(todo, _own_turns([sessions[i] for i in todo], zone), strict=True):
         found[i] = kept[i][zoned] = own
-    return found  # type: ignore[return-value]
+    return found  # type: ignore[return-value]  # every None was filled in above
 
 
 @dataclass
@@ -324,8 +324,8 @@ class CallTimes:
 
     start: np.ndarray
     end: np.ndarray
-    source: Sequence[str | None]
-    finish: Sequence[str | None]
+    source: Sequence[str | None] | np.ndarray
+    finish: Sequence[str | None] | np.ndarray
     prompt: np.ndarray
     completion: np.ndarray
 

@@ -81,7 +81,7 @@ def _is_data_dir(path: Path) -> bool:
     )
 
 
-def _loaded(folder: Path, cache: bool | PathLike[str] | None) -> list[Session]:
+def _loaded(folder: Path, cache: bool | str | Path | None) -> list[Session]:
     try:
         return list(load(folder, tokens=None, cache=cache))
     except SessionPathError:
@@ -89,7 +89,7 @@ def _loaded(folder: Path, cache: bool | PathLike[str] | None) -> list[Session]:
 
 
 def _groups(
-    source: Any, config_dir: Any, workspace: Any, cache: bool | PathLike[str] | None
+    source: Any, config_dir: Any, workspace: Any, cache: bool | str | Path | None
 ) -> tuple[Path, list[Group]]:
     """The data dir whose usage records to read and the sessions to tie them to."""
     chosen = Path(workspace).expanduser() if workspace is not None else None
@@ -280,7 +280,7 @@ def _attribution(
     ):
         key = (
             log.version,
-            tuple((s.identity, s.policy, s.key, last_usage(s.metadata)) for s in sessions),  # type: ignore[attr-defined]
+            tuple((s.identity, s.policy, s.key, last_usage(s.metadata)) for s in sessions),  # type: ignore[attr-defined]  # all IndexedSession: checked above
             tuple(rounds),
             zone_key(zone),
         )
@@ -397,7 +397,7 @@ def usage(
     model: str | None = None,
     provider: str | None = None,
     estimate: bool = True,
-    cache: bool | PathLike[str] | None = None,
+    cache: bool | str | Path | None = None,
 ) -> Reported:
     """One row per LLM call nanobot recorded (columns: :data:`sessionkit.schema.USAGE`).
 

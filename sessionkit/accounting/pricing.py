@@ -81,7 +81,7 @@ def _rates(model: str, provider: str | None, when: datetime, t: int) -> tuple[De
 
 def _apply(rates: tuple[Decimal, ...], counts: np.ndarray) -> np.ndarray:
     """``counts`` (rows of input, cache read, cache write, output) priced at ``rates``."""
-    scale = max(0, *(-r.as_tuple().exponent for r in rates))  # type: ignore[operator]
+    scale = max(0, *(-r.as_tuple().exponent for r in rates))  # type: ignore[operator]  # finite rates: an int exponent
     factor = 10**scale
     ints = [int(r * factor) for r in rates]
     largest = max(abs(i) for i in ints) * int(counts.max(initial=0)) * len(ints)

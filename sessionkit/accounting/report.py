@@ -58,6 +58,6 @@ def with_total(table: pd.DataFrame) -> pd.DataFrame:
     by = table.columns[0]
     total: dict[str, object] = {c: int(table[c].sum()) for c in _COUNTS}
     prompt = total["prompt_tokens"]
-    total["cache_share"] = total["cached_tokens"] / prompt if prompt else float("nan")  # type: ignore[operator]
+    total["cache_share"] = total["cached_tokens"] / prompt if prompt else float("nan")  # type: ignore[operator]  # both are the ints summed above
     total["cost_usd"] = float(table["cost_usd"].sum(min_count=1))
     return pd.concat([table, pd.DataFrame([{by: "TOTAL", **total}])], ignore_index=True)

@@ -11,7 +11,7 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pandas as pd
 
@@ -95,6 +95,22 @@ class TurnCalls:
     (:meth:`~sessionkit.nanobot.release.ReplayPolicy.governed_turn`), ``None`` without one."""
 
 
+class LoopPieces(TypedDict):
+    """What a governed release's loop-message builders take of a turn by keyword: the system
+    prompt, the history and the current message."""
+
+    system: str
+    history: list[dict[str, Any]]
+    current: dict[str, Any]
+
+
+class _StepPieces(LoopPieces):
+    """:class:`LoopPieces` and the call: what each call had appended, and which call."""
+
+    steps: list[list[dict[str, Any]]]
+    step: int
+
+
 def workspace_of(session: Session) -> Path | None:
     """The workspace a session file belongs to, read from where nanobot keeps it: the folder
     holding ``sessions/`` (0.2.2, 0.3.0), or the workspace a 0.3.5 namespace records."""
@@ -128,7 +144,7 @@ def kit_persistence(session: Session) -> bool | None:
 def kit_of(
     policy: ReplayPolicy,
     session: Session,
-    workspace: Path | None,
+    workspace: str | os.PathLike[str] | None,
     config: str | os.PathLike[str] | None,
     nanobot: str | os.PathLike[str] | None,
     runtime: Mapping[str, Any] | None,
@@ -464,7 +480,7 @@ def _governed(
     if start is not None and "last_active" in start_inferred and last_active is not None:
         start = {**start, "last_active": last_active}
     system = policy.summary_system_prompt(kit, start, session.updated_at)
-    pieces = {
+    pieces: _StepPieces = {
         "system": system,
         "history": calls.history,
         "current": calls.current,

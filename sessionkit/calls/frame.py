@@ -331,7 +331,7 @@ def _rows(
 
 def _offset(label: str) -> Offset:
     """A ``last_consolidated`` label of the frame as the setting it names."""
-    return label if label in ("recorded", "none") else int(label)  # type: ignore[return-value]
+    return label if label in ("recorded", "none") else int(label)  # type: ignore[return-value]  # "recorded" or "none" there: an Offset literal (``in`` does not narrow)
 
 
 def _governor(out: pd.DataFrame, by_key: Mapping[str, Session], kits: StoreKits) -> pd.array:

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from sessionkit.calls.assembly import TurnCalls, count_text, kit_of, turn_calls
+from sessionkit.calls.assembly import LoopPieces, TurnCalls, count_text, kit_of, turn_calls
 from sessionkit.calls.governor_kit import governor_texts
 from sessionkit.calls.installs import find_release
 from sessionkit.conventions import renamed
@@ -133,7 +133,7 @@ def _turn_rows(
         summary_system = policy.summary_system_prompt(
             kit, plan.summary.as_metadata(), session.updated_at
         )
-    pieces = {"system": system, "history": calls.history, "current": calls.current}
+    pieces: LoopPieces = {"system": system, "history": calls.history, "current": calls.current}
     start_inferred = bool(plan.last_summary_inferred)
     rows = []
     for step in steps:

@@ -235,7 +235,9 @@ def kit_for(
     folder = None
     if persistence_on(cache_dir):
         # persistence_on: ``cache_dir`` is not False, so a folder where it is not None or True.
-        root = default_cache_dir() if cache_dir is None or cache_dir is True else cast(Path, cache_dir)
+        root = (
+            default_cache_dir() if cache_dir is None or cache_dir is True else cast(Path, cache_dir)
+        )
         folder = Path(root) / f"kits-{_FORMAT}"
         if cache_dir_problem(folder.parent) is not None:
             folder = None

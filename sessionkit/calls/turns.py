@@ -256,7 +256,7 @@ def all_calls(
                         found[i] = calls
                     bar.update(sum(sizes[i] for i in indices))
     for i in todo:
-        _kept(items[i][1])[_key(items[i])] = found[i]  # type: ignore[assignment]
+        _kept(items[i][1])[_key(items[i])] = found[i]  # type: ignore[assignment]  # each todo entry was built above: not None
     if cache is not None and todo:
         cache.flush_soon()
-    return [_complete(item, calls) for item, calls in zip(items, found, strict=True)]  # type: ignore[arg-type]
+    return [_complete(item, calls) for item, calls in zip(items, found, strict=True)]  # type: ignore[arg-type]  # no None left in found: the todo entries were built

@@ -3,8 +3,11 @@ exactly, with the same answer from any caller's stack.
 
 Python's ``json`` refuses integers past its int-string limit (4,300 digits) and recurses
 once per level of nesting, so whether a deep text parses would depend on how deep the
-caller's stack already is.  Here a deep text is parsed on a fresh stack, and nesting past
-:func:`json_depth` levels is what nanobot cannot read, whoever asks.
+caller's stack already is, and on the caller's ``sys.setrecursionlimit`` and
+``sys.set_int_max_str_digits``.  Here a deep text is parsed on a fresh stack under the
+recursion limit nanobot runs with (CPython's default), nesting past :func:`json_depth` levels
+is what nanobot cannot read, and an integer longer than :data:`NANOBOT_INT_DIGITS` digits is
+what it cannot convert: the same answer whoever asks, from any stack, under any settings.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ import orjson
 __all__ = [
     "DEEP",
     "LONG_NUMBER",
+    "NANOBOT_INT_DIGITS",
+    "NANOBOT_RECURSION_LIMIT",
     "SHAPE",
     "TooDeep",
     "dumps_exact",
@@ -32,6 +37,7 @@ __all__ = [
     "json_depth",
     "loads_as_nanobot",
     "loads_exact",
+    "nanobot_int",
     "nesting",
 ]
 
@@ -44,10 +50,20 @@ DEEP = 800
 (1024 levels) still reads."""
 
 
+NANOBOT_RECURSION_LIMIT = 1000
+"""The recursion limit nanobot runs with: CPython's default, which it never changes."""
+NANOBOT_INT_DIGITS: int = sys.int_info.default_max_str_digits
+"""The longest integer (in digits) nanobot's ``json`` converts: CPython's default limit."""
+_FEWEST_INT_DIGITS: int = sys.int_info.str_digits_check_threshold
+"""No int-string limit can be set below this many digits: shorter integers convert under any."""
+_LIMIT_LOCK = threading.Lock()
+
+
 def json_depth() -> int:
-    """The deepest nesting taken as readable by nanobot's ``json``: the recursion limit less
-    room for nanobot's own frames.  Fixed, so a file reads the same from any stack."""
-    return sys.getrecursionlimit() - 100
+    """The deepest nesting taken as readable by nanobot's ``json``: its recursion limit less
+    room for nanobot's own frames.  Fixed, so a file reads the same from any stack and under
+    any ``sys.setrecursionlimit``."""
+    return NANOBOT_RECURSION_LIMIT - 100
 
 
 class TooDeep(RecursionError):
@@ -86,8 +102,9 @@ def _stack_depth() -> int:
 
 
 def _on_fresh_stack(parse: Callable[[str], Any], text: str) -> Any:
-    """``parse(text)`` in a new thread, whose stack is always as deep: a deeply nested text
-    reads the same (or fails the same) whatever the caller's own stack depth."""
+    """``parse(text)`` in a new thread, whose stack is always as deep, under nanobot's
+    recursion limit (set for the parse, the caller's restored after): a deeply nested text
+    reads the same (or fails the same) whatever the caller's stack depth and limit."""
     outcome: list[Any] = []
 
     def run() -> None:
@@ -97,8 +114,14 @@ def _on_fresh_stack(parse: Callable[[str], Any], text: str) -> Any:
             outcome.append((None, exc))
 
     worker = threading.Thread(target=run, name="sessionkit-json")
-    worker.start()
-    worker.join()
+    with _LIMIT_LOCK:
+        before = sys.getrecursionlimit()
+        sys.setrecursionlimit(NANOBOT_RECURSION_LIMIT)
+        try:
+            worker.start()
+            worker.join()
+        finally:
+            sys.setrecursionlimit(before)
     value, error = outcome[0]
     if error is not None:
         raise error
@@ -106,15 +129,27 @@ def _on_fresh_stack(parse: Callable[[str], Any], text: str) -> Any:
 
 
 def exact_int(digits: str) -> int:
-    """An integer of any length, exactly (Python's int-string limit lifted for this one)."""
-    return int(digits) if len(digits) <= 4000 else int(Decimal(digits))
+    """An integer of any length, exactly, under any int-string limit (lifted for this one)."""
+    return int(digits) if len(digits) <= _FEWEST_INT_DIGITS else int(Decimal(digits))
+
+
+def nanobot_int(digits: str) -> int:
+    """``int(digits)`` as nanobot's ``json`` converts it: ``ValueError`` past
+    :data:`NANOBOT_INT_DIGITS` digits, whatever this process's own limit."""
+    if len(digits) - digits.startswith("-") > NANOBOT_INT_DIGITS:
+        raise ValueError(
+            f"Exceeds the limit ({NANOBOT_INT_DIGITS} digits) for integer string conversion"
+        )
+    return exact_int(digits)
 
 
 def _json_loads(text: str, brackets: int, **lifted: Any) -> Any:
     """``json.loads(text)``: inline when ``brackets`` (an upper bound on its nesting) leaves
-    room on this stack, else on a fresh stack (:func:`_on_fresh_stack`)."""
+    room on this stack under both this process's recursion limit and nanobot's, else on a
+    fresh stack (:func:`_on_fresh_stack`)."""
     parse: Callable[[str], Any] = partial(json.loads, **lifted) if lifted else json.loads
-    if brackets < sys.getrecursionlimit() - _stack_depth() - 100:
+    limit = min(sys.getrecursionlimit(), NANOBOT_RECURSION_LIMIT)
+    if brackets < limit - _stack_depth() - 100:
         return parse(text)
     return _on_fresh_stack(parse, text)
 
@@ -134,7 +169,10 @@ def loads_as_nanobot(line: bytes, text: str, **lifted: Any) -> Any:
     Brackets bound the nesting; from :data:`DEEP` of them orjson reads the line to count
     it exactly (brackets inside strings do not nest).
     """
-    bound = line.translate(SHAPE).count(b"[")
+    shape = line.translate(SHAPE)
+    if not lifted and shape.find(b"0" * _FEWEST_INT_DIGITS) >= 0:
+        lifted = {"parse_int": nanobot_int}  # nanobot's int-string limit, not this process's
+    bound = shape.count(b"[")
     if bound >= DEEP:
         with suppress(orjson.JSONDecodeError):
             quick = orjson.loads(line)

@@ -87,7 +87,7 @@ def split_lines(stream: BinaryIO, limit: int = MAX_LINE_BYTES) -> Iterator[bytes
     """
     for batch in split_batches(stream.read, _BLOCK, limit):
         for line in batch:
-            yield LongLine(line) if type(line) is int else line  # type: ignore[misc]
+            yield LongLine(line) if type(line) is int else line  # type: ignore[misc]  # ``type(line) is int`` does not narrow: an int became a LongLine
 
 
 def _json_type(value: Any) -> str:

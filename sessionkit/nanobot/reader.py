@@ -14,7 +14,6 @@ import os
 import re
 import reprlib
 import stat
-import sys
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ import orjson
 from sessionkit.nanobot.jsontext import (
     DEEP,
     LONG_NUMBER,
+    NANOBOT_INT_DIGITS,
     SHAPE,
     TooDeep,
     exact_int,
@@ -295,7 +295,7 @@ def split_batches(
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         lines = chunk.split(b"\n")
         last = lines.pop()
-        batch = cast("list[bytes | int]", lines)  # the same list: a line over limit, its size
+        batch = cast("list[bytes | int]", lines)  # one list: an over-limit line, its int size
         if batch:
             first = lines[0]
             batch[0] = size + len(first) if skipping else b"".join((*pending, first))
@@ -410,7 +410,7 @@ def _parse_with_json(line: bytes) -> tuple[Any, str | None]:
         depth = f"over {json_depth():,}" if exc.depth is None else exc.depth
         return exc.value, _BEYOND_JSON.format(what=_DEEPER.format(depth=depth))
     except ValueError:  # an integer past Python's int-string limit, as nanobot meets it
-        limit = sys.get_int_max_str_digits()
+        limit = NANOBOT_INT_DIGITS
         what = f"an integer of more than {limit:,} digits, past Python's int-string limit"
         reason = _BEYOND_JSON.format(what=what)
     try:
@@ -477,8 +477,8 @@ def _route(records: list[dict[str, Any]], numbers: list[int], kept: _Lines, sink
     """A batch's messages to ``sink`` (and their count and lines to ``kept.streamed``), its
     other records kept in ``kept``."""
     streamed = kept.streamed
-    if streamed.first_line is None and numbers:  # type: ignore[union-attr]
-        streamed.first_line = numbers[0]  # type: ignore[union-attr]
+    if streamed.first_line is None and numbers:  # type: ignore[union-attr]  # a sink's _Lines has streamed
+        streamed.first_line = numbers[0]  # type: ignore[union-attr]  # a sink's _Lines has streamed
     special = [
         i
         for i in compress(range(len(records)), map(contains, records, repeat("_type")))
@@ -486,12 +486,12 @@ def _route(records: list[dict[str, Any]], numbers: list[int], kept: _Lines, sink
     ]
     if special:
         kept.records.extend(records[i] for i in special)
-        kept.numbers.extend(numbers[i] for i in special)  # type: ignore[attr-defined]
+        kept.numbers.extend(numbers[i] for i in special)  # type: ignore[attr-defined]  # a list while lines are read
         keep = set(special)
         numbers = [n for i, n in enumerate(numbers) if i not in keep]
         records = [r for i, r in enumerate(records) if i not in keep]
-    streamed.count += len(records)  # type: ignore[union-attr]
-    streamed.numbers.extend(numbers)  # type: ignore[union-attr]
+    streamed.count += len(records)  # type: ignore[union-attr]  # a sink's _Lines has streamed
+    streamed.numbers.extend(numbers)  # type: ignore[union-attr]  # a sink's _Lines has streamed
     sink(records, numbers)
 
 
@@ -511,7 +511,7 @@ def _parse_lines(fd: int, size: int, sink: Sink | None = None) -> _Lines:
     found = _Lines([], [], [], [], [])
     for records, numbers in _parsed_batches(fd, size, found):
         found.records.extend(records)
-        found.numbers.extend(numbers)  # type: ignore[attr-defined]
+        found.numbers.extend(numbers)  # type: ignore[attr-defined]  # a list while lines are read
     if len(found.numbers) == found.lines:
         found.numbers = range(1, found.lines + 1)
     return found
@@ -531,7 +531,7 @@ def _parsed_batches(
             values = list(map(loads, lines))
         except (orjson.JSONDecodeError, TypeError):  # TypeError: an over-long line's size
             values = None
-        if values is not None and _exact_batch(values, lines):  # type: ignore[arg-type]
+        if values is not None and _exact_batch(values, lines):  # type: ignore[arg-type]  # orjson read them all: no int (over-long line) among them
             yield values, list(range(line_no + 1, line_no + 1 + len(values)))
             line_no += len(values)
             continue
@@ -869,7 +869,7 @@ def _legacy_session(path: Path, raw: bytes) -> tuple[Session | None, list[Proble
         problems.append(Problem(where, None, reason))
     metadata = value.get("metadata", {})
     key = key if isinstance(key, str) and key else key_from_filename(path)
-    problems += _text_problems(where, key, metadata, None, messages, [None] * len(messages))  # type: ignore[list-item]
+    problems += _text_problems(where, key, metadata, None, messages, [None] * len(messages))  # type: ignore[list-item]  # a JSON session file has no line numbers
     session = Session(
         key=key,
         messages=messages,

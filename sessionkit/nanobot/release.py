@@ -327,7 +327,7 @@ class ReplayPolicy:
     def entry_function(self, settings: HistorySettings) -> Callable[[Message], Message | None]:
         """The rewrite of one stored message into its replayed entry under ``settings``."""
         value = getattr(self.resolve(settings), self.entry_setting)
-        return partial(self.replay_entry, **{self.entry_setting: value})  # type: ignore[attr-defined]
+        return partial(self.replay_entry, **{self.entry_setting: value})  # type: ignore[attr-defined]  # replay_entry is each release's own (its keyword differs)
 
     def entry_key(self, settings: HistorySettings) -> tuple[Any, ...]:
         """The settings that change replayed entries (what a replay cache is keyed by)."""
@@ -378,7 +378,7 @@ class ReplayPolicy:
             given["max_messages"],
             max_tokens=given["max_tokens"],
             extend_to_user=given["extend_to_user"],
-            entry=partial(self.replay_entry, **{self.entry_setting: given[self.entry_setting]}),  # type: ignore[attr-defined]
+            entry=partial(self.replay_entry, **{self.entry_setting: given[self.entry_setting]}),  # type: ignore[attr-defined]  # replay_entry is each release's own (its keyword differs)
         )
 
     def get_history(

@@ -90,7 +90,7 @@ def system_prompt(
         return kit["system_text"]
     active = last_summary.get("last_active")
     try:
-        datetime.fromisoformat(active)  # type: ignore[arg-type]
+        datetime.fromisoformat(active)  # type: ignore[arg-type]  # any value: a TypeError is the answer
     except (TypeError, ValueError):
         if updated_at is None:
             raise NotOnDisk("the summary's last_active is not a time: pass updated_at") from None

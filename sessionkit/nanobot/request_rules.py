@@ -311,11 +311,11 @@ def wire_keys(
                     continue
                 raw = call.get("id")
                 named = isinstance(raw, str) and bool(raw)
-                # ``named``: raw is a non-empty str (a flag mypy cannot narrow through).
-                call = {**call, "id": unique_id(cast(str, raw) if named else missing_id(), used, index)}
+                given = cast(str, raw)  # read only where ``named``: a non-empty str
+                call = {**call, "id": unique_id(given if named else missing_id(), used, index)}
                 used.add(call["id"])
                 if named:
-                    pending.setdefault(cast(str, raw), deque()).append(call["id"])
+                    pending.setdefault(given, deque()).append(call["id"])
                 function = call.get("function")
                 if isinstance(function, dict):
                     replayed = arguments(function.get("arguments"))

@@ -129,7 +129,7 @@ def last_usage(metadata: Any) -> LastUsage | None:
     values = [_int(raw.get(k)) for k in ("request_count", "input_tokens", "output_tokens")]
     if any(v is None for v in values) or not values[0]:
         return None
-    return LastUsage(*values)  # type: ignore[arg-type]
+    return LastUsage(*values)  # type: ignore[arg-type]  # no None among values: checked above
 
 
 @dataclass(frozen=True)
@@ -186,7 +186,7 @@ def round_usages(data_dir: Path) -> tuple[list[RoundUsages], list[tuple[Path, in
                 problems.append((path, line_no, "turn_end record not as 0.3.5 writes it; skipped"))
                 continue
             key = _WEBUI_PREFIX + chat_id
-            found.append(RoundUsages(key, at, tuple(pairs), path, line_no))  # type: ignore[arg-type]
+            found.append(RoundUsages(key, at, tuple(pairs), path, line_no))  # type: ignore[arg-type]  # no None in pairs: checked above
     return found, problems
 
 

@@ -52,7 +52,7 @@ def config_folder(config_dir: str | Path | None = None) -> Path:
     return path
 
 
-def config_file(config_dir: str | Path) -> Path:
+def config_file(config_dir: str | os.PathLike[str]) -> Path:
     """The config file ``config_dir`` names: the file itself, or ``config.json`` in that
     folder (``~`` expanded); ``FileNotFoundError`` naming what was looked for when there is
     none."""

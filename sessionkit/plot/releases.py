@@ -7,7 +7,7 @@ Each release's colour and legend name come from its release object
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
@@ -51,8 +51,13 @@ def _release_windows(
     if isinstance(source, pd.DataFrame):
         frame = source[source["policy"].isin(list(policies))]
     else:
-        windows_given = context_window if is_many(context_window) else [context_window]
-        grid = {"policy": list(policies), "context_window": list(windows_given)}  # type: ignore[arg-type]
+        windows_given = (
+            cast("Sequence[int]", context_window) if is_many(context_window) else [context_window]
+        )
+        grid: dict[str, Sequence[Any]] = {
+            "policy": list(policies),
+            "context_window": list(windows_given),
+        }
         frame = windows(source, grid=grid, max_output=max_output)
     if frame["context_window"].isna().any() or frame["max_output"].nunique() > 1:
         raise ValueError(

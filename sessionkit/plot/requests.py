@@ -140,7 +140,7 @@ def request_composition(
         patch = StepPatch(
             top,
             edges,
-            baseline=bottom,
+            baseline=bottom,  # type: ignore[arg-type]  # matplotlib's stub says float; StepPatch takes an array too
             fill=True,
             color=colour,
             label=_PART_LABELS[column],

@@ -14,7 +14,7 @@ import contextlib
 import functools
 import io
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, cast
 
 import matplotlib as mpl
 import matplotlib.pyplot as plt
@@ -133,7 +133,8 @@ def _tick_fonts_are(ax: Axes, family: list[str]) -> bool:
     """Whether ``ax``'s major tick labels, those it has and those it will make, are already in
     ``family`` (a redrawn plot's: ``tick_params`` would restyle every tick again)."""
     return all(
-        axis._major_tick_kw.get("labelfontfamily") == family for axis in (ax.xaxis, ax.yaxis)
+        axis._major_tick_kw.get("labelfontfamily") == family  # type: ignore[union-attr]  # matplotlib private: the axis's major tick settings
+        for axis in (ax.xaxis, ax.yaxis)
     )
 
 
@@ -191,7 +192,7 @@ def _format(formatter: Any, fig: Figure) -> Any:
 _show_once()
 
 
-def compact(x: float, _pos: int | None = None) -> str:
+def compact(x: float, _pos: float | None = None) -> str:
     """A tick value, exact and short with a k/M/B suffix: 500, 2k, 12.5k, 1M, 2B."""
     for size, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
         if x >= size:
@@ -208,7 +209,7 @@ def _right_of(ax: Axes, others: Sequence[Axes]) -> float:
     """How far (inches) the y axes of ``others`` (twins) reach right of ``ax``: their tick
     labels and label, which sit in the same place however the figure is laid out."""
     figure = ax.figure.canvas.figure  # the root figure, also for an Axes on a SubFigure
-    renderer = figure._get_renderer()  # matplotlib's own way to measure before a draw
+    renderer = figure._get_renderer()  # type: ignore[attr-defined]  # matplotlib private: its own way to measure before a draw
     reach = 0.0
     for other in others:
         box = other.yaxis.get_tightbbox(renderer)
@@ -248,7 +249,7 @@ def legend_beside(
         bbox_transform=transform,
         **options,
     )
-    legend.sessionkit_looks = looks  # type: ignore[attr-defined]
+    legend.sessionkit_looks = looks  # type: ignore[attr-defined]  # sessionkit's own attribute on the legend
     return legend
 
 
@@ -298,6 +299,7 @@ _LINE_LOOK = (
 def _look(handle: Artist) -> tuple[Any, ...]:
     """How ``handle``'s legend entry looks: its class and the properties the legend copies
     (any other artist: itself, so its entry is never taken for another's)."""
+    getters: tuple[str, ...]
     if isinstance(handle, Line2D):
         getters = _LINE_LOOK
     elif isinstance(handle, Patch):
@@ -365,10 +367,10 @@ class KeptLayout(ConstrainedLayoutEngine):
         """Whether the drawing just made needs another layout: a title, axis label (an
         unlabelled axis: tick label) or legend past the canvas's left or right edge, or more
         than :attr:`SLACK` to spare on a side."""
-        renderer = fig.canvas.get_renderer()
+        renderer = cast(FigureCanvasAgg, fig.canvas).get_renderer()  # drawn() gave it an Agg canvas
         texts = []
         for ax in fig.axes:
-            texts += [ax.title, ax._left_title, ax._right_title]
+            texts += [ax.title, ax._left_title, ax._right_title]  # type: ignore[attr-defined]  # matplotlib private: the left and right titles
             for axis in (ax.xaxis, ax.yaxis):
                 texts += [axis.label] if axis.label.get_text() else _tick_labels(axis)
         boxes = [legend.get_window_extent(renderer) for legend in _legends_of(fig)]
@@ -379,7 +381,7 @@ class KeptLayout(ConstrainedLayoutEngine):
         ]
         if not boxes:
             return False
-        pad = self._params["w_pad"] * fig.dpi
+        pad = self._params["w_pad"] * fig.dpi  # type: ignore[attr-defined]  # matplotlib private: the engine's settings
         left = min(box.x0 for box in boxes)
         right = fig.bbox.x1 - max(box.x1 for box in boxes)
         slack = (self.reserve + self.SLACK) * fig.dpi + pad

@@ -4,7 +4,7 @@ truncated, and what the file cap trims at each limit."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 import numpy as np
 import pandas as pd
@@ -19,6 +19,8 @@ from sessionkit.simulate.filecap import file_cap
 from sessionkit.simulate.windowing import windows
 
 if TYPE_CHECKING:
+    from matplotlib.colors import Normalize
+
     from sessionkit.store.corpus import Corpus
 
 __all__ = [
@@ -113,7 +115,8 @@ def window_heatmap(
         vmin=0.0 if share else None,
         vmax=1.0 if share else None,
     )
-    middle = np.nanmean(image.norm.inverse(0.5)) if grid.size else 0.0
+    # imshow without a norm: a Normalize.
+    middle = np.nanmean(cast("Normalize", image.norm).inverse(0.5)) if grid.size else 0.0
     for (row, col), cell in np.ndenumerate(grid.to_numpy()):
         text = f"{cell:.0%}" if share else f"{cell:,.0f}"
         ax.text(
@@ -210,9 +213,9 @@ def file_cap_curve(
     ax.set_ylim(bottom=0)
     ax.set_xlabel("file cap limit (messages)")
     ax.set_ylabel("sessions trimmed")
-    ax.axvline(get_policy().defaults.file_cap, color="#7f7f7f", ls=":", lw=1.2).set(
-        gid="nanobot", label="nanobot 0.2 limit"
-    )
+    cap = get_policy().defaults.file_cap
+    assert cap is not None  # nanobot 0.2.2's default: 2000
+    ax.axvline(cap, color="#7f7f7f", ls=":", lw=1.2).set(gid="nanobot", label="nanobot 0.2 limit")
     twin = ax.twinx()
     (line,) = twin.plot(
         grid, dropped.to_numpy(), marker="s", color="#d62728", label="messages dropped"

@@ -235,6 +235,7 @@ def _draw_budget(
         gid="sent_from_here",
     )
     max_tokens = result.settings.max_tokens
+    assert max_tokens is not None  # resolved settings: every release has a default
     if max_tokens > 0:
         _line(
             twin,

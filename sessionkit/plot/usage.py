@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 from datetime import datetime, tzinfo
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import pandas as pd
@@ -24,6 +25,9 @@ from sessionkit.plot.requests import SETTING_COLUMNS
 from sessionkit.plot.style import compact, count_axis, legend_beside, new_figure, plotting
 from sessionkit.plot.sweeps import budget_label, budget_order
 from sessionkit.store.text import plot_label
+
+if TYPE_CHECKING:
+    from matplotlib.colors import Normalize
 
 __all__ = ["cost_by", "cost_heatmap", "cumulative_cost", "reported_vs_estimated", "usd"]
 
@@ -207,7 +211,10 @@ def cost_heatmap(costs: pd.DataFrame, ax: Axes | None = None) -> Axes:
     if ax is None:
         ax = new_figure(7.0, 4.2).add_subplot()
     image = ax.imshow(grid.to_numpy(), origin="lower", aspect="auto", cmap="viridis")
-    middle = np.nanmean(image.norm.inverse(0.5)) if grid.notna().any().any() else 0.0
+    # imshow without a norm: a Normalize.
+    middle = (
+        np.nanmean(cast("Normalize", image.norm).inverse(0.5)) if grid.notna().any().any() else 0.0
+    )
     for (row, col), cell in np.ndenumerate(grid.to_numpy()):
         colour = "black" if cell > middle else "white"
         ax.text(col, row, usd(cell), ha="center", va="center", fontsize=8, color=colour)

@@ -12,7 +12,7 @@ import bisect
 import dataclasses
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import pandas as pd
 from tqdm.auto import tqdm
@@ -164,7 +164,7 @@ def file_cap(
                 subject = dataclasses.replace(session, policy=name)
             release = get_policy(subject.policy)
             cap = _no_cap if release.file_cap is None else release.file_cap
-            own = release.resolve(settings).file_cap
+            own = cast(int, release.resolve(settings).file_cap)  # resolved: every release has one
             for limit in limits:
                 rows.extend(step(cap, subject, own if limit is None else limit))
     return _frame(rows, [s.key for s in sessions])
@@ -178,7 +178,7 @@ def _values(value: Any) -> list[Any]:
 def _frame(rows: list[tuple], keys: list[str]) -> pd.DataFrame:
     """The rows as the documented frame; ``session_key`` categories are the sessions' keys."""
     columns = list(zip(*rows, strict=True)) if rows else [() for _ in FILE_CAP]
-    values = dict(zip([c.name for c in FILE_CAP], columns, strict=True))
+    values: dict[str, Sequence[Any]] = dict(zip([c.name for c in FILE_CAP], columns, strict=True))
     categories = list(dict.fromkeys(keys))
     code = {key: i for i, key in enumerate(categories)}
     values["session_key"] = [code[key] for key in values["session_key"]]

@@ -28,7 +28,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import eq, is_, is_not
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import orjson
@@ -341,7 +341,8 @@ class _Counter:
     ) -> np.ndarray:
         """Counts of ``entries[i]`` for each ``i`` in ``kept``, under ``policy``: the stored
         ones found at once for all entries, the rest by label (:meth:`_counted`)."""
-        replayed = list(map(entries.__getitem__, kept))
+        # ``kept`` are the entries that are not None (see _compute)
+        replayed = cast("list[dict[str, Any]]", list(map(entries.__getitem__, kept)))
         contents = message_field(replayed, "content")
         at = np.array(kept, dtype=np.int64)
         own = self._own_fields(replayed, kept)
@@ -578,9 +579,9 @@ def _derived_name(
     homes = {s.replay_home if isinstance(s, IndexedSession) else None for s in sessions}
     if len(homes) != 1 or None in homes or sum(map(len, sessions)) < _PERSIST_MIN_MESSAGES:
         return None
-    (index, store) = homes.pop()  # type: ignore[misc]
-    paths = [os.fsdecode(s.path) for s in sessions]  # type: ignore[arg-type]
-    versions = [list(s.identity) for s in sessions]  # type: ignore[attr-defined]
+    (index, store) = cast("tuple[Index, str]", homes.pop())  # None is ruled out above
+    paths = [os.fsdecode(s.path) for s in sessions]  # type: ignore[arg-type]  # one home: all indexed, each from its file
+    versions = [list(s.identity) for s in sessions]  # type: ignore[attr-defined]  # one home: all IndexedSessions, identity set
     name = f"{store}-{kind}-{name_digest(repr((key, paths)))}"
     return index, name, name_digest(repr(versions))
 
@@ -740,7 +741,7 @@ def _compute_split(
     if isinstance(session, IndexedSession) and session.streamable:
         bounds = _streamed_bounds(n, workers, len(targets))
         task: Callable[[int, int], tuple[list[_Part], list]] = _compute_streamed
-        shared = {"session": session}
+        shared: dict[str, Any] = {"session": session}
     else:
         step = max(1, -(-n // (4 * workers)))
         bounds = [*range(0, n, step), n]
@@ -838,7 +839,7 @@ def _compute_in_workers(
     workers: int,
 ) -> Iterator[tuple[list[int], list[list[Replay]]]]:
     """Replay chunks of sessions in forked workers; their new token counts join ``cache``."""
-    shared = {
+    shared: dict[str, Any] = {
         "sessions": sessions,
         "jobs": jobs,
         "missing": missing,
@@ -866,7 +867,8 @@ def _homes(sessions: list[Session], todo: list[int]) -> dict[tuple[Index, str], 
     """The sessions (by position) whose replays the persistent index keeps, by index and store."""
     homes: dict[tuple[Index, str], list[int]] = {}
     for i in todo:
-        home = sessions[i].replay_home if isinstance(sessions[i], IndexedSession) else None
+        session = sessions[i]
+        home = session.replay_home if isinstance(session, IndexedSession) else None
         if home is not None:
             homes.setdefault(home, []).append(i)
     return homes
@@ -884,8 +886,8 @@ def _stored(sessions: list[Session], keys: list[ReplayKey], todo: list[int]) -> 
             table, items = index.read_replays(store, name)
             columns = {c: table.column(c).to_numpy() for c in (*_PER_MESSAGE, *_PER_ENTRY)}
             for i in group:
-                item = items.get(os.fsdecode(sessions[i].path))  # type: ignore[arg-type]
-                if item is None or item.identity != sessions[i].identity:  # type: ignore[attr-defined]
+                item = items.get(os.fsdecode(sessions[i].path))  # type: ignore[arg-type]  # _homes: indexed sessions only, each from its file
+                if item is None or item.identity != sessions[i].identity:  # type: ignore[attr-defined]  # _homes: IndexedSessions only
                     continue
                 start, stop = item.start, item.start + item.n_rows
                 arrays = {c: columns[c][start:stop] for c in _PER_MESSAGE}
@@ -908,8 +910,8 @@ def _keep(sessions: list[Session], keys: list[ReplayKey], computed: dict[int, Re
             items, start = [], 0
             for i in group:
                 n, entries = len(computed[i].is_user), len(computed[i].kept)
-                path = os.fsdecode(sessions[i].path)  # type: ignore[arg-type]
-                identity = sessions[i].identity  # type: ignore[attr-defined]
+                path = os.fsdecode(sessions[i].path)  # type: ignore[arg-type]  # _homes: indexed sessions only, each from its file
+                identity = sessions[i].identity  # type: ignore[attr-defined]  # _homes: IndexedSessions only, identity set
                 items.append(Item(path, identity, {"entries": entries}, None, start, n, table))
                 start += n
             with suppress(OSError, pa.ArrowException):
@@ -1045,18 +1047,19 @@ def replay_jobs(
                 bar.update(sizes[i])
         else:
             chunks = _chunks(sizes, rest, max(4 * workers, total // _CHUNK_MESSAGES))
-            for indices, replays in _compute_in_workers(
+            for indices, chunk_replays in _compute_in_workers(
                 sessions, jobs, missing, cache, stored, chunks, workers
             ):
-                for i, computed in zip(indices, replays, strict=True):
+                for i, computed in zip(indices, chunk_replays, strict=True):
                     for j, r in zip(missing[i], computed, strict=True):
                         found[j][i] = r
                 bar.update(sum(sizes[i] for i in indices))
     for j, own in enumerate(keys):
-        computed = {i: found[j][i] for i in todo if j in missing[i]}
-        for i, r in computed.items():
+        # every replay missing was computed above
+        by_session = cast("dict[int, Replay]", {i: found[j][i] for i in todo if j in missing[i]})
+        for i, r in by_session.items():
             _replays(sessions[i])[own[i]] = r
-        _keep(sessions, own, computed)  # type: ignore[arg-type]
+        _keep(sessions, own, by_session)
     if cache is not None and todo:
         cache.flush_soon()
-    return found  # type: ignore[return-value]
+    return cast("list[list[Replay]]", found)  # every replay missing was computed above

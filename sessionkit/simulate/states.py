@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
@@ -115,7 +115,7 @@ def _window(session: Session, turn: int, settings: HistorySettings) -> _Window:
     rows = windows(
         subject,
         settings=settings,
-        grid={"max_tokens": sorted({0, max(settings.max_tokens, 0)})},
+        grid={"max_tokens": sorted({0, max(cast(int, settings.max_tokens), 0)})},
         last_consolidated=trim.last_consolidated,
         at=[len(retained)],
     )
@@ -237,5 +237,5 @@ last_consolidated, file_cap
         messages_kept=int(window.row["messages_kept"]),
         tokens_kept=int(window.row["tokens_kept"]),
         recovered=bool(window.row["recovered"]),
-        count_window=release.count_window(settings.max_messages),
+        count_window=release.count_window(cast(int, settings.max_messages)),
     )

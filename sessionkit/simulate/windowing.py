@@ -640,7 +640,7 @@ last_consolidated
             }
             for offset in offsets:
                 q = _queries(subset, stack, owner, at_index, offset, chosen.checkpoints)
-                starts: dict[tuple[int, bool], tuple[np.ndarray, ...]] = {}
+                starts: dict[tuple[int, bool], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
                 for extend, call in itertools.product(extends, calls):
                     window = (chosen.count_window(call.max_messages), extend)
                     if window not in starts:

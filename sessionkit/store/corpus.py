@@ -434,7 +434,7 @@ def _snapshot_corpus(
     """The corpus of a store every file of which its index holds as it is (see
     :func:`~sessionkit.store.snapshot.open_snapshot`): nothing read, nothing written."""
     snapshot.index.sweep()
-    counts.sweep()  # type: ignore[union-attr]
+    cast("TokenCache", counts).sweep()  # a snapshot is only opened with an index: counts set
     return Corpus._of_snapshot(snapshot, snapshot.leftovers, tokens, counts)
 
 
@@ -544,7 +544,7 @@ def _loaded(
         _keep(index, store, files, identities, found, (from_pack, stale, built_here), now)
         if from_pack == len(files):
             _keep_catalog(index, store, served)
-        counts.sweep()  # type: ignore[union-attr]
+        cast("TokenCache", counts).sweep()  # an index always comes with its counts
     entries = _as_loaded([e for e in found if e is not None], chosen, counts)
     problems.extend(leftover_temp_files(source, config_dir))
     return Corpus._of_entries(entries, problems, tokens, counts)
@@ -606,7 +606,9 @@ def _built_apart(
             problems.extend(met)
             counts.update((k for k, _ in made), (n for _, n in made))
             for i, start, meta in restorable:
-                session = IndexedSession.restored(meta, files[i], identities[i], index, store)  # type: ignore[arg-type]
+                session = IndexedSession.restored(
+                    meta, files[i], cast("Identity", identities[i]), index, store
+                )  # restorable files are indexable: identity set
                 yield i, Entry(session, None, meta, (table, start))
             yield from whole
             bar.update(sum(size for _, size in run))
@@ -646,7 +648,7 @@ def _streamed(
         return True, None
     if not _indexable(files[i], identities[i], now):
         return False, None
-    entry.session = IndexedSession.restored(entry.meta, files[i], identities[i], index, store)  # type: ignore[arg-type]
+    entry.session = IndexedSession.restored(entry.meta, files[i], identities[i], index, store)  # type: ignore[arg-type]  # indexable: identity set; streamed only with an index
     return True, entry
 
 
@@ -670,14 +672,14 @@ def _built_run(
         if streamed is None:
             return None, [], [], met, counts.fresh
         if _indexable(files[i], identities[i], now):
-            return streamed.span[0], [(i, 0, streamed.meta)], [], [], counts.fresh  # type: ignore[index]
+            return streamed.span[0], [(i, 0, streamed.meta)], [], [], counts.fresh  # type: ignore[index]  # a built entry holds a span
     met = []
     fresh, where, read = _read_run(run, files, met, None, None)
     built = build_entries(fresh, _by_path(read), tokens=SHARED["tokens"], cache=counts, workers=1)
     table, restorable, whole = None, [], []
     for i, entry in zip(where, built, strict=True):
         if _indexable(files[i], identities[i], now):
-            table, start = entry.span  # type: ignore[misc]
+            table, start = cast("tuple[pa.Table, int]", entry.span)  # built entries hold spans
             restorable.append((i, start, entry.meta))
         else:
             whole.append((i, Entry(entry.session, entry.table, entry.meta)))
@@ -743,7 +745,7 @@ def _index(
     (:func:`~sessionkit.store.cachedir.cache_dir_problem`) is refused as well."""
     if not persistence_on(cache):
         return None
-    chosen = default_cache_dir() if cache is None or cache is True else Path(cache)  # type: ignore[arg-type]
+    chosen = default_cache_dir() if cache is None or cache is True else Path(cast(PathLike, cache))
     given = chosen.expanduser()
     problem = cache_dir_problem(given)
     if problem is not None:
@@ -863,7 +865,9 @@ def _unparsed(
     """Let ``entry``'s session drop its parsed messages when the index can stand for them
     (:func:`_indexable`)."""
     if _indexable(file, identity, now):
-        entry.session = IndexedSession.restored(entry.meta, file, identity, index, store)  # type: ignore[arg-type]
+        entry.session = IndexedSession.restored(
+            entry.meta, file, cast("Identity", identity), index, store
+        )  # indexable: identity set
 
 
 def _indexable(file: Path, identity: Identity | None, now: int) -> bool:

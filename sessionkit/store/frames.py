@@ -223,7 +223,7 @@ class Entry:
     def table(self) -> pa.Table:
         """The session's rows."""
         if self._table is None:
-            whole, start = self.span  # type: ignore[misc]
+            whole, start = cast("tuple[pa.Table, int]", self.span)  # no own table: a span
             self._table = whole.slice(start, self.meta["n_messages"])
         return self._table
 
@@ -547,7 +547,9 @@ def joined_rows(parts: list[Rows]) -> Rows:
         uncountable=moved(attrgetter("uncountable")),
         odd={
             # cast: mypy cannot infer a lambda with a default argument
-            name: moved(cast("Callable[[Rows], dict[int, Any]]", lambda part, name=name: part.odd[name]))
+            name: moved(
+                cast("Callable[[Rows], dict[int, Any]]", lambda part, name=name: part.odd[name])
+            )
             for name in parts[0].odd
         },
     )

@@ -34,7 +34,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import orjson
@@ -146,7 +146,7 @@ class Item(NamedTuple):
         """The item's rows."""
         if self.own is not None:
             return self.own
-        return self.whole.slice(self.start, self.rows)  # type: ignore[union-attr]
+        return cast("pa.Table", self.whole).slice(self.start, self.rows)  # no own rows: a whole
 
     @property
     def n_rows(self) -> int:
@@ -722,7 +722,7 @@ class IndexedSession(Session):
         return adopted
 
     def _check_identity(self) -> None:
-        if file_identity(self.path) != self._identity:  # type: ignore[arg-type]
+        if file_identity(cast("Path", self.path)) != self._identity:  # indexed: has its file
             raise SessionChangedError(
                 f"{self.path} changed since session {self.key!r} was loaded, so its messages "
                 "no longer match the corpus frames; load the store again"
@@ -733,7 +733,7 @@ class IndexedSession(Session):
 
     def _parse(self) -> None:
         self._check_identity()
-        session, _ = read_session_file(self.path)  # type: ignore[arg-type]
+        session, _ = read_session_file(cast("Path", self.path))  # indexed: has its file
         if session is None or len(session.messages) != self._size:
             raise self._changed()
         self._messages, self._lines, self._parsed = (
@@ -750,7 +750,7 @@ class IndexedSession(Session):
     def streamable(self) -> bool:
         """Whether the messages are still unread in a JSONL file, so :meth:`stream` can hand
         them out batch by batch."""
-        return self._unread() and self.path.suffix == ".jsonl"  # type: ignore[union-attr]
+        return self._unread() and cast("Path", self.path).suffix == ".jsonl"  # indexed: has a file
 
     def stream(self, sink: Callable[[list[dict[str, Any]]], None]) -> None:
         """Hand the messages to ``sink`` a batch at a time as the file is read, keeping none
@@ -765,7 +765,7 @@ class IndexedSession(Session):
             seen += len(messages)
             sink(messages)
 
-        session, _ = read_session_file(self.path, counted)  # type: ignore[arg-type]
+        session, _ = read_session_file(cast("Path", self.path), counted)  # indexed: has its file
         if session is None or seen != self._size:
             raise self._changed()
 
@@ -779,7 +779,7 @@ class IndexedSession(Session):
         if self._seen is None and self._messages is self._parsed:
             self._seen = b""  # while digesting, which reads this property again
             self._seen = content_digest(self) or b""
-        return self._messages  # type: ignore[return-value]
+        return cast("list[dict[str, Any]]", self._messages)  # set: adopted, or parsed above
 
     @messages.setter
     def messages(self, value: list[dict[str, Any]]) -> None:
@@ -833,7 +833,7 @@ class IndexedSession(Session):
             return NotImplemented
         return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(Session))
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable like Session; typeshed types it a method
 
     @property
     def n_user_turns(self) -> int:

@@ -27,9 +27,9 @@ KEPT_VERSIONS = 50_000
 """How many file versions' shared slots are kept (the least recently used dropped first)."""
 
 
-def version(session: Session) -> Hashable | None:
-    """What the session's derived results depend on now: ``("file", identity, digest of the
-    other fields)`` for an indexed session whose messages are still those indexed, else
+def version(session: Session) -> tuple[Hashable, ...] | None:
+    """What the session's derived results depend on now: ``("file", identity, release,
+    offset, key)`` for an indexed session whose messages are still those indexed, else
     ``("content", digest)``; None when the session cannot be digested (never memoised)."""
     if isinstance(session, IndexedSession) and session.pristine:
         return ("file", session.identity, session.policy, session.last_consolidated, session.key)
@@ -40,12 +40,12 @@ def version(session: Session) -> Hashable | None:
 @dataclass
 class _Slot:
     ref: weakref.ref
-    version: Hashable
+    version: tuple[Hashable, ...]
     spaces: dict[str, dict[Any, Any]] = field(default_factory=dict)
 
 
 _SLOTS: dict[int, _Slot] = {}
-_SHARED: OrderedDict[tuple[str, Hashable], dict[Any, Any]] = OrderedDict()
+_SHARED: OrderedDict[tuple[str, tuple[Hashable, ...]], dict[Any, Any]] = OrderedDict()
 _CLEARERS: list[Callable[[], None]] = []
 
 
@@ -57,7 +57,7 @@ def slot(session: Session, space: str, *, shared: bool = False) -> dict[Any, Any
     current = version(session)
     if current is None:
         return {}
-    if shared and current[0] == "file":  # type: ignore[index]
+    if shared and current[0] == "file":
         key = (space, current)
         found = _SHARED.get(key)
         if found is None:

@@ -6,17 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, cast
 
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.axis import Axis
-from matplotlib.figure import Figure
+from matplotlib.figure import Figure, SubFigure
 from matplotlib.legend import Legend
 from matplotlib.text import Text
 from matplotlib.ticker import FixedLocator
-from matplotlib.transforms import Bbox
+from matplotlib.transforms import Bbox, BboxBase
 
 from sessionkit import schema
 from sessionkit.schema import FIGURE_DATA
@@ -27,7 +27,16 @@ __all__ = ["assert_figure_snapshot", "drawn_ticks", "figure_data", "layout_probl
 _COLORBAR = "<colorbar>"  # the label matplotlib gives a colorbar's Axes
 
 
-def _figure(source: Figure | Axes) -> Figure:
+class _Box(Protocol):
+    """A patch with a place and a size (a bar's or a span's rectangle)."""
+
+    def get_x(self) -> float: ...
+    def get_y(self) -> float: ...
+    def get_width(self) -> float: ...
+    def get_height(self) -> float: ...
+
+
+def _figure(source: Figure | Axes) -> Figure | SubFigure:
     return source if isinstance(source, Figure) else source.figure
 
 
@@ -56,12 +65,17 @@ def _rows_of_axes(n: int, ax: Axes) -> Iterable[tuple[Any, ...]]:
     for kind, axis in (("xtick", ax.xaxis), ("ytick", ax.yaxis)):
         if isinstance(axis.get_major_locator(), FixedLocator):
             ticks = zip(axis.get_majorticklocs(), axis.get_majorticklabels(), strict=False)
-            for i, (where, text) in enumerate(ticks):
+            for i, (where, tick_label) in enumerate(ticks):
                 yield row(
-                    kind, text.get_text(), i, *((where, None) if kind == "xtick" else (None, where))
+                    kind,
+                    tick_label.get_text(),
+                    i,
+                    *((where, None) if kind == "xtick" else (None, where)),
                 )
     for line in ax.get_lines():
-        points = zip(_values(line.get_xdata()), _values(line.get_ydata()), strict=False)
+        points: Iterable[tuple[Any, Any]] = zip(
+            _values(line.get_xdata()), _values(line.get_ydata()), strict=False
+        )
         yield from (row("line", _label(line), i, x, y) for i, (x, y) in enumerate(points))
     for i, patch in enumerate(ax.patches):
         if hasattr(patch, "get_data"):
@@ -70,8 +84,9 @@ def _rows_of_axes(n: int, ax: Axes) -> Iterable[tuple[Any, ...]]:
                 width = edges[j + 1] - edges[j]
                 yield row("step", _label(patch), j, edges[j], 0.0, width, value)
         elif hasattr(patch, "get_height"):
-            x, y = patch.get_x(), patch.get_y()
-            yield row("rect", _label(patch), i, x, y, patch.get_width(), patch.get_height())
+            box = cast(_Box, patch)
+            x, y = box.get_x(), box.get_y()
+            yield row("rect", _label(patch), i, x, y, box.get_width(), box.get_height())
     for image in ax.get_images():
         cells = enumerate(np.ndenumerate(_values(image.get_array())))
         for i, ((r, c), value) in cells:
@@ -154,7 +169,7 @@ def _texts(fig: Figure) -> list[tuple[str, Text]]:
         for loc in ("left", "center", "right"):
             title = ax.get_title(loc)
             if title:
-                found.append((f"axes {n} title", ax._left_title if loc == "left" else ax.title))
+                found.append((f"axes {n} title", ax._left_title if loc == "left" else ax.title))  # type: ignore[attr-defined]  # matplotlib private: the left title
         found += [(f"axes {n} text {t.get_text()!r}", t) for t in ax.texts if t.get_visible()]
     for legend in _legends(fig):
         found += [(f"legend text {t.get_text()!r}", t) for t in legend.get_texts()]
@@ -167,7 +182,7 @@ def _legends(fig: Figure) -> list[Legend]:
     return [legend for legend in legends if legend is not None and legend.get_visible()]
 
 
-def _inside(box: Bbox, frame: Bbox, slack: float = 0.5) -> bool:
+def _inside(box: Bbox, frame: BboxBase, slack: float = 0.5) -> bool:
     return (
         frame.x0 - slack <= box.x0
         and box.x1 <= frame.x1 + slack
@@ -194,7 +209,7 @@ def layout_problems(source: Figure | Axes, *, counts: Iterable[Axis] = ()) -> li
     """
     fig = _figure(source).canvas.figure
     fig.draw_without_rendering()  # lays out and draws on any canvas (a Figure() has no renderer)
-    renderer = fig._get_renderer()
+    renderer = fig._get_renderer()  # type: ignore[attr-defined]  # matplotlib private: its own way to measure outside a draw
     canvas = fig.bbox
     problems: list[str] = []
     texts = _texts(fig)
@@ -210,8 +225,8 @@ def layout_problems(source: Figure | Axes, *, counts: Iterable[Axis] = ()) -> li
         for n, ax in enumerate(fig.axes):
             if _overlap(box, ax.bbox):
                 problems.append(f"legend {i} covers the data area of axes {n}")
-        for j, other in enumerate(legends[i + 1 :], start=i + 1):
-            if _overlap(box, other.get_window_extent(renderer)):
+        for j, later in enumerate(legends[i + 1 :], start=i + 1):
+            if _overlap(box, later.get_window_extent(renderer)):
                 problems.append(f"legends {i} and {j} overlap")
         own = set(map(id, legend.get_texts())) | {id(legend.get_title())}
         for name, text in texts:
@@ -233,9 +248,9 @@ def layout_problems(source: Figure | Axes, *, counts: Iterable[Axis] = ()) -> li
                 for b, other in boxes[k + 1 :]:
                     if _overlap(box, other, slack=0.0):
                         problems.append(f"axes {n} {name} tick labels {a!r} and {b!r} overlap")
-    for axis in counts:
-        fractional = [where for where, _ in drawn_ticks(axis) if not float(where).is_integer()]
+    for counted in counts:
+        fractional = [where for where, _ in drawn_ticks(counted) if not float(where).is_integer()]
         if fractional:
-            label = axis.label.get_text() or axis.axes.get_title("left") or "?"
+            label = counted.label.get_text() or counted.axes.get_title("left") or "?"
             problems.append(f"fractional ticks on the count axis {label!r}: {fractional}")
     return problems

@@ -189,8 +189,8 @@ def _exact_windows(
                     at,
                     turn,
                     offset,
-                    int(chosen.max_messages),  # type: ignore[arg-type]
-                    int(chosen.max_tokens),  # type: ignore[arg-type]
+                    int(chosen.max_messages),  # type: ignore[arg-type]  # resolved settings: set
+                    int(chosen.max_tokens),  # type: ignore[arg-type]  # resolved settings: set
                     stamps,
                     extend,
                     indices,
@@ -273,7 +273,7 @@ def check_window_invariants(
         if exact:
             candidates = _exact_windows(sessions, settings, counts, budgets)
         else:
-            swept = {"max_messages": max_messages, "max_tokens": max_tokens}
+            swept: dict[str, Any] = {"max_messages": max_messages, "max_tokens": max_tokens}
             frame = windows(
                 sessions,
                 settings=settings,

@@ -18,7 +18,7 @@ import html
 import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import ipywidgets as widgets
 import numpy as np
@@ -43,6 +43,9 @@ from sessionkit.views.timeline_canvas import TimelineCanvas
 from sessionkit.views.transcript import TranscriptWidget, transcript_rows
 from sessionkit.views.usage_panel import TurnUsage, check_usage, own_turn, usage_html
 from sessionkit.writers.forking import fork
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = ["OPTION_CHARS", "SCRATCH_FORK_DIR", "Explorer", "explore", "request_html"]
 
@@ -158,6 +161,7 @@ def _request_message(text: str, css: str) -> str:
 def _budget_note(states: MessageStates) -> str:
     """Why the window holds more tokens than ``max_tokens``, in nanobot's own terms ('' if not)."""
     budget = states.settings.max_tokens
+    assert budget is not None  # resolved settings: every release has a default
     if budget <= 0 or states.tokens_kept <= budget:
         return ""
     if states.recovered:
@@ -230,6 +234,10 @@ class Explorer(widgets.VBox):
         self.picker = widgets.Select(options=self._options, rows=7, layout=_auto())
         self.picker.add_class("sk-picker")
         initial = get_policy().resolve(self._initial)  # each release's own once a session shows
+        # The default release (nanobot 0.2.2) has a default for every setting.
+        assert initial.max_messages is not None and initial.max_tokens is not None
+        assert initial.file_cap is not None
+        assert initial.include_timestamps is not None and initial.extend_to_user is not None
         self.max_messages = _slider(
             "max_messages", initial.max_messages, max(2000, longest), 1, "sk-max-messages"
         )
@@ -259,7 +267,7 @@ class Explorer(widgets.VBox):
         self.policy.add_class("sk-policy")
         self._releases: dict[str, Session] = {}
 
-        self._figure = plot.timeline_axes().figure
+        self._figure = cast("Figure", plot.timeline_axes().figure)  # on a Figure it made
         # Laid out once (and again only when its texts outgrow the margins): see _draw.
         self._figure.set_layout_engine(KeptLayout())
         self._canvas = TimelineCanvas(self._figure)
@@ -546,6 +554,7 @@ class Explorer(widgets.VBox):
         session), then a timeline drawn and not shown (matplotlib's font and text caches):
         yields after each."""
         session, settings, turn = self.subject(), self.settings(), self.turn.value
+        assert settings.max_messages is not None  # resolved settings: every release has a default
         reachable = [
             (max(0, turn - 1), settings),
             (turn, settings.replace(max_tokens=settings.max_tokens + self.max_tokens.step)),

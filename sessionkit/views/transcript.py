@@ -99,7 +99,7 @@ class TranscriptWidget(anywidget.AnyWidget):
     _css = _front_end() / "transcript.css"
 
     rows = traitlets.List(traitlets.Dict()).tag(sync=True)
-    status = traitlets.List().tag(sync=True)
+    status: traitlets.List[Any] = traitlets.List().tag(sync=True)
     """Each message's status name; its elements not validated one by one (the explorer sets
     a thousand or more on every move, from the states frame)."""
     statuses = traitlets.List(

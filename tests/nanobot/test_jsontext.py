@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sessionkit.nanobot.jsontext import TooDeep, dumps_exact, loads_as_nanobot, loads_exact
+from sessionkit.nanobot.reader import read_session_file
 
 
 def _at_depth(depth: int, call: Any) -> Any:
@@ -111,3 +114,64 @@ def test_nesting_no_parser_here_reads_is_too_deep_of_unknown_depth() -> None:
         loads_as_nanobot(text.encode(), text)
     assert (raised.value.depth, raised.value.value) == (None, None)
     assert str(raised.value) == "nested over 900 levels deep, deeper than nanobot's json reads"
+
+
+def _odd_store(folder: Path) -> Path:
+    """A session whose lines sit at Python's limits: nested 850 deep (nanobot reads it) and
+    950 deep (it does not), an integer of 1,000 digits (it converts) and 5,000 (it does not)."""
+    path = folder / "telegram_1.jsonl"
+    lines = [
+        '{"_type": "metadata", "key": "telegram:1"}',
+        '{"role": "user", "content": "q", "deep": ' + "[" * 849 + "]" * 849 + "}",
+        '{"role": "user", "content": "q", "deeper": ' + "[" * 949 + "]" * 949 + "}",
+        '{"role": "user", "content": "q", "n": ' + "7" * 1000 + "}",
+        '{"role": "user", "content": "q", "n": ' + "7" * 5000 + "}",
+        '{"role": "assistant", "content": "a"}',
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("recursion", "digits"), [(1000, 4300), (300, 640), (20_000, 0), (1000, 100_000)]
+)
+def test_a_file_reads_the_same_under_any_interpreter_limits(
+    tmp_path: Path, recursion: int, digits: int
+) -> None:
+    """What nanobot (CPython's default limits) reads is what sessionkit reads, whatever this
+    process's recursion limit and int-string limit."""
+    path = _odd_store(tmp_path)
+    before = (sys.getrecursionlimit(), sys.get_int_max_str_digits())
+    try:
+        sys.setrecursionlimit(recursion)
+        sys.set_int_max_str_digits(digits)
+        session, problems = read_session_file(path)
+    finally:
+        sys.setrecursionlimit(before[0])
+        sys.set_int_max_str_digits(before[1])
+    assert sys.getrecursionlimit() == before[0]
+    assert session is not None
+    assert [sorted(m) for m in session.messages] == [
+        ["content", "deep", "role"],
+        ["content", "n", "role"],
+        ["content", "role"],
+    ]
+    assert session.messages[1]["n"] == int("7" * 1000)
+    assert [position for position, _ in session.held_lines] == [1, 2]
+    beyond = (
+        ": nanobot 0.2.2 cannot parse this line, and its repair fails on it too and loses the "
+        "whole session; sessionkit holds the line as it is: replays leave it out, and forks "
+        "write it back unchanged"
+    )
+    assert [(p.line_no, p.reason) for p in problems] == [
+        (
+            3,
+            "valid JSON, but nested 950 levels deep, deeper than Python's json reads on "
+            "nanobot's stack" + beyond,
+        ),
+        (
+            5,
+            "valid JSON, but an integer of more than 4,300 digits, past Python's int-string "
+            "limit" + beyond,
+        ),
+    ]
