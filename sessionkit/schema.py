@@ -14,6 +14,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from sessionkit.conventions import SETTING_NAMES
+
 __all__ = [
     "CALIBRATION",
     "FIGURE_DATA",
@@ -281,12 +283,7 @@ REQUESTS: tuple[Column, ...] = (
 )
 
 REQUEST_SETTINGS: tuple[str, ...] = (
-    "max_messages",
-    "max_tokens",
-    "include_timestamps",
-    "include_runtime_context",
-    "extend_to_user",
-    "last_consolidated",
+    *(name for name in SETTING_NAMES if name != "file_cap"),  # requests replay files as stored
     "context_window",
     "max_output",
 )
