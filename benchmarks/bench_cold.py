@@ -46,7 +46,7 @@ SIZES = (2_500, 5_000, 10_000, 20_000)
 QUICK_SIZES = (1_250, 2_500, 5_000)
 SETTLED_S = 3.5
 """Seconds a new store waits before it is measured: files changed within 3 s of a load are
-not indexed (``index.RACY_NS``)."""
+not indexed (``TUNING.racy_ns``)."""
 
 
 def tiny_store(n_files: int) -> Path:

@@ -151,7 +151,7 @@ def measure(source: Path, work: Path) -> dict[str, Any]:
     """Every phase once, in order, on a settled copy of the store."""
     folder, cache = work / "sessions", work / "cache"
     shutil.copytree(source, folder)
-    time.sleep(3.5)  # files changed within 3 s of a load are not indexed (index.RACY_NS)
+    time.sleep(3.5)  # files changed within 3 s of a load are not indexed (TUNING.racy_ns)
     results = {}
     for name in ("nanobot", "orjson", "tiktoken", "tokens"):
         results[name] = run_phase(name, folder, work / "unused-cache")

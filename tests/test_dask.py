@@ -17,6 +17,7 @@ from sessionkit import dask as skd
 from sessionkit import synthetic
 from sessionkit.nanobot.reader import find_session_files
 from sessionkit.store.cachedir import default_cache_dir
+from sessionkit.tuning import TUNING
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "nanobot"))
 from releases import release  # noqa: E402
@@ -164,8 +165,9 @@ def _pool_from(messages: int, *, forget: str | None) -> bool:
     import os
 
     import sessionkit.store.counting
+    from sessionkit.tuning import TUNING as tuning  # this worker's own
 
-    sessionkit.store.counting._PARALLEL_MIN_MESSAGES = messages
+    tuning.parallel_count_messages = messages
     if forget:
         os.environ["SESSIONKIT_CACHE_DIR"] = forget
         sessionkit.store.counting.DEFAULT_CACHE.clear()
@@ -176,13 +178,12 @@ def test_workers_fork_no_pool(
     client: Client, store: Path, generated: sk.Corpus, tmp_path: Path
 ) -> None:
     """Counting in a Dask worker stays in the worker, whatever the batch size."""
-    import sessionkit.store.counting
 
     assert all(client.run(_pool_from, 1, forget=str(tmp_path / "counts")).values())
     try:
         got = skd.read_messages(store, npartitions=2, cache=False).compute()
     finally:
-        client.run(_pool_from, sessionkit.store.counting._PARALLEL_MIN_MESSAGES, forget=None)
+        client.run(_pool_from, TUNING.parallel_count_messages, forget=None)
     assert got["tokens"].notna().all()
     pd.testing.assert_series_equal(
         got["tokens"].reset_index(drop=True), generated.messages["tokens"]

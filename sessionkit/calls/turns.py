@@ -28,12 +28,12 @@ from sessionkit.nanobot.settings import DEFAULT_SETTINGS
 from sessionkit.store import memo, versions
 from sessionkit.store.counting import ReadThroughCache, TokenCache, count_tokens, token_cache_of
 from sessionkit.store.forked import SHARED, can_fork, forked_pool
+from sessionkit.tuning import TUNING
 
 __all__ = ["Item", "SessionCalls", "all_calls"]
 
 Message = dict[str, Any]
 
-_AUTO_PARALLEL_MESSAGES = 50_000
 _AUTO_PROGRESS_MESSAGES = 20_000
 
 
@@ -237,7 +237,7 @@ def all_calls(
     sizes = [len(item[1]) for item in items]
     total = sum(sizes[i] for i in todo)
     if workers is None:
-        workers = (os.cpu_count() or 1) if total >= _AUTO_PARALLEL_MESSAGES else 1
+        workers = (os.cpu_count() or 1) if total >= TUNING.parallel_replay_messages else 1
     cache = token_cache_of([items[i][1] for i in todo])
     show = total >= _AUTO_PROGRESS_MESSAGES if progress is None else progress
     with tqdm(total=total, unit="msg", desc="rebuilding calls", disable=not show) as bar:

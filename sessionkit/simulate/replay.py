@@ -15,7 +15,7 @@ Replaying a session for several releases at once (:func:`replay_jobs`) reads its
 once and counts each replayed entry once per counting rule: an entry holding its message's
 own fields takes the count the load keeps for the message when that count is for the same
 rule (:func:`stored_counts`), and releases sharing a rule share the counts of equal entries.
-Workers take whole sessions, or ranges of the messages of a long one (``_SPLIT_MESSAGES``).
+Workers take whole sessions, or ranges of the messages of a long one (``TUNING.split_messages``).
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ from sessionkit.store.forked import SHARED, can_fork, forked_pool
 from sessionkit.store.frames import Entry
 from sessionkit.store.index import REPLAY_TABLE, Index, IndexedSession, Item
 from sessionkit.store.nogc import no_gc
+from sessionkit.tuning import TUNING
 
 __all__ = [
     "UNREPLAYABLE",
@@ -79,11 +80,7 @@ __all__ = [
 
 T = TypeVar("T")
 
-_AUTO_PARALLEL_MESSAGES = 50_000
 _AUTO_PROGRESS_MESSAGES = 20_000
-_CHUNK_MESSAGES = 5_000
-_SPLIT_MESSAGES = 100_000
-"""A session this long is replayed by all workers, each taking a range of its messages."""
 _DERIVED_KEPT = 6
 UNREPLAYABLE = -3
 """``Replay.declared`` of a message the release's entry rewrite raises on."""
@@ -565,10 +562,6 @@ def derived(replays: list[Replay], build: Callable[[list[Replay]], T]) -> T:
     return value
 
 
-_PERSIST_MIN_MESSAGES = 20_000
-"""Smaller sets of sessions rebuild what :func:`prepared` derives faster than they read it."""
-
-
 def _derived_name(
     sessions: list[Session], key: ReplayKey, kind: str
 ) -> tuple[Index, str, str] | None:
@@ -577,7 +570,7 @@ def _derived_name(
     one store, still as indexed.  The name covers the files, the stamp their versions, so a
     change replaces the kept arrays instead of adding more."""
     homes = {s.replay_home if isinstance(s, IndexedSession) else None for s in sessions}
-    if len(homes) != 1 or None in homes or sum(map(len, sessions)) < _PERSIST_MIN_MESSAGES:
+    if len(homes) != 1 or None in homes or sum(map(len, sessions)) < TUNING.persist_min_messages:
         return None
     (index, store) = cast("tuple[Index, str]", homes.pop())  # None is ruled out above
     paths = [os.fsdecode(s.path) for s in sessions]  # type: ignore[arg-type]  # one home: all indexed, each from its file
@@ -1018,7 +1011,7 @@ def replay_jobs(
     sizes = [len(sessions[i]) * len(missing.get(i, ())) for i in range(len(sessions))]
     total = sum(sizes)
     if workers is None:
-        workers = (os.cpu_count() or 1) if total >= _AUTO_PARALLEL_MESSAGES else 1
+        workers = (os.cpu_count() or 1) if total >= TUNING.parallel_replay_messages else 1
     show = total >= _AUTO_PROGRESS_MESSAGES if progress is None else progress
     named = ", ".join(
         f"{policy or 'own policy'}, {own[0][1] if own else ()}"
@@ -1030,7 +1023,7 @@ def replay_jobs(
         parallel = workers > 1 and can_fork()
         rest = todo
         if parallel:  # a long session is replayed in ranges of messages by every worker
-            rest = [i for i in todo if len(sessions[i]) < _SPLIT_MESSAGES]
+            rest = [i for i in todo if len(sessions[i]) < TUNING.split_messages]
             for i in sorted(set(todo) - set(rest)):
                 targets = _targets(sessions[i], jobs, missing[i])
                 computed = _compute_split(sessions[i], targets, cache, stored[i], workers)
@@ -1046,7 +1039,7 @@ def replay_jobs(
                     found[j][i] = r
                 bar.update(sizes[i])
         else:
-            chunks = _chunks(sizes, rest, max(4 * workers, total // _CHUNK_MESSAGES))
+            chunks = _chunks(sizes, rest, max(4 * workers, total // TUNING.replay_chunk_messages))
             for indices, chunk_replays in _compute_in_workers(
                 sessions, jobs, missing, cache, stored, chunks, workers
             ):

@@ -65,7 +65,8 @@ from sessionkit.store.index import (
 )
 from sessionkit.store.nogc import no_gc
 from sessionkit.store.snapshot import Snapshot, open_snapshot
-from sessionkit.store.streamed import STREAM_BYTES, streamed_entry
+from sessionkit.store.streamed import streamed_entry
+from sessionkit.tuning import TUNING
 
 __all__ = ["Corpus", "check_source", "default_data_dir", "load", "resolve_session", "selected"]
 
@@ -394,7 +395,7 @@ def load(
     progress
         Show progress bars on stderr (a widget in Jupyter) over the files read (bytes) and
         the messages counted; default: only when that work is large (files to read of
-        :data:`READ_PROGRESS_BYTES` or more, or :data:`COUNT_PROGRESS_MESSAGES` messages to
+        :attr:`~sessionkit.tuning.Tuning.read_progress_bytes` or more, or :attr:`~sessionkit.tuning.Tuning.count_progress_messages` messages to
         count), so a warm open shows none.  Ctrl-C stops a load promptly (counting workers
         included) with KeyboardInterrupt; the cache keeps only whole files, and the next
         load reads what was not kept.
@@ -462,9 +463,9 @@ def _loaded(
     problems: list[Problem] = []
     todo = [i for i, entry in enumerate(found) if entry is None]
     sizes = [_size(files[i], identities[i]) for i in todo]
-    shown = sum(sizes) >= READ_PROGRESS_BYTES if progress is None else progress
-    runs = _runs(list(zip(todo, sizes, strict=True)), RUN_BYTES, RUN_FILES)
-    forking = tokens == "tiktoken" and sum(sizes) >= FORK_BYTES
+    shown = sum(sizes) >= TUNING.read_progress_bytes if progress is None else progress
+    runs = _runs(list(zip(todo, sizes, strict=True)), TUNING.run_bytes, TUNING.run_files)
+    forking = tokens == "tiktoken" and sum(sizes) >= TUNING.fork_bytes
     spread = index is not None and not forking and len(runs) > 1 and can_fork()
     kept_in = (index, store, now)
     entry: Entry | None
@@ -501,7 +502,7 @@ def _loaded(
         ) -> None:
             """One run's entries into ``found``, with the counts ``pending`` for it; with
             more than one run, indexed sessions drop their parsed messages (see
-            :data:`RUN_BYTES`)."""
+            :attr:`~sessionkit.tuning.Tuning.run_bytes`)."""
             built = build_entries(
                 fresh,
                 _by_path(read),
@@ -529,7 +530,7 @@ def _loaded(
                     found[i] = entry
                     continue
             fresh, where, read = _read_run(run, files, problems, bar, batches)
-            many = sum(len(s.messages) for s in fresh) >= COUNT_PROGRESS_MESSAGES
+            many = sum(len(s.messages) for s in fresh) >= TUNING.count_progress_messages
             counting = (shown or many) if progress is None else progress
             pending = None if batches is None else batches.close()
             if waiting is not None:
@@ -558,20 +559,6 @@ def _as_loaded(entries: list[Entry], chosen: str | None, counts: TokenCache | No
     if counts is not DEFAULT_CACHE:
         bind_token_cache((e.session for e in entries), counts)
     return entries
-
-
-READ_PROGRESS_BYTES = 20_000_000
-"""A cold load shows its bars by default once the files it reads hold this many bytes (over
-a second and a half of reading and counting on 2 cores; the bundled sample holds 2.5 MB)."""
-COUNT_PROGRESS_MESSAGES = 20_000
-"""A cold load shows its counting bar by default once it counts this many messages (many
-small files: 5,000 files of 4 messages; the bundled sample holds about 7,000 messages)."""
-
-
-FORK_BYTES = 16 << 20
-"""A cold load with exact counts forks its counting workers before reading once the files it
-reads hold this many bytes (about 13,000 messages), and sends them each run's messages while
-it reads the next (:func:`~sessionkit.store.counting.counting_workers`)."""
 
 
 def _built_apart(
@@ -620,7 +607,7 @@ def _streams(
 ) -> bool:
     """Whether a run is one JSONL file to stream (:data:`~sessionkit.store.streamed.STREAM_BYTES`
     or more) whose messages the index can stand for (settled: see :func:`_indexable`)."""
-    if len(run) != 1 or run[0][1] < STREAM_BYTES:
+    if len(run) != 1 or run[0][1] < TUNING.stream_bytes:
         return False
     i = run[0][0]
     identity = identities[i]
@@ -770,10 +757,6 @@ def _index(
     return Index(root)
 
 
-PACK_MIN = 32
-"""A store's pack is rewritten once this many of its files (or a tenth) are served otherwise."""
-
-
 def _keep(
     index: Index,
     store: str,
@@ -792,7 +775,7 @@ def _keep(
     cannot be written costs speed only."""
     from_pack, stale, built = packed
     served = sum(e is not None for e in found)
-    least = max(PACK_MIN, len(files) // 10)
+    least = max(TUNING.pack_min, len(files) // 10)
     whole = served - from_pack >= least or stale >= least
     # every entry kept has an identity: an indexed session was served or restored at its
     # file's, and _indexable holds for none without one
@@ -829,21 +812,8 @@ def _keep_catalog(index: Index, store: str, served: Served) -> None:
         warnings.warn(f"could not write the index in {index.root}: {exc}", stacklevel=4)
 
 
-RUN_BYTES = 32 << 20
-"""A cold load reads, builds and counts files in runs of about this many bytes; when there
-is more than one run, an indexed file's session keeps its columns but not its parsed
-messages (parsed again on first use, as after a warm open), so memory holds two runs' dicts
-at a time (one counted while the next is read), not the whole store's.  Without exact counts,
-forked workers read and build the runs, one each at a time (:func:`_built_apart`)."""
-
-
-RUN_FILES = 1024
-"""A run holds at most this many files, so a store of many small files is read, built and
-counted by both cores (:func:`_built_apart`), and what a worker sends back stays small."""
-
-
 def _runs(
-    files: list[tuple[int, int]], limit: int, most: int = RUN_FILES
+    files: list[tuple[int, int]], limit: int, most: int = TUNING.run_files
 ) -> list[list[tuple[int, int]]]:
     """``files`` (position, bytes) in order, cut into runs of about ``limit`` bytes and at
     most ``most`` files each (a file larger than ``limit`` is a run of its own); at least
@@ -872,7 +842,7 @@ def _unparsed(
 
 def _indexable(file: Path, identity: Identity | None, now: int) -> bool:
     """Whether a file read at ``identity`` may be indexed: not changed since it was read,
-    nor too recently (see :data:`~sessionkit.store.index.RACY_NS`)."""
+    nor too recently (see :data:`~sessionkit.tuning.Tuning.racy_ns`)."""
     return identity is not None and not identity.racy(now) and file_identity(file) == identity
 
 

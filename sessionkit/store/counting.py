@@ -53,6 +53,7 @@ from sessionkit.store.cachedir import (
 from sessionkit.store.fields import STR_OR_NONE, message_field
 from sessionkit.store.forked import SHARED, can_fork, forked_pool
 from sessionkit.store.integrity import IntegrityError, discard, read_sealed_or_none
+from sessionkit.tuning import TUNING
 
 __all__ = [
     "DEFAULT_CACHE",
@@ -78,7 +79,6 @@ PendingCounts = Callable[[Progress | None], tuple[list[int | None], list[int | N
 """Waits for counting under way: each message's exact count and no-tiktoken estimate (None
 where nanobot cannot count it), telling a :data:`Progress` as parts arrive."""
 T = TypeVar("T")
-_PARALLEL_MIN_MESSAGES = 20_000
 
 
 class TokenCache:
@@ -185,7 +185,10 @@ class TokenCache:
                     found = _read_counts(segment)
                     if found is not None and len(found[0]):
                         self._disk.append(found)
-            if len(self._disk) > 1 and sum(len(k) for k, _ in self._disk) <= _MERGED_KEYS:
+            if (
+                len(self._disk) > 1
+                and sum(len(k) for k, _ in self._disk) <= TUNING.merged_count_keys
+            ):
                 keys, first = np.unique(
                     np.concatenate([k for k, _ in self._disk]), return_index=True
                 )
@@ -195,12 +198,12 @@ class TokenCache:
     def flush_soon(self) -> None:
         """:meth:`flush` when many counts wait or the last flush is a while ago."""
         waited = time.monotonic() - self._flushed
-        if len(self._pending) >= _FLUSH_COUNTS or waited >= _FLUSH_SECONDS:
+        if len(self._pending) >= TUNING.flush_counts or waited >= _FLUSH_SECONDS:
             self.flush()
 
     def flush(self) -> None:
         """Write the counts recorded since the last flush; merge the files when there are
-        more than :data:`_SEGMENTS`.  A folder that cannot be written costs speed only."""
+        more than :attr:`~sessionkit.tuning.Tuning.count_files`.  A folder that cannot be written costs speed only."""
         self._flushed = time.monotonic()
         folder = self._usable_folder() if self._pending else None
         if folder is None:
@@ -211,7 +214,7 @@ class TokenCache:
         with suppress(OSError, pa.ArrowException):
             _write_counts(folder, keys, counts)
             segments = sorted(folder.glob("*.arrow"))
-            if len(segments) > _SEGMENTS:
+            if len(segments) > TUNING.count_files:
                 self._disk = None
                 merged = [*self._segments(), (keys, counts)]
                 _write_counts(
@@ -223,11 +226,6 @@ class TokenCache:
                     segment.unlink(missing_ok=True)
 
 
-_SEGMENTS = 16
-_MERGED_KEYS = 1 << 22
-"""Counts files holding at most this many keys together are searched as one array in
-memory (64 MiB): more are searched file by file, memory-mapped."""
-_FLUSH_COUNTS = 4096
 _FLUSH_SECONDS = 10.0
 _COUNTS = pa.schema([("key", pa.uint64()), ("count", pa.int64())])
 
@@ -506,7 +504,7 @@ class ReadThroughCache(TokenCache):
 def _parallel(n_messages: int, workers: int) -> bool:
     """Whether to fork workers: a large batch, and a process that may have children (a Dask
     or multiprocessing worker is a daemon, which may not)."""
-    return workers > 1 and n_messages >= _PARALLEL_MIN_MESSAGES and can_fork()
+    return workers > 1 and n_messages >= TUNING.parallel_count_messages and can_fork()
 
 
 def _count_shared_range(start: int, stop: int, policy: str) -> list[int]:
@@ -633,13 +631,9 @@ def counting_workers(
         yield pool
 
 
-BATCH_CHARS = 1 << 21
-"""Characters of message content per batch a load sends to a counting worker."""
-
-
 class CountingBatches:
     """Messages sent to the pool of :func:`counting_workers` as a load reads them, in batches
-    of about :data:`BATCH_CHARS` characters of content, counted exactly through the cache
+    of about :attr:`~sessionkit.tuning.Tuning.batch_chars` characters of content, counted exactly through the cache
     the workers were forked with (and estimated without tiktoken); :meth:`close` ends a run
     of them.  State: the messages not yet sent and the batches under way."""
 
@@ -655,12 +649,16 @@ class CountingBatches:
         """Send ``messages`` on, each batch as soon as it is full."""
         sizes = [len(c) if type(c) is str else 256 for c in message_field(messages, "content")]
         total = self._chars + sum(sizes) + 64 * len(sizes)
-        if total // BATCH_CHARS == self._chars // BATCH_CHARS:  # fills none: a small file
+        if (
+            total // TUNING.batch_chars == self._chars // TUNING.batch_chars
+        ):  # fills none: a small file
             self._held += messages
             self._chars = total
             return
         ends = self._chars + np.cumsum(np.array(sizes, dtype=np.int64) + 64)
-        full = np.flatnonzero(np.diff(ends // BATCH_CHARS, prepend=self._chars // BATCH_CHARS))
+        full = np.flatnonzero(
+            np.diff(ends // TUNING.batch_chars, prepend=self._chars // TUNING.batch_chars)
+        )
         start = 0
         for last in full.tolist():
             self._held += messages[start : last + 1]

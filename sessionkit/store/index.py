@@ -10,7 +10,7 @@ without an object per file (:mod:`sessionkit.store.snapshot`).  Each entry is va
 its file's identity (device, inode, size, mtime_ns, ctime_ns): a new, grown, replaced or
 edited file no longer matches and is read again; an edit that keeps size and mtime still
 changes ctime.  A
-file changed within :data:`RACY_NS` of being read is not indexed (a later change could keep
+file changed within :attr:`~sessionkit.tuning.Tuning.racy_ns` of being read is not indexed (a later change could keep
 every timestamp), so it is simply read next time.  Replays (:mod:`sessionkit.simulate.replay`) are
 kept per store and setting under the same identities, and what windows derive from a large
 store's replays under a stamp of them.  Writes are atomic (:func:`~sessionkit.store.cachedir.write_ipc`)
@@ -59,10 +59,10 @@ from sessionkit.store.integrity import (
     read_sealed_checked,
 )
 from sessionkit.store.versions import content_digest
+from sessionkit.tuning import TUNING
 
 __all__ = [
     "FORMAT",
-    "RACY_NS",
     "REPLAY_TABLE",
     "Identity",
     "Index",
@@ -79,9 +79,6 @@ __all__ = [
 
 FORMAT = 7
 """The layout of entries; entries of another format (or sessionkit version) are not read."""
-RACY_NS = 3_000_000_000
-"""A file whose mtime or ctime is this close to the moment it was read is not indexed yet:
-file systems stamp times coarsely, so a change right after could leave its identity as is."""
 _KEY = b"sessionkit"
 
 
@@ -96,8 +93,8 @@ class Identity(NamedTuple):
     ctime_ns: int
 
     def racy(self, now_ns: int) -> bool:
-        """Whether the file changed too recently (see :data:`RACY_NS`) to index it."""
-        return now_ns - max(self.mtime_ns, self.ctime_ns) < RACY_NS
+        """Whether the file changed too recently (see :attr:`~sessionkit.tuning.Tuning.racy_ns`) to index it."""
+        return now_ns - max(self.mtime_ns, self.ctime_ns) < TUNING.racy_ns
 
 
 def file_identity(path: Path) -> Identity | None:

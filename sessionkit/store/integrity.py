@@ -24,6 +24,8 @@ from typing import TypeVar
 import pyarrow as pa
 import xxhash
 
+from sessionkit.tuning import TUNING
+
 __all__ = [
     "SEAL",
     "IntegrityError",
@@ -103,14 +105,11 @@ _VERIFIED: dict[tuple[int, int], tuple[int, int, int, int]] = {}
 """Files this process checked, by (device, inode): their size, mtime, ctime and checksum
 then.  Any write moves ctime, so a file that still matches holds the bytes checked; opening
 it again skips recomputing the checksum (a store reopened in one kernel)."""
-_SETTLED_NS = 3_000_000_000
-"""Only files unchanged for this long are remembered: file systems stamp times coarsely, so
-a write right after a check could leave every stamp as it was (as the index's ``RACY_NS``)."""
 
 
 def _remember(found: os.stat_result, version: tuple[int, int, int, int]) -> None:
-    """Remember a file just checked, once its stamps are settled (see :data:`_SETTLED_NS`)."""
-    if time.time_ns() - max(found.st_mtime_ns, found.st_ctime_ns) < _SETTLED_NS:
+    """Remember a file just checked, once its stamps are settled (see :attr:`~sessionkit.tuning.Tuning.racy_ns`)."""
+    if time.time_ns() - max(found.st_mtime_ns, found.st_ctime_ns) < TUNING.racy_ns:
         return
     if len(_VERIFIED) >= 4096:
         _VERIFIED.clear()

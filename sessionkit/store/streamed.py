@@ -14,11 +14,7 @@ from sessionkit.nanobot.reader import Problem, read_session_file, unforeseen_fai
 from sessionkit.store.counting import CountingBatches, Method, Progress, TokenCache
 from sessionkit.store.frames import Entry, Rows, built_rows, entries_of, joined_rows, with_counts
 
-__all__ = ["STREAM_BYTES", "streamed_entry"]
-
-STREAM_BYTES = 64 << 20
-"""A file of this many bytes or more is streamed (when the index can stand for its messages:
-see :func:`sessionkit.store.corpus.load`); at least a run's bytes, so it is a run of its own."""
+__all__ = ["streamed_entry"]
 
 
 def streamed_entry(

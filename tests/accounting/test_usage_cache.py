@@ -11,12 +11,13 @@ from usage_fixtures import call, ledger, reply, tied, user, write_log, write_ses
 
 from sessionkit.accounting import ledger as ledger_module
 from sessionkit.store import memo
+from sessionkit.tuning import TUNING
 
 
 def test_a_second_call_reuses_what_is_kept_and_sees_changed_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("sessionkit.store.index.RACY_NS", 0)  # keep the files just written
+    monkeypatch.setattr(TUNING, "racy_ns", 0)  # keep the files just written
     data, cache = tmp_path / "data", tmp_path / "cache"
     cache.mkdir(mode=0o700)
     write_session(data, "telegram:alice", [user("x", 0), reply("y", 2)])

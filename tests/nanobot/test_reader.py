@@ -25,6 +25,7 @@ from sessionkit.nanobot.reader import (
     named_like_session,
     read_session_file,
 )
+from sessionkit.tuning import TUNING
 
 META = {
     "_type": "metadata",
@@ -371,7 +372,7 @@ def test_a_deep_line_indexed_then_read_lazily_from_deep_in_the_stack(
     folder = tmp_path / "sessions"
     folder.mkdir()
     write(folder / "telegram_42.jsonl", jsonl(META) + _nested(850) + jsonl(USER))
-    monkeypatch.setattr("sessionkit.store.index.RACY_NS", 0)  # index a file just written
+    monkeypatch.setattr(TUNING, "racy_ns", 0)  # index a file just written
     assert len(sk.load(folder)["telegram:42"].messages) == 2  # indexed
     corpus = sk.load(folder)  # from the index: messages read on first use
     assert type(corpus["telegram:42"]).__name__ == "IndexedSession"

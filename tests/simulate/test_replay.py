@@ -28,6 +28,7 @@ from sessionkit.store import memo
 from sessionkit.store.counting import TokenCache, count_tokens
 from sessionkit.store.index import SessionChangedError
 from sessionkit.testing import check_window_invariants
+from sessionkit.tuning import TUNING
 
 POLICY = get_policy("nanobot-0.2")
 STAMPED = HistorySettings(include_timestamps=True)
@@ -180,7 +181,7 @@ def test_a_long_session_replayed_in_ranges_by_workers_equals_one_replayed_whole(
     memo.clear()
     whole = replay_jobs([session], jobs, workers=1, progress=False, cache=None, stored=[stored])
     memo.clear()
-    monkeypatch.setattr(replay_module, "_SPLIT_MESSAGES", 4)
+    monkeypatch.setattr(TUNING, "split_messages", 4)
     split = replay_jobs([session], jobs, workers=2, progress=False, cache=None, stored=[stored])
     for (a,), (b,) in zip(split, whole, strict=True):
         for name in (*replay_module._PER_MESSAGE, *replay_module._PER_ENTRY):
@@ -210,7 +211,7 @@ def test_a_long_indexed_session_is_read_by_each_worker_up_to_its_range(
     ]
     lines = [{"_type": "metadata", "key": "t:0"}, *turn * 60, user("/new", _command=True)]
     (folder / "t_0.jsonl").write_text("".join(f"{json.dumps(x)}\n" for x in lines))
-    monkeypatch.setattr(sessionkit.store.index, "RACY_NS", 0)
+    monkeypatch.setattr(TUNING, "racy_ns", 0)
     monkeypatch.setattr(reader_module, "_CHUNK_BYTES", 4096)
     jobs = [(name, STAMPED) for name in RELEASES]
 
@@ -224,7 +225,7 @@ def test_a_long_indexed_session_is_read_by_each_worker_up_to_its_range(
         return session
 
     whole = replay_jobs([unread("one")], jobs, workers=1, progress=False, cache=None)
-    monkeypatch.setattr(replay_module, "_SPLIT_MESSAGES", 4)
+    monkeypatch.setattr(TUNING, "split_messages", 4)
     session = unread("two")
     split = replay_jobs([session], jobs, workers=2, progress=False, cache=None)
     assert session.streamable
@@ -301,7 +302,7 @@ def test_replays_for_several_releases_parse_each_indexed_session_once(
         lines += [user(f"q{j} {i}") if j % 2 == 0 else assistant(f"a{j}") for j in range(6 + i)]
         (folder / f"t_{i}.jsonl").write_text("".join(f"{json.dumps(x)}\n" for x in lines))
     monkeypatch.setenv("SESSIONKIT_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(sessionkit.store.index, "RACY_NS", 0)  # index files just written
+    monkeypatch.setattr(TUNING, "racy_ns", 0)  # index files just written
     sessionkit.load(folder)
     sessions = list(sessionkit.load(folder))
     assert all(s.identity is not None and s._messages is None for s in sessions)
@@ -439,7 +440,7 @@ def test_a_grid_on_a_loaded_store_reuses_its_counts_and_equals_one_in_memory(
     ]
     (folder / "t_0.jsonl").write_text("".join(f"{json.dumps(x)}\n" for x in lines))
     monkeypatch.setenv("SESSIONKIT_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(sessionkit.store.index, "RACY_NS", 0)  # index files just written
+    monkeypatch.setattr(TUNING, "racy_ns", 0)  # index files just written
     sessionkit.load(folder)
     corpus = sessionkit.load(folder)
     (loaded,) = list(corpus)

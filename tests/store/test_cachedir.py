@@ -21,6 +21,7 @@ from sessionkit import load
 from sessionkit.store import cachedir, counting, memo
 from sessionkit.store.frames import MESSAGE_TABLE
 from sessionkit.store.integrity import read_sealed
+from sessionkit.tuning import TUNING
 
 
 def test_the_cache_folder_follows_sessionkit_cache_dir_then_xdg(
@@ -66,7 +67,7 @@ def _store(folder: Path, n_files: int = 3) -> Path:
 @pytest.fixture
 def settled(monkeypatch: pytest.MonkeyPatch) -> None:
     """Files count as settled as soon as they are written (they are indexed at once)."""
-    monkeypatch.setattr(sessionkit.store.index, "RACY_NS", 0)
+    monkeypatch.setattr(TUNING, "racy_ns", 0)
 
 
 def test_the_cache_is_the_users_alone_whatever_the_umask(tmp_path: Path, settled: None) -> None:
@@ -161,7 +162,7 @@ def test_edit_and_reload_cycles_keep_the_cache_bounded(
     store = _store(tmp_path / "sessions")
     folder = tmp_path / "cache"
     monkeypatch.setenv("SESSIONKIT_CACHE_DIR", str(folder))
-    monkeypatch.setattr(sessionkit.simulate.replay, "_PERSIST_MIN_MESSAGES", 0)
+    monkeypatch.setattr(TUNING, "persist_min_messages", 0)
     sizes = []
     for n in range(20):
         with (store / "cli_1.jsonl").open("a") as f:
@@ -199,7 +200,7 @@ def test_entries_and_replays_of_a_deleted_file_are_dropped(
 def test_the_store_pack_drops_gone_files_but_not_those_a_smaller_load_left_out(
     tmp_path: Path, settled: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sessionkit.store.corpus, "PACK_MIN", 2)
+    monkeypatch.setattr(TUNING, "pack_min", 2)
     store = _store(tmp_path / "sessions", n_files=4)
     folder = tmp_path / "cache"
     load(store, cache=folder)
@@ -234,7 +235,7 @@ def test_cache_info_reports_the_index_bytes(
     window stacks) apart from the token counts."""
     from sessionkit.cli import main
 
-    monkeypatch.setattr(sessionkit.simulate.replay, "_PERSIST_MIN_MESSAGES", 0)
+    monkeypatch.setattr(TUNING, "persist_min_messages", 0)
     store = _store(tmp_path / "sessions")
     folder = tmp_path / "cache"
     corpus = load(store, cache=folder)
@@ -262,12 +263,13 @@ def test_a_process_with_its_own_cache_folder_or_none_leaves_the_default_untouche
     store = _store(tmp_path / "sessions")
     chosen = tmp_path / "chosen"
     code = (
-        "import sessionkit as sk, sessionkit.store.index\n"
-        "sessionkit.store.index.RACY_NS = 0\n"
+        "import sessionkit as sk\n"
+        "from sessionkit.tuning import TUNING\n"
+        "TUNING.racy_ns = 0\n"
         f"for cache in ({str(chosen)!r}, False):\n"
         f"    corpus = sk.load({str(store)!r}, cache=cache)\n"
         "    print(corpus.messages['tokens'].sum())\n"
-        "    sk.windows(corpus, max_tokens=[0, 20])\n"
+        "    sk.windows(corpus, grid={'max_tokens': [0, 20]})\n"
     )
     default = tmp_path / "default"
     env = os.environ | {"SESSIONKIT_CACHE_DIR": str(default)}

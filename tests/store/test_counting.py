@@ -21,6 +21,7 @@ from sessionkit.store import counting, forked
 from sessionkit.store.cachedir import write_ipc
 from sessionkit.store.counting import TokenCache, count_tokens
 from sessionkit.store.integrity import SEAL, read_sealed
+from sessionkit.tuning import TUNING
 
 RELEASE = "nanobot-0.2"
 """The release whose cache keys the key tests make."""
@@ -196,7 +197,7 @@ def test_parallel_path_equals_single_path(monkeypatch: pytest.MonkeyPatch) -> No
             super().__init__(max_workers, **kwargs)
 
     monkeypatch.setattr(forked, "ProcessPoolExecutor", SpyPool)
-    monkeypatch.setattr(counting, "_PARALLEL_MIN_MESSAGES", 1)
+    monkeypatch.setattr(TUNING, "parallel_count_messages", 1)
     assert count_tokens(messages, cache=False, workers=2) == single
     assert pools == [2]
     cache = TokenCache()
@@ -380,12 +381,12 @@ def test_a_cache_with_a_folder_keeps_counts_for_the_next_process(
 
 def test_many_flushes_are_merged_into_one_file(tmp_path: Path) -> None:
     cache = TokenCache(tmp_path)
-    for n in range(counting._SEGMENTS + 1):
+    for n in range(TUNING.count_files + 1):
         count_tokens([{"role": "user", "content": f"turn {n}"}], cache=cache, workers=1)
         cache.flush()
     assert len(list(tmp_path.glob("*.arrow"))) == 1
     fresh = TokenCache(tmp_path)
-    assert len(fresh) == counting._SEGMENTS + 1
+    assert len(fresh) == TUNING.count_files + 1
     assert fresh.get_many([None, 12345]) == [None, None]
 
 
@@ -513,7 +514,7 @@ def test_counting_batches_cut_by_characters_and_count_as_count_tokens(
     """Batches close once their content (plus 64 per message) reaches BATCH_CHARS, across
     ``add`` calls; a close sends what is held; the counts and estimates come back in order,
     equal to count_tokens', None where nanobot cannot count, and new counts join the cache."""
-    monkeypatch.setattr(counting, "BATCH_CHARS", 200)
+    monkeypatch.setattr(TUNING, "batch_chars", 200)
     messages = [{"role": "user", "content": "x" * n} for n in (36, 36, 100, 300, 0)]
     odd = {"role": "user", "content": [{"type": "text", "text": 5}]}
     sent: list[int] = []
@@ -552,7 +553,7 @@ def test_counts_files_answer_alike_merged_or_not(
 ) -> None:
     """Several counts files are searched as one array in memory, or file by file past
     ``_MERGED_KEYS``: the same answers, the oldest file's count for a key two hold."""
-    monkeypatch.setattr(counting, "_MERGED_KEYS", merged_keys)
+    monkeypatch.setattr(TUNING, "merged_count_keys", merged_keys)
     folder = tmp_path / "tokens"
     folder.mkdir()
     for keys, counts in [([5, 1, 9], [50, 10, 90]), ([9, 3], [91, 30]), ([2], [20])]:

@@ -31,6 +31,7 @@ import sessionkit as sk
 import sessionkit.store.index
 from sessionkit.nanobot.writer import session_lines
 from sessionkit.synthetic import FeatureMix, generate_session, write_store
+from sessionkit.tuning import TUNING
 
 SEED = 20261130
 N_BASES = 14
@@ -471,7 +472,7 @@ def mutants(folder: Path, rng: random.Random) -> Iterator[Path]:
 def test_fuzzed_files_never_crash_hang_lose_change_or_hide_anything(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sessionkit.store.index, "RACY_NS", 0)  # index the files just written
+    monkeypatch.setattr(TUNING, "racy_ns", 0)  # index the files just written
     monkeypatch.setenv("SESSIONKIT_CACHE_DIR", str(tmp_path / "index"))
     rng = random.Random(SEED)
     counts: Counter[str] = Counter()

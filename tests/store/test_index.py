@@ -26,6 +26,7 @@ import sessionkit.store.integrity
 from sessionkit import load
 from sessionkit.store import memo
 from sessionkit.store.index import IndexedSession, SessionChangedError
+from sessionkit.tuning import TUNING
 
 META = {"_type": "metadata", "key": "telegram:1", "last_consolidated": 1}
 MESSAGES = [
@@ -54,7 +55,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An index folder of its own; files count as settled as soon as they are written."""
     folder = tmp_path / "index"
     monkeypatch.setenv("SESSIONKIT_CACHE_DIR", str(folder))
-    monkeypatch.setattr(sessionkit.store.index, "RACY_NS", 0)
+    monkeypatch.setattr(TUNING, "racy_ns", 0)
     return folder
 
 
@@ -237,7 +238,7 @@ def test_the_default_index_under_home_serves_stores_under_home(
     monkeypatch.setenv("HOME", str(home))
     for name in ("SESSIONKIT_CACHE_DIR", "XDG_CACHE_HOME"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(sessionkit.store.index, "RACY_NS", 0)
+    monkeypatch.setattr(TUNING, "racy_ns", 0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         corpus = load(named, tokens=None)
@@ -260,7 +261,7 @@ def test_a_big_store_is_kept_as_one_pack_and_changes_beside_it(
 ) -> None:
     folder = tmp_path / "big"
     folder.mkdir()
-    for n in range(sessionkit.store.corpus.PACK_MIN):
+    for n in range(TUNING.pack_min):
         _write(folder / f"s_{n}.jsonl", f"s:{n}", MESSAGES[: 1 + n % 3])
     load(folder)
     assert [p.parent.name for p in cache.glob("index-*/*/*.arrow")] == ["stores"]
@@ -279,7 +280,7 @@ def test_a_big_store_is_kept_as_one_pack_and_changes_beside_it(
 def _small_files(folder: Path) -> Path:
     """A store of :data:`PACK_MIN` files of 1, 2, 3, 1, 2, 3, ... messages, named in order."""
     folder.mkdir()
-    for n in range(sessionkit.store.corpus.PACK_MIN):
+    for n in range(TUNING.pack_min):
         _write(folder / f"s_{n:02}.jsonl", f"s:{n}", MESSAGES[: 1 + n % 3])
     return folder
 
@@ -406,7 +407,7 @@ def test_a_store_indexed_without_tokens_is_packed_again_with_them(
     load(folder, tokens=None)
     reads.clear()
     counted = load(folder)
-    assert len(reads) == sessionkit.store.corpus.PACK_MIN
+    assert len(reads) == TUNING.pack_min
     assert [p.parent.name for p in cache.glob("index-*/*/*.arrow")] == ["stores"]
     reads.clear()
     _assert_same(load(folder), counted)
@@ -445,7 +446,7 @@ def test_a_pack_rewritten_whole_drops_the_own_packs_it_replaces(
             f.write(json.dumps({"role": "assistant", "content": "new"}) + "\n")
     load(folder)
     assert len(list(cache.glob("index-*/files/*.arrow"))) == 2
-    monkeypatch.setattr(sessionkit.store.corpus, "PACK_MIN", 3)  # a tenth of 32 files: 3
+    monkeypatch.setattr(TUNING, "pack_min", 3)  # a tenth of 32 files: 3
     with (folder / "s_07.jsonl").open("a") as f:
         f.write(json.dumps({"role": "assistant", "content": "new"}) + "\n")
     reads.clear()
@@ -490,12 +491,13 @@ def test_a_new_process_recounts_nothing(store: Path, tmp_path: Path) -> None:
 def test_windows_in_a_new_process_replay_nothing(store: Path, tmp_path: Path) -> None:
     cache = tmp_path / "replays"
     grid = (
-        "import sessionkit as sk, sessionkit.store.index, sessionkit.simulate.replay\n"
-        "sessionkit.store.index.RACY_NS = 0\n"
-        "sessionkit.simulate.replay._PERSIST_MIN_MESSAGES = 0\n"
+        "import sessionkit as sk\n"
+        "from sessionkit.tuning import TUNING\n"
+        "TUNING.racy_ns = 0\n"
+        "TUNING.persist_min_messages = 0\n"
         f"c = sk.load({str(store)!r})\n"
-        "w = sk.windows(c, policy=['nanobot-0.2', 'nanobot-0.3.0', 'nanobot-0.3.5'],"
-        " max_tokens=[0, 20])\n"
+        "w = sk.windows(c, grid={'policy': ['nanobot-0.2', 'nanobot-0.3.0', 'nanobot-0.3.5'],"
+        " 'max_tokens': [0, 20]})\n"
         "print(w.to_json())\n"
     )
     cold = _run(grid, cache)
@@ -515,8 +517,9 @@ def test_windows_in_a_new_process_replay_nothing(store: Path, tmp_path: Path) ->
 def test_two_processes_open_one_store_at_once(store: Path, tmp_path: Path) -> None:
     cache = tmp_path / "shared"
     code = (
-        "import sessionkit as sk, sessionkit.store.index\n"
-        "sessionkit.store.index.RACY_NS = 0\n"
+        "import sessionkit as sk\n"
+        "from sessionkit.tuning import TUNING\n"
+        "TUNING.racy_ns = 0\n"
         f"print(sk.load({str(store)!r}).messages['tokens'].sum())"
     )
     env = os.environ | {"SESSIONKIT_CACHE_DIR": str(cache)}
@@ -532,7 +535,7 @@ def test_two_processes_open_one_store_at_once(store: Path, tmp_path: Path) -> No
 def test_windows_kept_in_the_index_follow_a_changed_file(
     store: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sessionkit.simulate.replay, "_PERSIST_MIN_MESSAGES", 0)
+    monkeypatch.setattr(TUNING, "persist_min_messages", 0)
     grid = {"policy": ["nanobot-0.2", "nanobot-0.3.5"], "max_tokens": [0, 20]}
     sessionkit.windows(load(store), grid=grid)
     memo.clear()
@@ -550,7 +553,7 @@ def test_windows_kept_in_the_index_follow_a_changed_file(
 def test_an_index_that_cannot_be_written_costs_speed_only(
     store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sessionkit.store.index, "RACY_NS", 0)
+    monkeypatch.setattr(TUNING, "racy_ns", 0)
     blocked = tmp_path / "not-a-folder"
     blocked.write_text("a file where the index folder would be")
     with pytest.warns(UserWarning, match="could not write the index"):

@@ -45,10 +45,11 @@ import sessionkit.simulate.replay as replay
 import sessionkit.store.index as index
 from sessionkit.store.counting import DEFAULT_CACHE
 from sessionkit.store.integrity import read_sealed
+from sessionkit.tuning import TUNING
 
-index.RACY_NS = 0
-replay._PERSIST_MIN_MESSAGES = 0
-sk.store.corpus.PACK_MIN = 2  # the store's pack, then one file's own pack beside it
+TUNING.racy_ns = 0
+TUNING.persist_min_messages = 0
+TUNING.pack_min = 2  # the store's pack, then one file's own pack beside it
 store, cache, seed, rounds = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 grid = {"policy": ["nanobot-0.2", "nanobot-0.3.5"], "max_tokens": [0, 40]}
 

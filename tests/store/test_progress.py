@@ -18,12 +18,11 @@ import pytest
 from tqdm import tqdm
 
 import sessionkit as sk
-from sessionkit.store import corpus as corpus_module
-from sessionkit.store import index as index_module
 from sessionkit.store.cachedir import cache_contents
 from sessionkit.store.counting import TokenCache, count_tokens
 from sessionkit.synthetic import generate_corpus
 from sessionkit.synthetic.sessions import FeatureMix
+from sessionkit.tuning import TUNING
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 BAR = re.compile(r"(reading|counting tokens): +\d+%\|[^|]*\| (\S+)/(\S+) ")
@@ -64,15 +63,15 @@ def test_the_sample_shows_no_bar_by_default_even_cold(tmp_path: Path, capsys) ->
 
 
 def test_a_warm_open_has_nothing_to_show(small: Path, tmp_path: Path, monkeypatch, capsys) -> None:
-    monkeypatch.setattr(index_module, "RACY_NS", 0)  # index the files just generated
+    monkeypatch.setattr(TUNING, "racy_ns", 0)  # index the files just generated
     sk.load(small, cache=tmp_path, progress=False)
     sk.load(small, cache=tmp_path, progress=True)
     assert capsys.readouterr().err == ""
 
 
 def test_progress_false_hides_the_bars_of_large_work(small: Path, monkeypatch, capsys) -> None:
-    monkeypatch.setattr(corpus_module, "READ_PROGRESS_BYTES", 1)
-    monkeypatch.setattr(corpus_module, "COUNT_PROGRESS_MESSAGES", 1)
+    monkeypatch.setattr(TUNING, "read_progress_bytes", 1)
+    monkeypatch.setattr(TUNING, "count_progress_messages", 1)
     sk.load(small, cache=False, progress=False)
     assert capsys.readouterr().err == ""
 
@@ -81,10 +80,10 @@ def test_the_bytes_threshold_shows_both_bars_from_its_value_on(
     small: Path, monkeypatch, capsys
 ) -> None:
     total = store_bytes(small)
-    monkeypatch.setattr(corpus_module, "READ_PROGRESS_BYTES", total + 1)
+    monkeypatch.setattr(TUNING, "read_progress_bytes", total + 1)
     sk.load(small, cache=False)
     assert bars(capsys.readouterr().err) == {}
-    monkeypatch.setattr(corpus_module, "READ_PROGRESS_BYTES", total)
+    monkeypatch.setattr(TUNING, "read_progress_bytes", total)
     sk.load(small, cache=False)
     assert set(bars(capsys.readouterr().err)) == {"reading", "counting tokens"}
 
@@ -92,10 +91,10 @@ def test_the_bytes_threshold_shows_both_bars_from_its_value_on(
 def test_the_messages_threshold_shows_the_counting_bar_only(
     small: Path, monkeypatch, capsys
 ) -> None:
-    monkeypatch.setattr(corpus_module, "COUNT_PROGRESS_MESSAGES", 879)
+    monkeypatch.setattr(TUNING, "count_progress_messages", 879)
     sk.load(small, cache=False)
     assert bars(capsys.readouterr().err) == {}
-    monkeypatch.setattr(corpus_module, "COUNT_PROGRESS_MESSAGES", 878)
+    monkeypatch.setattr(TUNING, "count_progress_messages", 878)
     sk.load(small, cache=False)
     assert bars(capsys.readouterr().err) == {"counting tokens": ("878", "878")}
     sk.load(small, cache=False, tokens="fallback")
@@ -124,7 +123,8 @@ import sys
 from pathlib import Path
 import sessionkit as sk
 import sessionkit.store.corpus as corpus_module
-corpus_module.FORK_BYTES = int(sys.argv[3])
+from sessionkit.tuning import TUNING
+TUNING.fork_bytes = int(sys.argv[3])
 sk.load(sys.argv[1], cache=Path(sys.argv[2]), progress=True)
 print("finished", flush=True)
 """
@@ -179,7 +179,7 @@ def test_ctrl_c_while_workers_count_stops_at_once_and_leaves_a_clean_cache(
 ) -> None:
     """Workers forked by ``count_tokens`` once the messages are read (the parent waits for
     them in ``_forked``), or by the load before it reads
-    (:data:`~sessionkit.store.corpus.FORK_BYTES`: they count while the parent reads and
+    (:data:`~TUNING.fork_bytes`: they count while the parent reads and
     builds columns, so Ctrl-C may find it anywhere)."""
     folder, expected = large
     cache = tmp_path / "cache"
@@ -216,7 +216,7 @@ def test_ctrl_c_while_workers_count_stops_at_once_and_leaves_a_clean_cache(
     leftovers = sorted(p.name for p in cache.rglob("*") if p.is_file())
     assert [n for n in leftovers if n.endswith(".tmp")] == []
     assert "temp" not in cache_contents(cache)
-    monkeypatch.setattr(index_module, "RACY_NS", 0)  # index the files just generated
+    monkeypatch.setattr(TUNING, "racy_ns", 0)  # index the files just generated
     again = sk.load(folder, cache=cache, progress=False)
     pd.testing.assert_frame_equal(again.messages, expected)
     assert cache_contents(cache)["entries"][0] == 16  # a pack per file (fewer than PACK_MIN)

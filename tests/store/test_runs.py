@@ -11,12 +11,12 @@ import pytest
 import sessionkit as sk
 import sessionkit.store.corpus as corpus_module
 import sessionkit.store.counting as counting_module
-import sessionkit.store.index as index_module
 import sessionkit.store.streamed as streamed_module
 from sessionkit.nanobot import reader as reader_module
 from sessionkit.store.corpus import _runs
 from sessionkit.store.counting import CountingBatches, token_cache_in
 from sessionkit.store.index import IndexedSession
+from sessionkit.tuning import TUNING
 
 
 def test_runs_cut_files_by_bytes_and_count_in_order() -> None:
@@ -37,8 +37,8 @@ def test_a_load_in_runs_equals_one_in_a_single_run(
     folder = tmp_path / "sessions"
     shutil.copytree(sk.load().loaded_from[0] / "sessions", folder)
     shutil.copytree(sk.load().loaded_from[0] / "damaged", folder, dirs_exist_ok=True)
-    monkeypatch.setattr(index_module, "RACY_NS", 0)  # index the files just copied
-    monkeypatch.setattr(corpus_module, "RUN_BYTES", 1)
+    monkeypatch.setattr(TUNING, "racy_ns", 0)  # index the files just copied
+    monkeypatch.setattr(TUNING, "run_bytes", 1)
     cache = tmp_path / "cache"
     expected = sk.load(folder, cache=False, tokens=tokens, progress=False)
     apart: list[int] = []
@@ -83,8 +83,8 @@ def test_a_run_too_deep_to_send_back_is_built_by_the_load_itself(
         ]
         (folder / f"{name}.jsonl").write_text("\n".join(lines) + "\n")
     expected = {t: sk.load(folder, cache=False, tokens=t) for t in ("tiktoken", None)}
-    monkeypatch.setattr(index_module, "RACY_NS", 0)
-    monkeypatch.setattr(corpus_module, "RUN_FILES", 1)
+    monkeypatch.setattr(TUNING, "racy_ns", 0)
+    monkeypatch.setattr(TUNING, "run_files", 1)
     here: list[list[tuple[int, int]]] = []  # runs read in this process (workers: their own)
     real = corpus_module._read_run
 
@@ -115,10 +115,10 @@ def test_workers_forked_before_reading_count_as_one_batch_does(
     uncountable = b'{"role": "user", "content": [{"type": "text", "text": 5}]}\n'
     (folder / "cli_x.jsonl").write_bytes(b'{"role": "user", "content": "hi"}\n' + uncountable)
     expected = sk.load(folder, cache=False, progress=False)
-    monkeypatch.setattr(index_module, "RACY_NS", 0)
-    monkeypatch.setattr(corpus_module, "FORK_BYTES", 0)
-    monkeypatch.setattr(corpus_module, "RUN_BYTES", 500_000)
-    monkeypatch.setattr(counting_module, "BATCH_CHARS", 20_000)
+    monkeypatch.setattr(TUNING, "racy_ns", 0)
+    monkeypatch.setattr(TUNING, "fork_bytes", 0)
+    monkeypatch.setattr(TUNING, "run_bytes", 500_000)
+    monkeypatch.setattr(TUNING, "batch_chars", 20_000)
     started = []
     monkeypatch.setattr(CountingBatches, "_send", _spied(CountingBatches._send, started))
     cache = tmp_path / "cache"
@@ -166,8 +166,8 @@ def test_a_batch_nested_too_deeply_to_pickle_is_counted_by_the_load_itself(
         ]
         (folder / f"{name}.jsonl").write_text("\n".join(lines) + "\n")
     expected = sk.load(folder, cache=False, progress=False)
-    monkeypatch.setattr(corpus_module, "FORK_BYTES", 0)
-    monkeypatch.setattr(counting_module, "BATCH_CHARS", 1)  # a batch per message
+    monkeypatch.setattr(TUNING, "fork_bytes", 0)
+    monkeypatch.setattr(TUNING, "batch_chars", 1)  # a batch per message
     here: list[int] = []  # batches counted in this process (the workers' calls are theirs)
     real = counting_module._both_counts
 
@@ -196,10 +196,10 @@ def test_files_streamed_batch_by_batch_equal_files_read_whole(
     shutil.copytree(sk.load().loaded_from[0] / "sessions", folder)
     shutil.copytree(sk.load().loaded_from[0] / "damaged", folder, dirs_exist_ok=True)
     expected = sk.load(folder, cache=False, tokens=tokens, progress=False)
-    monkeypatch.setattr(index_module, "RACY_NS", 0)
-    monkeypatch.setattr(corpus_module, "STREAM_BYTES", 0)
-    monkeypatch.setattr(corpus_module, "RUN_FILES", 1)
-    monkeypatch.setattr(corpus_module, "FORK_BYTES", 0 if where == "here" else 1 << 40)
+    monkeypatch.setattr(TUNING, "racy_ns", 0)
+    monkeypatch.setattr(TUNING, "stream_bytes", 0)
+    monkeypatch.setattr(TUNING, "run_files", 1)
+    monkeypatch.setattr(TUNING, "fork_bytes", 0 if where == "here" else 1 << 40)
     monkeypatch.setattr(reader_module, "_CHUNK_BYTES", 4096)
     streamed: list[str] = []  # files streamed by this process (workers: their own)
     real = streamed_module.streamed_entry

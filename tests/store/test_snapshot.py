@@ -21,6 +21,7 @@ from sessionkit.store.catalog import read_catalog
 from sessionkit.store.corpus import REPOSITORY_DATA, Corpus
 from sessionkit.store.counting import token_cache_in, token_cache_of
 from sessionkit.store.integrity import IntegrityError
+from sessionkit.tuning import TUNING
 
 SAMPLES = ("sessions", "damaged", "nanobot-0.3.5")
 
@@ -31,8 +32,8 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     a first load keeps a pack of the store (as one of 32 files or more does)."""
     folder = tmp_path / "index"
     monkeypatch.setenv("SESSIONKIT_CACHE_DIR", str(folder))
-    monkeypatch.setattr(sessionkit.store.index, "RACY_NS", 0)
-    monkeypatch.setattr(sessionkit.store.corpus, "PACK_MIN", 1)
+    monkeypatch.setattr(TUNING, "racy_ns", 0)
+    monkeypatch.setattr(TUNING, "pack_min", 1)
     return folder
 
 

@@ -22,6 +22,7 @@ from sessionkit.nanobot.reader import read_session_file
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.writer import save_session, session_lines
 from sessionkit.store.corpus import Corpus
+from sessionkit.tuning import TUNING
 from sessionkit.writers.forking import (
     LINEAGE_KEY,
     ForkIndexError,
@@ -498,7 +499,7 @@ def _with_held_lines(source: Session, folder: Path) -> list[bytes]:
 @pytest.mark.parametrize(("index", "stop"), [(0, 3), (1, 8), (3, 13)])
 def test_held_lines_are_forked_back_byte_for_byte(source, tmp_path, monkeypatch, index, stop):
     monkeypatch.setenv("SESSIONKIT_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr("sessionkit.store.index.RACY_NS", 0)  # index the file just written
+    monkeypatch.setattr(TUNING, "racy_ns", 0)  # index the file just written
     source.metadata, source.last_consolidated = {}, 0
     lines = _with_held_lines(source, tmp_path / "src")
     fresh = sessionkit.load(tmp_path / "src")["telegram:1"]
