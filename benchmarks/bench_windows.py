@@ -10,7 +10,7 @@ each with its own default count window: 120, 2000, none) and max_tokens 0/8k/32k
 - windows per second for each release and budget: sessionkit over the whole corpus (prepared
   sessions cached) and, on the same sampled sessions, the release's own
   ``Session.get_history`` called once per user turn: nanobot-ai 0.2.2 in this process, 0.3.0
-  and 0.3.5 in their own environments (``tests/nanobot/releases.py``, timed inside that
+  and 0.3.5 in their own environments (``tests/support/releases.py``, timed inside that
   subprocess), plus sessionkit's exact policy for 0.3.x as an in-process stand-in.  Every
   window size is checked to agree with sessionkit's.
 
@@ -197,8 +197,8 @@ def _release_own(
     sample: list[Any], turns: dict[str, list[tuple[int, int]]], policy: str
 ) -> dict[str, Any] | str:
     """The release's own get_history per turn, timed inside its own environment (or why not)."""
-    sys.path.insert(0, str(HERE.parent / "tests" / "nanobot"))
-    from releases import ReleaseUnavailable, build_release
+    sys.path.insert(0, str(HERE.parent / "tests"))  # the tests' support package
+    from support.releases import ReleaseUnavailable, build_release
 
     try:
         python = build_release(VERSIONS[policy]).python

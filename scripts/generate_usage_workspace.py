@@ -1,12 +1,12 @@
 """Regenerate ``data/nanobot-0.3.5``: a data dir and workspace nanobot 0.3.5 wrote, with its usage log.
 
-nanobot 0.3.5's own gateway loop (``tests/nanobot/e2e.py`` ``run_gateway``: the loop composed as
+nanobot 0.3.5's own gateway loop (``tests/support/e2e.py`` ``run_gateway``: the loop composed as
 ``cli/gateway_runtime.py`` composes it, the usage recorder attached) runs :data:`SCENARIO`'s turns
-one after another against the local OpenAI-compatible stub (``tests/nanobot/stub_openai.py``),
+one after another against the local OpenAI-compatible stub (``tests/support/stub_openai.py``),
 which answers with scripted text and tool calls and known usage, streamed with the usage in the
 final chunk.  The model is named ``gpt-4o-mini`` so genai-prices prices every call; the context
 window is small enough that the governor summarises twice.  Needs the 0.3.5 release venv
-(``tests/nanobot/releases.py`` builds it under ``.cache/nanobot-releases/`` on first use).
+(``tests/support/releases.py`` builds it under ``.cache/nanobot-releases/`` on first use).
 
 What the release wrote is copied as it is, except what a second run could not reproduce:
 
@@ -48,8 +48,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests" / "nanobot"))
-import e2e  # noqa: E402
+sys.path.insert(0, str(ROOT / "tests"))  # the tests' support package
+from support import e2e  # noqa: E402
 
 OUT = ROOT / "data" / "nanobot-0.3.5"
 MODEL = "gpt-4o-mini"

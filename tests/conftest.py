@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +18,7 @@ from types import ModuleType
 
 import pytest
 from hypothesis import HealthCheck, settings
-from reference import RUNNING, require
+from support.reference import RUNNING, require
 from xdist import is_xdist_controller
 
 settings.register_profile(
@@ -43,7 +42,7 @@ DATA = REPO / "data"
 _INDEX = tempfile.TemporaryDirectory(prefix="sessionkit-test-index-")
 os.environ["SESSIONKIT_CACHE_DIR"] = _INDEX.name
 
-# The nanobot releases the suite installs (tests/nanobot/releases.py), where sessionkit (and the
+# The nanobot releases the suite installs (tests/support/releases.py), where sessionkit (and the
 # notebooks' kernels) look for them: the user's own installs are never used.
 os.environ["SESSIONKIT_RELEASES_DIR"] = str(REPO / ".cache" / "nanobot-releases")
 
@@ -64,8 +63,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """
     if not is_xdist_controller(session) or session.config.option.collectonly:
         return
-    sys.path.insert(0, str(Path(__file__).with_name("nanobot")))
-    from releases import VERSIONS, build_release
+    from support.releases import VERSIONS, build_release
 
     for version in VERSIONS:
         _RELEASE_BUILDS.submit(build_release, version)

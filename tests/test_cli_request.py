@@ -9,14 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.releases import release  # noqa: E402
 
 import sessionkit
 from sessionkit.cli import main
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.writer import save_session
-
-sys.path.insert(0, str(Path(__file__).resolve().parent / "nanobot"))
-from releases import release  # noqa: E402
 
 KEY = "cli:direct"
 

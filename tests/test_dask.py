@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import dask.dataframe as dd
 import pandas as pd
 import pytest
 from distributed import Client, LocalCluster
+from support.releases import release  # noqa: E402
 
 import sessionkit as sk
 from sessionkit import dask as skd
@@ -18,9 +18,6 @@ from sessionkit import synthetic
 from sessionkit.nanobot.reader import find_session_files
 from sessionkit.store.cachedir import default_cache_dir
 from sessionkit.tuning import TUNING
-
-sys.path.insert(0, str(Path(__file__).resolve().parent / "nanobot"))
-from releases import release  # noqa: E402
 
 GRID = {"max_messages": [20, 120], "max_tokens": [0, 4000], "last_consolidated": ["recorded", 0]}
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from reference import need
+from support.reference import need
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted(ROOT.glob("notebooks/*.ipynb"))

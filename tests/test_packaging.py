@@ -12,7 +12,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from reference import need
+from support.reference import need
 
 from sessionkit.nanobot.reader import SessionPathError
 from sessionkit.store import corpus

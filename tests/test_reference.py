@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from reference import marked_for, need, unavailable, under_ci
+from support.reference import marked_for, need, unavailable, under_ci
 
 
 @pytest.mark.parametrize("value", ["true", "TRUE", "1", "yes"])

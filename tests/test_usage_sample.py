@@ -11,7 +11,6 @@ import runpy
 import shutil
 import sqlite3
 import subprocess
-import sys
 from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,8 +28,7 @@ SAMPLE = REPO / "data" / "nanobot-0.3.5"
 SCRIPT = runpy.run_path(str(REPO / "scripts" / "generate_usage_workspace.py"))
 NAMESPACE = f"sessions/{SCRIPT['WORKSPACE_ID']}"
 
-sys.path.insert(0, str(REPO / "tests" / "nanobot"))
-from releases import release  # noqa: E402
+from support.releases import release  # noqa: E402
 
 FILES = [
     "config.json",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-from usage_fixtures import (
+from support.usage_fixtures import (
     call,
     checkpoint,
     last_usage,

@@ -6,7 +6,7 @@ import json
 from datetime import UTC, datetime
 
 from genai_prices import Usage, calc_price
-from usage_fixtures import T0, call, reply, user, write_log, write_session
+from support.usage_fixtures import T0, call, reply, user, write_log, write_session
 
 from sessionkit.cli import main
 

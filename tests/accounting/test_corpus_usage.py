@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-from usage_fixtures import (
+from support.usage_fixtures import (
     NAMESPACE,
     call,
     last_usage,

@@ -1,4 +1,4 @@
-"""End to end: nanobot 0.3.5's own gateway loop (tests/nanobot/e2e.py) runs scripted turns
+"""End to end: nanobot 0.3.5's own gateway loop (tests/support/e2e.py) runs scripted turns
 one after another against the local stub, which reports known usage; every call it logged
 appears once in ``usage``, tied to the turn and step that made it (summary calls to their
 turn), with the stub's tokens and genai-prices' cost.  Concurrency is tested with fixtures
@@ -6,19 +6,15 @@ turn), with the stub's tokens and genai-prices' cost.  Concurrency is tested wit
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 
 import numpy as np
 import pytest
 from genai_prices import Usage, calc_price
+from support import e2e  # noqa: E402
 
 from sessionkit.accounting.ledger import usage
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nanobot"))
-import e2e  # noqa: E402
 
 pytestmark = pytest.mark.conformance
 

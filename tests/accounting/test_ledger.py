@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from usage_fixtures import T0, call, ledger, reply, user, write_log, write_session
+from support.usage_fixtures import T0, call, ledger, reply, user, write_log, write_session
 
 from sessionkit.schema import USAGE
 

@@ -6,15 +6,12 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from usage_fixtures import DDL_035, call, ledger, write_log
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nanobot"))
-from releases import release  # noqa: E402
+from support.releases import release  # noqa: E402
+from support.usage_fixtures import DDL_035, call, ledger, write_log
 
 OLD_DAY = {
     "schema_version": 1,

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from genai_prices import Usage, calc_price
-from usage_fixtures import call, ledger, write_log
+from support.usage_fixtures import call, ledger, write_log
 
 from sessionkit.accounting.calibration import Calibration, Fit
 from sessionkit.accounting.pricing import cost

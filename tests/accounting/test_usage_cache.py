@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from usage_fixtures import call, ledger, reply, tied, user, write_log, write_session
+from support.usage_fixtures import call, ledger, reply, tied, user, write_log, write_session
 
 from sessionkit.accounting import ledger as ledger_module
 from sessionkit.store import memo

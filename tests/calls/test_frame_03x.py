@@ -6,19 +6,16 @@ message as windows count."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
+from support.releases import release  # noqa: E402
+from support.sampling import sample_rows  # noqa: E402
 
 import sessionkit as sk
 from sessionkit.calls.assembly import kit_of, turn_calls
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nanobot"))
-from releases import release  # noqa: E402
-from sampling import sample_rows  # noqa: E402
 
 KEYS = ("telegram:777", "cli:direct", "discord:987")
 ESTIMATE = sk.get_policy("nanobot-0.2")

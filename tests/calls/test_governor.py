@@ -8,7 +8,7 @@ from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import message_lists
+from support.strategies import message_lists
 
 from sessionkit.calls.assembly import count_text
 from sessionkit.calls.governor import _Meter

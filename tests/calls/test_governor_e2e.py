@@ -7,21 +7,17 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
+from support.e2e import SCENARIO_GOVERNOR, GatewayRun, run_gateway  # noqa: E402
+from support.releases import release  # noqa: E402
 
 import sessionkit as sk
 from sessionkit.calls.assembly import call_list, kit_of
 from sessionkit.calls.governor import _JOIN_MARGIN, _joins, verdicts
 from sessionkit.nanobot.policies import get_policy
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nanobot"))
-from e2e import SCENARIO_GOVERNOR, GatewayRun, run_gateway  # noqa: E402
-from releases import release  # noqa: E402
 
 pytestmark = pytest.mark.conformance
 

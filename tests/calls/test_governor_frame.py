@@ -5,19 +5,15 @@ at each call (before and after a summary within the turn)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
+from support.e2e import SCENARIO_GOVERNOR, GatewayRun, run_gateway  # noqa: E402
+from support.releases import release  # noqa: E402
 
 import sessionkit as sk
 from sessionkit.calls.governor import verdicts
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nanobot"))
-from e2e import SCENARIO_GOVERNOR, GatewayRun, run_gateway  # noqa: E402
-from releases import release  # noqa: E402
 
 pytestmark = pytest.mark.conformance
 

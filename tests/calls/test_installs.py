@@ -9,12 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.releases import release  # noqa: E402
 
 from sessionkit.calls import installs
 from sessionkit.calls.installs import ReleaseNotInstalled, find_release, installed, release_version
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nanobot"))
-from releases import release  # noqa: E402
 
 
 def test_the_test_environment_holds_0_2_2() -> None:

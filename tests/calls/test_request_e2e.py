@@ -4,17 +4,13 @@ request body it sent is rebuilt by ``sk.request`` from the files it left behind.
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
+from support.e2e import SCENARIO_BASIC, GatewayRun, run_gateway  # noqa: E402
+from support.releases import release  # noqa: E402
 
 import sessionkit as sk
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "nanobot"))
-from e2e import SCENARIO_BASIC, GatewayRun, run_gateway  # noqa: E402
-from releases import release  # noqa: E402
 
 pytestmark = pytest.mark.conformance
 

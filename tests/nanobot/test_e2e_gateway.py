@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e import SCENARIO_BASIC, SCENARIO_GOVERNOR, GatewayRun, run_gateway
-from stub_openai import Reply, ScriptedTurn, StubServer
+from support.e2e import SCENARIO_BASIC, SCENARIO_GOVERNOR, GatewayRun, run_gateway
+from support.stub_openai import Reply, ScriptedTurn, StubServer
 
 pytestmark = pytest.mark.conformance
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from releases import release
+from support.releases import release
 
 from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.session import Session

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from strategies import message_lists
-from strategies import messages as stored_messages
+from support.strategies import message_lists
+from support.strategies import messages as stored_messages
 
 from sessionkit import load
 from sessionkit.nanobot.listing import (

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from reference import require
-from strategies import message_lists, sessions
+from support.reference import require
+from support.strategies import message_lists, sessions
 
 import sessionkit
 from sessionkit import Session

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from releases import Release, release
-from sampling import examples
-from strategies import message_lists
+from support.releases import Release, release
+from support.sampling import examples
+from support.strategies import message_lists
 
 from sessionkit.nanobot import tokens
 from sessionkit.nanobot.policies import Trim, get_policy

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from reference import require
+from support.reference import require
 
 from sessionkit.nanobot.reader import read_session_file
 

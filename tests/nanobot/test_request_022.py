@@ -22,8 +22,8 @@ from zoneinfo import ZoneInfo
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from releases import _harness_env, release
-from sampling import examples
+from support.releases import _harness_env, release
+from support.sampling import examples
 
 import sessionkit.nanobot.probes
 from sessionkit.nanobot import request_022 as rq
@@ -33,7 +33,7 @@ from sessionkit.nanobot.policies import get_policy
 pytestmark = pytest.mark.conformance
 
 PROBE = Path(sessionkit.nanobot.probes.__file__).with_name("probe_022.py")
-DRIVER = Path(__file__).with_name("request_driver_022.py")
+DRIVER = Path(__file__).parents[1] / "support" / "request_driver_022.py"
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(40))
 KEY = "cli:direct"
 

@@ -24,9 +24,9 @@ import json_repair
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from releases import REPO, Release, release
-from sampling import examples
-from strategies import message_lists, texts
+from support.releases import REPO, Release, release
+from support.sampling import examples
+from support.strategies import message_lists, texts
 
 from sessionkit.nanobot import request_030 as rq
 from sessionkit.nanobot.tokens import encoding

@@ -23,8 +23,8 @@ import hypothesis
 import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
-from releases import REPO, Release, release
-from sampling import examples
+from support.releases import REPO, Release, release
+from support.sampling import examples
 
 from sessionkit.nanobot import request_035 as rq
 from sessionkit.nanobot.tokens import encoding

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from reference import require
-from strategies import message_lists
+from support.reference import require
+from support.strategies import message_lists
 
 from sessionkit.nanobot import session as session_module
 from sessionkit.nanobot.session import Session

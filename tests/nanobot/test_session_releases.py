@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from releases import Release, release
+from support.releases import Release, release
 
 from sessionkit.nanobot.session import Session
 

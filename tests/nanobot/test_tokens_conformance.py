@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from reference import require
+from support.reference import require
 
 from sessionkit.nanobot.tokens import estimate_message_tokens, fallback_message_tokens
 from sessionkit.store.counting import TokenCache, _message_keys, count_tokens

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from releases import release
+from support.releases import release
 
 import sessionkit as sk
 

@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from reference import need
+from support.reference import need
 
 from sessionkit.nanobot import writer
 from sessionkit.nanobot.naming import (

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
-from reference import require
+from support.reference import require
 
 from sessionkit.nanobot.naming import UnsafeKeyError, session_filename
 from sessionkit.nanobot.policies import FORK_VOLATILE_METADATA_KEYS as VOLATILE_METADATA_KEYS

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from strategies import sessions
+from support.strategies import sessions
 
 import sessionkit
 from sessionkit import Session

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sampling import examples, sample_rows
-from strategies import message_lists, sessions
+from support.sampling import examples, sample_rows
+from support.strategies import message_lists, sessions
 
 import sessionkit
 from sessionkit import Session

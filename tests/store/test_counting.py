@@ -12,8 +12,8 @@ import pyarrow.compute
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sampling import examples
-from strategies import messages
+from support.sampling import examples
+from support.strategies import messages
 
 from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.tokens import encoding, estimate_message_tokens, fallback_message_tokens

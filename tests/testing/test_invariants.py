@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sampling import examples
-from strategies import sessions
+from support.sampling import examples
+from support.strategies import sessions
 
 from sessionkit import Session, load
 from sessionkit.nanobot.settings import HistorySettings

@@ -6,19 +6,13 @@ from __future__ import annotations
 
 import html
 import re
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from genai_prices import Usage, calc_price
-
-import sessionkit
-from sessionkit.views.explorer import Explorer, explore
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "accounting"))
-from usage_fixtures import (  # noqa: E402
+from support.usage_fixtures import (  # noqa: E402
     NAMESPACE,
     T0,
     call,
@@ -30,6 +24,9 @@ from usage_fixtures import (  # noqa: E402
     write_log,
     write_session,
 )
+
+import sessionkit
+from sessionkit.views.explorer import Explorer, explore
 
 GOV = "telegram:gov"
 ODD = "slack:<b>&amp;"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from reference import need, unavailable
+from support.reference import need, unavailable
 
 from sessionkit.nanobot.reader import SessionPathError
 from sessionkit.views.report import (

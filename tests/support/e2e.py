@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from releases import _harness_env, release
-from stub_openai import Call, Reply, ScriptedTurn, StubServer, Usage
+from support.releases import _harness_env, release
+from support.stub_openai import Call, Reply, ScriptedTurn, StubServer, Usage
 
 __all__ = ["SCENARIO_BASIC", "SCENARIO_GOVERNOR", "GatewayRun", "run_gateway"]
 

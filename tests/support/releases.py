@@ -7,7 +7,7 @@ safe when several pytest processes race (a file lock), and instant on reuse.
 
 Use from a test module::
 
-    from releases import release  # tests/nanobot is on sys.path under pytest
+    from support.releases import release  # tests/ is on sys.path under pytest
 
     @pytest.fixture(scope="module")
     def nb030():
@@ -41,9 +41,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from reference import marked_for, unavailable
-
 from sessionkit.calls.installs import install
+from support.reference import marked_for, unavailable
 
 __all__ = ["VERSIONS", "Release", "ReleaseUnavailable", "build_release", "release"]
 
