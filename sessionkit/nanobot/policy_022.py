@@ -31,7 +31,7 @@ _FIXED_CHAT_CHANNELS = frozenset({"cli", "api"})
 """Channels whose runtime context names a fixed chat (``agent``: direct, ``serve``: default)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Policy(CappedPolicy):
     """nanobot-ai 0.2.2's replay and trimming rules (``name="nanobot-0.2"``).
 

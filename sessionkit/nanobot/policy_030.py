@@ -86,7 +86,7 @@ def _cli_app_breadcrumbs(message: Message, content: Any) -> Any:
     return append_lines(content, lines) if lines else content
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Policy030(CappedPolicy):
     """nanobot-ai 0.3.0's ``Session`` rules on plain ``(messages, last_consolidated)`` data.
 

@@ -79,7 +79,7 @@ class SessionState:
     metadata: dict[str, Any]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Policy035(ReplayPolicy):
     """nanobot-ai 0.3.5's ``Session`` rules on plain data (``name="nanobot-0.3.5"``).
 

@@ -72,7 +72,7 @@ def replay_token_budget(context_window: int, max_output: int) -> int:
     return budget if budget > 0 else max(128, context_window // 2)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ReplayPolicy:
     """One nanobot release: its replay rules and every fact the layers above ask about it.
 
@@ -131,6 +131,10 @@ class ReplayPolicy:
     probe: str = ""
     """The script of :mod:`sessionkit.nanobot.probes` run inside that release for its kit."""
     """``enforce_file_cap``'s rule, ``None`` for a release without a file cap."""
+
+    def __repr__(self) -> str:
+        """Short: the release and its registry name (its fields are its documentation)."""
+        return f"<{self.label or type(self).__name__} ({self.name})>"
 
     def resolve(self, settings: HistorySettings) -> HistorySettings:
         """``settings`` with every ``None`` (and every setting this release ignores) replaced by
@@ -428,7 +432,7 @@ class ReplayPolicy:
         return entries
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class CappedPolicy(ReplayPolicy):
     """A release with nanobot's file cap: ``enforce_file_cap`` and
     ``retain_recent_legal_suffix`` (0.2.2, 0.3.0)."""

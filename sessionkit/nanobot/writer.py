@@ -35,6 +35,7 @@ from sessionkit.nanobot.session import Session
 __all__ = [
     "LOCK_FILENAME",
     "TEMP_NAME",
+    "check_folder",
     "check_target",
     "jsonl_line",
     "save_session",
@@ -337,6 +338,19 @@ def write_file(
     return final
 
 
+def check_folder(folder: Path, create: bool) -> None:
+    """Refuse to write into ``folder`` when it does not exist and ``create`` is false: the
+    user named a folder that is not there (a typo, a workspace path taken for another)."""
+    if create or folder.is_dir():
+        return
+    raise FileNotFoundError(
+        errno.ENOENT,
+        f"{folder} does not exist, so nothing was written: name an existing sessions folder "
+        "or workspace, or pass create=True (command line: --create) to make it",
+        str(folder),
+    )
+
+
 def save_session(
     session: Session,
     sessions_dir: str | Path,
@@ -346,6 +360,7 @@ def save_session(
     fsync: bool = True,
     lock_timeout: float = 60.0,
     config_dir: str | Path | None = None,
+    create: bool = False,
 ) -> Path:
     """Write ``session`` atomically as the file nanobot expects; return the file's path.
 
@@ -359,8 +374,8 @@ def save_session(
     sessions_dir
         The sessions folder, or a nanobot workspace: its ``sessions/`` subfolder, or for a
         0.3.5 workspace (one holding ``.nanobot/workspace-id``) the folder 0.3.5 keeps its
-        sessions in, ``<config_dir>/sessions/<workspace id>/``.  Created if missing, as
-        nanobot does.
+        sessions in, ``<config_dir>/sessions/<workspace id>/``.  It must exist unless
+        ``create`` is given (a mistyped path is refused, not made).
     naming
         ``"nanobot-0.2"``: the safe key (``telegram_123.jsonl``), as nanobot 0.1.5-0.2.2
         name files; ``"nanobot-0.3"``: the base64url storage key of later releases.  Default:
@@ -376,9 +391,13 @@ def save_session(
     config_dir
         The config file a 0.3.5 nanobot runs with, or its folder (default ``~/.nanobot``);
         used only for a 0.3.5 workspace.
+    create
+        Make the sessions folder (and its missing parents) when it does not exist.
 
     Raises
     ------
+    FileNotFoundError
+        When the sessions folder does not exist and ``create`` is false; nothing is written.
     UnsafeKeyError
         For a key that cannot name a file inside the folder: path-like, hidden, control
         characters, or a file name longer than the folder's file system takes.
@@ -394,6 +413,7 @@ def save_session(
     """
     naming = naming or get_policy(session.policy).naming
     final = session_path(session.key, sessions_dir, naming, config_dir)
+    check_folder(final.parent, create)
     data = session_lines(session)
     try:
         final.parent.mkdir(parents=True, exist_ok=True)

@@ -1013,12 +1013,9 @@ def replay_jobs(
     if workers is None:
         workers = (os.cpu_count() or 1) if total >= TUNING.parallel_replay_messages else 1
     show = total >= _AUTO_PROGRESS_MESSAGES if progress is None else progress
-    named = ", ".join(
-        f"{policy or 'own policy'}, {own[0][1] if own else ()}"
-        for (policy, _), own in zip(jobs, keys, strict=True)
-    )
+    named = ", ".join(dict.fromkeys(get_policy(name).label for own in keys for name, _ in own))
     with tqdm(
-        total=total, unit="msg", desc=f"preparing ({named})", disable=not show or not todo
+        total=total, unit="msg", desc=f"replaying sessions ({named})", disable=not show or not todo
     ) as bar:
         parallel = workers > 1 and can_fork()
         rest = todo

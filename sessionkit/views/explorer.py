@@ -719,6 +719,7 @@ class Explorer(widgets.VBox):
                 sessions_dir=self.fork_dir.value.strip(),
                 overwrite=self.fork_overwrite.value,
                 config_dir=self.config_dir,
+                create=folder == SCRATCH_FORK_DIR,  # sessionkit's own scratch folder only
             )
         except Exception as exc:  # shown in the widget, where the user can act on it
             self._fork_error(self._fork_problem(exc))
@@ -731,6 +732,11 @@ class Explorer(widgets.VBox):
 
     def _fork_problem(self, exc: Exception) -> str:
         """``exc`` in the panel's terms: its controls, not :func:`sessionkit.fork`'s arguments."""
+        if isinstance(exc, FileNotFoundError) and exc.filename:
+            return (
+                f"The folder {exc.filename} does not exist: create it first, or name an "
+                "existing sessions folder or workspace."
+            )
         if isinstance(exc, FileExistsError):
             return (
                 f"A session file already exists at {exc.filename}: tick "

@@ -25,7 +25,7 @@ from sessionkit.conventions import renamed
 from sessionkit.nanobot.naming import Naming, session_path
 from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.session import Session, turn_number
-from sessionkit.nanobot.writer import check_target, save_session
+from sessionkit.nanobot.writer import check_folder, check_target, save_session
 from sessionkit.store.corpus import resolve_session
 
 if TYPE_CHECKING:
@@ -67,6 +67,7 @@ class _Job:
     path: Path | None
     naming: Naming
     config_dir: str | Path | None = None
+    create: bool = False
 
 
 def _index(session: Session, before_user_index: Any, edit: str | None) -> int:
@@ -95,6 +96,7 @@ def _prepare(
     sessions_dir: str | Path | None,
     naming: Naming | None,
     config_dir: str | Path | None = None,
+    create: bool = False,
 ) -> _Job:
     if not isinstance(target_key, str):
         raise TypeError(f"target_key must be a string, got {type(target_key).__name__}")
@@ -107,7 +109,9 @@ def _prepare(
     path = (
         None if sessions_dir is None else session_path(target_key, sessions_dir, naming, config_dir)
     )
-    return _Job(source, index, edit, target_key, sessions_dir, path, naming, config_dir)
+    if path is not None:
+        check_folder(path.parent, create)
+    return _Job(source, index, edit, target_key, sessions_dir, path, naming, config_dir, create)
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -199,6 +203,7 @@ def _run(job: _Job, *, overwrite: bool, lineage: bool, digests: dict[Path, str |
             naming=job.naming,
             overwrite=overwrite,
             config_dir=job.config_dir,
+            create=job.create,
         )
         session.format = job.naming
     return session
@@ -217,6 +222,7 @@ def fork(
     lineage: bool = False,
     naming: Naming | None = None,
     config_dir: str | Path | None = None,
+    create: bool = False,
 ) -> Session:
     """A new session holding ``source``'s messages before its ``before_user_index``-th user message.
 
@@ -257,6 +263,9 @@ def fork(
     config_dir
         For a 0.3.5 workspace: the config file nanobot runs with, or its folder (default
         ``~/.nanobot``), as for :func:`sessionkit.load`.
+    create
+        Make ``sessions_dir`` when it does not exist (by default a missing folder is refused
+        with ``FileNotFoundError``, before anything is written).
 
     Raises
     ------
@@ -269,7 +278,9 @@ def fork(
         From writing, as :func:`~sessionkit.nanobot.writer.save_session` raises them.
     """
     session = resolve_session(source, key)
-    job = _prepare(session, target_key, before_user_index, edit, sessions_dir, naming, config_dir)
+    job = _prepare(
+        session, target_key, before_user_index, edit, sessions_dir, naming, config_dir, create
+    )
     _check_targets([job], overwrite)
     return _run(job, overwrite=overwrite, lineage=lineage, digests={})
 
@@ -321,6 +332,7 @@ def fork_many(
     naming: Naming | None = None,
     progress: bool | None = None,
     config_dir: str | Path | None = None,
+    create: bool = False,
 ) -> list[Session]:
     """Make a batch of forks in one call; every fork is checked before any is written.
 
@@ -339,7 +351,7 @@ def fork_many(
     target_key
         Template for keys a plan does not give: ``{key}`` (source key), ``{index}`` (the
         ``before_user_index``) and ``{n}`` (position in the plan).
-    sessions_dir, overwrite, lineage, naming, config_dir
+    sessions_dir, overwrite, lineage, naming, config_dir, create
         As for :func:`fork`, applied to every fork.
     progress
         Show a progress bar; by default only for more than 20 forks.
@@ -353,7 +365,9 @@ def fork_many(
     for n, (session, index, edit, target) in enumerate(_plan_rows(source, plan, key)):
         if target is None:
             target = target_key.format(key=session.key, index=index, n=n)
-        jobs.append(_prepare(session, target, index, edit, sessions_dir, naming, config_dir))
+        jobs.append(
+            _prepare(session, target, index, edit, sessions_dir, naming, config_dir, create)
+        )
     _check_targets(jobs, overwrite)
     show = len(jobs) > _PROGRESS_FROM if progress is None else progress
     digests: dict[Path, str | None] = {}

@@ -73,7 +73,7 @@ def _ours(version: str, index: int, tmp_path: Path) -> Any:
     )
     folder = tmp_path / f"{version}-{index}"
     try:
-        made = fork(source, "webui:f00d-fork", index, sessions_dir=folder)
+        made = fork(source, "webui:f00d-fork", index, sessions_dir=folder, create=True)
     except IndexError:
         return None
     assert made.path is not None
@@ -124,7 +124,9 @@ def test_the_turn_shown_is_where_the_release_forks(version: str, tmp_path: Path)
         metadata=json.loads(json.dumps(SOURCE["metadata"])),
         policy=f"nanobot-{version}",
     )
-    save_session(source, tmp_path / "sessions", naming=get_policy(source.policy).naming)
+    save_session(
+        source, tmp_path / "sessions", naming=get_policy(source.policy).naming, create=True
+    )
     (loaded,) = load(tmp_path / "sessions", cache=False, policy=source.policy)
     states = message_states(loaded).frame
     shown = {

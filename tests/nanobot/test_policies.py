@@ -307,3 +307,11 @@ def test_file_cap_only_past_the_limit() -> None:
     assert POLICY.file_cap(messages, 0, 0).retained is messages
     trim = POLICY.file_cap(messages, 1, 3)
     assert len(trim.retained) == 2 and len(trim.archived) == 1
+
+
+def test_the_registry_prints_short() -> None:
+    assert repr(POLICIES) == (
+        "{'nanobot-0.2': <nanobot 0.2.2 (nanobot-0.2)>, "
+        "'nanobot-0.3.0': <nanobot 0.3.0 (nanobot-0.3.0)>, "
+        "'nanobot-0.3.5': <nanobot 0.3.5 (nanobot-0.3.5)>}"
+    )

@@ -400,11 +400,11 @@ def test_a_metadata_line_past_jsons_limits_is_kept(tmp_path: Path) -> None:
     ]
     # A fork keeps the metadata as it was (nanobot's save writes no other field of the line);
     # one whose metadata itself holds such an integer is refused, never written changed.
-    fork = sk.fork(session, "t:fork", 1, sessions_dir=tmp_path / "forks")
+    fork = sk.fork(session, "t:fork", 1, sessions_dir=tmp_path / "forks", create=True)
     assert read_session_file(fork.path)[0].metadata == {"topic": "kept"}  # title: volatile
     session.metadata["n"] = 10**5000
     with pytest.raises(ValueError, match="not JSON-serialisable"):
-        sk.fork(session, "t:fork2", 1, sessions_dir=tmp_path / "forks")
+        sk.fork(session, "t:fork2", 1, sessions_dir=tmp_path / "forks", create=True)
     assert sorted(p.name for p in (tmp_path / "forks").iterdir()) == ["t_fork.jsonl"]
 
 

@@ -146,9 +146,12 @@ def test_workspace_resolves_to_its_sessions_folder(tmp_path):
     assert save_session(_session(), tmp_path) == tmp_path / "sessions" / "telegram_123.jsonl"
 
 
-def test_missing_folder_is_created(tmp_path):
+def test_a_missing_folder_is_refused_unless_asked_to_create_it(tmp_path):
     target = tmp_path / "a" / "b"
-    assert save_session(_session(), target).parent == target
+    with pytest.raises(FileNotFoundError, match="does not exist, so nothing was written") as info:
+        save_session(_session(), target)
+    assert info.value.filename == str(target) and not (tmp_path / "a").exists()
+    assert save_session(_session(), target, create=True).parent == target
 
 
 def test_save_leaves_the_session_untouched(tmp_path):
@@ -268,9 +271,9 @@ def test_every_bundled_key_can_be_saved(tmp_path, data_dir):
         key = json.loads(first).get("key") if b'"metadata"' in first else None
         key = key or key_from_filename(file)
         naming = "nanobot-0.3" if file.stem == storage_key(key) else "nanobot-0.2"
-        assert save_session(_session(key=key), tmp_path / file.parent.name, naming=naming).name == (
-            file.name
-        )
+        assert save_session(
+            _session(key=key), tmp_path / file.parent.name, naming=naming, create=True
+        ).name == (file.name)
     assert len(files) == 26
 
 
@@ -439,7 +442,7 @@ def test_uncreatable_folder_simulated(tmp_path, monkeypatch):
 
     monkeypatch.setattr(writer.Path, "mkdir", deny_mkdir)
     with pytest.raises(PermissionError, match="cannot create the sessions folder") as info:
-        save_session(_session(), tmp_path / "new")
+        save_session(_session(), tmp_path / "new", create=True)
     assert info.value.filename == str(tmp_path / "new" / "telegram_123.jsonl")
 
 

@@ -144,7 +144,7 @@ def test_save_writes_nanobots_bytes_and_name(session, nan, tmp_path_factory):
     manager = nanobot(base / "nanobot")
     manager.save(as_nanobot(session))
     theirs = manager._get_session_path(session.key)
-    ours = save_session(session, base / "sessionkit")
+    ours = save_session(session, base / "sessionkit", create=True)
     assert ours.name == theirs.name
     assert ours.read_bytes() == theirs.read_bytes()
 
@@ -164,7 +164,7 @@ def test_sample_round_trip_is_nanobots_save(file, tmp_path):
     writer = nanobot(tmp_path / "nanobot")
     writer.save(nanobot(tmp_path)._load(session.key))
     theirs = writer._get_session_path(session.key).read_bytes()
-    ours = save_session(session, tmp_path / "sessionkit").read_bytes()
+    ours = save_session(session, tmp_path / "sessionkit", create=True).read_bytes()
     if session.created_at is None:
         assert without_times(ours) == without_times(theirs)
     else:

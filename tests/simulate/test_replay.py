@@ -452,3 +452,11 @@ def test_a_grid_on_a_loaded_store_reuses_its_counts_and_equals_one_in_memory(
     memo.clear()
     in_memory = windows([Session(loaded.key, list(loaded.messages))], grid=grid)
     pd.testing.assert_frame_equal(from_store, in_memory)
+
+
+def test_the_progress_bar_names_the_releases_in_words(capsys: pytest.CaptureFixture[str]) -> None:
+    memo.clear()
+    session = Session("k", [user("q"), assistant("a")] * 3)
+    windows(session, grid={"policy": ["nanobot-0.2", "nanobot-0.3.5"]}, progress=True)
+    bar = capsys.readouterr().err
+    assert "replaying sessions (nanobot 0.2.2, nanobot 0.3.5)" in bar

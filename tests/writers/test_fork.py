@@ -252,7 +252,7 @@ def test_an_inherited_lineage_is_kept_like_any_metadata(source):
 def corpus(source, tmp_path) -> Corpus:
     other = Session("cli:direct", [{"role": "user", "content": "q"}, {"role": "assistant"}])
     for s in (source, other):
-        save_session(s, tmp_path / "ws" / "sessions")
+        save_session(s, tmp_path / "ws" / "sessions", create=True)
     return sessionkit.load(tmp_path / "ws", tokens=None)
 
 
@@ -293,7 +293,7 @@ def test_written_fork_with_storage_naming(source, tmp_path):
 def test_writing_touches_no_other_file(corpus, tmp_path):
     folder = tmp_path / "ws" / "sessions"
     before = _files(folder)
-    fork(corpus, "telegram:1b", 1, key="telegram:1", sessions_dir=tmp_path / "ws")
+    fork(corpus, "telegram:1b", 1, key="telegram:1", sessions_dir=tmp_path / "ws", create=True)
     after = _files(folder)
     assert {k: v for k, v in after.items() if k != "telegram_1b.jsonl"} == before
 
@@ -508,14 +508,14 @@ def test_held_lines_are_forked_back_byte_for_byte(source, tmp_path, monkeypatch,
     for n, loaded in enumerate((fresh, indexed)):
         assert loaded.messages == MESSAGES
         assert loaded.held_lines == ((1, HUGE.decode()), (4, DEEP.decode()), (9, HUGE.decode()))
-        result = fork(loaded, f"f:{n}", index, sessions_dir=tmp_path / "out")
+        result = fork(loaded, f"f:{n}", index, sessions_dir=tmp_path / "out", create=True)
         assert result.path.read_bytes().split(b"\n")[1:] == [*lines[1:stop], b""]
 
 
 def test_an_edited_fork_keeps_held_lines_before_its_edit(source, tmp_path):
     lines = _with_held_lines(source, tmp_path / "src")
     loaded = sessionkit.load(tmp_path / "src", cache=False)["telegram:1"]
-    result = fork(loaded, "f:edit", 2, edit="Later", sessions_dir=tmp_path / "out")
+    result = fork(loaded, "f:edit", 2, edit="Later", sessions_dir=tmp_path / "out", create=True)
     written = result.path.read_bytes().split(b"\n")
     assert written[1:-2] == lines[1:10]
     assert json.loads(written[-2])["content"] == "Later"
@@ -523,3 +523,16 @@ def test_an_edited_fork_keeps_held_lines_before_its_edit(source, tmp_path):
     assert again.held_lines == ((1, HUGE.decode()), (4, DEEP.decode()))
     assert again.messages == result.messages
     assert [p.line_no for p in problems] == [3, 7]
+
+
+def test_a_folder_that_is_not_there_is_refused_before_any_write(source, tmp_path):
+    """A mistyped workspace is not made: fork and fork_many refuse it, writing nothing,
+    unless asked to create it."""
+    missing = tmp_path / "path" / "to" / "workspace"
+    with pytest.raises(FileNotFoundError, match="does not exist, so nothing was written"):
+        fork(source, "t:1", 1, sessions_dir=missing)
+    with pytest.raises(FileNotFoundError, match="pass create=True"):
+        fork_many(source, [0, 1], sessions_dir=missing)
+    assert list(tmp_path.iterdir()) == []
+    made = fork(source, "t:1", 1, sessions_dir=missing, create=True)
+    assert made.path == missing / "t_1.jsonl" and made.path.is_file()
