@@ -8,7 +8,7 @@ the only one); ``policy`` a release; ``settings`` a :class:`~sessionkit.HistoryS
 ``settings`` (None: keep it); ``grid`` a mapping from those names (``policy``,
 ``context_window`` and ``max_output`` included) to lists of values swept, ``None`` in a list
 again the release's default.  A list given to a single-value keyword still sweeps it, with a
-``DeprecationWarning`` naming ``grid=``; so do the old spellings :func:`renamed` keeps.
+``DeprecationWarning`` naming ``grid=``; so do the old spellings :func:`entry_point` keeps.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ParamSpec, TypeVar
 
-__all__ = ["SETTING_NAMES", "SWEEPABLE", "as_keywords", "is_many", "renamed", "swept"]
+from sessionkit.store.versions import pinned
+
+__all__ = ["SETTING_NAMES", "SWEEPABLE", "as_keywords", "entry_point", "is_many", "swept"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -43,9 +45,11 @@ def is_many(value: Any) -> bool:
     return not isinstance(value, str | bytes | dict) and hasattr(value, "__iter__")
 
 
-def renamed(**old_to_new: str) -> Callable[[Callable[P, T]], Callable[P, T]]:
-    """Keep old keyword spellings working for one release: each is passed on under its new
-    name with a ``DeprecationWarning`` naming it; both at once is a ``TypeError``."""
+def entry_point(**old_to_new: str) -> Callable[[Callable[P, T]], Callable[P, T]]:
+    """Wrap a public function of the convention: each session's digest is taken once for the
+    whole call (:func:`~sessionkit.store.versions.pinned`), and old keyword spellings keep
+    working for one release, passed on under their new names with a ``DeprecationWarning``
+    naming them (both at once is a ``TypeError``)."""
 
     def decorate(function: Callable[P, T]) -> Callable[P, T]:
         @functools.wraps(function)
@@ -64,7 +68,8 @@ def renamed(**old_to_new: str) -> Callable[[Callable[P, T]], Callable[P, T]]:
                     stacklevel=2,
                 )
                 kwargs[new] = kwargs.pop(old)
-            return function(*args, **kwargs)
+            with pinned():
+                return function(*args, **kwargs)
 
         return wrapper
 
@@ -76,7 +81,7 @@ def swept(
     grid: Mapping[str, Any] | None,
     accepted: Iterable[str],
     *,
-    stacklevel: int = 3,
+    stacklevel: int = 4,
     **given: Any,
 ) -> dict[str, Any]:
     """Each name of ``accepted`` as the call gives it: its ``grid`` list, else its keyword's
@@ -85,7 +90,7 @@ def swept(
     Raises ``TypeError`` for a grid that is no mapping or names what ``function`` does not
     sweep, and ``ValueError`` for a name both in the grid and given as a keyword, or a grid
     value that is not a non-empty list.  ``stacklevel`` points the warning at the caller of
-    the public function (3: it calls this directly; 4: through :func:`renamed`).
+    the public function (4: called from a function wrapped by :func:`entry_point`).
     """
     names = list(accepted)
     found = {name: given.get(name) for name in names}

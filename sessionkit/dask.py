@@ -36,7 +36,7 @@ from dask.dataframe.utils import clear_known_categories
 import sessionkit
 from sessionkit import schema
 from sessionkit.calls.installs import ReleaseNotInstalled, find_release
-from sessionkit.conventions import renamed
+from sessionkit.conventions import entry_point
 from sessionkit.nanobot.policies import POLICIES, get_policy
 from sessionkit.nanobot.reader import find_session_files, leftover_temp_files
 from sessionkit.nanobot.session import Session
@@ -290,7 +290,7 @@ def _interpreters(policy: str | Sequence[str] | None, nanobot: Any) -> dict[str,
     return found
 
 
-@renamed(config="config_dir")
+@entry_point(config="config_dir")
 def requests(
     paths_or_corpus: Paths | Corpus | None = None,
     *,

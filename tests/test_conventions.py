@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 import sessionkit as sk
-from sessionkit.conventions import SETTING_NAMES, renamed, swept
+from sessionkit.conventions import SETTING_NAMES, entry_point, swept
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 DATA = Path(__file__).resolve().parents[1] / "data" / "sessions"
@@ -144,8 +144,8 @@ def test_key_narrows_the_source(corpus: sk.Corpus) -> None:
         sk.windows(list(corpus), "x:y")
 
 
-def test_renamed_and_swept_stand_alone() -> None:
-    @renamed(old="new")
+def test_entry_point_and_swept_stand_alone() -> None:
+    @entry_point(old="new")
     def f(*, new: int = 0) -> int:
         return new
 
@@ -168,3 +168,23 @@ def test_the_readme_names_every_public_name() -> None:
     assert int(found.group(1)) == len(sk.__all__)
     named = re.findall(r"`(\w+)`", found.group(2))
     assert sorted(named) == sorted(sk.__all__)
+
+
+def test_each_deprecation_points_at_the_callers_line(corpus: sk.Corpus) -> None:
+    session = corpus[KEY]
+    calls = [
+        lambda: sk.windows(session, max_tokens=[0, 4000]),
+        lambda: sk.requests(session, max_messages=[20, 120]),
+        lambda: sk.file_cap(corpus, [10, 50]),
+        lambda: sk.file_cap(corpus, limits=10),
+        lambda: sk.count_tokens(session.messages[:2], method="fallback"),
+        lambda: sk.request(session, 1),
+    ]
+    for call in calls:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            call()
+        ours = [w for w in caught if issubclass(w.category, DeprecationWarning)]
+        assert ours and all(w.filename == __file__ for w in ours), [
+            (w.filename, str(w.message)) for w in ours
+        ]

@@ -18,7 +18,7 @@ import pandas as pd
 from sessionkit.calls.governor_kit import governor_texts
 from sessionkit.calls.installs import find_release
 from sessionkit.calls.kits import kit_for
-from sessionkit.conventions import renamed
+from sessionkit.conventions import entry_point
 from sessionkit.nanobot.governor_035 import GovernedTurn, is_checkpoint
 from sessionkit.nanobot.kit import Kit
 from sessionkit.nanobot.policies import get_policy
@@ -323,7 +323,7 @@ def _parts(
     )
 
 
-@renamed(config="config_dir")
+@entry_point(config="config_dir")
 def request(
     source: Session | Corpus,
     key: str | None = None,

@@ -30,7 +30,7 @@ from sessionkit.calls.governor import frame_verdicts
 from sessionkit.calls.rebuilt import Call, rebuild, shared
 from sessionkit.calls.storekits import Interpreter, StoreKits
 from sessionkit.calls.turns import Item, SessionCalls, all_calls
-from sessionkit.conventions import SWEEPABLE, as_keywords, renamed, swept
+from sessionkit.conventions import SWEEPABLE, as_keywords, entry_point, swept
 from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import HistorySettings, Offset
@@ -44,7 +44,7 @@ from sessionkit.store.counting import token_cache_of
 __all__ = ["requests"]
 
 
-@renamed(config="config_dir")
+@entry_point(config="config_dir")
 def requests(
     source: Session | Corpus | Iterable[Session],
     key: str | None = None,
@@ -94,7 +94,6 @@ def requests(
         "requests",
         grid,
         SWEEPABLE,
-        stacklevel=4,
         policy=policy,
         max_messages=max_messages,
         max_tokens=max_tokens,

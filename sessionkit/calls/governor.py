@@ -28,7 +28,7 @@ import pandas as pd
 from sessionkit.calls.assembly import LoopPieces, TurnCalls, count_text, kit_of, turn_calls
 from sessionkit.calls.governor_kit import governor_texts
 from sessionkit.calls.installs import find_release
-from sessionkit.conventions import renamed
+from sessionkit.conventions import entry_point
 from sessionkit.nanobot.kit import Kit
 from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.release import DEFAULT_MAX_OUTPUT, ReplayPolicy
@@ -182,7 +182,7 @@ def _turn_rows(
     return rows
 
 
-@renamed(config="config_dir")
+@entry_point(config="config_dir")
 def verdicts(
     source: Session | Corpus,
     *,

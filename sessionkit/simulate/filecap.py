@@ -17,7 +17,7 @@ from typing import Any, Literal, cast
 import pandas as pd
 from tqdm.auto import tqdm
 
-from sessionkit.conventions import is_many, renamed, swept
+from sessionkit.conventions import entry_point, is_many, swept
 from sessionkit.nanobot.policies import Trim, get_policy
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings, checked_setting
@@ -88,7 +88,7 @@ def _growth(cap: Cap, session: Session, limit: int) -> list[tuple]:
     return rows
 
 
-@renamed(limits="file_cap")
+@entry_point(limits="file_cap")
 def file_cap(
     source: Session | Iterable[Session],
     key: str | None = None,
@@ -142,9 +142,7 @@ def file_cap(
         else:
             file_cap = key
         key = None
-    given = swept(
-        "file_cap", grid, ("policy", "file_cap"), stacklevel=4, policy=policy, file_cap=file_cap
-    )
+    given = swept("file_cap", grid, ("policy", "file_cap"), policy=policy, file_cap=file_cap)
     if replay not in ("final", "growth"):
         raise ValueError(f"replay must be 'final' or 'growth', not {replay!r}")
     chosen = selected(source, key)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import pandas as pd
 
+from sessionkit.conventions import entry_point
 from sessionkit.nanobot.policies import Trim, get_policy
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings, Offset
@@ -162,6 +163,7 @@ def _turn(session: Session, turn: Any) -> int:
     return int(turn)
 
 
+@entry_point()
 def message_states(
     source: Session | Corpus,
     key: str | None = None,

@@ -31,7 +31,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from sessionkit.conventions import SWEEPABLE, swept
+from sessionkit.conventions import SWEEPABLE, entry_point, swept
 from sessionkit.nanobot.policies import ReplayPolicy, get_policy
 from sessionkit.nanobot.release import DEFAULT_MAX_OUTPUT, SAFETY_BUFFER
 from sessionkit.nanobot.session import Session
@@ -453,6 +453,7 @@ def _needs_summary(call: _Call, policy: ReplayPolicy, tokens_kept: np.ndarray) -
     return (tokens_kept >= call.governor_budget).astype(np.int8)
 
 
+@entry_point()
 def windows(
     source: Session | Iterable[Session],
     key: str | None = None,

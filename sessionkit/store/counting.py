@@ -34,7 +34,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
-from sessionkit.conventions import renamed
+from sessionkit.conventions import entry_point
 from sessionkit.nanobot.policies import DEFAULT_POLICY, ReplayPolicy, get_policy
 from sessionkit.nanobot.tokens import (
     FRAMING_TOKENS,
@@ -748,7 +748,7 @@ def _both_counts(
     return list(zip(exact, map(release.fallback_tokens, payloads), strict=True))
 
 
-@renamed(method="tokens")
+@entry_point(method="tokens")
 def count_tokens(
     messages: Iterable[dict[str, Any]],
     *,

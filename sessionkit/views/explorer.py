@@ -28,7 +28,7 @@ from sessionkit.calls import assembly
 from sessionkit.calls.assembly import Request
 from sessionkit.calls.installs import ReleaseNotInstalled
 from sessionkit.calls.kits import KitError
-from sessionkit.conventions import renamed
+from sessionkit.conventions import entry_point
 from sessionkit.nanobot.listing import flatten_content
 from sessionkit.nanobot.naming import UnsafeKeyError
 from sessionkit.nanobot.policies import POLICIES, get_policy
@@ -767,7 +767,7 @@ def _usage_frame(
     raise TypeError(f"usage= takes a frame from sessionkit.usage, True or None, not {usage!r}")
 
 
-@renamed(corpus="source")
+@entry_point(corpus="source")
 def explore(
     source: Corpus | Session,
     key: str | None = None,

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 from tqdm.auto import tqdm
 
-from sessionkit.conventions import renamed
+from sessionkit.conventions import entry_point
 from sessionkit.nanobot.naming import Naming, session_path
 from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.session import Session, turn_number
@@ -209,7 +209,7 @@ def _run(job: _Job, *, overwrite: bool, lineage: bool, digests: dict[Path, str |
     return session
 
 
-@renamed(source_key="key")
+@entry_point(source_key="key")
 def fork(
     source: Session | Corpus,
     target_key: str,
@@ -319,7 +319,7 @@ def _plan_rows(
     return [(sessions[0], i, None, None) for i in plan]
 
 
-@renamed(source_key="key")
+@entry_point(source_key="key")
 def fork_many(
     source: Session | Corpus,
     plan: Iterable[int] | pd.DataFrame | None = None,
