@@ -397,6 +397,8 @@ def _usage(args: argparse.Namespace) -> int:
         f"{summary['daily_rows']} daily total(s); session times read as {summary['tz']}",
         file=sys.stderr,
     )
+    for row in calls.notes.itertuples(index=False):
+        print(f"note: {row.path}: {row.reason}", file=sys.stderr)
     for row in problems.itertuples(index=False):
         print(f"problem: {row.path}: {row.reason}", file=sys.stderr)
     return PROBLEMS if len(problems) else OK

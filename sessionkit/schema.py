@@ -462,11 +462,13 @@ def frame(
 
 class Reported(pd.DataFrame):
     """A frame that also says what was met making it: ``problems`` (a :data:`PROBLEMS` frame:
-    files, lines and prices that could not be used) and ``summary`` (a dict of counts), as
-    attributes of this object alone.  A frame derived from it (a selection, a copy, a merge)
-    is a plain DataFrame, so no problems travel where they no longer describe the rows."""
+    files, lines and prices that could not be used), ``notes`` (the same shape: what is worth
+    knowing but lost nothing, e.g. a price taken from another provider, no usage log) and
+    ``summary`` (a dict of counts), as attributes of this object alone.  A frame derived from
+    it (a selection, a copy, a merge) is a plain DataFrame, so no problems travel where they no
+    longer describe the rows."""
 
-    _metadata = ["problems", "summary"]  # noqa: RUF012 (pandas' subclassing hook)
+    _metadata = ["problems", "notes", "summary"]  # noqa: RUF012 (pandas' subclassing hook)
 
     @property
     def _constructor(self) -> type[pd.DataFrame]:
@@ -474,11 +476,17 @@ class Reported(pd.DataFrame):
 
     @classmethod
     def of(
-        cls, rows: pd.DataFrame, problems: pd.DataFrame, summary: Mapping[str, Any] | None = None
+        cls,
+        rows: pd.DataFrame,
+        problems: pd.DataFrame,
+        summary: Mapping[str, Any] | None = None,
+        *,
+        notes: pd.DataFrame | None = None,
     ) -> Reported:
-        """``rows`` reporting ``problems`` (and ``summary``, default empty)."""
+        """``rows`` reporting ``problems`` (and ``summary`` and ``notes``, default empty)."""
         out = cls(rows, copy=False)
         out.problems = problems
+        out.notes = empty_frame(PROBLEMS) if notes is None else notes
         out.summary = dict(summary or {})
         return out
 

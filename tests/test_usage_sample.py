@@ -147,9 +147,10 @@ def test_costs_are_what_genai_prices_calculates() -> None:
     ]
     assert frame["cost_usd"].tolist() == expected
     assert round(frame["cost_usd"].sum(), 8) == 0.01669485
-    assert frame.problems["reason"].tolist() == [
+    assert frame.notes["reason"].tolist() == [
         "provider 'custom' is unknown to genai-prices: 'gpt-4o-mini' priced at openai's prices"
     ]
+    assert frame.problems.empty
 
 
 def test_sessionkit_loads_the_workspace_with_its_config_dir() -> None:

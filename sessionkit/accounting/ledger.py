@@ -432,12 +432,27 @@ def usage(
     cache
         The session index, as in :func:`sessionkit.load`.
     """
+    if config_dir is not None and not Path(config_dir).expanduser().exists():
+        raise SessionPathError(
+            f"config_dir {config_dir} does not exist: pass the config file nanobot runs with, "
+            "or the folder holding it (its data dir, with llm_usage.sqlite3)"
+        )
     zone = _zone(tz)
     data, groups = _groups(source, config_dir, workspace, cache)
     sessions = [s for _, group in groups for s in group]
     problems: list[tuple[str, int | None, str]] = []
+    notes: list[tuple[str, int | None, str]] = []
     log = _log(data)
     log_path = str(data / LOG_FILE)
+    if not (data / LOG_FILE).exists():
+        notes.append(
+            (
+                log_path,
+                None,
+                f"no usage log: {LOG_FILE} does not exist in {data} (nanobot 0.3.5 writes one "
+                "there; earlier releases record no calls), so no call is listed",
+            )
+        )
     problems.extend((log_path, row, reason) for row, reason in log.problems)
     n = len(log)
     calls = CallTimes(
@@ -477,6 +492,7 @@ def usage(
     times = np.asarray(columns["time"], dtype=np.int64)
     priced = price_calls(names["model"], names["provider"], times, counts)
     problems.extend(("genai-prices", None, p) for p in priced.problems)
+    notes.extend(("genai-prices", None, p) for p in priced.notes)
     if daily and model is None:
         problems.append(
             (
@@ -496,9 +512,15 @@ def usage(
     out = frame(USAGE, columns).sort_values("time", kind="stable", ignore_index=True)
     return Reported.of(
         out,
-        frame(PROBLEMS, {c.name: [p[i] for p in problems] for i, c in enumerate(PROBLEMS)}),
+        _problems_frame(problems),
         {**tied.summary, "daily_rows": len(daily), "tz": _zone_name(zone)},
+        notes=_problems_frame(notes),
     )
+
+
+def _problems_frame(rows: list[tuple[str, int | None, str]]) -> pd.DataFrame:
+    """``(path, line_no, reason)`` rows as a :data:`~sessionkit.schema.PROBLEMS` frame."""
+    return frame(PROBLEMS, {c.name: [p[i] for p in rows] for i, c in enumerate(PROBLEMS)})
 
 
 def _minus_one(values: Any) -> np.ndarray:

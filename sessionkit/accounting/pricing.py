@@ -33,10 +33,12 @@ _EXACT = 2**53
 
 @dataclass(frozen=True)
 class Priced:
-    """Costs in USD (NaN where no price applies) and the problems met."""
+    """Costs in USD (NaN where no price applies), the problems met (calls left unpriced) and
+    notes on how calls were priced (a recorded provider genai-prices does not know)."""
 
     cost: np.ndarray
     problems: list[str]
+    notes: list[str]
 
 
 def _calc(model: str, provider: str | None, when: datetime, **usage: int) -> Any:
@@ -169,6 +171,7 @@ def price_calls(
     providers, provider_names = pd.factorize(pd.Series(list(provider), dtype=object))
     cost = np.full(len(ms), np.nan)
     problems: list[str] = []
+    noted: list[str] = []
     known = (counts[:, 0] >= 0) & (counts[:, 3] >= 0) & (models >= 0)
     counts = np.where(counts < 0, 0, counts)
     pair = models.astype(np.int64) * (len(provider_names) + 1) + providers + 1
@@ -189,8 +192,8 @@ def price_calls(
                 f"cost_usd NaN for {len(index)} call(s) ({exc})"
             )
             continue
-        problems.extend(notes)
-    return Priced(cost, problems)
+        noted.extend(notes)
+    return Priced(cost, problems, noted)
 
 
 def price_moment(date: datetime | dt.date | str | None) -> datetime:
@@ -218,7 +221,8 @@ def cost(
     its ``prefix_tokens`` (scaled alike) priced as cache reads, ``completion_tokens`` output
     per request, at the prices of ``date`` (default now).  Adds the columns of
     :data:`sessionkit.schema.REQUEST_COSTS`; an unknown model gives NaN costs and a row in
-    ``.problems`` (a :class:`sessionkit.schema.Reported` frame)."""
+    ``.problems``, a recorded provider genai-prices does not know a row in ``.notes`` (a
+    :class:`sessionkit.schema.Reported` frame)."""
     total = requests_frame["total_tokens"].to_numpy(dtype=np.int64)
     prefix = requests_frame["prefix_tokens"].to_numpy(dtype=np.int64)
     prompt = total
@@ -240,12 +244,10 @@ def cost(
         },
     )
     out = pd.concat([requests_frame.reset_index(drop=True), added], axis=1)
-    problems = frame(
-        PROBLEMS,
-        {
-            "path": ["genai-prices"] * len(priced.problems),
-            "line_no": [None] * len(priced.problems),
-            "reason": priced.problems,
-        },
-    )
-    return Reported.of(out, problems)
+    return Reported.of(out, _from_prices(priced.problems), notes=_from_prices(priced.notes))
+
+
+def _from_prices(reasons: list[str]) -> pd.DataFrame:
+    """genai-prices' reasons as a :data:`~sessionkit.schema.PROBLEMS` frame."""
+    n = len(reasons)
+    return frame(PROBLEMS, {"path": ["genai-prices"] * n, "line_no": [None] * n, "reason": reasons})

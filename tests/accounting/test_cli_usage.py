@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
+import pytest
 from genai_prices import Usage, calc_price
 from support.usage_fixtures import T0, call, reply, user, write_log, write_session
 
+from sessionkit.accounting.ledger import usage
 from sessionkit.cli import main
+from sessionkit.nanobot.naming import SessionPathError
 
 
 def _price(prompt: int, completion: int, cached: int, at: float) -> float:
@@ -79,3 +82,35 @@ def test_by_day_in_the_zone_given_with_a_total(tmp_path, capsys) -> None:
         ["2026-01-02", "3", "3500"],
         ["TOTAL", "3", "3500"],
     ]
+
+
+def test_a_pricing_note_is_information_not_a_problem(tmp_path, capsys) -> None:
+    """A provider genai-prices does not know is priced at the model's own provider: a note on
+    stderr, exit 0 (a `set -e` script goes on)."""
+    _store(tmp_path)
+    write_log(tmp_path / "other", [call(1, 100, 1, model="gpt-4o-mini", provider="custom")])
+    assert main(["usage", str(tmp_path / "other")]) == 0
+    err = capsys.readouterr().err
+    assert err.splitlines()[1] == (
+        "note: genai-prices: provider 'custom' is unknown to genai-prices: 'gpt-4o-mini' priced "
+        "at openai's prices"
+    )
+
+
+def test_no_usage_log_is_said(tmp_path, capsys) -> None:
+    """A data dir without a usage log: no call listed, and a note says why (exit 0)."""
+    write_session(tmp_path, "telegram:a", [user("x", 0), reply("y", 2)])
+    (tmp_path / "llm_usage.sqlite3").unlink(missing_ok=True)
+    assert main(["usage", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    log = tmp_path / "llm_usage.sqlite3"
+    assert err.splitlines()[1] == (
+        f"note: {log}: no usage log: llm_usage.sqlite3 does not exist in {tmp_path} (nanobot "
+        "0.3.5 writes one there; earlier releases record no calls), so no call is listed"
+    )
+
+
+def test_a_config_dir_that_is_not_there_is_refused(tmp_path) -> None:
+    write_session(tmp_path, "telegram:a", [user("x", 0), reply("y", 2)])
+    with pytest.raises(SessionPathError, match="config_dir .*typo does not exist"):
+        usage(tmp_path, config_dir=tmp_path / "typo")

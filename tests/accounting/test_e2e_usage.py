@@ -114,6 +114,7 @@ def test_costs_are_what_genai_prices_calculates(runs) -> None:
     ]
     assert frame["cost_usd"].tolist() == expected
     assert np.all(frame["cost_usd"] > 0)
-    assert reported.problems["reason"].tolist() == [
+    assert reported.notes["reason"].tolist() == [
         "provider 'custom' is unknown to genai-prices: 'gpt-4o-mini' priced at openai's prices"
     ]
+    assert reported.problems.empty

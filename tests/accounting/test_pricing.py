@@ -50,8 +50,10 @@ def test_each_call_costs_what_genai_prices_calculates(tmp_path) -> None:
     assert np.isnan(frame["cost_usd"].iloc[7])
     # off-peak and peak deepseek, and the two gemini tiers, really are priced apart
     assert expected[5] != expected[6] and expected[3] / 250_000 != expected[4] / 180_000
+    assert reported.notes["reason"].tolist() == [
+        "provider 'custom' is unknown to genai-prices: 'gpt-4o-mini' priced at openai's prices"
+    ]
     assert reported.problems["reason"].tolist() == [
-        "provider 'custom' is unknown to genai-prices: 'gpt-4o-mini' priced at openai's prices",
         "no price for model 'stub-model' (provider 'custom') in genai-prices: cost_usd NaN for "
         "1 call(s) (Unable to find provider with model matching 'stub-model')",
     ]
