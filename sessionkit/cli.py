@@ -220,10 +220,16 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _cache(args: argparse.Namespace) -> int:
-    """``cache info``: the cache folder, its size, the index's bytes and files per kind;
-    ``cache clear``: remove sessionkit's own files there (index, token counts), nothing
-    else."""
-    from sessionkit.store.cachedir import cache_contents, clear_cache_dir, default_cache_dir
+    """``cache info``: the cache folder, its size, the index's bytes and files per kind, the
+    installed releases; ``cache clear``: remove sessionkit's own files there (index, token
+    counts, kits), nothing else."""
+    from sessionkit.calls.installs import installed, releases_dir
+    from sessionkit.store.cachedir import (
+        cache_contents,
+        clear_cache_dir,
+        default_cache_dir,
+        folder_size,
+    )
 
     root = (Path(args.cache_dir) if args.cache_dir else default_cache_dir()).expanduser()
     if root.exists() and not root.is_dir():
@@ -245,6 +251,13 @@ def _cache(args: argparse.Namespace) -> int:
     )
     for kind, (n, b) in sorted(contents.items()):
         print(f"  {kind:<9}{n:>7} file(s) {b:>15,} bytes")
+    installs = releases_dir()
+    versions = ", ".join(installed()) or "none"
+    n, b = folder_size(installs)
+    print(
+        f"releases: {installs} ({versions}; {b:,} bytes in {n} file(s); `cache clear` leaves "
+        "them, `sessionkit releases remove VERSION` removes one)"
+    )
     forks = root / "forks"
     if forks.is_dir():
         kept = sum(len(names) for _, _, names in os.walk(forks))
@@ -255,13 +268,15 @@ def _cache(args: argparse.Namespace) -> int:
 def _releases(args: argparse.Namespace) -> int:
     """``releases install [VERSION...]``: install nanobot releases into the user's cache (from
     the package index; ``--missing``: only those sessionkit does not find already);
-    ``releases list [VERSION...]``: the releases sessionkit finds, and where."""
+    ``releases list [VERSION...]``: the releases sessionkit finds, and where;
+    ``releases remove VERSION...``: remove venvs ``install`` made."""
     from sessionkit.calls.installs import (
         ReleaseNotInstalled,
         find_release,
         install,
         installed,
         releases_dir,
+        remove,
     )
     from sessionkit.nanobot.policies import POLICIES
 
@@ -278,6 +293,20 @@ def _releases(args: argparse.Namespace) -> int:
     if args.missing and args.action != "install":
         print("sessionkit: error: --missing is only used with install", file=sys.stderr)
         return USAGE
+    if args.action == "remove":
+        if not args.version:
+            print("sessionkit: error: name the release(s) to remove, e.g. 0.3.5", file=sys.stderr)
+            return USAGE
+        for version in wanted:
+            try:
+                print(f"nanobot-ai {version}: removed {remove(version)}")
+            except ReleaseNotInstalled as exc:
+                print(f"sessionkit: error: {exc}", file=sys.stderr)
+                return PROBLEMS
+            except OSError as exc:
+                print(f"sessionkit: error: nanobot-ai {version}: {exc}", file=sys.stderr)
+                return PROBLEMS
+        return OK
     if args.action == "install":
         for version in wanted:
             if args.missing:
@@ -457,7 +486,7 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--config-dir", help=_CONFIG_DIR_HELP)
     report.set_defaults(run=_report)
     releases = add("releases", help="install nanobot releases sessionkit asks for prompts")
-    releases.add_argument("action", choices=["install", "list"])
+    releases.add_argument("action", choices=["install", "list", "remove"])
     releases.add_argument("version", nargs="*", help="e.g. 0.3.5 (default: every release)")
     releases.add_argument(
         "--missing",

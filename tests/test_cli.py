@@ -464,10 +464,14 @@ def test_cache_info_and_clear_touch_only_sessionkits_files(
     (cache / "notes.txt").write_text("the user's own file")
     (cache / "forks" / "sessions").mkdir(parents=True)
     (cache / "forks" / "sessions" / "cli_fork.jsonl").write_text("{}\n")
+    (cache / "kits-1").mkdir()
+    (cache / "kits-1" / "0123.json").write_text("{}")
     assert main(["cache", "info", "--cache-dir", str(cache)]) == 0
     shown = capsys.readouterr().out
     assert f"folder: {cache}\n" in shown
     assert "tokens" in shown and "1 file(s); `cache clear` leaves them" in shown
+    assert "  kits           1 file(s)               2 bytes\n" in shown
+    assert "releases: " in shown and "`sessionkit releases remove VERSION` removes one" in shown
     assert main(["cache", "clear", "--cache-dir", str(cache)]) == 0
     assert capsys.readouterr().out.startswith("removed ")
     assert sorted(p.name for p in cache.rglob("*")) == [
@@ -492,3 +496,31 @@ def test_cache_info_defaults_to_the_cache_folder_and_refuses_bad_usage(
     (tmp_path / "a-file").write_text("x")
     assert main(["cache", "clear", "--cache-dir", str(tmp_path / "a-file")]) == 2
     assert (tmp_path / "a-file").exists()
+
+
+def _fake_release(root: Path, version: str) -> Path:
+    """A venv as ``releases install`` leaves it: its marker, and an interpreter that says
+    which nanobot-ai it has (a script standing in for python)."""
+    folder = root / version
+    (folder / "bin").mkdir(parents=True)
+    python = folder / "bin" / "python"
+    python.write_text(f"#!/bin/sh\necho {version}\n")
+    python.chmod(0o755)
+    (folder / ".sessionkit-release.json").write_text(json.dumps({"nanobot-ai": version}))
+    return folder
+
+
+def test_releases_remove_removes_only_what_install_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "releases"
+    monkeypatch.setenv("SESSIONKIT_RELEASES_DIR", str(root))
+    made = _fake_release(root, "0.3.0")
+    (root / "0.3.5").mkdir()  # not sessionkit's: no marker
+    assert main(["releases", "remove", "0.3.5"]) == 1
+    assert "nanobot-ai 0.3.5 is not installed by sessionkit" in capsys.readouterr().err
+    assert (root / "0.3.5").is_dir()
+    assert main(["releases", "remove", "0.3.0"]) == 0
+    assert capsys.readouterr().out == f"nanobot-ai 0.3.0: removed {made}\n"
+    assert not made.exists()
+    assert main(["releases", "remove"]) == 2

@@ -25,6 +25,7 @@ __all__ = [
     "install",
     "installed",
     "release_version",
+    "remove",
     "releases_dir",
 ]
 
@@ -167,6 +168,20 @@ def installed(releases: Path | None = None) -> dict[str, Path]:
         if python is not None:
             found[folder.name] = python
     return found
+
+
+def remove(version: str, *, releases: Path | None = None) -> Path:
+    """Remove the venv ``sessionkit releases install`` made for ``version``; returns its
+    folder.  Only a venv sessionkit installed (its marker file) is removed: anything else is
+    :class:`ReleaseNotInstalled`."""
+    folder = releases_dir(releases) / version
+    if version not in installed(releases):
+        raise ReleaseNotInstalled(
+            f"nanobot-ai {version} is not installed by sessionkit in {releases_dir(releases)}: "
+            "nothing to remove"
+        )
+    shutil.rmtree(folder)
+    return folder
 
 
 def install(version: str, *, releases: Path | None = None, quiet: bool = True) -> Path:

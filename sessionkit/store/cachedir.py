@@ -21,6 +21,7 @@ __all__ = [
     "cache_contents",
     "cache_dir_problem",
     "clear_cache_dir",
+    "folder_size",
     "default_cache_dir",
     "make_private_dir",
     "name_digest",
@@ -194,9 +195,10 @@ def write_ipc(
     return checksum
 
 
-_OWN_FOLDERS = re.compile(r"(index|tokens)-\d+(-.*)?")
-"""sessionkit's own folders in a cache folder: the index (``index-<format>-<version>``) and
-the token counts (``tokens-<format>``), of this version or older ones."""
+_OWN_FOLDERS = re.compile(r"(index|tokens|kits)-\d+(-.*)?")
+"""sessionkit's own folders in a cache folder: the index (``index-<format>-<version>``), the
+token counts (``tokens-<format>``) and the kits the releases gave (``kits-<format>``), of this
+version or older ones.  Installed releases (``releases/``) and forks are not among them."""
 _KIND_OF_FOLDER = {
     "stores": "entries",
     "catalogs": "entries",
@@ -207,7 +209,8 @@ _KIND_OF_FOLDER = {
 
 def _own_files(root: Path) -> list[tuple[str, Path]]:
     """Every file sessionkit wrote in cache folder ``root``, with its kind: ``entries``,
-    ``replays``, ``derived`` (window stacks), ``tokens`` or ``temp`` (a writer's temp file).
+    ``replays``, ``derived`` (window stacks), ``tokens``, ``kits`` or ``temp`` (a writer's
+    temp file).
     Symlinks are not followed; anything else in ``root`` is not sessionkit's."""
     found = []
     try:
@@ -222,8 +225,8 @@ def _own_files(root: Path) -> list[tuple[str, Path]]:
                 path = Path(folder, name)
                 if name.startswith(".") and name.endswith(".tmp"):
                     kind = "temp"
-                elif child.name.startswith("tokens"):
-                    kind = "tokens"
+                elif child.name.startswith(("tokens", "kits")):
+                    kind = child.name.split("-", 1)[0]
                 else:
                     kind = _KIND_OF_FOLDER.get(path.parent.name, path.parent.name)
                 found.append((kind, path))
@@ -244,10 +247,21 @@ def cache_contents(root: Path) -> dict[str, tuple[int, int]]:
     return contents
 
 
+def folder_size(folder: Path) -> tuple[int, int]:
+    """(files, bytes) below ``folder`` (symlinks not followed; (0, 0) when it is missing)."""
+    files = size = 0
+    for parent, _, names in os.walk(folder):
+        for name in names:
+            with contextlib.suppress(OSError):
+                size += Path(parent, name).lstat().st_size
+                files += 1
+    return files, size
+
+
 def clear_cache_dir(root: Path) -> tuple[int, int]:
-    """Remove sessionkit's own files from cache folder ``root`` (the index and token counts
-    of every format and version, temp files included) and their folders once empty;
-    anything else there (forks, the user's own files) stays.  Returns (files, bytes)
+    """Remove sessionkit's own files from cache folder ``root`` (the index, token counts and
+    kits of every format and version, temp files included) and their folders once empty;
+    anything else there (installed releases, forks, the user's own files) stays.  Returns (files, bytes)
     removed."""
     removed = size = 0
     for _, path in _own_files(root):

@@ -251,7 +251,8 @@ def test_cache_info_reports_the_index_bytes(
     )
     tokens = [p for p in folder.glob("tokens-*/*") if p.is_file()]
     counted = sum(p.stat().st_size for p in tokens)
-    assert shown[-1] == f"  tokens   {len(tokens):>7} file(s) {counted:>15,} bytes"
+    assert shown[-2] == f"  tokens   {len(tokens):>7} file(s) {counted:>15,} bytes"
+    assert shown[-1].startswith("releases: ")
 
 
 def test_a_process_with_its_own_cache_folder_or_none_leaves_the_default_untouched(
