@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import os
 import shlex
 import sys
 from collections.abc import Sequence
@@ -260,8 +259,7 @@ def _cache(args: argparse.Namespace) -> int:
     )
     forks = root / "forks"
     if forks.is_dir():
-        kept = sum(len(names) for _, _, names in os.walk(forks))
-        print(f"forks:  {forks} ({kept} file(s); `cache clear` leaves them)")
+        print(f"forks:  {forks} ({folder_size(forks)[0]} file(s); `cache clear` leaves them)")
     return OK
 
 

@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ParamSpec, TypeVar
 
+from sessionkit.nanobot.settings import is_many
 from sessionkit.store.versions import pinned
 
 __all__ = ["SETTING_NAMES", "SWEEPABLE", "as_keywords", "entry_point", "is_many", "swept"]
@@ -38,11 +39,6 @@ SETTING_NAMES = (
 
 SWEEPABLE = ("policy", *SETTING_NAMES, "context_window", "max_output")
 """What a ``grid=`` may sweep (each function takes the subset it documents)."""
-
-
-def is_many(value: Any) -> bool:
-    """Whether ``value`` is several values (a list, tuple, range or array), not one."""
-    return not isinstance(value, str | bytes | dict) and hasattr(value, "__iter__")
 
 
 def entry_point(**old_to_new: str) -> Callable[[Callable[P, T]], Callable[P, T]]:

@@ -23,7 +23,7 @@ from sessionkit.nanobot.release import ReplayPolicy
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS
 from sessionkit.simulate import replay
-from sessionkit.store.counting import count_tokens, token_cache_of
+from sessionkit.store.counting import counts_through, token_cache_of
 
 __all__ = ["SessionExtras", "session_extras"]
 
@@ -150,9 +150,7 @@ def _build(
         for form in shapes:
             spans.append((len(batch), len(batch) + len(form or [])))
             batch += form or []
-    counts = _prefix(
-        count_tokens(batch, cache=False if cache is None else cache, workers=1, policy=policy.name)
-    )
+    counts = _prefix(counts_through(batch, cache, workers=1, policy=policy.name))
     weight, fillers, long = (np.zeros(n, np.int64) for _ in range(3))
     h_plain, h_comp, s_plain, s_comp = (np.zeros(n, np.int64) for _ in range(4))
     parts = iter(spans)

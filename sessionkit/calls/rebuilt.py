@@ -16,7 +16,7 @@ from sessionkit.nanobot.kit import Kit
 from sessionkit.nanobot.release import ReplayPolicy
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS
-from sessionkit.store.counting import TokenCache, count_tokens, token_cache_of
+from sessionkit.store.counting import TokenCache, counts_through, token_cache_of
 
 __all__ = ["Call", "RebuiltCall", "rebuild", "shared"]
 
@@ -89,9 +89,7 @@ def rebuild(
             at = max(i for i, p in enumerate(parts) if p == "history")
             parts[at] = "current"
         plain = [{k: v for k, v in m.items() if k != _PART} for m in loop]
-        counts = count_tokens(
-            plain[1:], cache=False if cache is None else cache, workers=1, policy=policy.name
-        )
+        counts = counts_through(plain[1:], cache, workers=1, policy=policy.name)
         totals = {"history": 0, "current": 0, "steps": 0}
         for part, n in zip(parts, counts, strict=True):
             totals[part] += n
@@ -129,7 +127,4 @@ def shared(
         if a != b and _wire(policy, kit, a) != _wire(policy, kit, b):
             break
         same.append(b)
-    counts = count_tokens(
-        same, workers=1, policy=policy.name, cache=False if cache is None else cache
-    )
-    return sum(counts) if same else 0
+    return sum(counts_through(same, cache, workers=1, policy=policy.name)) if same else 0

@@ -26,7 +26,7 @@ from sessionkit.nanobot.release import ReplayPolicy
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS
 from sessionkit.store import memo, versions
-from sessionkit.store.counting import ReadThroughCache, TokenCache, count_tokens, token_cache_of
+from sessionkit.store.counting import ReadThroughCache, TokenCache, counts_through, token_cache_of
 from sessionkit.store.forked import SHARED, can_fork, forked_pool
 from sessionkit.tuning import TUNING
 
@@ -109,9 +109,7 @@ def _build(
             current, _, steps = turn
             batch += [current, *steps[-1]]
             batch += [m for step in steps if not _is_prefix(step, steps[-1]) for m in step]
-    counts = iter(
-        count_tokens(batch, cache=False if cache is None else cache, workers=1, policy=policy.name)
-    )
+    counts = iter(counts_through(batch, cache, workers=1, policy=policy.name))
     current_tokens, inferred, n_steps, steps_tokens, tails = [], [], [], [], []
     for turn in turns:
         if turn is None:

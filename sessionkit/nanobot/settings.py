@@ -20,6 +20,7 @@ __all__ = [
     "checked_limit",
     "checked_setting",
     "grid_values",
+    "is_many",
 ]
 
 Offset = Literal["recorded", "none"] | int
@@ -153,14 +154,18 @@ def checked_limit(name: str, value: Any) -> int:
     return number
 
 
+def is_many(value: Any) -> bool:
+    """Whether ``value`` is several values (a list, tuple, range or array), not one."""
+    return not isinstance(value, str | bytes | dict) and hasattr(value, "__iter__")
+
+
 def grid_values(name: str, value: Any) -> list[Any] | None:
     """The values a keyword sweeps: None when not given, else a value or a list (tuple,
     range, array) of values, each checked, and ``None`` inside a list kept (the release's
     default, resolved by the caller)."""
     if value is None:
         return None
-    many = not isinstance(value, str | bytes | dict) and hasattr(value, "__iter__")
-    values = list(value) if many else [value]
+    values = list(value) if is_many(value) else [value]
     if not values:
         raise ValueError(f"{name}= takes a value or a non-empty list of values, not {value!r}")
     check = checked_limit if name in ("context_window", "max_output") else checked_setting

@@ -6,9 +6,9 @@ policy and the settings its replayed entries depend on (``policy.entry_key(setti
 indices and token counts (that release's estimate), and the per-message flags the window rules
 read.  :func:`replay` and :func:`replay_all` compute it (in forked workers for large corpora)
 and keep it in :mod:`sessionkit.store.memo`, keyed by ``(policy name, entry key)``, for the
-session as it is now (any edit, in place or not, makes them computed again).  Sessions read back from the persistent index
-(:class:`~sessionkit.store.index.IndexedSession`) also find their replays there, kept per store and
-setting for the file versions indexed, and :func:`prepared` keeps what is derived from a large
+session as it is now (any edit, in place or not, makes them computed again).  Sessions read
+back from the persistent index (:class:`~sessionkit.store.index.IndexedSession`) also find
+their replays there, kept per store and setting for the file versions indexed, and :func:`prepared` keeps what is derived from a large
 store's replays (the windows' stacked arrays): a new process then replays nothing.
 
 Replaying a session for several releases at once (:func:`replay_jobs`) reads its messages
@@ -54,7 +54,7 @@ from sessionkit.store.counting import (
     KEY_FIELDS,
     ReadThroughCache,
     TokenCache,
-    count_tokens,
+    counts_through,
     text_tokens,
     token_cache_of,
 )
@@ -433,12 +433,7 @@ class _Counter:
             labels.append(label)
         if todo:
             batch = [entries[j] for j in todo]
-            fresh = count_tokens(
-                batch,
-                cache=False if self.cache is None else self.cache,
-                workers=1,
-                policy=policy.name,
-            )
+            fresh = counts_through(batch, self.cache, workers=1, policy=policy.name)
             for j, label, n in zip(todo, labels, fresh, strict=True):
                 counts[j] = n
                 if label is not None:
@@ -542,10 +537,7 @@ def stored_tokens(session: Session, policy: str | None = None) -> np.ndarray:
     kept = memo.slot(session, "stored counts")
     if name not in kept:
         cache = token_cache_of([session])
-        counts = np.array(
-            count_tokens(session.messages, policy=name, cache=False if cache is None else cache),
-            np.int64,
-        )
+        counts = np.array(counts_through(session.messages, cache, policy=name), np.int64)
         counts.flags.writeable = False
         kept[name] = counts
     return kept[name]

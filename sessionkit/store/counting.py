@@ -65,6 +65,7 @@ __all__ = [
     "TokenCache",
     "bind_token_cache",
     "count_tokens",
+    "counts_through",
     "counting_workers",
     "ready_to_fork",
     "text_tokens",
@@ -796,8 +797,27 @@ def count_tokens(
     """
     if cache is None or cache is True:
         cache = DEFAULT_CACHE
-    elif cache is False:
-        cache = None
+    return counts_through(
+        messages,
+        None if cache is False else cache,
+        policy=policy,
+        tokens=tokens,
+        workers=workers,
+        progress=progress,
+    )
+
+
+def counts_through(
+    messages: Iterable[dict[str, Any]],
+    cache: TokenCache | None,
+    *,
+    policy: str = DEFAULT_POLICY,
+    tokens: Method = "tiktoken",
+    workers: int | None = None,
+    progress: Progress | None = None,
+) -> list[int]:
+    """:func:`count_tokens` through ``cache`` as sessionkit holds it (None: no cache), for its
+    own callers, which carry the cache a load chose (or none) rather than the public switch."""
     batch = messages if isinstance(messages, list | tuple) else list(messages)
     bad = next((n for n, m in enumerate(batch) if not isinstance(m, dict)), None)
     if bad is not None:

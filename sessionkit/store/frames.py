@@ -41,7 +41,7 @@ from sessionkit.nanobot.reader import (
 )
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.uncountable import counts_or_missing, uncountable_reason
-from sessionkit.store.counting import Method, PendingCounts, TokenCache, count_tokens
+from sessionkit.store.counting import Method, PendingCounts, TokenCache, counts_through
 from sessionkit.store.fields import (
     STR_OR_NONE,
     hidden_flags,
@@ -253,8 +253,7 @@ def _token_counts(
     msgs: list[dict[str, Any]], method: Method, cache: TokenCache | None
 ) -> np.ndarray:
     """0.2.2's count of every message (-1 where nanobot cannot count it)."""
-    through = False if cache is None else cache
-    counts = counts_or_missing(msgs, partial(count_tokens, tokens=method, cache=through))
+    counts = counts_or_missing(msgs, partial(counts_through, cache=cache, tokens=method))
     return _missing_as_minus_one(counts)
 
 
@@ -476,12 +475,8 @@ def built_rows(
 
         def count(batch: list[dict[str, Any]]) -> list[int]:
             bar.reset(total=len(batch))  # counts_or_missing may count a second, smaller batch
-            return count_tokens(
-                batch,
-                tokens="tiktoken",
-                cache=False if cache is None else cache,
-                workers=workers,
-                progress=bar.update,
+            return counts_through(
+                batch, cache, tokens="tiktoken", workers=workers, progress=bar.update
             )
 
         if pending is not None and counts:

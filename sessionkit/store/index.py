@@ -810,9 +810,9 @@ class IndexedSession(Session):
 
     @property
     def pristine(self) -> bool:
-        """Whether the messages (and key, release, offset, metadata and records) are still
-        those indexed: not parsed yet, or parsed and neither replaced, resized nor edited in
-        place since they were first handed out."""
+        """Whether the messages are still those indexed: not parsed yet, or parsed and neither
+        replaced, resized nor edited in place since they were first handed out (from then on
+        an edit of the key, release, offset, metadata or records counts too)."""
         if self._identity is None:
             return False
         if self._messages is None:

@@ -25,7 +25,7 @@ from sessionkit.simulate.replay import (
 from sessionkit.simulate.states import message_states
 from sessionkit.simulate.windowing import windows
 from sessionkit.store import memo
-from sessionkit.store.counting import TokenCache, count_tokens
+from sessionkit.store.counting import TokenCache, count_tokens, counts_through
 from sessionkit.store.index import SessionChangedError
 from sessionkit.testing import check_window_invariants
 from sessionkit.tuning import TUNING
@@ -89,7 +89,7 @@ def test_windows_states_and_testing_share_one_replay(
         raise AssertionError("replayed again despite a cached replay")
 
     monkeypatch.setattr(sessionkit.simulate.replay, "_compute", refuse)
-    monkeypatch.setattr(sessionkit.simulate.replay, "count_tokens", refuse)
+    monkeypatch.setattr(sessionkit.simulate.replay, "counts_through", refuse)
     windows(session, at="end")
     message_states(session)
     assert check_window_invariants(session).empty
@@ -351,11 +351,11 @@ def test_entries_equal_to_their_message_take_its_stored_count(
     session = Session("k", messages)
     batches: list[tuple[str, list[Any]]] = []
 
-    def spy(batch: list[dict[str, Any]], **kwargs: Any) -> list[int]:
+    def spy(batch: list[dict[str, Any]], cache: Any, **kwargs: Any) -> list[int]:
         batches.append((kwargs["policy"], [e["content"] for e in batch]))
-        return count_tokens(batch, **kwargs)
+        return counts_through(batch, cache, **kwargs)
 
-    monkeypatch.setattr(replay_module, "count_tokens", spy)
+    monkeypatch.setattr(replay_module, "counts_through", spy)
     memo.clear()
     stored = np.array([101, 102, 103, 104, 105, 106])
     jobs = [(name, PLAIN) for name in RELEASES]
@@ -401,11 +401,11 @@ def test_a_stamped_entry_counts_its_stamp_line_plus_its_messages_stored_count(
     session = Session("k", messages)
     counted: list[Any] = []
 
-    def spy(batch: list[dict[str, Any]], **kwargs: Any) -> list[int]:
+    def spy(batch: list[dict[str, Any]], cache: Any, **kwargs: Any) -> list[int]:
         counted.extend(e["content"] for e in batch)
-        return count_tokens(batch, **kwargs)
+        return counts_through(batch, cache, **kwargs)
 
-    monkeypatch.setattr(replay_module, "count_tokens", spy)
+    monkeypatch.setattr(replay_module, "counts_through", spy)
     memo.clear()
     stored = np.array(count_tokens(messages, cache=False))
     (found,) = replay_jobs(
