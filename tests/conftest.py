@@ -63,10 +63,27 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """
     if not is_xdist_controller(session) or session.config.option.collectonly:
         return
+    if not _selects_conformance(session.config.option.markexpr):
+        return
     from support.releases import VERSIONS, build_release
 
     for version in VERSIONS:
         _RELEASE_BUILDS.submit(build_release, version)
+
+
+def _selects_conformance(markexpr: str) -> bool:
+    """Whether ``-m markexpr`` can select a conformance test: the offline run
+    (``-m "not conformance"``) builds no release."""
+    if not markexpr:
+        return True
+    # pytest's own parser of -m expressions; it has no public one.
+    from _pytest.mark.expression import Expression
+
+    expression = Expression.compile(markexpr)
+    return any(
+        expression.evaluate(lambda name, /, **_: name == "conformance" or others)
+        for others in (False, True)
+    )
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

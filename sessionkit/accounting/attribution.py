@@ -33,6 +33,7 @@ from dateutil.tz import tzlocal
 
 from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.session import Session
+from sessionkit.nanobot.timestamps import local_moment
 from sessionkit.nanobot.usage_records import (
     FAILED_REASONS,
     RoundUsages,
@@ -67,15 +68,8 @@ ATTRIBUTIONS = ("exact", "time")
 def local_ms(stamp: Any, zone: tzinfo | None) -> int | None:
     """A stored naive local timestamp as UTC epoch milliseconds (``zone`` None: this machine's
     local time, daylight saving included); None when it is no timestamp."""
-    if not isinstance(stamp, str):
-        return None
-    try:
-        moment = datetime.fromisoformat(stamp)
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        moment = moment.astimezone() if zone is None else moment.replace(tzinfo=zone)
-    return (moment - _EPOCH) // _MS
+    moment = local_moment(stamp, zone)
+    return None if moment is None else (moment - _EPOCH) // _MS
 
 
 def _calls_made(session: Session, region: list[dict[str, Any]], user: dict[str, Any]) -> int:

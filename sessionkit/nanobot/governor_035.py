@@ -39,6 +39,7 @@ from typing import Any
 from sessionkit.nanobot.history import CONTINUATION_TEXT, Message, is_hidden_history
 from sessionkit.nanobot.release import SAFETY_BUFFER
 from sessionkit.nanobot.request_035 import cleaned_for_model, in_loop, loop_messages
+from sessionkit.nanobot.timestamps import local_moment
 
 __all__ = [
     "GovernedTurn",
@@ -144,15 +145,8 @@ def _committed_at(
 def _aware(stamp: str | None, zone: tzinfo | None) -> str | None:
     """A stored naive local time as ``datetime.now().astimezone()`` writes it (``zone``:
     default this machine's)."""
-    if stamp is None:
-        return None
-    try:
-        moment = datetime.fromisoformat(stamp)
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=zone) if zone is not None else moment.astimezone()
-    return moment.isoformat()
+    moment = local_moment(stamp, zone)
+    return None if moment is None else moment.isoformat()
 
 
 def _replies(messages: Sequence[Message]) -> int:
