@@ -12,6 +12,10 @@ NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
 
 .PHONY: lab test notebooks setup-lab setup-test chromium
 
+# `make test NO_BROWSER=1`: no Chromium installed, the explorer's browser tests deselected.
+CHROMIUM := $(if $(NO_BROWSER),,chromium)
+PYTEST_ARGS := $(if $(NO_BROWSER),-m "not browser")
+
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
@@ -19,7 +23,7 @@ $(BIN)/python:
 setup-lab: $(BIN)/python
 	$(BIN)/pip install --quiet -e ".[lab]"
 
-setup-test: $(BIN)/python chromium
+setup-test: $(BIN)/python $(CHROMIUM)
 	$(BIN)/pip install --quiet -e ".[test]"
 
 chromium:
@@ -49,4 +53,4 @@ test: setup-test
 	$(BIN)/ruff check sessionkit tests benchmarks scripts notebooks
 	$(BIN)/ruff format --check sessionkit tests benchmarks scripts notebooks
 	$(BIN)/mypy
-	$(BIN)/pytest
+	$(BIN)/pytest $(PYTEST_ARGS)

@@ -33,7 +33,7 @@ def _dry_run(target: str, tmp_path: Path, uid: int = 1000) -> list[str]:
     env = {k: v for k, v in os.environ.items() if k not in inherited}
     env["PATH"] = f"{tmp_path}{os.pathsep}{os.environ['PATH']}"
     dry_run = subprocess.run(
-        ["make", "--no-print-directory", "-n", target],
+        ["make", "--no-print-directory", "-n", *target.split()],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -180,3 +180,17 @@ def test_no_notebook_stores_widget_state(path: Path) -> None:
         assert "execution" not in cell["metadata"]
         for output in cell.get("outputs", []):
             assert "application/vnd.jupyter.widget-view+json" not in output.get("data", {})
+
+
+def test_make_test_installs_chromium_and_runs_every_test(tmp_path: Path) -> None:
+    commands = _dry_run("test", tmp_path)
+    assert any("apt-get install -y -qq chromium fonts-wqy-zenhei" in c for c in commands)
+    assert commands[-1].split() == [".venv/bin/pytest"]
+
+
+def test_make_test_without_a_browser_installs_none_and_deselects_browser_tests(
+    tmp_path: Path,
+) -> None:
+    commands = _dry_run("test NO_BROWSER=1", tmp_path)
+    assert not any("apt-get" in c for c in commands)
+    assert commands[-1] == '.venv/bin/pytest -m "not browser"'
