@@ -83,6 +83,38 @@ def test_a_config_folder_or_file_as_the_store_names_what_to_pass(
     assert f"config_dir={str(config)!r}" in message and "--config-dir" in message
 
 
+@pytest.mark.parametrize(
+    ("recorded", "shown"),
+    [
+        ("workspace", "{config}/workspace"),  # relative, as the bundled data records it
+        ("{tmp}/moved", "{tmp}/moved (recorded by namespace {id}; not found)"),
+    ],
+)
+def test_the_hint_names_a_workspace_that_exists_or_says_it_is_missing(
+    store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, recorded: str, shown: str
+) -> None:
+    workspace, config, namespace = store
+    workspace.rename(config / "workspace")
+    monkeypatch.chdir(tmp_path)  # where a relative record does not resolve
+    (namespace / ".workspace").write_text(recorded.format(tmp=tmp_path) + "\n")
+    with pytest.raises(SessionPathError) as raised:
+        sk.load(config, cache=False)
+    expected = shown.format(config=config, tmp=tmp_path.resolve(), id=WORKSPACE_ID)
+    assert f"pass a workspace ({expected}) with config_dir={str(config)!r}" in str(raised.value)
+
+
+@pytest.mark.parametrize("source", ["workspace", "sessions"])
+def test_a_config_dir_that_does_not_exist_is_named(store, tmp_path: Path, source: str) -> None:
+    workspace, _, _ = store
+    path = workspace if source == "workspace" else tmp_path
+    with pytest.raises(SessionPathError) as raised:
+        sk.load(path, config_dir=tmp_path / "typo", cache=False)
+    assert str(raised.value) == (
+        f"config_dir {str(tmp_path / 'typo')!r} does not exist; pass the config file nanobot "
+        "runs with or its folder (command line: --config-dir)"
+    )
+
+
 def test_a_config_file_without_workspaces_is_not_read_as_a_session(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text('{"agents": {}}')
     with pytest.raises(SessionPathError, match="config file, not a session file"):

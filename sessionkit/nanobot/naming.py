@@ -194,6 +194,11 @@ def sessions_folder(sessions_dir: str | Path, config_dir: str | Path | None = No
         For a 0.3.5 workspace whose sessions folder is not under ``config_dir``.
     """
     folder = Path(sessions_dir).expanduser()
+    if config_dir is not None and not os.path.lexists(Path(config_dir).expanduser()):
+        raise SessionPathError(
+            f"config_dir {str(config_dir)!r} does not exist; pass the config file nanobot runs "
+            "with or its folder (command line: --config-dir)"
+        )
     if (folder / WORKSPACE_ID_FILE).exists():
         found = sessions_dir_035(folder, config_dir)
         if found is not None:

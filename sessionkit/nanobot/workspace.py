@@ -116,7 +116,7 @@ def config_dir_hint(path: str | Path) -> str | None:
             f"{path} is a nanobot config file, not a session file; pass the workspace with "
             f"config_dir={str(path)!r} (command line: --config-dir)"
         )
-    named = [str(recorded_workspace(n) or f"? (namespace {n.name})") for n in found]
+    named = [_shown_workspace(n, config) for n in found]
     shown = ", ".join(named[:3]) + (f", ... ({len(named)} in all)" if len(named) > 3 else "")
     return (
         f"{path} is a nanobot 0.3.5 {kind}: it keeps each workspace's sessions apart, in "
@@ -124,6 +124,20 @@ def config_dir_hint(path: str | Path) -> str | None:
         f"workspace ({shown}) with config_dir={str(config)!r} (command line: --config-dir), "
         "or one of those namespace folders"
     )
+
+
+def _shown_workspace(namespace: Path, config: Path) -> str:
+    """The workspace a namespace records, as a hint can name it: where it exists (a relative
+    record tried from the config folder too), else said to be missing."""
+    recorded = recorded_workspace(namespace)
+    if recorded is None:
+        return f"? (namespace {namespace.name})"
+    if recorded.exists():
+        return str(recorded)
+    beside = config / (namespace / _NAMESPACE_MARKER).read_text(encoding="utf-8").strip()
+    if beside.is_dir():
+        return str(beside)
+    return f"{recorded} (recorded by namespace {namespace.name}; not found)"
 
 
 def _read_id(marker: Path) -> str:

@@ -112,6 +112,7 @@ def test_a_035_workspace_loads_through_its_workspace_id(tmp_path: Path) -> None:
 
 def test_a_035_workspace_without_its_config_dir_says_where_it_looked(tmp_path: Path) -> None:
     _store("0.3.5", tmp_path, SESSIONS[:1])
+    (tmp_path / "elsewhere").mkdir()
     with pytest.raises(sk.nanobot.reader.SessionPathError, match="workspace id"):
         sk.load(tmp_path / "workspace", config_dir=tmp_path / "elsewhere")
 
