@@ -372,7 +372,8 @@ last_consolidated, file_cap
         :func:`sessionkit.calls.installs.find_release`).
     runtime
         Overrides of the process facts the release writes into the prompt (``system``,
-        ``machine``, ``python_version``, ...), else this machine's.
+        ``machine``, ``python_version``, ...), else this machine's; ``workspace_path``: the
+        path the prompt names for the workspace (where nanobot ran it), else where it lies.
     summary
         The context governor's summary call made before agent call ``step`` (see
         :func:`call_list`) rather than that agent call.

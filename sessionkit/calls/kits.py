@@ -31,7 +31,7 @@ from sessionkit.store.cachedir import (
     persistence_on,
 )
 
-__all__ = ["KitError", "kit_for", "workspace_inputs"]
+__all__ = ["KitError", "kit_for", "shown_at", "workspace_inputs"]
 
 _FORMAT = 1
 _INPUT_FOLDERS = ("memory", "skills")
@@ -212,6 +212,18 @@ def _as_kit(raw: Mapping[str, Any], times: Mapping[str, float]) -> Kit:
     )
 
 
+def shown_at(value: Any, workspace: str, shown: str) -> Any:
+    """``value`` (a kit as JSON) with every mention of the workspace's path written as
+    ``shown``: the path the prompt names when nanobot ran the workspace from another folder."""
+    if isinstance(value, str):
+        return value.replace(workspace, shown)
+    if isinstance(value, list):
+        return [shown_at(v, workspace, shown) for v in value]
+    if isinstance(value, dict):
+        return {k: shown_at(v, workspace, shown) for k, v in value.items()}
+    return value
+
+
 def kit_for(
     release: str,
     probe: str,
@@ -248,6 +260,7 @@ def kit_for(
         cached = _read(path, key)
         if cached is not None:
             return _as_kit(cached, newest)
+    shown = runtime.pop("workspace_path", None)
     request = {
         "workspace": str(workspace),
         "config": str(config) if config else None,
@@ -257,6 +270,8 @@ def kit_for(
     raw = run_probe(probe, python, request)
     if raw.get("nanobot") != release:
         raise KitError(f"the probe ran nanobot {raw.get('nanobot')!r}, not {release}")
+    if shown is not None:
+        raw = shown_at(raw, str(workspace), str(shown))
     if folder is not None and path is not None:
         try:
             make_private_dir(folder)

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from sessionkit.calls.kits import KitError, kit_for
+from sessionkit.calls.kits import KitError, kit_for, shown_at
+
+pytestmark = pytest.mark.conformance  # every kit here is probed from nanobot-ai 0.2.2
 
 PYTHON = Path(sys.executable)  # the test environment holds nanobot-ai 0.2.2
 
@@ -92,3 +94,45 @@ def test_no_cache_keeps_nothing(workspace: Path, tmp_path: Path) -> None:
 def test_a_failing_probe_says_why(tmp_path: Path) -> None:
     with pytest.raises(KitError, match=r"the nanobot probe \(probe_022\.py, .*\) failed"):
         kit_for("0.2.2", "probe_022.py", Path("/bin/false"), tmp_path, cache_dir=False)
+
+
+PINNED = {
+    "workspace_path": "/home/user/.nanobot/workspace",
+    "system": "Linux",
+    "machine": "x86_64",
+    "python_version": "3.11.2",
+    "path": "/usr/bin:/bin",
+}
+
+
+def test_a_pinned_runtime_gives_the_same_kit_from_any_folder(tmp_path: Path) -> None:
+    """A workspace moved to another folder or machine renders the prompt it ran with."""
+    kits = []
+    for name in ("a", "a-much-longer-folder-name"):
+        folder = tmp_path / name / "workspace"
+        (folder / "memory").mkdir(parents=True)
+        (folder / "memory" / "MEMORY.md").write_text(f"Notes live in {folder}/notes.\n")
+        kits.append(
+            kit_for(
+                "0.2.2",
+                "probe_022.py",
+                PYTHON,
+                folder,
+                channel="cli",
+                runtime=PINNED,
+                cache_dir=False,
+            )
+        )
+    first, second = kits
+    assert first.system_text == second.system_text and first.tools == second.tools
+    assert "Notes live in /home/user/.nanobot/workspace/notes." in first.system_text
+    assert str(tmp_path) not in json.dumps(first.raw)
+
+
+def test_shown_at_rewrites_the_workspace_path_in_every_string() -> None:
+    kit = {"a": ["/w/x and /w", 3, {"b": "/w/"}], "n": None, "/w": "key kept"}
+    assert shown_at(kit, "/w", "/s") == {
+        "a": ["/s/x and /s", 3, {"b": "/s/"}],
+        "n": None,
+        "/w": "key kept",
+    }
