@@ -153,10 +153,17 @@ def _report(args: argparse.Namespace) -> int:
             config_dir=args.config_dir,
         )
     except ReportError as exc:
+            overwrite=args.overwrite,
+            create=args.create,
         print(f"sessionkit: report failed: {exc}", file=sys.stderr)
         return PROBLEMS
     print(f"wrote {out}")
     return OK
+    except SessionPathError:
+        raise
+    except (FileExistsError, FileNotFoundError) as exc:  # --output names no new file
+        print(f"sessionkit: error: {exc.strerror}", file=sys.stderr)
+        return USAGE
 
 
 def _doctor_text(table: pd.DataFrame, fixed: bool) -> None:
@@ -193,12 +200,14 @@ def _doctor(args: argparse.Namespace) -> int:
     the fix cannot mend, such as a value nanobot resets)."""
     from sessionkit.writers.checkup import doctor, fix, has_problems
 
-    if args.backup_dir and not args.fix:
-        print("sessionkit: error: --backup-dir is only used with --fix", file=sys.stderr)
+    if (args.backup_dir or args.create) and not args.fix:
+        print(
+            "sessionkit: error: --backup-dir and --create are only used with --fix", file=sys.stderr
+        )
         return USAGE
     try:
         table = (
-            fix(args.path, args.backup_dir, config_dir=args.config_dir)
+            fix(args.path, args.backup_dir, config_dir=args.config_dir, create=args.create)
             if args.fix
             else doctor(args.path, config_dir=args.config_dir)
         )
@@ -475,10 +484,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     doctor.add_argument("--format", choices=["table", "csv", "json"], default="table")
     doctor.add_argument("--config-dir", help=_CONFIG_DIR_HELP)
+    doctor.add_argument(
+        "--create", action="store_true", help="make the missing folders above --backup-dir"
+    )
     doctor.set_defaults(run=_doctor)
     report = add("report", help="run the tour notebook headless and write one HTML report")
     report.add_argument("path", nargs="?", help=_PATHS_HELP)
-    report.add_argument("-o", "--output", default="report.html", help="HTML file to write")
+    report.add_argument(
+        "-o", "--output", default="report.html", help="HTML file to write (a new file)"
+    )
+    report.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
+    report.add_argument("--create", action="store_true", help="make --output's missing folders")
     report.add_argument("--no-code", action="store_true", help="leave code cells out")
     report.add_argument("--timeout", type=int, default=600, help="seconds any one cell may run")
     report.add_argument("--config-dir", help=_CONFIG_DIR_HELP)

@@ -324,7 +324,9 @@ def test_doctor_backup_dir_needs_fix(
     damaged_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["doctor", str(damaged_copy), "--backup-dir", str(tmp_path / "b")]) == 2
-    assert capsys.readouterr().err == "sessionkit: error: --backup-dir is only used with --fix\n"
+    assert capsys.readouterr().err == (
+        "sessionkit: error: --backup-dir and --create are only used with --fix\n"
+    )
     assert not (tmp_path / "b").exists()
 
 

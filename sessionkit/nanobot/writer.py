@@ -338,15 +338,17 @@ def write_file(
     return final
 
 
-def check_folder(folder: Path, create: bool) -> None:
+def check_folder(
+    folder: Path, create: bool, *, what: str = "sessions folder or workspace"
+) -> None:
     """Refuse to write into ``folder`` when it does not exist and ``create`` is false: the
     user named a folder that is not there (a typo, a workspace path taken for another)."""
     if create or folder.is_dir():
         return
     raise FileNotFoundError(
         errno.ENOENT,
-        f"{folder} does not exist, so nothing was written: name an existing sessions folder "
-        "or workspace, or pass create=True (command line: --create) to make it",
+        f"{folder} does not exist, so nothing was written: name an existing {what}, or pass "
+        "create=True (command line: --create) to make it",
         str(folder),
     )
 

@@ -20,6 +20,7 @@ from traitlets.config import Config
 
 from sessionkit.nanobot.naming import sessions_folder
 from sessionkit.nanobot.reader import find_session_files
+from sessionkit.writers.output import check_output, write_output
 
 __all__ = ["ReportError", "kernel_config", "tour_notebook", "write_report"]
 
@@ -74,6 +75,8 @@ def write_report(
     timeout: int = 600,
     show_code: bool = True,
     config_dir: str | Path | None = None,
+    overwrite: bool = False,
+    create: bool = False,
 ) -> Path:
     """Run the tour on the store at ``path`` and write it as one HTML file to ``out_html``.
 
@@ -83,7 +86,8 @@ def write_report(
         A nanobot workspace, sessions folder, session file or glob; ``None`` for the bundled
         sample store.
     out_html
-        Where to write the report (parent folders are created).
+        Where to write the report: a new file in an existing folder (checked before the
+        tour runs), unless ``overwrite`` / ``create`` say otherwise.
     timeout
         Seconds any one cell may run.
     show_code
@@ -91,6 +95,10 @@ def write_report(
     config_dir
         For a 0.3.5 workspace: the config file nanobot runs with, or its folder (default
         ``~/.nanobot``); the tour then reads the sessions folder found through it.
+    overwrite
+        Replace ``out_html`` when it exists.
+    create
+        Make ``out_html``'s missing folders.
 
     Raises
     ------
@@ -99,6 +107,7 @@ def write_report(
     ReportError
         When a cell of the tour fails on this store.
     """
+    out = check_output(out_html, overwrite=overwrite, create=create)
     source = tour_notebook()
     notebook = nbformat.read(source, as_version=4)
     if path is not None:
@@ -120,7 +129,4 @@ def write_report(
         raise ReportError(f"the tour failed on {path or 'the bundled store'}:\n{exc}") from exc
     exporter = HTMLExporter(template_name="lab", embed_images=True, exclude_input=not show_code)
     html, _ = exporter.from_notebook_node(notebook)
-    out = Path(out_html)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(html, encoding="utf-8")
-    return out
+    return write_output(out, html.encode("utf-8"), overwrite=overwrite, create=create)

@@ -44,8 +44,8 @@ from sessionkit.nanobot.reader import (
     read_session_file,
 )
 from sessionkit.nanobot.workspace import config_dir_hint
-from sessionkit.nanobot.writer import LOCK_FILENAME, temp_name, write_file
-from sessionkit.store.corpus import check_source
+from sessionkit.nanobot.writer import LOCK_FILENAME, check_folder, temp_name, write_file
+from sessionkit.store.sources import check_source
 
 __all__ = [
     "COLUMNS",
@@ -319,8 +319,9 @@ def has_problems(report: pd.DataFrame) -> bool:
     )
 
 
-def _backup_folder(folder: Path, backup_dir: str | Path | None) -> Path:
-    """The backup folder, created; refused when inside the sessions folder."""
+def _backup_folder(folder: Path, backup_dir: str | Path | None, create: bool) -> Path:
+    """The backup folder, created; refused when inside the sessions folder, or when the
+    folder named to hold it is not there and ``create`` is false."""
     if backup_dir is None:
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         backup = folder.resolve().parent / f"sessionkit-doctor-backup-{stamp}"
@@ -331,7 +332,8 @@ def _backup_folder(folder: Path, backup_dir: str | Path | None) -> Path:
             f"the backup folder {backup} is inside the sessions folder {folder}, where nanobot "
             "would read it; choose one outside"
         )
-    backup.mkdir(parents=True, exist_ok=True)
+    check_folder(backup.parent, create, what="folder")
+    backup.mkdir(parents=create, exist_ok=True)
     return backup
 
 
@@ -428,6 +430,7 @@ def fix(
     backup_dir: str | Path | None = None,
     *,
     config_dir: str | Path | None = None,
+    create: bool = False,
 ) -> pd.DataFrame:
     """Mend what nanobot 0.2.2 would destroy; returns the rows acted on, ``fix`` saying what was done.
 
@@ -439,17 +442,20 @@ def fix(
         Where the originals, their damaged lines (``<file>.damaged-lines.txt``: one JSON
         record per line with ``line_no``, ``reason`` and ``text``, bytes that are not UTF-8 as
         ``\\udcXX`` escapes, ``null`` for a line too long to read) and the leftover temporary
-        files go; created if missing and refused inside the sessions folder.  Default:
+        files go; created if missing (in a folder that exists, unless ``create``) and
+        refused inside the sessions folder.  Default:
         ``sessionkit-doctor-backup-<timestamp>`` next to the sessions folder, made only when
         there is something to fix.
     config_dir
         For a 0.3.5 workspace, as for :func:`doctor`.
+    create
+        Make the missing folders above ``backup_dir``.
     """
     folder, rows = _rows(path, config_dir)
     todo = [row for row in rows if row.fix.startswith(("rewrite", "move"))]
     if not todo:
         return _frame([])
-    backup = _backup_folder(folder, backup_dir)
+    backup = _backup_folder(folder, backup_dir, create)
     done = []
     for row in todo:
         action = _move(row, backup) if row.load is None else _rewrite(row, row.load, backup)

@@ -85,7 +85,7 @@ def _hostile_store(folder: Path) -> Path:
 def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """The report of the hostile store, served on localhost: (URL, HTML file)."""
     store = _hostile_store(tmp_path / "ws" / "sessions")
-    out = write_report(store, tmp_path / "site" / "report.html", timeout=120)
+    out = write_report(store, tmp_path / "site" / "report.html", timeout=120, create=True)
     handler = partial(SimpleHTTPRequestHandler, directory=str(out.parent))
     handler.log_message = lambda *args: None  # type: ignore[attr-defined]
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)

@@ -9,6 +9,7 @@ import nbformat
 import pytest
 from support.reference import need, unavailable
 
+from sessionkit.cli import main
 from sessionkit.nanobot.reader import SessionPathError
 from sessionkit.views.report import (
     INJECTED_TAG,
@@ -52,8 +53,24 @@ def test_a_missing_store_fails_before_any_kernel_starts(tmp_path: Path) -> None:
     assert not out.exists()
 
 
+def test_the_output_must_be_a_new_file_in_a_folder_that_exists(tmp_path: Path) -> None:
+    """Checked before any kernel starts: a typo in the folder, or a report already there."""
+    with pytest.raises(FileNotFoundError) as missing:
+        write_report(None, tmp_path / "typo" / "report.html")
+    assert missing.value.strerror == (
+        f"{tmp_path / 'typo'} does not exist, so nothing was written: name an existing folder, "
+        "or pass create=True (command line: --create) to make it"
+    )
+    assert not (tmp_path / "typo").exists()
+    (tmp_path / "report.html").write_text("mine")
+    with pytest.raises(FileExistsError, match="pass overwrite=True"):
+        write_report(None, tmp_path / "report.html")
+    assert (tmp_path / "report.html").read_text() == "mine"
+    assert main(["report", "-o", str(tmp_path / "report.html")]) == 2
+
+
 def test_report_on_the_bundled_store_embeds_the_figures(tmp_path: Path) -> None:
-    out = write_report(None, tmp_path / "deep" / "report.html")
+    out = write_report(None, tmp_path / "deep" / "report.html", create=True)
     html = out.read_text(encoding="utf-8")
     assert "A tour of sessionkit" in html
     assert "&lt;Corpus: 27 sessions, 7445 messages, 14 problems&gt;" in html

@@ -11,6 +11,7 @@ from types import ModuleType
 import pandas as pd
 import pytest
 
+from sessionkit.cli import main
 from sessionkit.nanobot.loss import nanobot_load, split_lines
 from sessionkit.nanobot.reader import SessionPathError, read_session_file
 from sessionkit.nanobot.writer import LOCK_FILENAME
@@ -308,6 +309,18 @@ def test_backup_inside_the_sessions_folder_is_refused(damaged):
     with pytest.raises(ValueError, match="is inside the sessions folder"):
         fix(damaged, backup_dir=damaged / "backup")
     assert _listing(damaged) == before and not (damaged / "backup").exists()
+
+
+def test_a_backup_folder_under_a_missing_folder_is_refused_unless_create(damaged, tmp_path):
+    before = _listing(damaged)
+    backup = tmp_path / "typo" / "backup"
+    with pytest.raises(FileNotFoundError, match="name an existing folder, or pass create=True"):
+        fix(damaged, backup_dir=backup)
+    assert _listing(damaged) == before and not (tmp_path / "typo").exists()
+    assert main(["doctor", str(damaged), "--fix", "--backup-dir", str(backup)]) == 1
+    assert _listing(damaged) == before
+    assert not fix(damaged, backup_dir=backup, create=True).empty
+    assert backup.is_dir()
 
 
 def _generated() -> list[str]:
