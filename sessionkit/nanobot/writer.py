@@ -36,6 +36,7 @@ __all__ = [
     "LOCK_FILENAME",
     "TEMP_NAME",
     "check_folder",
+    "check_sessions_folder",
     "check_target",
     "jsonl_line",
     "save_session",
@@ -338,9 +339,20 @@ def write_file(
     return final
 
 
-def check_folder(
-    folder: Path, create: bool, *, what: str = "sessions folder or workspace"
-) -> None:
+# What nanobot writes into every workspace it starts in (its templates and their folders).
+WORKSPACE_MARKS = ("AGENTS.md", "SOUL.md", "USER.md", "HEARTBEAT.md", "memory", ".nanobot")
+
+
+def _workspace_marks(folder: Path) -> list[str]:
+    return [name for name in WORKSPACE_MARKS if os.path.lexists(folder / name)]
+
+
+def _is_workspace(folder: Path) -> bool:
+    """Whether ``folder`` holds two or more of the files nanobot puts in a workspace."""
+    return len(_workspace_marks(folder)) >= 2
+
+
+def check_folder(folder: Path, create: bool, *, what: str = "folder") -> None:
     """Refuse to write into ``folder`` when it does not exist and ``create`` is false: the
     user named a folder that is not there (a typo, a workspace path taken for another)."""
     if create or folder.is_dir():
@@ -351,6 +363,21 @@ def check_folder(
         "create=True (command line: --create) to make it",
         str(folder),
     )
+
+
+def check_sessions_folder(folder: Path, create: bool) -> None:
+    """:func:`check_folder` for a sessions folder, refusing also a workspace that has none
+    (a fork written there would never be read: nanobot reads ``<workspace>/sessions``)."""
+    if folder.is_dir() and folder.name != "sessions" and _is_workspace(folder):
+        raise FileNotFoundError(
+            errno.ENOENT,
+            f"{folder} is a nanobot workspace ({', '.join(_workspace_marks(folder))}) without a "
+            f"sessions folder, so nothing was written: nanobot reads sessions from "
+            f"{folder / 'sessions'}; pass that folder, with create=True (command line: "
+            "--create) to make it",
+            str(folder / "sessions"),
+        )
+    check_folder(folder, create, what="sessions folder or workspace")
 
 
 def save_session(
@@ -415,7 +442,7 @@ def save_session(
     """
     naming = naming or get_policy(session.policy).naming
     final = session_path(session.key, sessions_dir, naming, config_dir)
-    check_folder(final.parent, create)
+    check_sessions_folder(final.parent, create)
     data = session_lines(session)
     try:
         final.parent.mkdir(parents=True, exist_ok=True)

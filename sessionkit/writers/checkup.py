@@ -332,7 +332,7 @@ def _backup_folder(folder: Path, backup_dir: str | Path | None, create: bool) ->
             f"the backup folder {backup} is inside the sessions folder {folder}, where nanobot "
             "would read it; choose one outside"
         )
-    check_folder(backup.parent, create, what="folder")
+    check_folder(backup.parent, create)
     backup.mkdir(parents=create, exist_ok=True)
     return backup
 

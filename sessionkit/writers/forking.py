@@ -25,7 +25,7 @@ from sessionkit.conventions import entry_point
 from sessionkit.nanobot.naming import Naming, session_path
 from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.session import Session, turn_number
-from sessionkit.nanobot.writer import check_folder, check_target, save_session
+from sessionkit.nanobot.writer import check_sessions_folder, check_target, save_session
 from sessionkit.store.corpus import resolve_session
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ def _prepare(
         None if sessions_dir is None else session_path(target_key, sessions_dir, naming, config_dir)
     )
     if path is not None:
-        check_folder(path.parent, create)
+        check_sessions_folder(path.parent, create)
     return _Job(source, index, edit, target_key, sessions_dir, path, naming, config_dir, create)
 
 

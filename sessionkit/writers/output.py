@@ -19,7 +19,7 @@ def check_output(
     """``final`` as a path, once it is known :func:`write_output` may write it (checked
     before slow work, so a typo fails at once)."""
     target = Path(final).expanduser()
-    check_folder(target.parent, create, what="folder")
+    check_folder(target.parent, create)
     if not overwrite and os.path.lexists(target):
         raise FileExistsError(
             errno.EEXIST,

@@ -154,6 +154,30 @@ def test_a_missing_folder_is_refused_unless_asked_to_create_it(tmp_path):
     assert save_session(_session(), target, create=True).parent == target
 
 
+@pytest.mark.parametrize("create", [False, True])
+def test_a_workspace_without_a_sessions_folder_is_recognised_not_written_into(tmp_path, create):
+    """The README's ``sessions_dir="/path/to/workspace"`` on a workspace nanobot has not saved a
+    session in yet: the fork would land beside AGENTS.md, where nanobot never reads."""
+    (tmp_path / "AGENTS.md").write_text("rules\n")
+    (tmp_path / "memory").mkdir()
+    with pytest.raises(FileNotFoundError) as info:
+        save_session(_session(), tmp_path, create=create)
+    assert info.value.strerror == (
+        f"{tmp_path} is a nanobot workspace (AGENTS.md, memory) without a sessions folder, so "
+        f"nothing was written: nanobot reads sessions from {tmp_path / 'sessions'}; pass that "
+        "folder, with create=True (command line: --create) to make it"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["AGENTS.md", "memory"]
+    made = save_session(_session(), tmp_path / "sessions", create=True)
+    assert made == tmp_path / "sessions" / "telegram_123.jsonl"
+    assert save_session(_session(key="t:2"), tmp_path).parent == tmp_path / "sessions"
+
+
+def test_one_workspace_file_alone_does_not_make_a_workspace(tmp_path):
+    (tmp_path / "memory").mkdir()
+    assert save_session(_session(), tmp_path) == tmp_path / "telegram_123.jsonl"
+
+
 def test_save_leaves_the_session_untouched(tmp_path):
     s = _session(created_at=None)
     before = copy.deepcopy(s)
