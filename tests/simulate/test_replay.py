@@ -16,6 +16,7 @@ from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.settings import HistorySettings
 from sessionkit.nanobot.tokens import encoding
 from sessionkit.simulate.replay import (
+    UNREPLAYABLE,
     derived,
     replay,
     replay_all,
@@ -88,7 +89,8 @@ def test_windows_states_and_testing_share_one_replay(
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("replayed again despite a cached replay")
 
-    monkeypatch.setattr(sessionkit.simulate.replay, "_compute", refuse)
+    monkeypatch.setattr(sessionkit.simulate.replay_compute, "compute", refuse)
+    monkeypatch.setattr(sessionkit.simulate.replay_counts, "counts_through", refuse)
     monkeypatch.setattr(sessionkit.simulate.replay, "counts_through", refuse)
     windows(session, at="end")
     message_states(session)
@@ -159,7 +161,7 @@ def test_a_long_session_replayed_in_ranges_by_workers_equals_one_replayed_whole(
     """Ranges of 2 messages: calls declared in one range and answered in later ones (or
     never, or twice), a line without a role, a command, a hidden checkpoint and stamped
     turns all give the replays, under every release, one process gives."""
-    import sessionkit.simulate.replay as replay_module
+    import sessionkit.simulate.replay_store as replay_store
 
     call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
     messages = [
@@ -184,9 +186,9 @@ def test_a_long_session_replayed_in_ranges_by_workers_equals_one_replayed_whole(
     monkeypatch.setattr(TUNING, "split_messages", 4)
     split = replay_jobs([session], jobs, workers=2, progress=False, cache=None, stored=[stored])
     for (a,), (b,) in zip(split, whole, strict=True):
-        for name in (*replay_module._PER_MESSAGE, *replay_module._PER_ENTRY):
+        for name in (*replay_store._PER_MESSAGE, *replay_store._PER_ENTRY):
             np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
-    assert (whole[0][0].declared == replay_module.UNREPLAYABLE).sum() == 1
+    assert (whole[0][0].declared == UNREPLAYABLE).sum() == 1
     assert whole[0][0].declared[[3, 5, 6]].tolist() == [1, 1, -1]
 
 
@@ -197,7 +199,8 @@ def test_a_long_indexed_session_is_read_by_each_worker_up_to_its_range(
     end of its range and replays that range; the replays equal one process's, the session
     stays unread, and a file changed since the load fails as reading it would."""
     import sessionkit.nanobot.reader as reader_module
-    import sessionkit.simulate.replay as replay_module
+    import sessionkit.simulate.replay_store as replay_store
+    import sessionkit.simulate.replay_workers as replay_workers
     import sessionkit.store.index
 
     folder = tmp_path / "sessions"
@@ -230,9 +233,9 @@ def test_a_long_indexed_session_is_read_by_each_worker_up_to_its_range(
     split = replay_jobs([session], jobs, workers=2, progress=False, cache=None)
     assert session.streamable
     for (a,), (b,) in zip(split, whole, strict=True):
-        for name in (*replay_module._PER_MESSAGE, *replay_module._PER_ENTRY):
+        for name in (*replay_store._PER_MESSAGE, *replay_store._PER_ENTRY):
             np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
-    assert replay_module._streamed_bounds(241, 2, 3) == [0, 138, 241]
+    assert replay_workers._streamed_bounds(241, 2, 3) == [0, 138, 241]
     session = unread("three")
     with (folder / "t_0.jsonl").open("a") as file:
         file.write(json.dumps(user("more")) + "\n")
@@ -337,7 +340,7 @@ def test_entries_equal_to_their_message_take_its_stored_count(
     where that count is for the same rule: 0.2.2 always, 0.3.x for a plain message (no
     ``<|``, a ``<`` alone is plain); an entry counted for one release is reused by the next
     with the same rule."""
-    import sessionkit.simulate.replay as replay_module
+    import sessionkit.simulate.replay_counts as replay_counts
 
     call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"x": "<|b>"}'}}
     messages = [
@@ -355,7 +358,7 @@ def test_entries_equal_to_their_message_take_its_stored_count(
         batches.append((kwargs["policy"], [e["content"] for e in batch]))
         return counts_through(batch, cache, **kwargs)
 
-    monkeypatch.setattr(replay_module, "counts_through", spy)
+    monkeypatch.setattr(replay_counts, "counts_through", spy)
     memo.clear()
     stored = np.array([101, 102, 103, 104, 105, 106])
     jobs = [(name, PLAIN) for name in RELEASES]
@@ -386,7 +389,7 @@ def test_a_stamped_entry_counts_its_stamp_line_plus_its_messages_stored_count(
     pre-tokenizer joins the line to the text (text starting with a newline), where the line
     or the text holds ``<|``, or where the text changed too; an entry holding its message's
     own content list takes the stored count.  Every count equals counting the entry."""
-    import sessionkit.simulate.replay as replay_module
+    import sessionkit.simulate.replay_counts as replay_counts
 
     messages = [
         user("q"),
@@ -405,7 +408,7 @@ def test_a_stamped_entry_counts_its_stamp_line_plus_its_messages_stored_count(
         counted.extend(e["content"] for e in batch)
         return counts_through(batch, cache, **kwargs)
 
-    monkeypatch.setattr(replay_module, "counts_through", spy)
+    monkeypatch.setattr(replay_counts, "counts_through", spy)
     memo.clear()
     stored = np.array(count_tokens(messages, cache=False))
     (found,) = replay_jobs(

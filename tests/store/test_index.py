@@ -503,9 +503,9 @@ def test_windows_in_a_new_process_replay_nothing(store: Path, tmp_path: Path) ->
     cold = _run(grid, cache)
     warm = _run(
         _NO_TOKENIZING
-        + "import sessionkit.simulate.replay as r\n"
+        + "import sessionkit.simulate.replay_compute as r\n"
         + "def refuse(*a, **k):\n    raise AssertionError('replayed in a warm process')\n"
-        + "r._compute = refuse\n"
+        + "r.compute = refuse\n"
         + grid.replace(
             "print(w.to_json())", "assert not any(s._messages for s in c)\nprint(w.to_json())"
         ),
