@@ -83,7 +83,7 @@ def _open(folder: Path, tokens: str | None, cache: bool) -> dict[str, Any]:
     """``sk.load`` plus the messages and sessions frames (sessionkit's lazy imports done
     before the clock starts)."""
     import sessionkit
-    import sessionkit.store.corpus
+    import sessionkit.store.loading
 
     load = sessionkit.load
     start = _clock()

@@ -57,7 +57,7 @@ def _imported() -> Any:
     modules lazily, and pandas alone takes most of a second: imports are not timed)."""
     import sessionkit
     import sessionkit.simulate.windowing
-    import sessionkit.store.corpus
+    import sessionkit.store.loading
 
     return sessionkit
 

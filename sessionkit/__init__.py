@@ -27,8 +27,9 @@ if TYPE_CHECKING:
     from sessionkit.simulate.filecap import file_cap
     from sessionkit.simulate.states import message_states
     from sessionkit.simulate.windowing import windows
-    from sessionkit.store.corpus import Corpus, load
+    from sessionkit.store.corpus import Corpus
     from sessionkit.store.counting import count_tokens
+    from sessionkit.store.loading import load
     from sessionkit.views.explorer import explore
     from sessionkit.writers.checkup import doctor
     from sessionkit.writers.forking import fork, fork_many
@@ -51,7 +52,7 @@ _HOMES = {
     "fork": "sessionkit.writers.forking",
     "fork_many": "sessionkit.writers.forking",
     "get_policy": "sessionkit.nanobot.policies",
-    "load": "sessionkit.store.corpus",
+    "load": "sessionkit.store.loading",
     "message_states": "sessionkit.simulate.states",
     "request": "sessionkit.calls.assembly",
     "requests": "sessionkit.calls.frame",

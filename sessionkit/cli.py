@@ -18,7 +18,9 @@ import pandas as pd
 
 import sessionkit
 from sessionkit.nanobot.reader import SessionPathError
-from sessionkit.store.corpus import Corpus, check_source, load
+from sessionkit.store.corpus import Corpus
+from sessionkit.store.loading import load
+from sessionkit.store.sources import check_source
 from sessionkit.store.text import encodable, shown
 
 __all__ = ["EXIT_STATUS", "main", "summary_table"]

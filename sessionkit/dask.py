@@ -41,9 +41,10 @@ from sessionkit.nanobot.policies import POLICIES, get_policy
 from sessionkit.nanobot.reader import find_session_files, leftover_temp_files
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.workspace import config_file
-from sessionkit.store.corpus import Corpus, PathLike, default_data_dir
+from sessionkit.store.corpus import Corpus
 from sessionkit.store.counting import Method
 from sessionkit.store.frames import problems_frame
+from sessionkit.store.sources import PathLike, default_data_dir
 
 __all__ = [
     "PARTITION_BYTES",

@@ -15,8 +15,9 @@ import pytest
 from support.reference import need
 
 from sessionkit.nanobot.reader import SessionPathError
-from sessionkit.store import corpus
-from sessionkit.store.corpus import default_data_dir, load
+from sessionkit.store import sources
+from sessionkit.store.loading import load
+from sessionkit.store.sources import default_data_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ["discord_987.jsonl", "telegram_777.jsonl"]
@@ -161,8 +162,8 @@ def test_installed_default_is_the_packaged_sample(
     (sample / "sessions").mkdir(parents=True)
     for name in SAMPLE:
         (sample / "sessions" / name).write_bytes((ROOT / "data" / "sessions" / name).read_bytes())
-    monkeypatch.setattr(corpus, "REPOSITORY_DATA", tmp_path / "data")
-    monkeypatch.setattr(corpus, "PACKAGED_SAMPLE", sample)
+    monkeypatch.setattr(sources, "REPOSITORY_DATA", tmp_path / "data")
+    monkeypatch.setattr(sources, "PACKAGED_SAMPLE", sample)
     assert default_data_dir() == sample
     assert load(tokens=None).keys() == ["discord:987", "telegram:777"]
 
@@ -170,7 +171,7 @@ def test_installed_default_is_the_packaged_sample(
 def test_no_sample_at_all_says_what_to_pass(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(corpus, "REPOSITORY_DATA", tmp_path / "data")
-    monkeypatch.setattr(corpus, "PACKAGED_SAMPLE", tmp_path / "_sample")
+    monkeypatch.setattr(sources, "REPOSITORY_DATA", tmp_path / "data")
+    monkeypatch.setattr(sources, "PACKAGED_SAMPLE", tmp_path / "_sample")
     with pytest.raises(SessionPathError, match="pass the path of a nanobot workspace"):
         load()

@@ -21,7 +21,7 @@ import pytest
 from genai_prices import Usage, calc_price
 
 from sessionkit.accounting.ledger import usage
-from sessionkit.store.corpus import load
+from sessionkit.store.loading import load
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "data" / "nanobot-0.3.5"

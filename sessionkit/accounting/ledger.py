@@ -50,8 +50,9 @@ from sessionkit.nanobot.usage_records import (
 from sessionkit.nanobot.workspace import config_dir_hint, config_folder, recorded_workspace
 from sessionkit.schema import PROBLEMS, USAGE, Reported, frame, string_array
 from sessionkit.store import memo
-from sessionkit.store.corpus import Corpus, load
+from sessionkit.store.corpus import Corpus
 from sessionkit.store.index import IndexedSession, file_identity
+from sessionkit.store.loading import load
 
 __all__ = ["ATTRIBUTIONS", "KINDS", "usage"]
 

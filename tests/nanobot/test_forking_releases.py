@@ -14,7 +14,7 @@ from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.writer import save_session
 from sessionkit.simulate.states import message_states
-from sessionkit.store.corpus import load
+from sessionkit.store.loading import load
 from sessionkit.views.transcript import transcript_rows
 from sessionkit.writers.forking import fork
 

@@ -15,8 +15,8 @@ import pytest
 
 import sessionkit
 import sessionkit.simulate.replay
-import sessionkit.store.corpus
 import sessionkit.store.index
+import sessionkit.store.runs
 from sessionkit import load
 from sessionkit.store import cachedir, counting, memo
 from sessionkit.store.frames import MESSAGE_TABLE
@@ -205,13 +205,13 @@ def test_the_store_pack_drops_gone_files_but_not_those_a_smaller_load_left_out(
     folder = tmp_path / "cache"
     load(store, cache=folder)
     read: list[str] = []
-    real = sessionkit.store.corpus.read_session_file
+    real = sessionkit.store.runs.read_session_file
 
     def counted(path: Path):  # type: ignore[no-untyped-def]
         read.append(Path(path).name)
         return real(path)
 
-    monkeypatch.setattr(sessionkit.store.corpus, "read_session_file", counted)
+    monkeypatch.setattr(sessionkit.store.runs, "read_session_file", counted)
     load(store / "cli_0.jsonl", cache=folder)  # one file of the folder: the pack stays whole
     load(store, cache=folder)
     assert read == []

@@ -13,7 +13,7 @@ import sessionkit.nanobot.writer
 from sessionkit import Corpus, Session, load
 from sessionkit.nanobot.reader import SessionPathError
 from sessionkit.nanobot.tokens import fallback_message_tokens
-from sessionkit.store.corpus import default_data_dir
+from sessionkit.store.sources import default_data_dir
 
 META = {
     "_type": "metadata",

@@ -20,9 +20,9 @@ import pytest
 import sessionkit
 import sessionkit.nanobot.jsontext
 import sessionkit.simulate.replay
-import sessionkit.store.corpus
 import sessionkit.store.index
 import sessionkit.store.integrity
+import sessionkit.store.runs
 from sessionkit import load
 from sessionkit.store import memo
 from sessionkit.store.index import IndexedSession, SessionChangedError
@@ -63,13 +63,13 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The names of the files loading reads (parses)."""
     seen: list[str] = []
-    real = sessionkit.store.corpus.read_session_file
+    real = sessionkit.store.runs.read_session_file
 
     def counted(path: Path):  # type: ignore[no-untyped-def]
         seen.append(Path(path).name)
         return real(path)
 
-    monkeypatch.setattr(sessionkit.store.corpus, "read_session_file", counted)
+    monkeypatch.setattr(sessionkit.store.runs, "read_session_file", counted)
     monkeypatch.setattr(sessionkit.store.index, "read_session_file", counted)
     return seen
 

@@ -10,7 +10,7 @@ import pytest
 
 import sessionkit as sk
 from sessionkit.nanobot.reader import read_session_file
-from sessionkit.store import corpus as corpus_module
+from sessionkit.store import runs as runs_module
 
 USER = b'{"role": "user", "content": "hi"}\n'
 TEXT_INT = b'{"role": "user", "content": [{"type": "text", "text": 5}]}\n'
@@ -32,7 +32,7 @@ def test_a_reader_failure_costs_only_its_file(tmp_path: Path, monkeypatch) -> No
             raise ValueError("boom")
         return read_session_file(path)
 
-    monkeypatch.setattr(corpus_module, "read_session_file", fragile)
+    monkeypatch.setattr(runs_module, "read_session_file", fragile)
     corpus = sk.load(tmp_path, tokens=None)
     assert corpus.keys() == ["b:2"]
     assert rows(corpus, tmp_path) == [

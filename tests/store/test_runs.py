@@ -9,22 +9,23 @@ import pandas as pd
 import pytest
 
 import sessionkit as sk
-import sessionkit.store.corpus as corpus_module
 import sessionkit.store.counting as counting_module
+import sessionkit.store.loading as loading_module
+import sessionkit.store.runs as runs_module
 import sessionkit.store.streamed as streamed_module
 from sessionkit.nanobot import reader as reader_module
-from sessionkit.store.corpus import _runs
 from sessionkit.store.counting import CountingBatches, token_cache_in
 from sessionkit.store.index import IndexedSession
+from sessionkit.store.runs import cut_runs
 from sessionkit.tuning import TUNING
 
 
 def test_runs_cut_files_by_bytes_and_count_in_order() -> None:
     files = [(0, 40), (1, 30), (2, 100), (3, 10), (4, 10)]
-    assert _runs(files, 64) == [[(0, 40)], [(1, 30)], [(2, 100)], [(3, 10), (4, 10)]]
-    assert _runs([], 64) == [[]]
-    assert _runs(files, 1_000) == [files]
-    assert _runs(files, 1_000, 2) == [files[:2], files[2:4], files[4:]]
+    assert cut_runs(files, 64) == [[(0, 40)], [(1, 30)], [(2, 100)], [(3, 10), (4, 10)]]
+    assert cut_runs([], 64) == [[]]
+    assert cut_runs(files, 1_000) == [files]
+    assert cut_runs(files, 1_000, 2) == [files[:2], files[2:4], files[4:]]
 
 
 @pytest.mark.parametrize("tokens", ["tiktoken", None])
@@ -42,13 +43,13 @@ def test_a_load_in_runs_equals_one_in_a_single_run(
     cache = tmp_path / "cache"
     expected = sk.load(folder, cache=False, tokens=tokens, progress=False)
     apart: list[int] = []
-    real = corpus_module._built_apart
+    real = loading_module.built_apart
 
     def spied(runs, *args):  # type: ignore[no-untyped-def]
         apart.append(len(runs))
         return real(runs, *args)
 
-    monkeypatch.setattr(corpus_module, "_built_apart", spied)
+    monkeypatch.setattr(loading_module, "built_apart", spied)
     ran = sk.load(folder, cache=cache, tokens=tokens, progress=False)
     assert apart == [27]  # forked workers read, build and count the runs (one file each)
     indexed = [s for s in ran if isinstance(s, IndexedSession)]
@@ -86,13 +87,13 @@ def test_a_run_too_deep_to_send_back_is_built_by_the_load_itself(
     monkeypatch.setattr(TUNING, "racy_ns", 0)
     monkeypatch.setattr(TUNING, "run_files", 1)
     here: list[list[tuple[int, int]]] = []  # runs read in this process (workers: their own)
-    real = corpus_module._read_run
+    real = runs_module.read_run
 
     def spied(run: list[tuple[int, int]], *args: object) -> object:
         here.append(run)
         return real(run, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(corpus_module, "_read_run", spied)
+    monkeypatch.setattr(runs_module, "read_run", spied)
     for tokens, loaded in expected.items():
         ran = sk.load(folder, cache=tmp_path / f"cache-{tokens}", tokens=tokens, progress=False)
         assert [s.messages for s in ran] == [s.messages for s in loaded]
@@ -208,7 +209,7 @@ def test_files_streamed_batch_by_batch_equal_files_read_whole(
         streamed.append(file.name)
         return real(file, **options)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(corpus_module, "streamed_entry", spied)
+    monkeypatch.setattr(runs_module, "streamed_entry", spied)
     cache = tmp_path / "cache"
     ran = sk.load(folder, cache=cache, tokens=tokens, progress=False)
     json_files = sum(f.suffix == ".json" for f in folder.iterdir())

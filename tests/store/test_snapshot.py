@@ -18,9 +18,10 @@ import sessionkit.store.snapshot
 from sessionkit import load
 from sessionkit.nanobot.policies import POLICIES
 from sessionkit.store.catalog import read_catalog
-from sessionkit.store.corpus import REPOSITORY_DATA, Corpus
+from sessionkit.store.corpus import Corpus
 from sessionkit.store.counting import token_cache_in, token_cache_of
 from sessionkit.store.integrity import IntegrityError
+from sessionkit.store.sources import REPOSITORY_DATA
 from sessionkit.tuning import TUNING
 
 SAMPLES = ("sessions", "damaged", "nanobot-0.3.5")

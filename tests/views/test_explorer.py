@@ -338,7 +338,7 @@ def test_forks_default_to_a_scratch_folder_not_the_live_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Without sessions_dir, a fork never lands in the session's own (live) sessions folder."""
-    source = sessionkit.store.corpus.default_data_dir() / "sessions" / "webui_f00d42.jsonl"
+    source = sessionkit.store.sources.default_data_dir() / "sessions" / "webui_f00d42.jsonl"
     live = tmp_path / "workspace" / "sessions"
     live.mkdir(parents=True)
     (live / source.name).write_bytes(source.read_bytes())
