@@ -40,6 +40,7 @@ __all__ = [
     "public_message",
     "recent_message_start_index",
     "replayed_entry",
+    "rewritten_entry",
     "sanitize_assistant_text",
     "tool_call_ids",
     "tool_result_id",
@@ -209,6 +210,29 @@ def replayed_entry(message: Message, content: Any) -> Message | None:
         if key in message:
             entry[key] = message[key]
     return entry
+
+
+def rewritten_entry(
+    message: Message,
+    include_timestamps: bool,
+    breadcrumbs: Callable[[Message, str], str] = user_breadcrumbs,
+) -> Message | None:
+    """The entry 0.2.0 to 0.2.2 replay for ``message``: None for a command, assistant text
+    sanitized, user text with its ``breadcrumbs`` (0.2.1 and 0.2.2: media, CLI apps, MCP
+    presets) and, with ``include_timestamps``, its time stamp before it."""
+    if message.get("_command"):
+        return None
+    role = message.get("role")
+    content = message.get("content", "")
+    if isinstance(content, str):
+        if role == "assistant":
+            content = sanitize_assistant_text(content)
+        elif role == "user":
+            content = breadcrumbs(message, content)
+            stamp = message.get("timestamp")
+            if include_timestamps and stamp:
+                content = f"[Message Time: {stamp}]\n{content}"
+    return replayed_entry(message, content)
 
 
 def offset_start(last_consolidated: int, n_messages: int) -> int:

@@ -4,7 +4,8 @@ Every per-release fact (naming, temp files, settings defaults, token estimate, l
 checkpoints, file cap, label and colour) lives on the release object
 (:class:`~sessionkit.nanobot.release.ReplayPolicy`); the layers above call
 ``get_policy(name)`` and ask it, never compare release names.  Adding a release is one
-module beside ``policy_022``/``policy_030``/``policy_035`` and one line in :data:`POLICIES`.
+module beside ``policy_022``/``policy_030``/``policy_035`` and one line in :data:`POLICIES`,
+or one row of :data:`RELEASE_TABLE` for a release the analyses do not compare by default.
 The shared rules are re-exported here (:mod:`sessionkit.nanobot.history`).
 """
 
@@ -25,6 +26,8 @@ from sessionkit.nanobot.history import (
     tool_call_ids,
     tool_result_id,
 )
+from sessionkit.nanobot.policy_014 import SLICE_RELEASES
+from sessionkit.nanobot.policy_020 import BUDGET_RELEASES
 from sessionkit.nanobot.policy_022 import Policy
 from sessionkit.nanobot.policy_030 import Policy030
 from sessionkit.nanobot.policy_035 import Policy035
@@ -34,6 +37,8 @@ __all__ = [
     "DEFAULT_POLICY",
     "FORK_VOLATILE_METADATA_KEYS",
     "POLICIES",
+    "RELEASES",
+    "RELEASE_TABLE",
     "CappedPolicy",
     "LoopCall",
     "Policy",
@@ -54,7 +59,38 @@ __all__ = [
 POLICIES: dict[str, ReplayPolicy] = {
     release.name: release for release in (Policy(), Policy030(), Policy035())
 }
-"""Every release sessionkit reproduces, by name, oldest first."""
+"""The releases the analyses compare side by side by default (frames' turn counts, plots,
+grids), by name, oldest first; :data:`RELEASES` has every other one."""
+
+_OBJECTS = {release.name: release for release in (*SLICE_RELEASES, *BUDGET_RELEASES)} | POLICIES
+
+RELEASE_TABLE: dict[str, str] = {
+    "0.1.4": "nanobot-0.1.4",
+    "0.1.4.post2": "nanobot-0.1.4.post2",
+    "0.1.4.post3": "nanobot-0.1.4.post2",
+    "0.1.4.post4": "nanobot-0.1.4.post2",
+    "0.1.4.post5": "nanobot-0.1.4.post5",
+    "0.1.4.post6": "nanobot-0.1.4.post6",
+    "0.1.5": "nanobot-0.1.5",
+    "0.1.5.post1": "nanobot-0.1.5",
+    "0.1.5.post2": "nanobot-0.1.5.post2",
+    "0.1.5.post3": "nanobot-0.1.5.post3",
+    "0.2.0": "nanobot-0.2.0",
+    "0.2.1": "nanobot-0.2.1",
+    "0.2.2": "nanobot-0.2",
+    "0.3.0": "nanobot-0.3.0",
+    "0.3.5": "nanobot-0.3.5",
+}
+"""Every ``nanobot-ai`` release on PyPI since 0.1.4 -> the release object with its rules: its
+own, or that of an earlier release it behaves exactly as (an alias; a differential test runs
+both).  0.1.4.post3 and post4 changed only logging and the legacy folder's lookup; 0.1.5.post1
+only reads ``updated_at`` back, which replays never use."""
+
+RELEASES: dict[str, ReplayPolicy] = _OBJECTS | {
+    f"nanobot-{version}": _OBJECTS[name] for version, name in RELEASE_TABLE.items()
+}
+"""Every name :func:`get_policy` knows: each release object's, and ``nanobot-<version>`` for
+every version of :data:`RELEASE_TABLE` (``"nanobot-0.1.4.post3"``, ``"nanobot-0.2.2"``)."""
 
 DEFAULT_POLICY = Policy.name
 """The release a session is replayed with when nothing says otherwise (nanobot 0.2.2)."""
@@ -64,12 +100,17 @@ SESSIONKIT_TEMP_NAME = re.compile(r"\.(?P<stem>.*)\.[0-9a-f]{12}\.tmp", re.DOTAL
 
 
 def get_policy(name: str = DEFAULT_POLICY) -> ReplayPolicy:
-    """The registered release called ``name`` (``"nanobot-0.2"`` reproduces nanobot-ai 0.2.2)."""
+    """The registered release called ``name`` (``"nanobot-0.2"`` reproduces nanobot-ai 0.2.2,
+    as does ``"nanobot-0.2.2"``; every version since 0.1.4 is ``"nanobot-<version>"``)."""
     try:
-        return POLICIES[name]
+        return RELEASES[name]
     except (KeyError, TypeError):
         known = ", ".join(POLICIES)
-        raise ValueError(f"unknown history policy {name!r}; known: {known}") from None
+        versions = ", ".join(RELEASE_TABLE)
+        raise ValueError(
+            f"unknown history policy {name!r}; known: {known}, and nanobot-<version> for the "
+            f"versions {versions}"
+        ) from None
 
 
 def release_of_temp_file(path: str | os.PathLike[str]) -> str | None:

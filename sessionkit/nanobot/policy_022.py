@@ -14,12 +14,7 @@ from typing import Any
 
 from sessionkit.nanobot import call_forms_022, request_022, tokens
 from sessionkit.nanobot.call_forms import CallForms
-from sessionkit.nanobot.history import (
-    Message,
-    replayed_entry,
-    sanitize_assistant_text,
-    user_breadcrumbs,
-)
+from sessionkit.nanobot.history import Message, rewritten_entry
 from sessionkit.nanobot.kit import Kit
 from sessionkit.nanobot.release import CappedPolicy
 from sessionkit.nanobot.settings import HistorySettings
@@ -128,16 +123,4 @@ class Policy(CappedPolicy):
         Depends only on the message (never on its neighbours), which is what lets the fast
         path rewrite and count each message once.
         """
-        if message.get("_command"):
-            return None
-        role = message.get("role")
-        content = message.get("content", "")
-        if isinstance(content, str):
-            if role == "assistant":
-                content = sanitize_assistant_text(content)
-            elif role == "user":
-                content = user_breadcrumbs(message, content)
-                stamp = message.get("timestamp")
-                if include_timestamps and stamp:
-                    content = f"[Message Time: {stamp}]\n{content}"
-        return replayed_entry(message, content)
+        return rewritten_entry(message, include_timestamps)

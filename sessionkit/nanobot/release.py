@@ -120,7 +120,7 @@ class ReplayPolicy:
     """Whether a context governor budgets the whole request (``LoopCall.governor_budget``)."""
     loss_rule: bool = False
     """Whether :mod:`sessionkit.nanobot.loss` reproduces this release's loader (what it loses
-    of a damaged file; only nanobot 0.2.2's so far)."""
+    of a damaged file: 0.2.2's loader, the same from 0.1.5.post2 on)."""
     file_cap: ClassVar[Callable[..., Trim] | None] = None
     governor_probe: str = ""
     """The script of :mod:`sessionkit.nanobot.probes` run inside that release for its context
@@ -341,10 +341,9 @@ class ReplayPolicy:
         """The keyword arguments this release's ``get_history`` takes for ``settings``."""
         resolved = self.resolve(settings)
         return {
-            "max_messages": resolved.max_messages,
-            "max_tokens": resolved.max_tokens,
-            "extend_to_user": resolved.extend_to_user,
-            self.entry_setting: getattr(resolved, self.entry_setting),
+            name: getattr(resolved, name)
+            for name in ("max_messages", "max_tokens", "extend_to_user", self.entry_setting)
+            if name in self.history_signature.parameters
         }
 
     @cached_property
@@ -371,18 +370,20 @@ class ReplayPolicy:
         """``get_history`` with each entry's source index: ``[(index, entry), ...]``.
 
         Takes the arguments of :attr:`history_signature`; one the release does not take
-        raises ``TypeError``, as the release does.
+        raises ``TypeError``, as the release does, and has its no-op value (no budget, no
+        extension, the entry setting's default).
         """
         arguments = self.history_signature.bind(*args, **kwargs)
         arguments.apply_defaults()
         given = arguments.arguments
+        flag = given.get(self.entry_setting, self.entry_default)
         return self.replay_from(
             messages,
             offset,
             given["max_messages"],
-            max_tokens=given["max_tokens"],
-            extend_to_user=given["extend_to_user"],
-            entry=partial(self.replay_entry, **{self.entry_setting: given[self.entry_setting]}),  # type: ignore[attr-defined]  # replay_entry is each release's own (its keyword differs)
+            max_tokens=given.get("max_tokens", 0),
+            extend_to_user=given.get("extend_to_user", False),
+            entry=partial(self.replay_entry, **{self.entry_setting: flag}),  # type: ignore[attr-defined]  # replay_entry is each release's own (its keyword differs)
         )
 
     def get_history(
