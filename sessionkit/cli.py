@@ -153,19 +153,19 @@ def _report(args: argparse.Namespace) -> int:
             timeout=args.timeout,
             show_code=not args.no_code,
             config_dir=args.config_dir,
-        )
-    except ReportError as exc:
             overwrite=args.overwrite,
             create=args.create,
+        )
+    except ReportError as exc:
         print(f"sessionkit: report failed: {exc}", file=sys.stderr)
         return PROBLEMS
-    print(f"wrote {out}")
-    return OK
     except SessionPathError:
         raise
     except (FileExistsError, FileNotFoundError) as exc:  # --output names no new file
         print(f"sessionkit: error: {exc.strerror}", file=sys.stderr)
         return USAGE
+    print(f"wrote {out}")
+    return OK
 
 
 def _doctor_text(table: pd.DataFrame, fixed: bool) -> None:
@@ -484,11 +484,11 @@ def _parser() -> argparse.ArgumentParser:
         help="where --fix puts originals, damaged lines and temp files "
         "(default: sessionkit-doctor-backup-<time> next to the sessions folder)",
     )
-    doctor.add_argument("--format", choices=["table", "csv", "json"], default="table")
-    doctor.add_argument("--config-dir", help=_CONFIG_DIR_HELP)
     doctor.add_argument(
         "--create", action="store_true", help="make the missing folders above --backup-dir"
     )
+    doctor.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    doctor.add_argument("--config-dir", help=_CONFIG_DIR_HELP)
     doctor.set_defaults(run=_doctor)
     report = add("report", help="run the tour notebook headless and write one HTML report")
     report.add_argument("path", nargs="?", help=_PATHS_HELP)
