@@ -54,8 +54,9 @@ _RELEASE_BUILDS = ThreadPoolExecutor(thread_name_prefix="release-build")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Under xdist, the idle controller builds every release venv (``releases.build_release``)
-    while the workers start, so no worker waits for a whole install when it first needs one.
+    """Under xdist, the idle controller builds every release venv (``releases.build_release``,
+    and ``older_releases.build_session_release`` for 0.1.4 to 0.2.1) while the workers start,
+    so no worker waits for a whole install when it first needs one.
 
     Builds already done return at once; a failed build is left to the test that needs the
     release, which tries again and skips with pip's reason.  The file lock in ``releases``
@@ -65,10 +66,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         return
     if not _selects_conformance(session.config.option.markexpr):
         return
+    from support import older_releases
     from support.releases import VERSIONS, build_release
 
     for version in VERSIONS:
         _RELEASE_BUILDS.submit(build_release, version)
+    for version in older_releases.VERSIONS:
+        _RELEASE_BUILDS.submit(older_releases.build_session_release, version)
 
 
 def _selects_conformance(markexpr: str) -> bool:

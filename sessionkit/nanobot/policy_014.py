@@ -75,6 +75,7 @@ class SlicePolicy(ReplayPolicy):
     temp_name: str = r"(?!)"
     """Saves rewrite the file in place (0.1.5.post2: through ``<name>.jsonl.tmp``)."""
     ignored: frozenset[str] = _NOT_TAKEN
+    windowed: bool = False
     defaults: HistorySettings = _loop_defaults(0)
 
     def fallback_tokens(self, payload: str) -> int:

@@ -118,6 +118,9 @@ class ReplayPolicy:
     """Whether summaries leave hidden checkpoint messages the replay offset points to."""
     governed: bool = False
     """Whether a context governor budgets the whole request (``LoopCall.governor_budget``)."""
+    windowed: bool = True
+    """Whether the window arithmetic (``windows``, ``message_states``) reproduces this release's
+    ``get_history``; 0.1.4 to 0.1.5.post2's count slices only :meth:`replay` reproduces."""
     loss_rule: bool = False
     """Whether :mod:`sessionkit.nanobot.loss` reproduces this release's loader (what it loses
     of a damaged file: 0.2.2's loader, the same from 0.1.5.post2 on)."""

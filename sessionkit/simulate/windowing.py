@@ -369,9 +369,20 @@ def _targets(
         groups: dict[str, list[int]] = {}
         for i, session in enumerate(sessions):
             groups.setdefault(session.policy, []).append(i)
-        return [(get_policy(name), members) for name, members in groups.items()]
+        return [(_windowed(name), members) for name, members in groups.items()]
     everyone = list(range(len(sessions)))
-    return [(get_policy(name), everyone) for name in dict.fromkeys(_as_list(policy))]
+    return [(_windowed(name), everyone) for name in dict.fromkeys(_as_list(policy))]
+
+
+def _windowed(name: str) -> ReplayPolicy:
+    """The release called ``name``, refused when the window arithmetic does not reproduce it."""
+    release = get_policy(name)
+    if not release.windowed:
+        raise ValueError(
+            f"{release.label}'s get_history is a count slice the window arithmetic does not "
+            f"reproduce: replay it with Session(policy={release.name!r}).get_history()"
+        )
+    return release
 
 
 def _entry_variants(

@@ -21,14 +21,14 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.older_releases import IMPORTS, REPRESENTATIVES, VERSIONS, session_release
+from support.older_releases import IMPORTS, VERSIONS, session_release
 from support.releases import Release
 from support.sampling import examples
 from support.strategies import message_lists
 
 from sessionkit.nanobot.loss import nanobot_load, split_lines
 from sessionkit.nanobot.naming import session_filename
-from sessionkit.nanobot.policies import RELEASE_TABLE, CappedPolicy, get_policy
+from sessionkit.nanobot.policies import CappedPolicy, get_policy
 from sessionkit.nanobot.reader import read_session_file
 from sessionkit.nanobot.session import Session
 
@@ -310,11 +310,3 @@ def test_load_equals_the_release(version: str, tmp_path: Path) -> None:
             assert result["returned"]["messages"] == session.messages, name
             assert result["returned"]["metadata"] == session.metadata, name
             assert result["returned"]["last_consolidated"] == session.last_consolidated, name
-
-
-def test_every_release_since_014_is_registered() -> None:
-    """Each version of :data:`RELEASE_TABLE` resolves, an alias to the object it names."""
-    assert list(RELEASE_TABLE) == [*IMPORTS, "0.2.2", "0.3.0", "0.3.5"]
-    objects = {v: get_policy(f"nanobot-{v}") for v in RELEASE_TABLE}
-    assert {v: o.name for v, o in objects.items()} == RELEASE_TABLE
-    assert {objects[v].version for v in IMPORTS} == set(REPRESENTATIVES)
