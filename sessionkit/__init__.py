@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from sessionkit.accounting.pricing import cost
     from sessionkit.calls.assembly import Request, request
     from sessionkit.calls.frame import requests
+    from sessionkit.experiments.experiment import experiment
     from sessionkit.nanobot.policies import POLICIES, get_policy
     from sessionkit.nanobot.session import Session
     from sessionkit.nanobot.settings import HistorySettings
@@ -47,6 +48,7 @@ _HOMES = {
     "count_tokens": "sessionkit.store.counting",
     "doctor": "sessionkit.writers.checkup",
     "estimate_message_tokens": "sessionkit.nanobot.tokens",
+    "experiment": "sessionkit.experiments.experiment",
     "explore": "sessionkit.views.explorer",
     "file_cap": "sessionkit.simulate.filecap",
     "fork": "sessionkit.writers.forking",
@@ -73,6 +75,7 @@ __all__ = [
     "count_tokens",
     "doctor",
     "estimate_message_tokens",
+    "experiment",
     "explore",
     "file_cap",
     "fork",

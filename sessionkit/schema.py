@@ -18,6 +18,7 @@ from sessionkit.conventions import SETTING_NAMES
 
 __all__ = [
     "CALIBRATION",
+    "EXPERIMENTS",
     "FIGURE_DATA",
     "FILE_CAP",
     "INVARIANTS",
@@ -579,3 +580,67 @@ CALIBRATION: tuple[Column, ...] = (
     Column("calibrated_p90", "float64", "its 90th percentile"),
 )
 """Columns of :attr:`sessionkit.Calibration.report`: one row per model."""
+
+EXPERIMENTS: tuple[Column, ...] = (
+    Column("call", "int64", "position of the call among the rows of the calls frame given"),
+    *(c for c in REQUESTS if c.name in ("session_key", "policy", "turn", "step")),
+    *(c for c in REQUESTS if c.name in REQUEST_SETTINGS),
+    Column("edit", "string", "name of the edit of the current message (<NA>: as stored)"),
+    Column("model", "string", "model asked"),
+    Column("sample", "int64", "zero-based sample of this call, model and edit"),
+    Column("host", "string", "where the request goes: the endpoint's host (and port)"),
+    Column(
+        "outcome",
+        "category",
+        "'planned' (a dry run), 'stored' (an answer kept from an earlier run, not sent "
+        "again), 'answered', 'failed' (see error) or 'over budget' (not sent)",
+    ),
+    Column(
+        "estimated_prompt_tokens",
+        "int64",
+        "the release's estimate of the messages and tools sent (edits included)",
+    ),
+    Column("max_completion_tokens", "int64", "output tokens the request allows (-1: no limit)"),
+    Column(
+        "worst_cost_usd",
+        "float64",
+        "genai-prices' price of the estimate (plus a margin) and the whole allowed output: "
+        "what budget_usd reserves before sending (NaN: no price known)",
+    ),
+    Column("answer_text", "string", "the answer's text (<NA>: none)"),
+    Column(
+        "tool_calls",
+        "object",
+        "the answer's tool calls, a list of {'name', 'arguments'} (arguments as the JSON text "
+        "sent back); None without an answer",
+    ),
+    Column("finish_reason", "string", "as the endpoint reported it"),
+    Column("prompt_tokens", "Int64", "input tokens the endpoint reported"),
+    Column("cached_tokens", "Int64", "of those, read from its prompt cache"),
+    Column("completion_tokens", "Int64", "output tokens it reported"),
+    Column("latency_s", "float64", "seconds from sending to the whole answer (its last attempt)"),
+    Column("cost_usd", "float64", "genai-prices' price of the reported usage (NaN: unknown)"),
+    Column("error", "string", "why there is no answer (<NA>: none)"),
+    Column("original_text", "string", "the answer stored in the session at this call"),
+    Column("original_tool_calls", "object", "its tool calls, as tool_calls (None: none stored)"),
+    Column(
+        "same_action",
+        "boolean",
+        "the answer does what the session did: the same tool names with JSON-equal "
+        "arguments, in order, or both a text answer (<NA>: no answer or none stored)",
+    ),
+    Column(
+        "text_similarity",
+        "float64",
+        "difflib's SequenceMatcher ratio (autojunk off) of the two texts: 2 * matched "
+        "characters / both lengths, 1.0 for two empty texts (NaN: no answer or none stored)",
+    ),
+    Column("judge_score", "float64", "the score judge= gave (NaN: no judge or no answer)"),
+    Column(
+        "agreement",
+        "float64",
+        "share of the answered samples of this call, model and edit taking the most common "
+        "action (NaN: none answered)",
+    ),
+)
+"""Columns of :func:`sessionkit.experiment`: one row per call, model, edit and sample."""

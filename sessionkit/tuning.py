@@ -69,6 +69,21 @@ class Tuning:
     persist_min_messages: int = 20_000
     """What is derived from a store's replays (the windows' stacked arrays) is kept in the index
     only for this many messages or more: smaller sets rebuild it faster than they read it."""
+    experiment_timeout_s: float = 120.0
+    """An experiment's call that has no whole answer after this many seconds fails (and is
+    not asked again: the endpoint may have answered and billed it)."""
+    experiment_retries: int = 4
+    """An experiment's call refused with 429 or a 5xx status (or no connection) is retried
+    this many times."""
+    experiment_backoff_s: float = 1.0
+    """Seconds before the first retry, doubled at each one, unless ``Retry-After`` says."""
+    experiment_retry_after_max_s: float = 60.0
+    """The longest ``Retry-After`` an experiment waits; a longer one is waited this long."""
+    experiment_prompt_margin: float = 0.25
+    """budget_usd reserves each call's estimated prompt plus this share of it (estimates
+    run a few percent under what providers count) before sending it."""
+    experiment_progress_calls: int = 20
+    """An experiment shows a progress bar by default once it sends this many calls."""
 
 
 TUNING = Tuning()

@@ -1,0 +1,149 @@
+"""An endpoint's answer (or why there is none), read from a chat-completions response, and
+where answers are kept between runs: files in the private cache, keyed by a digest of the
+exact request, under sessionkit's persistence switch."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from sessionkit.store.cachedir import (
+    cache_dir_problem,
+    default_cache_dir,
+    make_private_dir,
+    name_digest,
+    persistence_on,
+)
+
+__all__ = ["ANSWERS_FOLDER", "Answer", "AnswerStore", "Failure", "answer_key", "read_answer"]
+
+ANSWERS_FOLDER = "answers-1"
+"""The folder of the cache folder experiment answers are kept in (its format's version)."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One answer: text, tool calls (``{"name", "arguments"}``), finish reason, the usage
+    reported (None: not reported), the model that answered and the seconds it took."""
+
+    text: str | None
+    tool_calls: list[dict[str, str]]
+    finish_reason: str | None
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    completion_tokens: int | None
+    model: str | None
+    latency_s: float
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a call has no answer, and whether the endpoint may have billed it (an answer it
+    sent that could not be read, or none in time) or surely not (it refused the call)."""
+
+    error: str
+    billed: bool
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _text(content: Any) -> str | None:
+    if isinstance(content, list):
+        return "".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
+    return content if isinstance(content, str) else None
+
+
+def read_answer(data: Any, latency_s: float) -> Answer | Failure:
+    """The answer in a parsed chat-completions response (its first choice)."""
+    choices = data.get("choices") if isinstance(data, Mapping) else None
+    first = choices[0] if isinstance(choices, list) and choices else None
+    message = first.get("message") if isinstance(first, Mapping) else None
+    if not isinstance(message, Mapping):
+        return Failure("the answer holds no choices[0].message", billed=True)
+    calls = []
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(function, Mapping):
+            return Failure("a tool call of the answer has no function", billed=True)
+        arguments = function.get("arguments")
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments, ensure_ascii=False)
+        calls.append({"name": str(function.get("name")), "arguments": arguments})
+    usage = data.get("usage")
+    usage = usage if isinstance(usage, Mapping) else {}
+    details = usage.get("prompt_tokens_details")
+    details = details if isinstance(details, Mapping) else {}
+    model = data.get("model")
+    return Answer(
+        text=_text(message.get("content")),
+        tool_calls=calls,
+        finish_reason=first.get("finish_reason") if isinstance(first, Mapping) else None,
+        prompt_tokens=_int(usage.get("prompt_tokens")),
+        cached_tokens=_int(details.get("cached_tokens")),
+        completion_tokens=_int(usage.get("completion_tokens")),
+        model=model if isinstance(model, str) else None,
+        latency_s=latency_s,
+    )
+
+
+def answer_key(url: str, body: Mapping[str, Any], sample: int) -> str:
+    """The digest an answer is kept under: the endpoint, the exact body (model and
+    parameters in it) and the sample (never the key)."""
+    text = json.dumps([url, body, sample], ensure_ascii=False, sort_keys=True)
+    return name_digest(text)
+
+
+class AnswerStore:
+    """Answers by digest: files (0600) in ``<cache folder>/answers-1/`` (0700) when persistence
+    is on and the folder is safe, else this run's memory only (:attr:`why_not`)."""
+
+    def __init__(self, cache: object) -> None:
+        self._memory: dict[str, Answer] = {}
+        self.folder: Path | None = None
+        self.why_not: str | None = None
+        if not persistence_on(cache):
+            self.why_not = "persistence is off (cache=False or SESSIONKIT_CACHE=off)"
+            return
+        root = default_cache_dir()
+        problem = cache_dir_problem(root)
+        if problem is not None:
+            self.why_not = f"the cache folder {root} {problem}"
+            return
+        self.folder = root / ANSWERS_FOLDER
+
+    def get(self, digest: str) -> Answer | None:
+        """The answer kept under ``digest`` (an unreadable file: None, asked again)."""
+        if digest in self._memory or self.folder is None:
+            return self._memory.get(digest)
+        try:
+            data = json.loads((self.folder / f"{digest}.json").read_text(encoding="utf-8"))
+            return Answer(**data)
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def put(self, digest: str, answer: Answer) -> None:
+        """Keep ``answer``: written atomically, readable by the user only."""
+        self._memory[digest] = answer
+        if self.folder is None:
+            return
+        make_private_dir(self.folder)
+        target = self.folder / f"{digest}.json"
+        temp = target.with_name(f".{target.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
+        payload = json.dumps(asdict(answer), ensure_ascii=False).encode()
+        descriptor = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            if os.name != "nt":
+                os.fchmod(descriptor, 0o600)  # no umask decides who reads an answer
+            with os.fdopen(descriptor, "wb") as sink:
+                sink.write(payload)
+            os.replace(temp, target)
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
