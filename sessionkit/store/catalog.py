@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from sessionkit.nanobot.policies import POLICIES
 from sessionkit.store.cachedir import write_ipc
-from sessionkit.store.frames import SESSION_VALUES
+from sessionkit.store.frames import SESSION_VALUES, SUMS
 from sessionkit.store.integrity import IntegrityError, read_sealed_checked
 
 __all__ = ["CATALOG", "IDENTITY", "Catalog", "catalog_of", "read_catalog", "write_catalog"]
@@ -31,7 +31,7 @@ CATALOG = pa.schema(
     + [pa.field("key", _TEXT, nullable=False), pa.field("format", _TEXT, nullable=False)]
     + [pa.field(name, _TEXT) for name in ("created_at", "updated_at", "title", "preview")]
     + [pa.field("n_messages", pa.int64(), nullable=False)]
-    + [pa.field(name, pa.int64()) for name in ("tokens", "tokens_fallback")]
+    + [pa.field(f"{kind} {name}", pa.int64()) for kind in SUMS.values() for name in POLICIES]
     + [pa.field(name, pa.int64()) for name in ("first_message_at", "last_message_at")]
     + [pa.field("last_consolidated", pa.int64(), nullable=False)]
     + [pa.field("policy", _TEXT, nullable=False)]
@@ -40,7 +40,8 @@ CATALOG = pa.schema(
     + [pa.field(f"turns {name}", pa.int64(), nullable=False) for name in POLICIES]
 )
 """One row per file of a pack, in the pack's order: its name in the store's folder, its
-identity, and the values the frames show (``problems``: their JSON, null when none)."""
+identity, and the values the frames show (``problems``: their JSON, null when none; tokens
+and turns under every release)."""
 
 _KEY = b"sessionkit"
 _REQUIRED = [field.name for field in CATALOG if not field.nullable]
@@ -87,7 +88,9 @@ def catalog_of(
         return None
     releases = list(POLICIES)
     for meta in metas:
-        if any(meta["escapes"].values()) or list(meta["turns"]) != releases:
+        if any(meta["escapes"].values()) or any(
+            list(meta[name]) != releases for name in ("turns", *SUMS.values())
+        ):
             return None
     columns: dict[str, Any] = {"name": [os.path.basename(p) for p in paths]}
     for i, name in enumerate(IDENTITY):
@@ -97,7 +100,8 @@ def catalog_of(
     columns["has_records"] = [bool(meta["records"]) for meta in metas]
     columns["problems"] = [json.dumps(m["problems"]) if m["problems"] else None for m in metas]
     for release in releases:
-        columns[f"turns {release}"] = [meta["turns"][release] for meta in metas]
+        for name in ("turns", *SUMS.values()):
+            columns[f"{name} {release}"] = [meta[name][release] for meta in metas]
     try:
         return pa.table(columns, schema=CATALOG)
     except (UnicodeEncodeError, pa.ArrowException, TypeError, ValueError, OverflowError):

@@ -35,7 +35,7 @@ import orjson
 import pyarrow as pa
 
 from sessionkit.conventions import entry_point
-from sessionkit.nanobot.policies import DEFAULT_POLICY, ReplayPolicy, get_policy
+from sessionkit.nanobot.policies import DEFAULT_POLICY, POLICIES, ReplayPolicy, get_policy
 from sessionkit.nanobot.tokens import (
     FRAMING_TOKENS,
     encoding,
@@ -62,11 +62,13 @@ __all__ = [
     "Method",
     "PendingCounts",
     "ReadThroughCache",
+    "ReleaseCounts",
     "TokenCache",
     "bind_token_cache",
     "count_tokens",
     "counts_through",
     "counting_workers",
+    "every_release",
     "ready_to_fork",
     "text_tokens",
     "token_cache_in",
@@ -76,9 +78,13 @@ __all__ = [
 Method = Literal["tiktoken", "fallback"]
 Progress = Callable[[int], object]
 """Told how many more messages are counted (a progress bar's ``update``)."""
-PendingCounts = Callable[[Progress | None], tuple[list[int | None], list[int | None]]]
-"""Waits for counting under way: each message's exact count and no-tiktoken estimate (None
-where nanobot cannot count it), telling a :data:`Progress` as parts arrive."""
+ReleaseCounts = dict[str, tuple[list[int | None], list[int | None]]]
+"""Per release (by name, every one of :data:`~sessionkit.nanobot.policies.POLICIES`): each
+message's exact count and no-tiktoken estimate, None where that release cannot count it (or
+exact counts were not asked for)."""
+PendingCounts = Callable[[Progress | None], ReleaseCounts]
+"""Waits for counting under way: every release's counts of the messages (:data:`ReleaseCounts`),
+telling a :data:`Progress` as parts arrive."""
 T = TypeVar("T")
 
 
@@ -635,13 +641,11 @@ def counting_workers(
 class CountingBatches:
     """Messages sent to the pool of :func:`counting_workers` as a load reads them, in batches
     of about :attr:`~sessionkit.tuning.Tuning.batch_chars` characters of content, counted exactly through the cache
-    the workers were forked with (and estimated without tiktoken); :meth:`close` ends a run
-    of them.  State: the messages not yet sent and the batches under way."""
+    the workers were forked with (and estimated without tiktoken) under every release
+    (:func:`every_release`); :meth:`close` ends a run of them.  State: the messages not yet sent and the batches under way."""
 
-    def __init__(
-        self, pool: ProcessPoolExecutor, cache: TokenCache | None, policy: str = DEFAULT_POLICY
-    ) -> None:
-        self.pool, self.cache, self.policy = pool, cache, policy
+    def __init__(self, pool: ProcessPoolExecutor, cache: TokenCache | None) -> None:
+        self.pool, self.cache = pool, cache
         self._held: list[dict[str, Any]] = []
         self._chars = 0
         self._sent: list[Future] = []
@@ -678,61 +682,56 @@ class CountingBatches:
                 sent = pickle.dumps(fields, pickle.HIGHEST_PROTOCOL)
             except RecursionError:  # nested too deeply to pickle: counted here instead
                 future: Future = Future()
-                future.set_result(_count_batch(fields, self.policy))
+                future.set_result(_count_batch(fields))
             else:  # only the pickled bytes are held: the batch's text is not kept alive
-                future = self.pool.submit(_count_pickled, sent, self.policy)
+                future = self.pool.submit(_count_pickled, sent)
             self._sent.append(future)
 
     def close(self) -> PendingCounts:
-        """Send what is held; returns a function that waits for the exact counts and the
-        no-tiktoken estimates of every message added since the last close, in order (None
-        where nanobot cannot count one, as
-        :func:`~sessionkit.nanobot.uncountable.counts_or_missing`), records the new counts
-        in the cache and tells ``progress`` of each batch as it arrives."""
+        """Send what is held; returns a function that waits for every release's counts of
+        every message added since the last close, in order (:data:`ReleaseCounts`), records
+        the new counts in the cache and tells ``progress`` of each batch as it arrives."""
         self._send()
         sent, self._sent = self._sent, []
         cache = self.cache
 
-        def wait(progress: Progress | None = None) -> tuple[list[int | None], list[int | None]]:
-            exact: list[int | None] = []
-            estimates: list[int | None] = []
+        def wait(progress: Progress | None = None) -> ReleaseCounts:
+            found: ReleaseCounts = {name: ([], []) for name in POLICIES}
             for future in sent:
-                counted, estimated, fresh = future.result()
-                exact += counted
-                estimates += estimated
+                counted, fresh = future.result()
+                for name, (exact, estimates) in counted.items():
+                    found[name][0].extend(exact)
+                    found[name][1].extend(estimates)
                 if cache is not None and fresh:
                     cache.update((k for k, _ in fresh), (n for _, n in fresh))
                 if progress is not None:
-                    progress(len(counted))
+                    progress(len(counted[DEFAULT_POLICY][0]))
             if cache is not None:
                 cache.flush_soon()
-            return exact, estimates
+            return found
 
         return wait
 
 
-def _count_pickled(
-    sent: bytes, policy: str
-) -> tuple[list[int | None], list[int | None], list[tuple[int, int]]]:
+def _count_pickled(sent: bytes) -> tuple[ReleaseCounts, list[tuple[int, int]]]:
     """:func:`_count_batch` of a batch's fields as pickled by :meth:`CountingBatches._send`."""
-    return _count_batch(pickle.loads(sent), policy)
+    return _count_batch(pickle.loads(sent))
 
 
-def _count_batch(
-    fields: list[list[Any]], policy: str
-) -> tuple[list[int | None], list[int | None], list[tuple[int, int]]]:
-    """One batch's exact counts and estimates, sent as its :data:`KEY_FIELDS` (None where
-    nanobot cannot count), and the counts made that the parent's cache lacks: in a worker,
-    or in the parent for a batch nested too deeply to pickle.
+def _count_batch(fields: list[list[Any]]) -> tuple[ReleaseCounts, list[tuple[int, int]]]:
+    """One batch's counts under every release, sent as its :data:`KEY_FIELDS`, and the counts
+    made that the parent's cache lacks: in a worker, or in the parent for a batch nested too
+    deeply to pickle.
     Each message is rebuilt as a dict of those fields (None for one it lacks): everything a
     payload, a key or :func:`~sessionkit.nanobot.uncountable.uncountable_reason` reads."""
     batch = [dict(zip(KEY_FIELDS, row, strict=True)) for row in zip(*fields, strict=True)]
     base = SHARED.get("cache")
     delta = None if base is None else ReadThroughCache(base)
-    pairs = counts_or_missing(batch, partial(_both_counts, cache=delta, policy=policy))
+    pairs = counts_or_missing(batch, partial(_both_counts, cache=delta, policy=DEFAULT_POLICY))
     exact = [None if pair is None else pair[0] for pair in pairs]
     estimates = [None if pair is None else pair[1] for pair in pairs]
-    return exact, estimates, [] if delta is None else delta.fresh
+    counted = every_release(batch, (exact, estimates), delta, exact=True, workers=1)
+    return counted, [] if delta is None else delta.fresh
 
 
 def _both_counts(
@@ -747,6 +746,88 @@ def _both_counts(
     else:
         exact = _cached_counts(messages, cache, 1, policy, payloads=payloads)
     return list(zip(exact, map(release.fallback_tokens, payloads), strict=True))
+
+
+_CANNOT = (TypeError, RecursionError, ValueError)
+"""What a release raises on a message it cannot count: a text that cannot be joined, tool
+calls nested too deeply, text that is not valid Unicode where it counts UTF-8 bytes."""
+
+
+def every_release(
+    messages: Sequence[dict[str, Any]],
+    reference: tuple[list[int | None], list[int | None]],
+    cache: TokenCache | None,
+    *,
+    exact: bool,
+    workers: int | None = None,
+) -> ReleaseCounts:
+    """Every release's counts of ``messages`` (:data:`ReleaseCounts`), given ``reference``,
+    :data:`~sessionkit.nanobot.policies.DEFAULT_POLICY`'s exact counts (all None unless
+    ``exact``) and estimates.
+
+    A message every release counts alike (:func:`_alike`) takes the reference's exact count
+    under each release naming the same ``plain_count`` rule; only the others are counted
+    again, through ``cache`` (keys name the release).  Estimates are each release's own.
+    """
+    first = get_policy(DEFAULT_POLICY)
+    found: ReleaseCounts = {first.name: reference}
+    alike: list[bool] | None = None
+    for release in POLICIES.values():
+        if release.name in found:
+            continue
+        estimates = _each_or_missing(messages, partial(map, release.fallback_message_tokens))
+        counts = list(reference[0])
+        if exact:
+            alike = _alike(messages) if alike is None else alike
+            shared = release.plain_count == first.plain_count
+            rest = [i for i, plain in enumerate(alike) if not (plain and shared)]
+            count = partial(counts_through, cache=cache, policy=release.name, workers=workers)
+            own = _each_or_missing([messages[i] for i in rest], count)
+            for i, n in zip(rest, own, strict=True):
+                counts[i] = n
+        found[release.name] = (counts, estimates)
+    return found
+
+
+def _each_or_missing(
+    messages: Sequence[dict[str, Any]], count: Callable[[list[dict[str, Any]]], Iterable[int]]
+) -> list[int | None]:
+    """``count`` of every message, None for each one it raises on (:data:`_CANNOT`): the batch
+    at once, message by message only when it fails."""
+    batch = list(messages)
+    try:
+        return list(count(batch))
+    except _CANNOT:
+        found: list[int | None] = []
+        for message in batch:
+            try:
+                found.append(next(iter(count([message]))))
+            except _CANNOT:
+                found.append(None)
+        return found
+
+
+def _alike(messages: Sequence[dict[str, Any]]) -> list[bool]:
+    """Whether each message is plain as :attr:`~sessionkit.nanobot.release.ReplayPolicy.plain_count`
+    means it: text or no content, every other field it is counted from (:data:`KEY_FIELDS`)
+    text or missing, tool calls JSON, and no ``<|`` in any of them.  Its payload is then the
+    same for every release and holds no special-token text, so a release counts it by its
+    plain rule alone."""
+    columns = [message_field(messages, name) for name in KEY_FIELDS]
+    texts = [i for i, name in enumerate(KEY_FIELDS) if name != "tool_calls"]
+    calls = columns[KEY_FIELDS.index("tool_calls")]
+    found = []
+    for row, call in zip(zip(*columns, strict=True), calls, strict=True):
+        plain = all(
+            row[i] is None or (type(row[i]) is str and not has_marker(row[i])) for i in texts
+        )
+        if plain and call:
+            try:
+                plain = b"<|" not in orjson.dumps(call)
+            except (orjson.JSONEncodeError, TypeError):
+                plain = False
+        found.append(plain)
+    return found
 
 
 @entry_point(method="tokens")

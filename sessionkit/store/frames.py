@@ -32,7 +32,7 @@ from sessionkit.nanobot.listing import (
     session_preview,
     session_title,
 )
-from sessionkit.nanobot.policies import POLICIES, get_policy
+from sessionkit.nanobot.policies import DEFAULT_POLICY, POLICIES, get_policy
 from sessionkit.nanobot.reader import (
     CHECKPOINT_SUFFIX,
     Problem,
@@ -41,7 +41,14 @@ from sessionkit.nanobot.reader import (
 )
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.uncountable import counts_or_missing, uncountable_reason
-from sessionkit.store.counting import Method, PendingCounts, TokenCache, counts_through
+from sessionkit.store.counting import (
+    Method,
+    PendingCounts,
+    ReleaseCounts,
+    TokenCache,
+    counts_through,
+    every_release,
+)
 from sessionkit.store.fields import (
     STR_OR_NONE,
     hidden_flags,
@@ -54,12 +61,15 @@ from sessionkit.store.text import shown
 __all__ = [
     "FRAME_TIMES",
     "MESSAGE_TABLE",
+    "REFERENCE",
     "Entry",
     "Rows",
+    "SUMS",
     "SessionColumns",
     "SessionValues",
     "build_entries",
     "built_rows",
+    "count_column",
     "entries_of",
     "entry_problems",
     "fits_frame",
@@ -179,14 +189,36 @@ def _utf8(text: str) -> bool:
     return True
 
 
+SUMS: dict[Method, str] = {"tiktoken": "tokens", "fallback": "tokens_fallback"}
+"""By method: the value of an entry's ``meta`` holding each release's per-session sums, and
+the name of :data:`REFERENCE`'s column of counts."""
+
+
+REFERENCE = get_policy(DEFAULT_POLICY)
+"""The release whose counts the ``tokens`` and ``tokens_fallback`` columns hold (the exact
+ones replays reuse); every other release's columns are named after it."""
+
+
+def count_column(release: str, tokens: Method) -> str:
+    """The name of the column holding ``release``'s counts by ``tokens``: ``tokens`` and
+    ``tokens_fallback`` for :data:`REFERENCE`, ``"tokens <release>"`` and
+    ``"tokens_fallback <release>"`` for the others."""
+    kind = SUMS[tokens]
+    return kind if release == REFERENCE.name else f"{kind} {release}"
+
+
+_COUNTS: tuple[tuple[str, Method], ...] = tuple(
+    (name, method) for name in POLICIES for method in ("tiktoken", "fallback")
+)
+"""Every release's exact counts and estimates, in the order of their columns."""
+
 MESSAGE_TABLE = pa.schema(
     [
         ("line_no", pa.int64()),
         ("role", pa.large_string()),
         ("text", pa.large_string()),
         ("timestamp", pa.int64()),
-        ("tokens", pa.int64()),
-        ("tokens_fallback", pa.int64()),
+        *((count_column(name, method), pa.int64()) for name, method in _COUNTS),
         ("is_command", pa.bool_()),
         ("is_channel_delivery", pa.bool_()),
         ("n_tool_calls", pa.int64()),
@@ -197,8 +229,9 @@ MESSAGE_TABLE = pa.schema(
         ("runtime_context", pa.bool_()),
     ]
 )
-"""One file's messages as the index keeps them: -1 is a missing line number or token count,
-the minimum int64 a missing time (nanoseconds)."""
+"""One file's messages as the index keeps them, with every release's token counts
+(:func:`count_column`): -1 is a missing line number or token count, the minimum int64 a
+missing time (nanoseconds)."""
 
 _ESCAPED = ("text", "tool_call_id", "name")
 _NAT = np.iinfo(np.int64).min
@@ -247,14 +280,6 @@ def _line_numbers(session: Session, n: int) -> np.ndarray:
     if lines is None:
         return np.full(n, -1, dtype=np.int64)
     return np.asarray(lines, dtype=np.int64)
-
-
-def _token_counts(
-    msgs: list[dict[str, Any]], method: Method, cache: TokenCache | None
-) -> np.ndarray:
-    """0.2.2's count of every message (-1 where nanobot cannot count it)."""
-    counts = counts_or_missing(msgs, partial(counts_through, cache=cache, tokens=method))
-    return _missing_as_minus_one(counts)
 
 
 def _missing_as_minus_one(counts: list[int | None]) -> np.ndarray:
@@ -388,8 +413,8 @@ class Rows:
     table: pa.Table
     turns: dict[str, np.ndarray]
     """Per policy: whether each row is a user turn under it."""
-    exact: np.ndarray
-    estimate: np.ndarray
+    counts: dict[tuple[str, Method], np.ndarray]
+    """Per release and method (:data:`_COUNTS`): each row's count (-1: none)."""
     stamps: np.ndarray
     outside: dict[int, Any]
     """Rows whose timestamp is a valid time a frame cannot hold: the value stored."""
@@ -410,11 +435,12 @@ def build_entries(
 ) -> list[Entry]:
     """Each session's :class:`Entry`, its columns built for all sessions at once.
 
-    ``problems`` maps a file to what reading it found.  Both token counts are kept: 0.2.2's
-    exact one (only with ``tokens="tiktoken"``; else -1, and ``meta["counted"]`` is False) and
-    its no-tiktoken estimate.  ``progress`` shows a bar (messages) over the exact counting,
-    most of a cold load's time.  ``pending`` waits for both counts of the sessions' messages,
-    already under way (:class:`~sessionkit.store.counting.CountingBatches`); ``workers`` are
+    ``problems`` maps a file to what reading it found.  Every release's token counts are
+    kept (:func:`count_column`): its exact one (only with ``tokens="tiktoken"``; else -1, and
+    ``meta["counted"]`` is False) and its no-tiktoken estimate, so each frame counts a session
+    with the release it is replayed with, whichever that is.  ``progress`` shows a bar
+    (messages) over the exact counting, most of a cold load's time.  ``pending`` waits for
+    the counts of the sessions' messages, already under way (:class:`~sessionkit.store.counting.CountingBatches`); ``workers`` are
     the processes exact counting may fork (default: every core).  Each entry
     holds its span of the one table built (sliced on first use), so frames join all of them
     with one slice, not a table per session.
@@ -438,7 +464,7 @@ def built_rows(
     counts: bool = True,
 ) -> Rows:
     """``msgs`` built into columns (:class:`Rows`; options as :func:`build_entries`'s).
-    ``counts=False`` leaves both token counts -1, for :func:`with_counts` to fill in."""
+    ``counts=False`` leaves every token count -1, for :func:`with_counts` to fill in."""
     total = len(msgs)
     raw_roles = roles = message_field(msgs, "role")
     if not STR_OR_NONE.issuperset(map(type, roles)):
@@ -451,11 +477,6 @@ def built_rows(
     content_not_str = ~_is_instance(text, str)
     for i in np.flatnonzero(content_not_str):
         text[i] = flatten_content(text[i])
-    estimate = (
-        _token_counts(msgs, "fallback", cache)
-        if pending is None and counts
-        else np.full(total, -1, dtype=np.int64)
-    )
     raw_stamps = message_field(msgs, "timestamp")
     stamps = _to_datetime(raw_stamps).view(np.int64)
     strings = {
@@ -479,21 +500,21 @@ def built_rows(
                 batch, cache, tokens="tiktoken", workers=workers, progress=bar.update
             )
 
+        found: ReleaseCounts | None = None
         if pending is not None and counts:
-            exact_or_none, estimated = pending(bar.update)
-            estimate = _missing_as_minus_one(estimated)
-        elif counted:
-            exact_or_none = counts_or_missing(msgs, count)
-        else:
-            exact_or_none = [None] * total
-    exact = _missing_as_minus_one(exact_or_none)
+            found = pending(bar.update)
+        elif counts:
+            fallback = partial(counts_through, cache=cache, tokens="fallback")
+            exact: list[int | None] = counts_or_missing(msgs, count) if counted else [None] * total
+            reference = (exact, counts_or_missing(msgs, fallback))
+            found = every_release(msgs, reference, cache, exact=counted, workers=workers)
+    per_release = _count_arrays(found, total)
     columns = {
         "line_no": np.zeros(total, np.int64),  # each session's own, set by entries_of
         "role": role_column,
         "text": strings["text"][0],
         "timestamp": stamps,
-        "tokens": exact,
-        "tokens_fallback": estimate,
+        **{count_column(*which): per_release[which] for which in _COUNTS},
         "is_command": truthy_flags(message_field(msgs, "_command")),
         "is_channel_delivery": truthy_flags(message_field(msgs, "_channel_delivery")),
         "n_tool_calls": _list_lengths(calls),
@@ -509,8 +530,7 @@ def built_rows(
             name: user_turn_flags(msgs, raw_roles, hidden, policy)
             for name, policy in POLICIES.items()
         },
-        exact=exact,
-        estimate=estimate,
+        counts=per_release,
         stamps=stamps,
         outside={row: raw_stamps[row] for row in _outside_rows(raw_stamps)},
         uncountable=_uncountable_rows(msgs, content_not_str, calls),
@@ -535,8 +555,7 @@ def joined_rows(parts: list[Rows]) -> Rows:
     return Rows(
         table=pa.concat_tables([p.table for p in parts]),  # chunks kept: no copy of the text
         turns={name: np.concatenate([p.turns[name] for p in parts]) for name in parts[0].turns},
-        exact=np.concatenate([p.exact for p in parts]),
-        estimate=np.concatenate([p.estimate for p in parts]),
+        counts={which: np.concatenate([p.counts[which] for p in parts]) for which in _COUNTS},
         stamps=np.concatenate([p.stamps for p in parts]),
         outside=moved(attrgetter("outside")),
         uncountable=moved(attrgetter("uncountable")),
@@ -550,12 +569,25 @@ def joined_rows(parts: list[Rows]) -> Rows:
     )
 
 
-def with_counts(rows: Rows, exact: list[int | None], estimate: list[int | None]) -> Rows:
-    """``rows`` (built with ``counts=False``) holding both token counts (None: uncountable)."""
-    rows.exact, rows.estimate = _missing_as_minus_one(exact), _missing_as_minus_one(estimate)
+def _count_arrays(found: ReleaseCounts | None, total: int) -> dict[tuple[str, Method], np.ndarray]:
+    """Every release's counts as columns (-1: none; all -1 when nothing was counted)."""
+    if found is None:
+        return {which: np.full(total, -1, dtype=np.int64) for which in _COUNTS}
+    return {
+        (name, method): _missing_as_minus_one(found[name][method == "fallback"])
+        for name, method in _COUNTS
+    }
+
+
+def with_counts(rows: Rows, found: ReleaseCounts) -> Rows:
+    """``rows`` (built with ``counts=False``) holding every release's token counts."""
+    rows.counts = _count_arrays(found, rows.table.num_rows)
     table = rows.table
-    for name, values in (("tokens", rows.exact), ("tokens_fallback", rows.estimate)):
-        table = table.set_column(table.schema.get_field_index(name), name, pa.array(values))
+    for which in _COUNTS:
+        name = count_column(*which)
+        table = table.set_column(
+            table.schema.get_field_index(name), name, pa.array(rows.counts[which])
+        )
     rows.table = table
     return rows
 
@@ -580,8 +612,7 @@ def entries_of(
         0, "line_no", pa.array(np.concatenate([*line_numbers, np.zeros(0, np.int64)]))
     )
     turns = {name: _per_session(flags, starts, stops) for name, flags in rows.turns.items()}
-    exact_sums = _sums_or_none(rows.exact, starts, stops)
-    estimate_sums = _sums_or_none(rows.estimate, starts, stops)
+    sums = {which: _sums_or_none(rows.counts[which], starts, stops) for which in _COUNTS}
     firsts, lasts = _extremes(rows.stamps, starts, lengths)
     outside = _grouped(rows.outside, stops)
     uncountable_of = _grouped(rows.uncountable, stops)
@@ -628,8 +659,8 @@ def entries_of(
                 for name, odd in rows.odd.items()
             },
             "counted": counted,
-            "tokens": exact_sums[i],
-            "tokens_fallback": estimate_sums[i],
+            "tokens": {name: sums[name, "tiktoken"][i] for name in POLICIES},
+            "tokens_fallback": {name: sums[name, "fallback"][i] for name in POLICIES},
             "first_message_at": firsts[i],
             "last_message_at": lasts[i],
         }
@@ -751,8 +782,8 @@ def _user_index(
 def messages_frame(entries: Sequence[Entry], *, tokens: Method | None = "tiktoken") -> pd.DataFrame:
     """One row per message of every entry (columns: :data:`sessionkit.schema.MESSAGES`).
 
-    Numbers are read from the entries' columns, strings stay in Arrow's buffers.
-    ``tokens=None`` leaves the token column <NA>.
+    Numbers are read from the entries' columns, strings stay in Arrow's buffers.  Tokens
+    are counted by each session's release; ``tokens=None`` leaves the token column <NA>.
     """
     if not entries:
         return schema.empty_frame(schema.MESSAGES)
@@ -798,7 +829,7 @@ def message_rows(
     role_codes, roles = _roles(table)
     hidden = _numbers(table, "hidden").astype(bool)
     counts = (
-        _numbers(table, "tokens" if tokens == "tiktoken" else "tokens_fallback")
+        _counted_by(table, tokens, sessions.policies, lengths)
         if tokens
         else np.full(total, -1, dtype=np.int64)
     )
@@ -832,6 +863,21 @@ def message_rows(
     )
 
 
+def _counted_by(
+    table: pa.Table, tokens: Method, policies: list[str], lengths: np.ndarray
+) -> np.ndarray:
+    """Each row's count by ``tokens`` under its session's release (``policies``, one per
+    session of ``lengths`` rows): one column read per release present."""
+    present = list(dict.fromkeys(policies))
+    if len(present) == 1:
+        return _numbers(table, count_column(present[0], tokens))
+    owners = np.repeat([present.index(p) for p in policies], lengths)
+    counts = np.empty(len(owners), dtype=np.int64)
+    for code, name in enumerate(present):
+        np.copyto(counts, _numbers(table, count_column(name, tokens)), where=owners == code)
+    return counts
+
+
 def _split_key(key: str) -> tuple[str, str | None]:
     channel, sep, chat_id = key.partition(":")
     return channel, chat_id if sep else None
@@ -852,8 +898,6 @@ SESSION_VALUES = (
     "title",
     "preview",
     "n_messages",
-    "tokens",
-    "tokens_fallback",
     "first_message_at",
     "last_message_at",
 )
@@ -863,8 +907,8 @@ SESSION_VALUES = (
 def sessions_frame(entries: Sequence[Entry], *, tokens: Method | None = "tiktoken") -> pd.DataFrame:
     """One row per entry's session, indexed by key (columns: :data:`sessionkit.schema.SESSIONS`).
 
-    Policy-dependent values (``policy``, ``n_user_turns``, ``last_archived``) follow each
-    session's current ``policy``; the 0.3.5 runtime checkpoint sidecar is read now.
+    Policy-dependent values (``policy``, ``n_user_turns``, ``last_archived``, ``tokens``)
+    follow each session's current ``policy``; the 0.3.5 runtime checkpoint sidecar is read now.
     """
     if not entries:
         return schema.empty_frame(schema.SESSIONS)
@@ -879,8 +923,10 @@ def sessions_frame(entries: Sequence[Entry], *, tokens: Method | None = "tiktoke
             [s.last_consolidated for s in sessions],
             [s.policy for s in sessions],
             [bool(m["records"]) for m in metas],
+            [None] * len(metas)
+            if tokens is None
+            else [m[SUMS[tokens]][s.policy] for s, m in zip(sessions, metas, strict=True)],
         ),
-        tokens=tokens,
     )
 
 
@@ -888,13 +934,15 @@ def sessions_frame(entries: Sequence[Entry], *, tokens: Method | None = "tiktoke
 class SessionValues:
     """The sessions frame's per-session values, in order: ``kept`` (each of
     :data:`SESSION_VALUES` as the index keeps it), user turns under each session's policy,
-    ``last_consolidated``, the policy, and whether it holds provider state records."""
+    ``last_consolidated``, the policy, whether it holds provider state records, and its
+    tokens counted by that policy (None: not counted)."""
 
     kept: dict[str, list[Any]]
     turns: list[int]
     last_consolidated: list[int]
     policies: list[str]
     has_records: list[bool]
+    tokens: list[int | None]
 
 
 def session_rows(
@@ -902,14 +950,12 @@ def session_rows(
     paths: Sequence[str | None],
     values: SessionValues,
     *,
-    tokens: Method | None,
     checkpoints: Sequence[dict[str, Any] | None] | None = None,
 ) -> pd.DataFrame:
     """The sessions frame of sessions ``keys`` at ``paths`` (``checkpoints``: their runtime
     checkpoints when already known, see :func:`_checkpoints`)."""
     kept = values.kept
     split = [_split_key(k) for k in keys]
-    total = None if tokens is None else "tokens" if tokens == "tiktoken" else "tokens_fallback"
     frame = schema.frame(
         schema.SESSIONS,
         {
@@ -932,7 +978,7 @@ def session_rows(
             ],
             "has_provider_state": values.has_records,
             "runtime_checkpoint": _checkpoints(paths) if checkpoints is None else checkpoints,
-            "tokens": [None] * len(keys) if total is None else kept[total],
+            "tokens": values.tokens,
             "first_message_at": _stamps(kept["first_message_at"]),
             "last_message_at": _stamps(kept["last_message_at"]),
         },

@@ -77,7 +77,7 @@ __all__ = [
     "store_key",
 ]
 
-FORMAT = 7
+FORMAT = 8
 """The layout of entries; entries of another format (or sessionkit version) are not read."""
 _KEY = b"sessionkit"
 

@@ -8,6 +8,7 @@ import json
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -18,6 +19,7 @@ from sessionkit.store.catalog import IDENTITY, Catalog
 from sessionkit.store.counting import Method
 from sessionkit.store.frames import (
     SESSION_VALUES,
+    SUMS,
     Entry,
     SessionColumns,
     SessionValues,
@@ -92,21 +94,24 @@ class Snapshot:
     def sessions_frame(self, tokens: Method | None) -> pd.DataFrame:
         """The sessions frame (see :func:`~sessionkit.store.frames.sessions_frame`)."""
         policies = self._policies()
-        turns = {name: self.catalog.column(f"turns {name}") for name in set(policies)}
-        if len(turns) == 1:
-            counted = turns[policies[0]]
-        else:
-            counted = [turns[policy][i] for i, policy in enumerate(policies)]
         values = SessionValues(
             {name: self.catalog.column(name) for name in SESSION_VALUES},
-            counted,
+            self._by_release("turns", policies),
             self.catalog.column("last_consolidated"),
             policies,
             self.catalog.column("has_records"),
+            [None] * len(policies) if tokens is None else self._by_release(SUMS[tokens], policies),
         )
         paths = self._paths()
         none = [None] * len(paths) if sidecar_names(self.catalog.folder) == set() else None
-        return session_rows(self.keys, paths, values, tokens=tokens, checkpoints=none)
+        return session_rows(self.keys, paths, values, checkpoints=none)
+
+    def _by_release(self, value: str, policies: list[str]) -> list[Any]:
+        """Each session's ``value`` (turns or a token sum) under its release (``policies``)."""
+        columns = {name: self.catalog.column(f"{value} {name}") for name in set(policies)}
+        if len(columns) == 1:
+            return columns[policies[0]]
+        return [columns[policy][i] for i, policy in enumerate(policies)]
 
     def entries(self) -> list[Entry]:
         """Each file's entry, read from the pack's description."""

@@ -52,7 +52,7 @@ def streamed_entry(
         return None, met
     rows = joined_rows(parts) if parts else built_rows([], tokens=tokens, counts=not later)
     if counted is not None:
-        rows = with_counts(rows, *counted)
+        rows = with_counts(rows, counted)
     lengths = np.array([rows.table.num_rows], dtype=np.int64)
     (entry,) = entries_of([session], rows, lengths, {str(file): met}, tokens=tokens, scans=[scan])
     return entry, []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,9 @@ from hypothesis import strategies as st
 from support.sampling import examples
 from support.strategies import messages
 
-from sessionkit.nanobot.policies import get_policy
+from sessionkit.nanobot.policies import POLICIES, get_policy
 from sessionkit.nanobot.tokens import encoding, estimate_message_tokens, fallback_message_tokens
+from sessionkit.nanobot.uncountable import counts_or_missing
 from sessionkit.store import counting, forked
 from sessionkit.store.cachedir import write_ipc
 from sessionkit.store.counting import TokenCache, count_tokens
@@ -513,7 +515,8 @@ def test_counting_batches_cut_by_characters_and_count_as_count_tokens(
 ) -> None:
     """Batches close once their content (plus 64 per message) reaches BATCH_CHARS, across
     ``add`` calls; a close sends what is held; the counts and estimates come back in order,
-    equal to count_tokens', None where nanobot cannot count, and new counts join the cache."""
+    equal to count_tokens' under every release, None where one cannot count, and new counts
+    join the cache."""
     monkeypatch.setattr(TUNING, "batch_chars", 200)
     messages = [{"role": "user", "content": "x" * n} for n in (36, 36, 100, 300, 0)]
     odd = {"role": "user", "content": [{"type": "text", "text": 5}]}
@@ -535,16 +538,24 @@ def test_counting_batches_cut_by_characters_and_count_as_count_tokens(
         batches.add([odd, messages[0]])
         second = batches.close()
         told: list[int] = []
-        assert first(told.append) == (
-            count_tokens(messages, cache=False),
-            count_tokens(messages, tokens="fallback", cache=False),
-        )
+        assert first(told.append) == {
+            policy: (
+                count_tokens(messages, cache=False, policy=policy),
+                count_tokens(messages, tokens="fallback", cache=False, policy=policy),
+            )
+            for policy in POLICIES
+        }
         alone = count_tokens(messages[:1], cache=False)[0]
-        assert second() == ([None, alone], [None, 13])
+        # 0.3.5 skips the text block whose text is not a string, which the others cannot join
+        assert second() == {
+            "nanobot-0.2": ([None, alone], [None, 13]),
+            "nanobot-0.3.0": ([None, alone], [None, 40]),
+            "nanobot-0.3.5": ([4, alone], [4, 40]),
+        }
     # sizes with 64 each: 100, 100 | 164, 364 | 64 (close) | 320 | 100 | (close: nothing)
     assert sent == [2, 2, 1, 1, 1, 0]
     assert told == [2, 2, 1]
-    assert len(cache) == 4  # the first two messages are one payload
+    assert len(cache) == 5  # the first two messages are one payload; the odd one 0.3.5's
 
 
 @pytest.mark.parametrize("merged_keys", [0, 1 << 22])
@@ -561,3 +572,50 @@ def test_counts_files_answer_alike_merged_or_not(
     cache = TokenCache(folder)
     assert cache.get_many([1, 2, 3, 4, 5, 9, None]) == [10, 20, 30, None, 50, 90, None]
     assert len(cache._segments()) == (1 if merged_keys else 3)
+
+
+def _or_none(count: Any, message: dict[str, Any]) -> int | None:
+    try:
+        return count(message)
+    except (TypeError, RecursionError, ValueError):
+        return None
+
+
+_ODD = st.sampled_from(
+    [
+        {"role": "user", "content": [{"type": "text", "text": 7}, {"type": "text", "text": "a"}]},
+        {"role": "user", "content": "bad \ud800 text <|endoftext|>"},
+        {"role": "user", "content": "bad \ud800 text"},
+        {"role": "tool", "content": "ok", "name": "<|fim_prefix|>", "tool_call_id": "c"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "<|endofprompt|>"}]},
+        {"role": "assistant", "content": "x", "reasoning_content": "think <|endoftext|> 好"},
+        {"role": "assistant", "content": "x", "reasoning_content": {"not": "text"}},
+        {"role": "user", "content": "ends in <", "name": "|x"},
+        {"role": "assistant", "content": "deep", "tool_calls": [[[[[]]]]] * 2},
+        {"role": "user", "content": {"a": "<|endoftext|>"}},
+    ]
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(batch=st.lists(st.one_of(messages(), _ODD), max_size=12), cached=st.booleans())
+def test_every_release_counts_each_message_as_that_release_does(
+    batch: list[dict[str, Any]], cached: bool
+) -> None:
+    """Counts taken over from the reference release for plain messages, and made again for
+    the rest, equal each release's own estimates message by message (None where it raises)."""
+    cache = TokenCache() if cached else None
+    reference = (
+        counts_or_missing(batch, partial(counting.counts_through, cache=cache, workers=1)),
+        counts_or_missing(batch, partial(counting.counts_through, cache=None, tokens="fallback")),
+    )
+    found = counting.every_release(batch, reference, cache, exact=True, workers=1)
+    assert list(found) == list(POLICIES)
+    for name, release in POLICIES.items():
+        exact = [_or_none(release.estimate_message_tokens, m) for m in batch]
+        estimates = [_or_none(release.fallback_message_tokens, m) for m in batch]
+        assert found[name] == (exact, estimates), name
+    unexact = counting.every_release(batch, ([None] * len(batch), reference[1]), cache, exact=False)
+    assert {name: counts[0] for name, counts in unexact.items()} == {
+        name: [None] * len(batch) for name in POLICIES
+    }

@@ -13,6 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import sessionkit as sk
+from sessionkit.nanobot.naming import storage_key
+from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.reader import read_session_file
 from sessionkit.nanobot.session import Session
 from sessionkit.store.frames import (
@@ -91,8 +94,13 @@ def test_entries_built_together_equal_each_built_alone(tmp_path: Path) -> None:
         (None, None),
         (stamp(STAMP.format(5)).value, stamp(STAMP.format(5)).value),
     ]
-    assert [m["tokens"] for m in metas] == [None] * 5
-    assert [m["tokens_fallback"] is None for m in metas] == [False, True, False, False, False]
+    releases = ("nanobot-0.2", "nanobot-0.3.0", "nanobot-0.3.5")
+    assert [m["tokens"] for m in metas] == [dict.fromkeys(releases)] * 5
+    # 0.2.2: characters // 4 + 4; 0.3.x: UTF-8 bytes + 4, and a lone surrogate cannot be counted
+    by_bytes = [6, None, 8, 11, 8]
+    assert [list(m["tokens_fallback"].values()) for m in metas] == [
+        list(counts) for counts in zip([10, None, 18, 5, 5], by_bytes, by_bytes, strict=True)
+    ]
     assert [m["turns"]["nanobot-0.2"] for m in metas] == [1, 0, 2, 0, 1]
     outside = [p for p in metas[2]["problems"] if "9999" in p[1]]
     assert [(p[0], p[1].split(" is outside")[0]) for p in outside] == [
@@ -162,3 +170,85 @@ def test_strings_arrow_cannot_hold_are_null_and_returned_by_row() -> None:
     column, odd = _arrow_strings(["a", "b\ud800", None, 3, "ü"])
     assert column.to_pylist() == ["a", None, None, None, "ü"]
     assert odd == {1: "b\ud800"}
+
+
+def _chat_030() -> list[dict[str, Any]]:
+    """A 0.3.0 WebUI chat as such files hold them: Chinese and English turns, a tool round with
+    reasoning, a tool result and a reply quoting special-token text."""
+    calls = [
+        {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "read_file", "arguments": '{"path": "笔记/周报.md"}'},
+        }
+    ]
+    return [
+        {
+            "role": "user",
+            "content": "帮我总结一下这周的周报，重点是进度。",
+            "timestamp": STAMP.format(0),
+        },
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": calls,
+            "reasoning_content": "先读文件，再按项目分组。",
+            "timestamp": STAMP.format(1),
+        },
+        {
+            "role": "tool",
+            "content": "# 周报\n- 数据管道：完成 80%\n- 前端：等待评审",
+            "tool_call_id": "call_1",
+            "name": "read_file",
+            "timestamp": STAMP.format(2),
+        },
+        {
+            "role": "assistant",
+            "content": "本周：数据管道完成 80%，前端等待评审。The tokenizer stops at <|endoftext|>.",
+            "timestamp": STAMP.format(3),
+        },
+    ]
+
+
+def _workspace_030(tmp_path: Path) -> Path:
+    """A 0.3.0 workspace holding :func:`_chat_030` under its base64url file name."""
+    folder = tmp_path / "workspace" / "sessions"
+    folder.mkdir(parents=True)
+    meta = _meta(0) | {"key": "webui:weekly"}
+    lines = [meta, *_chat_030()]
+    (folder / f"{storage_key('webui:weekly')}.jsonl").write_text(
+        "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in lines), encoding="utf-8"
+    )
+    return tmp_path / "workspace"
+
+
+@pytest.mark.parametrize("cache", [False, True])
+def test_frames_count_with_each_sessions_own_release(tmp_path: Path, cache: bool) -> None:
+    """A 0.3.0 session is counted by 0.3.0's rules (UTF-8 bytes + 4 without tiktoken; bytes
+    + 4 for special-token text with it), equal to its policy's estimates message by message,
+    cold and warm; replayed with another release, by that release's."""
+    workspace = _workspace_030(tmp_path)
+    chat = _chat_030()
+    where = {"cache": tmp_path / "cache"} if cache else {"cache": False}
+    expected = {
+        ("nanobot-0.3.0", "fallback"): [58, 164, 81, 96],
+        ("nanobot-0.2", "fallback"): [8, 36, 15, 18],
+        ("nanobot-0.3.0", "tiktoken"): [23, 58, 36, 96],
+        ("nanobot-0.2", "tiktoken"): [23, 58, 36, 18],
+    }
+    for _ in range(2):  # cold, then (with the cache) warm
+        for (policy, tokens), counts in expected.items():
+            chosen = None if policy == "nanobot-0.3.0" else policy
+            corpus = sk.load(workspace, tokens=tokens, policy=chosen, progress=False, **where)
+            release = get_policy(policy)
+            count = (
+                release.estimate_message_tokens
+                if tokens == "tiktoken"
+                else release.fallback_message_tokens
+            )
+            assert [count(m) for m in chat] == counts
+            assert corpus.messages["tokens"].tolist() == counts
+            assert corpus.sessions.loc["webui:weekly", ["policy", "tokens"]].tolist() == [
+                policy,
+                sum(counts),
+            ]

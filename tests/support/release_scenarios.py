@@ -129,3 +129,30 @@ def workspace_sessions(config_file: str, workspace: str) -> Any:
             }
         )
     return {"sessions_dir": str(manager.sessions_dir), "keys": keys, "sessions": loaded}
+
+
+def read_store(files: dict[str, str]) -> Any:
+    """Put session files (name: text) in a fresh store, list them and load each listed key
+    with the release, as its agent does: per key, the file it came from, the messages loaded
+    and each one's token estimate (``None`` where the release raises)."""
+    from nanobot.utils.helpers import estimate_message_tokens
+
+    def estimate(message: dict[str, Any]) -> Any:
+        try:
+            return estimate_message_tokens(message)
+        except Exception:
+            return None
+
+    with tempfile.TemporaryDirectory() as tmp:
+        manager = _manager(Path(tmp))
+        for name, text in files.items():
+            (manager.sessions_dir / name).write_text(text, encoding="utf-8")
+        found = {}
+        for info in manager.list_sessions():
+            session = manager._load(info["key"])
+            found[info["key"]] = {
+                "file": Path(info["path"]).name,
+                "messages": None if session is None else session.messages,
+                "tokens": None if session is None else list(map(estimate, session.messages)),
+            }
+        return found
