@@ -17,6 +17,7 @@ import pyarrow as pa
 from sessionkit.conventions import SETTING_NAMES
 
 __all__ = [
+    "CACHE_BREAKS",
     "CALIBRATION",
     "EXPERIMENTS",
     "FIGURE_DATA",
@@ -226,6 +227,18 @@ REQUESTS: tuple[Column, ...] = (
     Column("policy", "category", "release whose request this is"),
     Column("turn", "int64", "zero-based user message being answered (as in windows)"),
     Column("step", "int64", "zero-based agent call within the turn"),
+    Column(
+        "time",
+        "datetime64[ns, UTC]",
+        "when the call was made: the usage log's start where sk.usage ties a call to this "
+        "(session, turn, step) (requests(usage=...)), else the user message's stored time for "
+        "step 0 and later steps spread evenly over the turn's stored times (NaT: none stored)",
+    ),
+    Column(
+        "time_inferred",
+        "bool",
+        "`time` is placed, not read: a later step spread over its turn, or no time at all",
+    ),
     Column("max_messages", "int64", "setting: get_history max_messages (as in windows)"),
     Column("max_tokens", "int64", "setting: get_history max_tokens"),
     Column("include_timestamps", "bool", "setting (0.2.2)"),
@@ -255,13 +268,36 @@ REQUESTS: tuple[Column, ...] = (
         "compacted), each message counted alone",
     ),
     Column("history_messages", "int64", "messages of the history as sent (backfills included)"),
+    Column(
+        "history_start",
+        "int64",
+        "source index of the first replayed message (windows' start): where the window begins",
+    ),
     Column("current_tokens", "int64", "tokens of the current message as sent"),
     Column(
         "steps_tokens",
         "int64",
         "tokens of the turn's earlier tool rounds in this call, after the same clean-up",
     ),
+    Column(
+        "last_tokens",
+        "int64",
+        "tokens of the request's last message (the current message, or a step's last tool "
+        "result): what follows a cache marker on its second-to-last message",
+    ),
+    Column(
+        "last_results_tokens",
+        "int64",
+        "tokens of the step's trailing tool results, the one user message Anthropic's API "
+        "merges them into (the current message at a turn's first call)",
+    ),
     Column("total_tokens", "int64", "sum of the parts (per-message estimates, as windows count)"),
+    Column(
+        "answer_tokens",
+        "int64",
+        "tokens of the answer this call produced as stored (text and tool calls, the release's "
+        "estimate; 0 when none was stored): the output sk.cost prices",
+    ),
     Column(
         "prefix_tokens",
         "int64",
@@ -269,6 +305,28 @@ REQUESTS: tuple[Column, ...] = (
         "(tools and system prompt when unchanged, then whole identical messages)",
     ),
     Column("cache_ratio", "float64", "prefix_tokens / total_tokens"),
+    Column(
+        "cache_rules",
+        "category",
+        "the provider family whose prompt cache the cache columns follow: 'openai', "
+        "'openai-marked' or 'anthropic' (sessionkit.calls.caching)",
+    ),
+    Column(
+        "cache_read_tokens",
+        "int64",
+        "input tokens the provider's cache serves under cache_rules, cache_ttl and cache_scope",
+    ),
+    Column(
+        "cache_write_tokens",
+        "int64",
+        "input tokens billed as cache writes (Anthropic-style breakpoints; 0 for 'openai')",
+    ),
+    Column(
+        "cache_break",
+        "category",
+        "why the call does not reuse the whole previous request of its session: "
+        "one of CACHE_BREAKS",
+    ),
     Column(
         "inferred",
         "bool",
@@ -282,6 +340,21 @@ REQUESTS: tuple[Column, ...] = (
         "finds it); <NA> for a release without a governor or without a context_window",
     ),
 )
+
+CACHE_BREAKS: tuple[str, ...] = (
+    "none",
+    "first call",
+    "idle past the TTL",
+    "tools changed",
+    "system prompt changed",
+    "summary",
+    "window slid",
+    "clean-up or compaction",
+)
+"""The categories of ``cache_break``, first match wins: nothing broke, the session's first
+call, the gap since its previous call over the TTL, then what the previous request and this
+one first differ in (tool definitions, system prompt, archived summary, the history's start,
+a message the release rewrote: per-call clean-up, compaction or a replayed form)."""
 
 REQUEST_SETTINGS: tuple[str, ...] = (
     *(name for name in SETTING_NAMES if name != "file_cap"),  # requests replay files as stored
@@ -562,8 +635,22 @@ USAGE: tuple[Column, ...] = (
 
 REQUEST_COSTS: tuple[Column, ...] = (
     Column("prompt_tokens", "int64", "the request's tokens (calibrated when asked)"),
-    Column("cached_tokens", "int64", "of those, the prefix a provider's cache could serve"),
-    Column("completion_tokens", "int64", "output tokens priced with the request"),
+    Column(
+        "cached_tokens",
+        "int64",
+        "of those, read from the provider's cache (cache_read_tokens, scaled alike)",
+    ),
+    Column(
+        "written_tokens",
+        "int64",
+        "of those, billed as cache writes (cache_write_tokens, scaled alike)",
+    ),
+    Column(
+        "completion_tokens",
+        "int64",
+        "output tokens priced with the request: its stored answer (answer_tokens), or "
+        "cost(completion_tokens=) for every call",
+    ),
     Column("cost_usd", "float64", "genai-prices' price (NaN: no price known)"),
 )
 """Columns :func:`sessionkit.cost` adds to a :func:`sessionkit.requests` frame."""

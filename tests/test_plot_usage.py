@@ -115,6 +115,8 @@ def _requests(max_messages: list[int], max_tokens: list[int], turns: int) -> pd.
         "prefix_tokens": prefix,
         "cache_ratio": [p / t for p, t in zip(prefix, total, strict=True)],
         "inferred": [False] * n,
+        "cache_rules": ["openai"] * n,
+        "cache_break": ["none"] * n,
     }
     return frame(REQUESTS, values)
 
@@ -126,6 +128,7 @@ def _costs(requests: pd.DataFrame, cost_usd: list[float], completion: int = 5) -
         {
             "prompt_tokens": requests["total_tokens"],
             "cached_tokens": requests["prefix_tokens"],
+            "written_tokens": [0] * len(requests),
             "completion_tokens": [completion] * len(requests),
             "cost_usd": cost_usd,
         },
@@ -226,7 +229,7 @@ def test_cumulative_cost_with_and_without_the_prefix_cache() -> None:
     priced = cost(requests, model=MODEL, provider="openai", date="2026-01-01", completion_tokens=5)
     ax = plot.cumulative_cost(priced, model=MODEL, provider="openai", date="2026-01-01")
     ordered = priced.sort_values("turn")
-    tokens = zip(ordered["total_tokens"], ordered["prefix_tokens"], strict=True)
+    tokens = zip(ordered["total_tokens"], ordered["cached_tokens"], strict=True)
     cached = [_price(p, c, 5) for p, c in tokens]
     fresh = [_price(p, 0, 5) for p in ordered["total_tokens"]]
     assert ordered["cost_usd"].tolist() == cached

@@ -50,6 +50,7 @@ __all__ = [
     "CallTimes",
     "attribute",
     "local_ms",
+    "parsed_ms",
     "zone_key",
 ]
 
@@ -98,7 +99,7 @@ def _pandas_ms(stamps: list[Any], zone: tzinfo | None) -> np.ndarray:
     return np.where(parsed.isna().to_numpy(), -1, values)
 
 
-def _parsed_ms(stamps: list[Any], zone: tzinfo | None) -> np.ndarray:
+def parsed_ms(stamps: list[Any], zone: tzinfo | None) -> np.ndarray:
     """Vectorised :func:`local_ms` (-1 where none): one column, else stamp by stamp."""
     try:
         return _pandas_ms(stamps, zone)
@@ -107,14 +108,14 @@ def _parsed_ms(stamps: list[Any], zone: tzinfo | None) -> np.ndarray:
 
 
 def _ms(stamps: list[Any], bounds: list[int], zone: tzinfo | None) -> np.ndarray:
-    """:func:`_parsed_ms` of every session's stamps (``bounds``: where each session's
+    """:func:`parsed_ms` of every session's stamps (``bounds``: where each session's
     begin), parsed together; when they cannot be, each session's apart, so a session's
     times never depend on the others'."""
     try:
         return _pandas_ms(stamps, zone)
     except (ValueError, TypeError, OverflowError, AttributeError):
         edges = [*bounds, len(stamps)]
-        parts = [_parsed_ms(stamps[a:b], zone) for a, b in zip(edges, edges[1:], strict=False)]
+        parts = [parsed_ms(stamps[a:b], zone) for a, b in zip(edges, edges[1:], strict=False)]
         return np.concatenate([*parts, np.empty(0, dtype=np.int64)]).astype(np.int64)
 
 

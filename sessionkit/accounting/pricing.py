@@ -20,6 +20,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from sessionkit.calls.caching import (
+    DEFAULT_TTL,
+    cache_columns,
+    checked,
+    minimum_tokens,
+    resolve_rules,
+    write_premium,
+)
 from sessionkit.schema import PROBLEMS, REQUEST_COSTS, Reported, frame
 
 if TYPE_CHECKING:
@@ -214,36 +222,68 @@ def cost(
     provider: str | None = None,
     calibration: Calibration | None = None,
     date: datetime | dt.date | str | None = None,
-    completion_tokens: int = 0,
+    completion_tokens: int | None = None,
+    cache_rules: str | None = None,
+    cache_ttl: float | None = DEFAULT_TTL,
+    cache_scope: str = "session",
 ) -> Reported:
     """What each request of a :func:`sessionkit.requests` frame (any settings grid) would
-    cost with ``model``: its ``total_tokens`` as input (through ``calibration`` when given),
-    its ``prefix_tokens`` (scaled alike) priced as cache reads, ``completion_tokens`` output
-    per request, at the prices of ``date`` (default now).  Adds the columns of
-    :data:`sessionkit.schema.REQUEST_COSTS`; an unknown model gives NaN costs and a row in
-    ``.problems``, a recorded provider genai-prices does not know a row in ``.notes`` (a
-    :class:`sessionkit.schema.Reported` frame)."""
-    total = requests_frame["total_tokens"].to_numpy(dtype=np.int64)
-    prefix = requests_frame["prefix_tokens"].to_numpy(dtype=np.int64)
+    cost with ``model`` at the prices of ``date`` (default now): its ``total_tokens`` as input
+    (through ``calibration`` when given), of which the provider's cache reads and writes
+    (scaled alike) at their prices, and its stored answer (``answer_tokens``) as output.
+
+    The cache columns are worked out again for ``model`` (its minimum cacheable prefix) under
+    ``cache_rules`` (None: each row's own ``cache_rules``), ``cache_ttl`` (seconds, default
+    300; None: nothing expires) and ``cache_scope`` (:mod:`sessionkit.calls.caching`), and
+    replace the frame's; writes for a lifetime over 5 minutes cost the 1-hour premium (2x the
+    base input price instead of 1.25x).  ``completion_tokens``: the same output for every call
+    instead of its answer.  Adds the columns of :data:`sessionkit.schema.REQUEST_COSTS`; an
+    unknown model gives NaN costs and a row in ``.problems``, a recorded provider genai-prices
+    does not know a row in ``.notes`` (a :class:`sessionkit.schema.Reported` frame)."""
+    checked(cache_ttl, cache_scope)
+    rows = requests_frame.reset_index(drop=True)
+    total = rows["total_tokens"].to_numpy(dtype=np.int64)
+    if cache_rules is None:
+        family = rows["cache_rules"].astype(str).to_numpy(dtype=object)
+    else:
+        family = np.full(len(rows), resolve_rules(cache_rules, None)[0], dtype=object)
+    least = np.array([minimum_tokens(f, model) for f in family], dtype=np.int64)
+    cached = cache_columns(rows, family, least, cache_ttl, cache_scope)
     prompt = total
     if calibration is not None:
         prompt = np.rint(calibration.predict(total, model)).astype(np.int64)
-    cached = prefix if calibration is None else (prefix * prompt) // np.maximum(total, 1)
-    completion = np.full(len(total), completion_tokens, dtype=np.int64)
-    counts = np.stack([prompt, cached, np.zeros_like(prompt), completion], axis=1)
-    at = int(price_moment(date).timestamp() * 1000)
+
+    def scaled(tokens: np.ndarray) -> np.ndarray:
+        return tokens if calibration is None else (tokens * prompt) // np.maximum(total, 1)
+
+    read, write = scaled(cached["cache_read_tokens"]), scaled(cached["cache_write_tokens"])
+    if completion_tokens is not None:
+        completion = np.full(len(total), completion_tokens, dtype=np.int64)
+    else:
+        completion = rows["answer_tokens"].to_numpy(dtype=np.int64)
     n = len(total)
-    priced = price_calls([model] * n, [provider] * n, np.full(n, at, dtype=np.int64), counts)
+    at = np.full(n, int(price_moment(date).timestamp() * 1000), dtype=np.int64)
+    counts = np.stack([prompt, read, write, completion], axis=1)
+    priced = price_calls([model] * n, [provider] * n, at, counts)
+    premium = write_premium(cache_ttl) / write_premium(None) - 1
+    total_cost = priced.cost
+    if premium and write.any():
+        writes = np.stack([write, np.zeros_like(write), write, np.zeros_like(write)], axis=1)
+        total_cost = (
+            total_cost + premium * price_calls([model] * n, [provider] * n, at, writes).cost
+        )
     added = frame(
         REQUEST_COSTS,
         {
             "prompt_tokens": prompt,
-            "cached_tokens": cached,
+            "cached_tokens": read,
+            "written_tokens": write,
             "completion_tokens": completion,
-            "cost_usd": priced.cost,
+            "cost_usd": total_cost,
         },
     )
-    out = pd.concat([requests_frame.reset_index(drop=True), added], axis=1)
+    rows = rows.assign(cache_rules=pd.Categorical(family), **cached)
+    out = pd.concat([rows, added], axis=1)
     return Reported.of(out, _from_prices(priced.problems), notes=_from_prices(priced.notes))
 
 

@@ -38,6 +38,8 @@ class SessionExtras:
     (backfilled results included); ``history_compacted`` / ``steps_compacted``: what its
     compacted form adds to the plain one; ``fillers``: backfilled results after it;
     ``long``: position of the next message with a compacted form (``n`` when none);
+    ``run_start[p]``: where the run of tool results ending before message ``p`` begins;
+    ``assistant``: which messages are the model's answers (assistant messages);
     ``entry_tokens[value]``: prefix sums of the replayed entries' tokens under that entry
     setting; ``step_raw``: prefix sums of the stored messages' tokens as steps.  Where the
     model cannot say (``regular`` False, a ``user`` message last in a history, a request near
@@ -51,6 +53,8 @@ class SessionExtras:
     steps_compacted: np.ndarray
     fillers: np.ndarray
     next_long: np.ndarray
+    run_start: np.ndarray
+    assistant: np.ndarray
     entry_tokens: dict[bool, np.ndarray]
     step_raw: np.ndarray
     step_length: np.ndarray
@@ -122,6 +126,15 @@ def _per_call(
     return tokens, inferred, lengths
 
 
+def _run_start(messages: Sequence[dict[str, Any]]) -> np.ndarray:
+    """Per position ``p`` (0 to n): the first of the tool results that end right before it."""
+    out = np.arange(len(messages) + 1, dtype=np.int64)
+    for p, message in enumerate(messages, start=1):
+        if message.get("role") == "tool":
+            out[p] = out[p - 1]
+    return out
+
+
 def _build(
     policy: ReplayPolicy,
     session: Session,
@@ -178,6 +191,8 @@ def _build(
         steps_compacted=_prefix(s_comp),
         fillers=_prefix(fillers),
         next_long=next_long.astype(np.int64),
+        run_start=_run_start(messages),
+        assistant=np.array([m.get("role") == "assistant" for m in messages] + [False], dtype=bool),
         entry_tokens=entry_tokens,
         step_raw=_prefix(raw_steps),
         step_length=np.array(lengths, dtype=np.int64),

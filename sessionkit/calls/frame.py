@@ -18,17 +18,27 @@ import warnings
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import tzinfo
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import numpy as np
 import pandas as pd
 
-from sessionkit.calls.assembly import workspace_of
+from sessionkit.calls.assembly import config_of, workspace_of
+from sessionkit.calls.caching import (
+    DEFAULT_TTL,
+    cache_columns,
+    checked,
+    minimum_tokens,
+    resolve_rules,
+)
 from sessionkit.calls.extras import SessionExtras, session_extras
 from sessionkit.calls.governor import frame_verdicts
 from sessionkit.calls.rebuilt import Call, rebuild, shared
 from sessionkit.calls.storekits import Interpreter, StoreKits
+from sessionkit.calls.times import call_times, logged_times, turn_span
 from sessionkit.calls.turns import Item, SessionCalls, all_calls
 from sessionkit.conventions import SWEEPABLE, as_keywords, entry_point, swept
 from sessionkit.nanobot.policies import get_policy
@@ -66,6 +76,11 @@ def requests(
     nanobot: Interpreter | Mapping[str, Interpreter] | None = None,
     runtime: Mapping[str, Any] | None = None,
     block: int | None = None,
+    tz: str | tzinfo | None = None,
+    usage: pd.DataFrame | None = None,
+    cache_rules: str | None = None,
+    cache_ttl: float | None = DEFAULT_TTL,
+    cache_scope: str = "session",
     workers: int | None = None,
     progress: bool | None = None,
 ) -> pd.DataFrame:
@@ -89,7 +104,19 @@ def requests(
     Without an installed release (see ``sessionkit releases install``) the system and tools
     parts are 0 and a warning says so once.  ``workers`` and ``progress`` are those of
     :func:`sessionkit.windows`.
+
+    ``time`` is each call's start: from ``usage`` (a :func:`sessionkit.usage` frame) where it
+    ties a call to the row's (session, turn, step), else from the stored times, read as local
+    time of ``tz`` (an IANA name or tzinfo; None: this machine's zone), as ``usage`` reads
+    them.  ``cache_read_tokens``, ``cache_write_tokens`` and ``cache_break`` follow the
+    provider's prompt cache (:mod:`sessionkit.calls.caching`): ``cache_rules`` a family
+    (``"openai"``, ``"openai-marked"``, ``"anthropic"``) or a nanobot provider name (None:
+    the provider the config file runs with, as nanobot 0.3.5 chooses it; without one
+    ``"openai"``), ``cache_ttl`` seconds a prefix lives after its last use (default 300;
+    None: forever), ``cache_scope`` ``"session"`` (each session's own cache) or
+    ``"deployment"`` (sessions of one release and setting share the tools and system prompt).
     """
+    checked(cache_ttl, cache_scope)
     given = swept(
         "requests",
         grid,
@@ -117,7 +144,11 @@ def requests(
         nanobot,
         runtime,
     )
-    rows = _rows(w, {s.key: s for s in sessions}, kits, block, workers, progress)
+    zone = ZoneInfo(tz) if isinstance(tz, str) else tz
+    rows = _rows(w, {s.key: s for s in sessions}, kits, block, workers, progress, zone)
+    if usage is not None and len(rows):
+        _logged(rows, usage)
+    rows = _cached(rows, {s.key: s for s in sessions}, kits, cache_rules, cache_ttl, cache_scope)
     for message in kits.warnings.values():
         warnings.warn(message, stacklevel=3)
     return rows
@@ -202,6 +233,8 @@ class _Extras:
     steps_compacted: np.ndarray
     fillers: np.ndarray
     next_long: np.ndarray
+    run_start: np.ndarray
+    assistant: np.ndarray
     entry_tokens: dict[bool, np.ndarray]
     step_raw: np.ndarray
     step_length: np.ndarray
@@ -237,6 +270,10 @@ class _Extras:
             next_long=np.concatenate(
                 [*(p.next_long + b for p, b in zip(parts, base, strict=True)), [0]]
             ).astype(np.int64),
+            run_start=np.concatenate(
+                [*(p.run_start + b for p, b in zip(parts, base, strict=True)), [0]]
+            ).astype(np.int64),
+            assistant=joined("assistant", False),
             entry_tokens={
                 value: carried(
                     "entry_tokens",
@@ -284,6 +321,7 @@ def _rows(
     block: int | None,
     workers: int | None,
     progress: bool | None,
+    zone: tzinfo | None,
 ) -> pd.DataFrame:
     """The requests of the windows frame ``w``: each window's turn, call by call."""
     keys, names = w["session_key"].cat, w["policy"].cat
@@ -308,6 +346,12 @@ def _rows(
         for calls, (release, session, kit, _, values) in zip(built, items, strict=True)
     ]
     stack, extras = _laid_out(built, parts)
+    spans = np.concatenate(
+        [
+            *(turn_span(item[1], calls.at, zone) for item, calls in zip(items, built, strict=True)),
+            np.full((1, 2), -1, dtype=np.int64),
+        ]
+    )
     turn = w["turn"].to_numpy(np.int64)
     has_turn = (turn < np.diff(stack.base)[pair]) & ~w["command"].to_numpy(bool)
     g = np.where(has_turn, stack.base[pair] + turn, stack.base[-1])
@@ -323,7 +367,7 @@ def _rows(
     if not ((step >= 0).all() and (np.diff(turn[rows])[step == 0] > 0).all()):
         rows = rows[np.lexsort((turn[rows], group[rows]))]  # groups as first met, turns ascending
     found = _Found(rows, g[rows], group[rows], entry[rows], pair[rows])
-    out = _calls(w, items, found, fixed, stack, extras, block)
+    out = _calls(w, items, found, fixed, stack, extras, block, spans)
     out["needs_summary"] = _governor(out, by_key, kits)
     return out
 
@@ -463,6 +507,7 @@ def _calls(
     stack: _Stack,
     x: _Extras,
     block: int | None,
+    spans: np.ndarray,
 ) -> pd.DataFrame:
     """Rows of ``w`` (in order, each group's turns ascending) expanded to one per call, each
     part as the release sends it (its per-call clean-up applied).
@@ -517,23 +562,37 @@ def _calls(
         prefix = parts["prefix"]
     if block:
         prefix -= prefix % block
+    last, results = _last(x, c, step, current)
+    answer = np.where(x.assistant[c.se], x.step_raw[c.se + 1] - x.step_raw[c.se], 0)
+    ms = call_times(spans[g[call]], n_steps[call], step)
+    zeros = np.zeros(len(call), dtype=np.int64)
     columns: dict[str, Any] = {
         "session_key": w["session_key"].cat.codes.to_numpy(np.int64)[source],
         "policy": w["policy"].cat.codes.to_numpy(np.int64)[source],
         "turn": w["turn"].to_numpy(np.int64)[source],
         "step": step,
+        "time": _utc(ms),
+        "time_inferred": (step > 0) | (ms < 0),
         "system_tokens": system,
         "summary_tokens": summary,
         "tools_tokens": tools,
         "history_tokens": history,
         "history_messages": messages,
+        "history_start": start,
         "current_tokens": current,
         "steps_tokens": steps,
+        "last_tokens": last,
+        "last_results_tokens": results,
         "total_tokens": total,
+        "answer_tokens": answer,
         "prefix_tokens": prefix,
         "cache_ratio": np.divide(
             prefix, total, out=np.zeros(len(total)), where=total != 0, dtype=np.float64
         ),
+        "cache_rules": pd.Categorical(np.full(len(call), "openai", dtype=object)),
+        "cache_read_tokens": zeros,
+        "cache_write_tokens": zeros,
+        "cache_break": pd.Categorical(np.full(len(call), "none", dtype=object)),
         "inferred": inferred.astype(bool) | stack.inferred[g][call] | x.summary_inferred[index],
         "needs_summary": pd.arrays.BooleanArray(
             np.zeros(len(call), dtype=bool), np.ones(len(call), dtype=bool)
@@ -549,6 +608,78 @@ def _calls(
             columns[name] = values.to_numpy()[source]
     categories = {name: w[name].cat.categories for name in ("session_key", "policy")}
     return frame(REQUESTS, columns, categories=categories)
+
+
+def _utc(ms: np.ndarray) -> pd.DatetimeIndex:
+    """UTC epoch milliseconds as aware times, NaT where -1."""
+    return pd.to_datetime(np.maximum(ms, 0), unit="ms", utc=True).where(ms >= 0).as_unit("ns")
+
+
+def _last(
+    x: _Extras, c: _Cleaned, step: np.ndarray, current: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each call's last message and its trailing tool results, in tokens as sent: the current
+    message at a turn's first call, else the cleaned steps' last message and results run."""
+
+    def tokens(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        found = x.step_raw[b] - x.step_raw[a] + x.steps[b] - x.steps[a]
+        return (
+            found + x.steps_compacted[np.minimum(b, c.qs)] - x.steps_compacted[np.minimum(a, c.qs)]
+        )
+
+    end = c.se
+    at = np.maximum(end - 1, c.ss)
+    run = np.clip(x.run_start[end], c.ss, end)
+    later = step > 0
+    return np.where(later, tokens(at, end), current), np.where(later, tokens(run, end), current)
+
+
+def _logged(rows: pd.DataFrame, usage: pd.DataFrame) -> None:
+    """Set ``time`` (exact, not inferred) where ``usage`` ties an agent call to the row."""
+    keys = rows["session_key"].cat
+    ms = logged_times(
+        usage,
+        [str(k) for k in keys.categories],
+        rows["turn"].to_numpy(np.int64),
+        rows["step"].to_numpy(np.int64),
+        keys.codes.to_numpy(np.int64),
+    )
+    found = ms >= 0
+    if found.any():
+        rows.loc[found, "time"] = _utc(ms[found])
+        rows.loc[found, "time_inferred"] = False
+
+
+def _cached(
+    rows: pd.DataFrame,
+    by_key: Mapping[str, Session],
+    kits: StoreKits,
+    cache_rules: str | None,
+    cache_ttl: float | None,
+    cache_scope: str,
+) -> pd.DataFrame:
+    """``rows`` with the cache columns under each session's rules (its config's provider
+    unless ``cache_rules`` names them)."""
+    keys = rows["session_key"].cat
+    chosen = []
+    read: dict[Path | None, tuple[str, str | None]] = {}
+    for key in keys.categories:
+        session = by_key[str(key)]
+        config = kits.config
+        if config is None:
+            root = kits.workspace if kits.workspace is not None else workspace_of(session)
+            config = config_of(root, session) if root is not None else None
+        if config not in read:
+            read[config] = resolve_rules(cache_rules, config)
+        chosen.append(read[config])
+    codes = keys.codes.to_numpy(np.int64)
+    family = np.array([f for f, _ in chosen] or ["openai"], dtype=object)[np.maximum(codes, 0)]
+    least = np.array([minimum_tokens(f, m) for f, m in chosen] or [0], dtype=np.int64)
+    rows["cache_rules"] = pd.Categorical(family)
+    found = cache_columns(rows, family, least[np.maximum(codes, 0)], cache_ttl, cache_scope)
+    for name, values in found.items():
+        rows[name] = values
+    return rows
 
 
 def _prefix(

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from genai_prices import Usage, calc_price
+from support.request_rows import request_rows
 from support.usage_fixtures import call, ledger, write_log
 
 from sessionkit.accounting.calibration import Calibration, Fit
@@ -60,42 +61,79 @@ def test_each_call_costs_what_genai_prices_calculates(tmp_path) -> None:
 
 
 def _grid() -> pd.DataFrame:
-    return pd.DataFrame(
-        {
-            "session_key": ["a", "a", "a", "a"],
-            "max_messages": [60, 60, 120, 120],
-            "turn": [0, 1, 0, 1],
-            "step": [0, 0, 0, 0],
-            "total_tokens": [8000, 9100, 8000, 12_000],
-            "prefix_tokens": [0, 7900, 0, 7000],
-        }
+    return request_rows(
+        4,
+        max_messages=[60, 60, 120, 120],
+        turn=[0, 1, 0, 1],
+        total_tokens=[8000, 9100, 8000, 12_000],
+        prefix_tokens=[0, 7900, 0, 7000],
+        answer_tokens=[12, 30, 12, 40],
     )
 
 
-def test_cost_prices_each_request_with_its_prefix_as_cache_reads() -> None:
+def test_cost_prices_each_request_with_its_shared_prefix_as_cache_reads() -> None:
     grid = _grid()
     priced = cost(grid, model="gpt-4o-mini", provider="openai", date="2026-01-01")
+    reads = [0, 7808, 0, 6912]  # OpenAI's 128-token steps of the shared prefix
     when = datetime(2026, 1, 1, tzinfo=UTC)
     expected = [
         float(
             calc_price(
-                Usage(input_tokens=t, cache_read_tokens=p),
+                Usage(input_tokens=t, cache_read_tokens=p, output_tokens=o),
                 "gpt-4o-mini",
                 provider_id="openai",
                 genai_request_timestamp=when,
             ).total_price
         )
-        for t, p in zip(grid["total_tokens"], grid["prefix_tokens"], strict=True)
+        for t, p, o in zip(grid["total_tokens"], reads, grid["answer_tokens"], strict=True)
     ]
     assert priced["cost_usd"].tolist() == expected
     assert priced[["prompt_tokens", "cached_tokens", "completion_tokens"]].values.tolist() == [
-        [8000, 0, 0],
-        [9100, 7900, 0],
-        [8000, 0, 0],
-        [12000, 7000, 0],
+        [8000, 0, 12],
+        [9100, 7808, 30],
+        [8000, 0, 12],
+        [12000, 6912, 40],
     ]
-    assert list(priced.columns[:6]) == list(grid.columns)
+    assert list(priced.columns[: len(grid.columns)]) == list(grid.columns)
     assert priced.problems.empty
+    flat = cost(grid, model="gpt-4o-mini", date="2026-01-01", completion_tokens=5)
+    assert flat["completion_tokens"].tolist() == [5, 5, 5, 5]
+
+
+def test_cost_prices_anthropic_writes_at_the_ttls_premium() -> None:
+    grid = request_rows(
+        2,
+        turn=[0, 1],
+        tools_tokens=2000,
+        system_tokens=3000,
+        history_messages=[2, 4],
+        last_results_tokens=[100, 100],
+        total_tokens=[8000, 9100],
+        prefix_tokens=[0, 8000],
+        time=["2026-01-01T10:00Z", "2026-01-01T10:04Z"],
+    )
+    when = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def price(**usage: int) -> float:
+        found = calc_price(Usage(**usage), "claude-sonnet-4-5", genai_request_timestamp=when)
+        return float(found.total_price)
+
+    short = cost(grid, model="claude-sonnet-4-5", cache_rules="anthropic", date=when)
+    assert short["cached_tokens"].tolist() == [0, 7900]  # the first call's breakpoint
+    assert short["written_tokens"].tolist() == [7900, 1100]  # up to each call's breakpoint
+    expected = [
+        price(input_tokens=8000, cache_write_tokens=7900, output_tokens=0),
+        price(input_tokens=9100, cache_read_tokens=7900, cache_write_tokens=1100),
+    ]
+    assert short["cost_usd"].tolist() == pytest.approx(expected, rel=1e-12)
+    hour = cost(grid, model="claude-sonnet-4-5", cache_rules="anthropic", cache_ttl=3600, date=when)
+    extra = [0.75 * price(input_tokens=w) for w in (7900, 1100)]  # 2x instead of 1.25x input
+    assert hour["cost_usd"].tolist() == pytest.approx(
+        [a + b for a, b in zip(expected, extra, strict=True)], rel=1e-12
+    )
+    idle = cost(grid, model="claude-sonnet-4-5", cache_rules="anthropic", cache_ttl=60, date=when)
+    assert idle["cached_tokens"].tolist() == [0, 0]
+    assert idle["cache_break"].tolist() == ["first call", "idle past the TTL"]
 
 
 def test_cost_through_a_calibration_scales_prompt_and_prefix() -> None:
@@ -103,7 +141,7 @@ def test_cost_through_a_calibration_scales_prompt_and_prefix() -> None:
     calibration = Calibration({"gpt-4o-mini": Fit(1.5, 10.0, 8, 2, nan, nan, nan, nan)})
     priced = cost(_grid(), model="gpt-4o-mini", calibration=calibration, date="2026-01-01")
     assert priced["prompt_tokens"].tolist() == [12010, 13660, 12010, 18010]
-    assert priced["cached_tokens"].tolist() == [0, 7900 * 13660 // 9100, 0, 7000 * 18010 // 12000]
+    assert priced["cached_tokens"].tolist() == [0, 7808 * 13660 // 9100, 0, 6912 * 18010 // 12000]
 
 
 def test_cost_of_an_unknown_model_is_nan_and_a_problem() -> None:
@@ -125,7 +163,7 @@ def test_cost_of_an_unknown_model_is_nan_and_a_problem() -> None:
 )
 def test_cost_takes_the_prices_of_its_date(moment, when) -> None:
     priced = cost(_grid().head(1), model="deepseek-chat", provider="deepseek", date=moment)
-    usage = Usage(input_tokens=8000, cache_read_tokens=0)
+    usage = Usage(input_tokens=8000, cache_read_tokens=0, output_tokens=12)
     expected = calc_price(
         usage, "deepseek-chat", provider_id="deepseek", genai_request_timestamp=when
     )

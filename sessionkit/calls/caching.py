@@ -1,0 +1,295 @@
+"""The provider's prompt cache, call by call: what each call of a requests frame reads from it,
+writes to it, and why it reads less than the whole previous request of its session.
+
+Each family is the wire form nanobot 0.3.5 sends (:mod:`sessionkit.nanobot.prompt_cache_035`):
+
+- ``"openai"``: automatic prefix caching.  OpenAI, "Prompt caching" guide
+  (https://developers.openai.com/api/docs/guides/prompt-caching, read 2026-12-07): caching
+  applies to prompts of 1,024 tokens or more, hits come in 128-token increments (the guide's
+  cookbook "Prompt Caching 201"), in-memory retention clears a prefix after 5-10 minutes of
+  inactivity and always within an hour (``prompt_cache_retention="24h"``: up to 24 hours);
+  writes cost nothing extra.  A call reads the prefix it shares with its session's previous
+  call, rounded down to 128 tokens, when that is at least 1,024.
+- ``"anthropic"`` (and ``"openai-marked"``, gateways that pass nanobot's markers on to a Claude
+  model): Anthropic, "Prompt caching"
+  (https://platform.claude.com/docs/en/build-with-claude/prompt-caching, read 2026-12-07):
+  the prefix up to each ``cache_control`` breakpoint is cached (tools, then system, then
+  messages); a later request reads the longest cached prefix ending at or before one of its
+  breakpoints and writes the rest up to its last one; the 5-minute lifetime is refreshed on
+  every hit (1 hour with ``ttl: "1h"``); writes cost 1.25x the base input price (2x for 1
+  hour), reads 0.1x; nothing below the model's minimum is cached (4,096 tokens for Claude
+  Opus 4.5 and later and Haiku 4.5, 2,048 for Haiku 3 and 3.5, 1,024 for the others).
+  Breakpoints as 0.3.5 places them: end of the tools, end of the system prompt, end of the
+  second-to-last message once a request holds three.
+
+The default lifetime is 300 seconds: nanobot's markers carry no ``ttl`` (Anthropic's 5
+minutes), and the low end of OpenAI's 5-10 idle minutes.  ``None``: nothing expires (the
+model before 0.4: every shared prefix read).  What the frame cannot tell: a cache entry older
+than the previous call (only the previous call's breakpoints and hit are looked up, not
+Anthropic's 20-block lookback), the boundary between built-in and MCP tools (one tools
+breakpoint), and, for ``"deployment"`` scope, which sessions share a prompt (those of one
+release and setting whose system prompt and tools count alike).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sessionkit.nanobot.prompt_cache_035 import (
+    FAMILIES,
+    configured_provider,
+    family_of,
+    marks_second_to_last,
+)
+from sessionkit.schema import CACHE_BREAKS, REQUEST_SETTINGS
+
+__all__ = [
+    "DEFAULT_TTL",
+    "FAMILIES",
+    "SCOPES",
+    "cache_columns",
+    "checked",
+    "minimum_tokens",
+    "resolve_rules",
+    "write_premium",
+]
+
+DEFAULT_TTL = 300.0
+"""Seconds a cached prefix lives after its last use (see the module text)."""
+SCOPES = ("session", "deployment")
+OPENAI_MINIMUM = 1024
+OPENAI_STEP = 128
+_ANTHROPIC_MINIMUM = 1024
+_ANTHROPIC_LARGER = (
+    (("opus-4-5", "opus-4.5", "opus-4-6", "opus-4.6", "opus-4-7", "opus-4.7"), 4096),
+    (("haiku-4-5", "haiku-4.5"), 4096),
+    (("3-haiku", "3-5-haiku", "3.5-haiku", "haiku-3"), 2048),
+)
+"""Claude models whose minimum cacheable prompt is larger than 1,024 tokens."""
+_WRITE_5M, _WRITE_1H = 1.25, 2.0
+"""Anthropic's cache-write price, in base input prices, for the 5-minute and 1-hour TTL."""
+_FIVE_MINUTES = 300.0
+
+
+def checked(cache_ttl: float | None, cache_scope: str) -> None:
+    """Refuse a TTL that is no positive number of seconds, or an unknown scope."""
+    if cache_ttl is not None and (
+        isinstance(cache_ttl, bool) or not isinstance(cache_ttl, int | float) or cache_ttl <= 0
+    ):
+        raise ValueError(
+            f"cache_ttl must be seconds > 0 or None (never expires), not {cache_ttl!r}"
+        )
+    if cache_scope not in SCOPES:
+        raise ValueError(f"cache_scope must be one of {', '.join(SCOPES)}, not {cache_scope!r}")
+
+
+def resolve_rules(cache_rules: str | None, config: Path | None) -> tuple[str, str | None]:
+    """The family (and the configured model, None when unknown) of ``cache_rules`` — a family
+    or a nanobot provider name — or, when None, of the provider the config file runs with
+    (0.3.5's choice; no config or provider: ``"openai"``)."""
+    raw: Any = {}
+    if config is not None:
+        try:
+            raw = json.loads(Path(config).read_text(encoding="utf-8"))
+        except (OSError, UnicodeError, ValueError):
+            raw = {}
+    provider, model = configured_provider(raw if isinstance(raw, Mapping) else {})
+    if cache_rules is None:
+        return family_of(provider, model), model
+    if not isinstance(cache_rules, str) or not cache_rules:
+        raise ValueError(
+            f"cache_rules must be one of {', '.join(FAMILIES)} or a nanobot provider name, not {cache_rules!r}"
+        )
+    if cache_rules in FAMILIES:
+        return cache_rules, model
+    return family_of(cache_rules, model), model
+
+
+def minimum_tokens(family: str, model: str | None) -> int:
+    """The smallest prefix ``family`` caches for ``model`` (None: the family's usual one)."""
+    if family == "openai":
+        return OPENAI_MINIMUM
+    name = (model or "").lower()
+    return next(
+        (n for keys, n in _ANTHROPIC_LARGER if any(k in name for k in keys)), _ANTHROPIC_MINIMUM
+    )
+
+
+def write_premium(cache_ttl: float | None) -> float:
+    """Anthropic's cache-write price in base input prices: 1.25 up to 5 minutes (and for a
+    cache that never expires), else 2 (the 1-hour cache)."""
+    return _WRITE_5M if cache_ttl is None or cache_ttl <= _FIVE_MINUTES else _WRITE_1H
+
+
+def _rounded(tokens: np.ndarray) -> np.ndarray:
+    """OpenAI's cached tokens of a shared prefix: 128-token steps from 1,024 on."""
+    return np.where(tokens >= OPENAI_MINIMUM, tokens - tokens % OPENAI_STEP, 0)
+
+
+def _ms(times: pd.Series) -> np.ndarray:
+    values = times.dt.tz_convert("UTC").dt.as_unit("ms")
+    return values.astype("int64").where(values.notna(), -1).to_numpy(dtype=np.int64)
+
+
+def _shared_warm(rows: pd.DataFrame, t: np.ndarray, ttl_ms: float, order: np.ndarray) -> np.ndarray:
+    """Per row (in ``order``): another call of its deployment (release, setting, system and
+    tools alike) was made within the TTL before it, so their shared head is cached."""
+    keys = ["policy", *REQUEST_SETTINGS, "system_tokens", "tools_tokens"]
+    deployment = rows.groupby(keys, observed=True, sort=False, dropna=False).ngroup().to_numpy()
+    d, tt = deployment[order], t[order]
+    by_time = np.lexsort((tt, d))
+    ds, ts = d[by_time], tt[by_time]
+    warm = np.zeros(len(order), dtype=bool)
+    if len(ds) > 1:
+        same = (ds[1:] == ds[:-1]) & (ts[:-1] >= 0) & (ts[1:] >= 0)
+        warm[by_time[1:]] = same & (ts[1:] - ts[:-1] <= ttl_ms)
+    return warm
+
+
+def cache_columns(
+    rows: pd.DataFrame,
+    family: np.ndarray,
+    minimum: np.ndarray,
+    cache_ttl: float | None,
+    cache_scope: str,
+) -> dict[str, Any]:
+    """``cache_read_tokens``, ``cache_write_tokens`` and ``cache_break`` (a Categorical of
+    :data:`~sessionkit.schema.CACHE_BREAKS`) of a requests frame's rows, under each row's
+    ``family`` and ``minimum`` cacheable prefix."""
+    unknown = sorted(set(family.tolist()) - set(FAMILIES))
+    if unknown:
+        raise ValueError(f"cache_rules {unknown} unknown: a family is one of {', '.join(FAMILIES)}")
+    n = len(rows)
+    group = (
+        rows.groupby(
+            ["session_key", "policy", *REQUEST_SETTINGS], observed=True, sort=False, dropna=False
+        )
+        .ngroup()
+        .to_numpy(np.int64)
+    )
+    turn, step = (rows[c].to_numpy(np.int64) for c in ("turn", "step"))
+    order = np.lexsort((step, turn, group))
+
+    def col(name: str) -> np.ndarray:
+        return rows[name].to_numpy(np.int64)[order]
+
+    t = _ms(rows["time"])
+    ts, g, st = t[order], group[order], step[order]
+    total, prefix, tools = col("total_tokens"), col("prefix_tokens"), col("tools_tokens")
+    head = tools + col("system_tokens") + col("summary_tokens")
+    fam, least = np.asarray(family, dtype=object)[order], np.asarray(minimum, np.int64)[order]
+    first = np.ones(n, dtype=bool)
+    first[1:] = g[1:] != g[:-1]
+    prev = np.maximum(np.arange(n) - 1, 0)
+    ttl_ms = np.inf if cache_ttl is None else cache_ttl * 1000
+    known = (ts >= 0) & (ts[prev] >= 0)
+    idle = ~first & known & (ts - ts[prev] > ttl_ms)
+    warm = ~first & ~idle
+    shared = np.zeros(n, dtype=bool)
+    if cache_scope == "deployment":
+        shared = _shared_warm(rows, t, ttl_ms, order)
+    summary = col("summary_tokens")
+    shared_head = np.where(summary == 0, head, tools)
+    read = np.where(warm, _rounded(prefix), 0)
+    read = np.maximum(read, np.where(shared, _rounded(tools + col("system_tokens")), 0))
+    read = np.where(read >= least, read, 0)
+    write = np.zeros(n, dtype=np.int64)
+    marked = fam != "openai"
+    if marked.any():
+        history = col("history_messages")
+        anthropic = fam == "anthropic"
+        messages = np.where(anthropic, history + 1 + 2 * st, history + 2 + 2 * st)
+        last = np.where(anthropic, col("last_results_tokens"), col("last_tokens"))
+        points = np.stack(
+            [
+                np.where(tools > 0, tools, 0),
+                np.where(head > tools, head, 0),
+                np.where(marks_second_to_last(messages), total - last, 0),
+            ],
+            axis=1,
+        )
+        points = np.where(points >= least[:, None], points, 0)
+        top = points.max(axis=1)
+        hits = _breakpoint_reads(points, top, prefix, warm, np.where(shared, shared_head, 0), least)
+        read = np.where(marked, hits, read)
+        write = np.where(marked, np.maximum(top - hits, 0), 0)
+    codes = _breaks(rows, order, first, idle, prefix, head, tools, summary, total)
+    out_read, out_write, out_codes = (np.empty(n, np.int64) for _ in range(3))
+    out_read[order], out_write[order], out_codes[order] = read, write, codes
+    return {
+        "cache_read_tokens": out_read,
+        "cache_write_tokens": out_write,
+        "cache_break": pd.Categorical.from_codes(out_codes, CACHE_BREAKS),
+    }
+
+
+def _breakpoint_reads(
+    points: np.ndarray,
+    top: np.ndarray,
+    prefix: np.ndarray,
+    warm: np.ndarray,
+    shared: np.ndarray,
+    least: np.ndarray,
+) -> np.ndarray:
+    """Each call's read under breakpoints (rows in session order): the longest entry alive —
+    one the previous call wrote or read at its breakpoints, or the deployment's shared head
+    — that this request repeats (within ``prefix``) and reaches with a breakpoint (within
+    ``top``)."""
+    reads = np.zeros(len(top), dtype=np.int64)
+    alive: list[int] = []
+    for i, (row, limit, reach, hot, head, small) in enumerate(
+        zip(
+            points.tolist(),
+            prefix.tolist(),
+            top.tolist(),
+            warm.tolist(),
+            shared.tolist(),
+            least.tolist(),
+            strict=True,
+        )
+    ):
+        bound = min(limit, reach)
+        found = max((p for p in alive if p <= bound), default=0) if hot else 0
+        if small <= head <= reach:
+            found = max(found, head)
+        reads[i] = found
+        alive = [p for p in row if p > 0]
+        if found:
+            alive.append(found)
+    return reads
+
+
+def _breaks(
+    rows: pd.DataFrame,
+    order: np.ndarray,
+    first: np.ndarray,
+    idle: np.ndarray,
+    prefix: np.ndarray,
+    head: np.ndarray,
+    tools: np.ndarray,
+    summary: np.ndarray,
+    total: np.ndarray,
+) -> np.ndarray:
+    """Each call's :data:`~sessionkit.schema.CACHE_BREAKS` code (rows in session order)."""
+    n = len(order)
+    prev = np.maximum(np.arange(n) - 1, 0)
+    start = rows["history_start"].to_numpy(np.int64)[order]
+    conditions = [
+        first,
+        idle,
+        prefix >= total[prev],
+        prefix < tools,
+        summary != summary[prev],
+        prefix < head,
+        start != start[prev],
+    ]
+    labels = ["first call", "idle past the TTL", "none", "tools changed", "summary"]
+    labels += ["system prompt changed", "window slid"]
+    choices = [CACHE_BREAKS.index(label) for label in labels]
+    return np.select(conditions, choices, CACHE_BREAKS.index("clean-up or compaction"))

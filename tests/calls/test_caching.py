@@ -1,0 +1,160 @@
+"""The prompt cache per family on constructed sessions with known gaps: after an idle gap over
+the TTL a session's cache reads nothing; within it a call reads the prefix it shares with the
+previous call, rounded by the family's rule; under breakpoints reads and writes stop at one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from support.request_rows import request_rows
+
+from sessionkit.calls.caching import cache_columns, minimum_tokens, resolve_rules, write_premium
+
+START = pd.Timestamp("2026-03-01T09:00Z")
+
+
+@st.composite
+def sessions(draw: st.DrawFn) -> dict:
+    """One session's calls: growing requests, each sharing some prefix with the previous, with
+    gaps (seconds) before each call."""
+    n = draw(st.integers(1, 8))
+    tools, system = draw(st.integers(0, 3000)), draw(st.integers(0, 3000))
+    head = tools + system
+    totals, prefixes, lasts = [], [], []
+    total = head + draw(st.integers(1, 3000))
+    for i in range(n):
+        shared = 0 if i == 0 else draw(st.integers(0, totals[-1]))
+        total = max(shared + draw(st.integers(1, 2000)), head + 1)
+        totals.append(total)
+        prefixes.append(shared)
+        lasts.append(draw(st.integers(1, total - head)))
+    gaps = draw(st.lists(st.integers(0, 1200), min_size=n, max_size=n))
+    return {
+        "n": n,
+        "tools_tokens": tools,
+        "system_tokens": system,
+        "turn": list(range(n)),
+        "total_tokens": totals,
+        "prefix_tokens": prefixes,
+        "last_tokens": lasts,
+        "last_results_tokens": lasts,
+        "history_messages": [2 * i for i in range(n)],
+        "time": list(START + pd.to_timedelta(np.cumsum(gaps), unit="s")),
+    }
+
+
+def _columns(session: dict, family: str, ttl: float | None, scope: str = "session") -> dict:
+    columns = {k: v for k, v in session.items() if k != "n"}
+    n = max(len(v) for v in columns.values() if isinstance(v, list))
+    rows = request_rows(n, **columns)
+    minimum = minimum_tokens(family, None)
+    return cache_columns(rows, np.full(n, family, dtype=object), np.full(n, minimum), ttl, scope)
+
+
+def _gaps(session: dict) -> np.ndarray:
+    times = pd.DatetimeIndex(session["time"]).as_unit("ns")
+    return np.r_[np.inf, np.diff(times.asi8) / 1e9]
+
+
+@given(sessions(), st.sampled_from([60.0, 300.0, 3600.0]))
+def test_openai_reads_the_shared_prefix_in_128_token_steps_within_the_ttl(session, ttl) -> None:
+    found = _columns(session, "openai", ttl)
+    shared = np.array(session["prefix_tokens"])
+    rounded = np.where(shared >= 1024, shared // 128 * 128, 0)
+    within = _gaps(session) <= ttl
+    assert found["cache_read_tokens"].tolist() == np.where(within, rounded, 0).tolist()
+    assert not found["cache_write_tokens"].any()
+    idle = ~within
+    idle[0] = False
+    assert (found["cache_break"][idle] == "idle past the TTL").all()
+    assert found["cache_break"][0] == "first call"
+
+
+@given(
+    sessions(), st.sampled_from(["anthropic", "openai-marked"]), st.sampled_from([300.0, 3600.0])
+)
+def test_breakpoint_reads_and_writes_stop_at_a_breakpoint(session, family, ttl) -> None:
+    found = _columns(session, family, ttl)
+    read, write = found["cache_read_tokens"], found["cache_write_tokens"]
+    tools, head = session["tools_tokens"], session["tools_tokens"] + session["system_tokens"]
+    totals, lasts = np.array(session["total_tokens"]), np.array(session["last_tokens"])
+    history = np.array(session["history_messages"])
+    messages = history + 1 if family == "anthropic" else history + 2
+    points = np.stack(
+        [
+            np.full(len(totals), tools),
+            np.full(len(totals), head if head > tools else 0),
+            np.where(messages >= 3, totals - lasts, 0),
+        ],
+        axis=1,
+    )
+    points = np.where(points >= 1024, points, 0)
+    top = points.max(axis=1)
+    assert ((read + write == top) | ((read == 0) & (write == 0) & (top == 0))).all()
+    assert (read <= np.array(session["prefix_tokens"])).all()
+    for i in range(1, len(totals)):  # each read is where the previous call read or marked
+        assert read[i] == 0 or read[i] in {*points[i - 1], read[i - 1]}
+    assert not read[_gaps(session) > ttl].any()
+
+
+def test_a_session_within_the_ttl_and_after_it_exact_values() -> None:
+    session = {
+        "tools_tokens": 2000,
+        "system_tokens": 3000,
+        "turn": [0, 1, 2, 3],
+        "history_messages": [0, 2, 4, 6],
+        "total_tokens": [5100, 5400, 5700, 6000],
+        "prefix_tokens": [0, 5100, 5400, 5700],
+        "last_tokens": [100, 100, 100, 100],
+        "last_results_tokens": [100, 100, 100, 100],
+        "history_start": [0, 0, 0, 2],
+        "time": [START + pd.Timedelta(seconds=s) for s in (0, 240, 900, 1000)],
+    }
+    openai = _columns(session, "openai", 300.0)
+    assert openai["cache_read_tokens"].tolist() == [0, 4992, 0, 5632]
+    assert openai["cache_break"].tolist() == ["first call", "none", "idle past the TTL", "none"]
+    anthropic = _columns(session, "anthropic", 300.0)
+    # breakpoints: tools 2000, system 5000, second-to-last message once three are sent
+    assert anthropic["cache_read_tokens"].tolist() == [0, 5000, 0, 5600]
+    assert anthropic["cache_write_tokens"].tolist() == [5000, 300, 5600, 300]
+    forever = _columns(session, "anthropic", None)
+    assert forever["cache_read_tokens"].tolist() == [0, 5000, 5300, 5600]
+    slid = dict(session, prefix_tokens=[0, 5100, 5400, 5000])
+    assert _columns(slid, "openai", None)["cache_break"].tolist()[3] == "window slid"
+
+
+def test_deployment_scope_shares_tools_and_system_across_sessions() -> None:
+    two = {
+        "session_key": ["cli:a", "cli:b"],
+        "tools_tokens": 2000,
+        "system_tokens": 3000,
+        "total_tokens": [5100, 5200],
+        "time": [START, START + pd.Timedelta(seconds=60)],
+    }
+    alone = _columns(two, "openai", 300.0)
+    shared = _columns(two, "openai", 300.0, "deployment")
+    assert alone["cache_read_tokens"].tolist() == [0, 0]
+    assert shared["cache_read_tokens"].tolist() == [0, 4992]
+    assert _columns(two, "anthropic", 300.0, "deployment")["cache_read_tokens"].tolist() == [
+        0,
+        5000,
+    ]
+    late = dict(two, time=[START, START + pd.Timedelta(seconds=600)])
+    assert _columns(late, "openai", 300.0, "deployment")["cache_read_tokens"].tolist() == [0, 0]
+
+
+def test_rules_minimums_and_premiums() -> None:
+    assert resolve_rules("anthropic", None) == ("anthropic", None)
+    assert resolve_rules(None, None) == ("openai", None)
+    assert resolve_rules("openrouter", None) == ("openai", None)  # markers for Claude only
+    assert resolve_rules("kimi_coding", None) == ("anthropic", None)
+    assert minimum_tokens("anthropic", "claude-haiku-4-5") == 4096
+    assert minimum_tokens("anthropic", "claude-3-5-haiku-latest") == 2048
+    assert minimum_tokens("anthropic", "claude-sonnet-4-5") == 1024
+    assert minimum_tokens("openai", "gpt-4o") == 1024
+    assert (write_premium(300), write_premium(3600), write_premium(None)) == (1.25, 2.0, 1.25)
+    with pytest.raises(ValueError, match="cache_rules"):
+        resolve_rules("", None)
