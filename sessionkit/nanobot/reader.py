@@ -48,6 +48,8 @@ from sessionkit.nanobot.workspace import config_dir_hint
 
 __all__ = [
     "MAX_LINE_BYTES",
+    "NANOBOT_ROLES",
+    "NOT_NANOBOT",
     "Problem",
     "SessionPathError",
     "FILE_KINDS",
@@ -734,12 +736,14 @@ def _jsonl_session(
     """A JSONL session file read; with a ``sink``, its messages go there as read, and the
     session returned holds none (only their line numbers)."""
     roles: list[Problem] = []
+    spoken = [False]  # a streamed message had a nanobot role
     if sink is None:
         found = _parse_lines(fd, size)
     else:
 
         def routed(messages: list[dict[str, Any]], line_numbers: list[int]) -> None:
             roles.extend(_role_problems(where, messages, line_numbers))
+            spoken[0] = spoken[0] or _speaks_nanobot(messages)
             sink(messages, line_numbers)
 
         found = _parse_lines(fd, size, routed)
@@ -800,6 +804,8 @@ def _jsonl_session(
             problems.append(Problem(where, metas[-1][0], reason))
     if not records and not n_messages and not bad:
         problems.append(Problem(where, None, "empty file: no records"))
+    elif not (metas or extra or n_messages == 0 or _spoke(spoken[0], streamed, messages)):
+        problems.append(Problem(where, None, _foreign_lines(n_messages)))
 
     key = stored_key if isinstance(stored_key, str) and stored_key else key_from_filename(path)
     if stored_key is not None and key != stored_key:
@@ -845,6 +851,34 @@ def _jsonl_session(
     return session, problems
 
 
+NANOBOT_ROLES = frozenset({"user", "assistant", "tool", "system"})
+"""The roles nanobot gives messages: a file none of whose messages has one is not nanobot's."""
+NOT_NANOBOT = "not a nanobot session: "
+"""How the reason of every file that is not a nanobot session starts."""
+
+
+def _speaks_nanobot(messages: list[dict[str, Any]]) -> bool:
+    """Whether any of ``messages`` has a nanobot role (usually the first does)."""
+    return any(
+        type(r) is str and r in NANOBOT_ROLES for r in map(dict.get, messages, repeat("role"))
+    )
+
+
+def _spoke(
+    streamed_spoke: bool, streamed: _Streamed | None, messages: list[dict[str, Any]]
+) -> bool:
+    """Whether a file's messages (``messages``, or those ``streamed``) had a nanobot role."""
+    return streamed_spoke if streamed is not None else _speaks_nanobot(messages)
+
+
+def _foreign_lines(count: int) -> str:
+    """Why a JSONL file with ``count`` records and no nanobot mark is not nanobot's."""
+    return (
+        f"{NOT_NANOBOT}no metadata record, and none of its {count:,} records has a nanobot role "
+        f"({', '.join(sorted(NANOBOT_ROLES))}); kept as messages"
+    )
+
+
 def _legacy_session(path: Path, raw: bytes) -> tuple[Session | None, list[Problem]]:
     where = str(path)
     value, reason = _parse_line(raw)
@@ -853,16 +887,21 @@ def _legacy_session(path: Path, raw: bytes) -> tuple[Session | None, list[Proble
     if value is _BLANK:
         return None, [Problem(where, None, "empty file: no records")]
     if not isinstance(value, dict):
-        return None, [Problem(where, None, f"legacy JSON session is {_json_type(value)}")]
+        reason = f"{NOT_NANOBOT}JSON {_json_type(value)}, where a legacy JSON session is an object"
+        return None, [Problem(where, None, reason)]
     history = value.get("history", value.get("messages"))
     if not isinstance(history, list):
-        return None, [Problem(where, None, "legacy JSON session has no 'history' list")]
+        reason = f"{NOT_NANOBOT}a JSON object with no 'history' list, which a legacy session holds"
+        return None, [Problem(where, None, reason)]
     problems = [
         Problem(where, None, f"history[{i}] is JSON {_json_type(m)}, not an object")
         for i, m in enumerate(history)
         if not isinstance(m, dict)
     ]
     messages = [m for m in history if isinstance(m, dict)]
+    if messages and not _speaks_nanobot(messages):
+        reason = f"{NOT_NANOBOT}none of its {len(messages):,} history entries has a nanobot role"
+        problems.append(Problem(where, None, f"{reason} ({', '.join(sorted(NANOBOT_ROLES))})"))
     key = value.get("key")
     offset = value.get("last_consolidated", 0)
     if "last_consolidated" in value and (reason := _offset_problem(offset, len(messages))):

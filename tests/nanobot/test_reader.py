@@ -531,3 +531,75 @@ def test_a_session_name_is_told_as_splitext_tells_its_suffix(name: str) -> None:
         and name not in SIDECAR_NAMES
     )
     assert named_like_session(name) is told
+
+
+AGENT_STEPS = [  # another agent's trace: JSONL of objects, none a nanobot message
+    {"type": "thought", "text": "look up the forecast", "ts": 1767225600},
+    {"type": "tool", "name": "weather", "input": {"city": "Oslo"}},
+    {"type": "answer", "text": "rain until noon"},
+]
+FOREIGN = (
+    "not a nanobot session: no metadata record, and none of its 3 records has a nanobot role "
+    "(assistant, system, tool, user); kept as messages"
+)
+
+
+def test_jsonl_another_program_wrote_is_kept_and_said_not_to_be_nanobots(tmp_path: Path) -> None:
+    path = write(tmp_path / "agent-trace.jsonl", jsonl(*AGENT_STEPS))
+    session, problems = read_session_file(path)
+    assert session.messages == AGENT_STEPS
+    assert problems == [Problem(str(path), None, FOREIGN)]
+
+
+def test_jsonl_another_program_wrote_is_told_when_streamed_too(tmp_path: Path) -> None:
+    path = write(tmp_path / "agent-trace.jsonl", jsonl(*AGENT_STEPS))
+    seen: list[dict[str, Any]] = []
+    session, problems = read_session_file(path, sink=lambda batch, _: seen.extend(batch))
+    assert seen == AGENT_STEPS
+    assert problems == [Problem(str(path), None, FOREIGN)]
+
+
+@pytest.mark.parametrize(
+    "records",
+    [
+        [{**META, "last_consolidated": 0}],  # only a metadata line: a session not begun
+        [{"role": "tool", "content": "ok"}, {"note": "scratch"}],  # one nanobot role is enough
+        [{"_type": "metadata", "key": "cli:x"}, {"type": "answer"}],
+    ],
+    ids=["metadata-only", "one-role", "metadata-and-foreign"],
+)
+def test_a_nanobot_mark_makes_a_file_nanobots(tmp_path: Path, records: list[Any]) -> None:
+    path = write(tmp_path / "cli_x.jsonl", jsonl(*records))
+    assert [p.reason for p in read_session_file(path)[1]] == []
+
+
+@pytest.mark.parametrize(
+    ("body", "kept", "reason"),
+    [
+        (
+            {"name": "settings", "theme": "dark"},
+            None,
+            "not a nanobot session: a JSON object with no 'history' list, which a legacy "
+            "session holds",
+        ),
+        (
+            [{"role": "user", "content": "hi"}],
+            None,
+            "not a nanobot session: JSON array, where a legacy JSON session is an object",
+        ),
+        (
+            {"messages": [{"speaker": "ana", "said": "hi"}, {"speaker": "bo", "said": "yo"}]},
+            2,
+            "not a nanobot session: none of its 2 history entries has a nanobot role "
+            "(assistant, system, tool, user)",
+        ),
+    ],
+    ids=["settings", "array", "chat-export"],
+)
+def test_json_shapes_no_release_wrote_are_not_nanobot_sessions(
+    tmp_path: Path, body: Any, kept: int | None, reason: str
+) -> None:
+    path = write(tmp_path / "export.json", json.dumps(body).encode())
+    session, problems = read_session_file(path)
+    assert (None if session is None else len(session.messages)) == kept
+    assert problems == [Problem(str(path), None, reason)]
