@@ -69,6 +69,10 @@ class Tuning:
     persist_min_messages: int = 20_000
     """What is derived from a store's replays (the windows' stacked arrays) is kept in the index
     only for this many messages or more: smaller sets rebuild it faster than they read it."""
+    fast_timeline: bool = True
+    """The explorer redraws its timeline on kept Axes through matplotlib's internals, where the
+    installed matplotlib has them (:mod:`sessionkit.views.timeline_canvas`); False: on fresh
+    Axes with its public API only (the same pixels, slower)."""
     experiment_timeout_s: float = 120.0
     """An experiment's call that has no whole answer after this many seconds fails (and is
     not asked again: the endpoint may have answered and billed it)."""

@@ -19,7 +19,6 @@ from typing import Any, ParamSpec, TypeVar, cast
 import matplotlib as mpl
 import matplotlib.pyplot as plt
 from matplotlib import font_manager
-from matplotlib._pylab_helpers import Gcf
 from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -27,8 +26,7 @@ from matplotlib.figure import Figure
 from matplotlib.image import imsave
 from matplotlib.layout_engine import ConstrainedLayoutEngine
 from matplotlib.legend import Legend
-from matplotlib.lines import Line2D
-from matplotlib.patches import Patch
+from matplotlib.text import Text
 from matplotlib.ticker import MaxNLocator
 from matplotlib.transforms import Bbox, ScaledTranslation
 
@@ -48,6 +46,7 @@ __all__ = [
     "plotting",
     "png",
     "styled",
+    "titles",
 ]
 
 ROLE_COLORS: dict[str, str] = {
@@ -122,20 +121,17 @@ def plotting(function: Callable[P, R]) -> Callable[P, R]:
             family = font_family()
         figure = result if isinstance(result, Figure) else result.figure
         for ax in figure.axes:
-            if not _tick_fonts_are(ax, family):
-                ax.tick_params(labelfontfamily=family)
+            ax.tick_params(labelfontfamily=family)
         return result
 
     return draw
 
 
-def _tick_fonts_are(ax: Axes, family: list[str]) -> bool:
-    """Whether ``ax``'s major tick labels, those it has and those it will make, are already in
-    ``family`` (a redrawn plot's: ``tick_params`` would restyle every tick again)."""
-    return all(
-        axis._major_tick_kw.get("labelfontfamily") == family  # type: ignore[union-attr]  # matplotlib private: the axis's major tick settings
-        for axis in (ax.xaxis, ax.yaxis)
-    )
+def titles(ax: Axes) -> list[Text]:
+    """``ax``'s three title texts (centre, left, right): its child texts not in ``ax.texts``
+    (matplotlib names only the centre one, ``ax.title``)."""
+    own = set(ax.texts)
+    return [child for child in ax.get_children() if isinstance(child, Text) and child not in own]
 
 
 class PlotFigure(Figure):
@@ -184,7 +180,7 @@ def _format(formatter: Any, fig: Figure) -> Any:
         return None
     output = printer(fig)
     manager = fig.canvas.manager
-    if output is not None and manager is not None and manager in Gcf.get_all_fig_managers():
+    if output is not None and manager is not None and plt.fignum_exists(manager.num):
         plt.close(fig)  # shown now: the inline backend would show it again when the cell ends
     return output
 
@@ -208,14 +204,12 @@ def count_axis(axis: Any) -> None:
 def _right_of(ax: Axes, others: Sequence[Axes]) -> float:
     """How far (inches) the y axes of ``others`` (twins) reach right of ``ax``: their tick
     labels and label, which sit in the same place however the figure is laid out."""
-    figure = ax.figure.canvas.figure  # the root figure, also for an Axes on a SubFigure
-    renderer = figure._get_renderer()  # type: ignore[attr-defined]  # matplotlib private: its own way to measure before a draw
     reach = 0.0
     for other in others:
-        box = other.yaxis.get_tightbbox(renderer)
+        box = other.yaxis.get_tightbbox()  # measured with the renderer matplotlib picks
         if box is not None:
             reach = max(reach, box.x1 - other.bbox.x1)
-    return reach / figure.dpi
+    return reach / ax.figure.canvas.figure.dpi  # the root figure's, also on a SubFigure
 
 
 def legend_beside(
@@ -232,16 +226,7 @@ def legend_beside(
     offset = _right_of(ax, past) + 0.08
     transform = ax.transAxes + ScaledTranslation(offset, 0.0, figure.dpi_scale_trans)
     options = {"fontsize": 8, "frameon": False, "borderaxespad": 0.0} | kwargs
-    looks = (options, [_look(handle) for handle in handles], _legend_settings())
-    legend = ax.get_legend()
-    if legend is not None and getattr(legend, "sessionkit_looks", None) == looks:
-        # A plot drawn again on its Axes (the explorer's timeline), entries that look the
-        # same: only the labels and the anchor change, not worth a new legend.
-        for text, label in zip(legend.texts, labels, strict=True):
-            text.set_text(label)
-        legend.set_bbox_to_anchor((1.0, 1.0), transform)
-        return legend
-    legend = ax.legend(
+    return ax.legend(
         handles,
         labels,
         loc="upper left",
@@ -249,73 +234,6 @@ def legend_beside(
         bbox_transform=transform,
         **options,
     )
-    legend.sessionkit_looks = looks  # type: ignore[attr-defined]  # sessionkit's own attribute on the legend
-    return legend
-
-
-_PATCH_LOOK = (
-    "get_facecolor",
-    "get_edgecolor",
-    "get_linewidth",
-    "get_linestyle",
-    "get_hatch",
-    "get_hatch_linewidth",
-    "get_fill",
-    "get_alpha",
-    "get_capstyle",
-    "get_joinstyle",
-    "get_antialiased",
-    "get_sketch_params",
-    "get_path_effects",
-    "get_visible",
-)
-_LINE_LOOK = (
-    "get_color",
-    "get_gapcolor",
-    "get_linewidth",
-    "get_linestyle",
-    "get_drawstyle",
-    "get_marker",
-    "get_markersize",
-    "get_markerfacecolor",
-    "get_markerfacecoloralt",
-    "get_markeredgecolor",
-    "get_markeredgewidth",
-    "get_fillstyle",
-    "get_markevery",
-    "get_alpha",
-    "get_dash_capstyle",
-    "get_dash_joinstyle",
-    "get_solid_capstyle",
-    "get_solid_joinstyle",
-    "get_antialiased",
-    "get_sketch_params",
-    "get_path_effects",
-    "get_visible",
-)
-"""What a legend copies from a patch or a line to draw its entry (``update_from``)."""
-
-
-def _look(handle: Artist) -> tuple[Any, ...]:
-    """How ``handle``'s legend entry looks: its class and the properties the legend copies
-    (any other artist: itself, so its entry is never taken for another's)."""
-    getters: tuple[str, ...]
-    if isinstance(handle, Line2D):
-        getters = _LINE_LOOK
-    elif isinstance(handle, Patch):
-        getters = _PATCH_LOOK
-    else:
-        return (handle,)
-    dashes = getattr(handle, "_unscaled_dash_pattern", None)
-    return (type(handle), str(dashes), *(str(getattr(handle, name)()) for name in getters))
-
-
-def _legend_settings() -> list[Any]:
-    """The rcParams a new legend reads: its own, its texts' and its handles' defaults."""
-    return [value for name, value in mpl.rcParams.items() if name.startswith(_LEGEND_RC)]
-
-
-_LEGEND_RC = ("legend.", "font.", "text.", "patch.", "lines.", "hatch.", "markers.")
 
 
 class KeptLayout(ConstrainedLayoutEngine):
@@ -348,7 +266,7 @@ class KeptLayout(ConstrainedLayoutEngine):
         size = (*fig.get_size_inches(), fig.dpi)
         if self._kept is not None and self._kept[0] == size and len(self._kept[1]) == len(fig.axes):
             for ax, box in zip(fig.axes, self._kept[1], strict=True):
-                ax._set_position(box)  # as constrained layout places them
+                _place(ax, box)
             return None
         result = super().execute(fig)
         self.layouts += 1
@@ -358,7 +276,7 @@ class KeptLayout(ConstrainedLayoutEngine):
             box = ax.get_position(original=True)
             if box.width > 4 * spare:
                 box = Bbox.from_extents(box.x0 + spare, box.y0, box.x1 - spare, box.y1)
-                ax._set_position(box)
+                _place(ax, box)
             kept.append(box.frozen())
         self._kept = (size, kept)
         return result
@@ -370,7 +288,7 @@ class KeptLayout(ConstrainedLayoutEngine):
         renderer = cast(FigureCanvasAgg, fig.canvas).get_renderer()  # drawn() gave it an Agg canvas
         texts = []
         for ax in fig.axes:
-            texts += [ax.title, ax._left_title, ax._right_title]  # type: ignore[attr-defined]  # matplotlib private: the left and right titles
+            texts += titles(ax)
             for axis in (ax.xaxis, ax.yaxis):
                 texts += [axis.label] if axis.label.get_text() else _tick_labels(axis)
         boxes = [legend.get_window_extent(renderer) for legend in _legends_of(fig)]
@@ -381,11 +299,19 @@ class KeptLayout(ConstrainedLayoutEngine):
         ]
         if not boxes:
             return False
-        pad = self._params["w_pad"] * fig.dpi  # type: ignore[attr-defined]  # matplotlib private: the engine's settings
+        pad = self.get()["w_pad"] * fig.dpi
         left = min(box.x0 for box in boxes)
         right = fig.bbox.x1 - max(box.x1 for box in boxes)
         slack = (self.reserve + self.SLACK) * fig.dpi + pad
         return not (-0.5 <= left <= slack and -0.5 <= right <= slack)
+
+
+def _place(ax: Axes, box: Bbox) -> None:
+    """Put ``ax`` (and its twins) at ``box`` as constrained layout does, leaving it in the
+    layout (``set_position`` alone takes it out)."""
+    in_layout = ax.get_in_layout()
+    ax.set_position(box)
+    ax.set_in_layout(in_layout)
 
 
 def _tick_labels(axis: Any) -> list[Any]:

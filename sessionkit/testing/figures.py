@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.axis import Axis
+from matplotlib.backends.backend_agg import RendererAgg
 from matplotlib.figure import Figure, SubFigure
 from matplotlib.legend import Legend
 from matplotlib.text import Text
@@ -19,6 +20,7 @@ from matplotlib.ticker import FixedLocator
 from matplotlib.transforms import Bbox, BboxBase
 
 from sessionkit import schema
+from sessionkit.plot.style import titles
 from sessionkit.schema import FIGURE_DATA
 from sessionkit.testing.snapshots import FLOAT_DIGITS, Snapshot, assert_frame_snapshot
 
@@ -166,10 +168,7 @@ def _texts(fig: Figure) -> list[tuple[str, Text]]:
             found += [
                 (f"axes {n} {name}tick {where:g}", label) for where, label in drawn_ticks(axis)
             ]
-        for loc in ("left", "center", "right"):
-            title = ax.get_title(loc)
-            if title:
-                found.append((f"axes {n} title", ax._left_title if loc == "left" else ax.title))  # type: ignore[attr-defined]  # matplotlib private: the left title
+        found += [(f"axes {n} title", title) for title in titles(ax)]
         found += [(f"axes {n} text {t.get_text()!r}", t) for t in ax.texts if t.get_visible()]
     for legend in _legends(fig):
         found += [(f"legend text {t.get_text()!r}", t) for t in legend.get_texts()]
@@ -209,7 +208,8 @@ def layout_problems(source: Figure | Axes, *, counts: Iterable[Axis] = ()) -> li
     """
     fig = _figure(source).canvas.figure
     fig.draw_without_rendering()  # lays out and draws on any canvas (a Figure() has no renderer)
-    renderer = fig._get_renderer()  # type: ignore[attr-defined]  # matplotlib private: its own way to measure outside a draw
+    # Measured as a PNG draws them: Agg at the figure's size and dpi (what an Agg canvas keeps).
+    renderer = RendererAgg(*fig.canvas.get_width_height(physical=True), fig.dpi)
     canvas = fig.bbox
     problems: list[str] = []
     texts = _texts(fig)

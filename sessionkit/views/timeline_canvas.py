@@ -19,14 +19,22 @@ draw them, to place the axis label and the title), and twice more when the legen
 beside the twin's axis; the kept Axes do it once for what the ticks depend on (view, place,
 locator, formatter, fonts) while a move draws (:class:`_OnceAxis`).  A move also measures
 the legend's boxes and lays each string out once, and keeps a legend whose entries look the
-same (:func:`sessionkit.plot.style.legend_beside`).  The PNG is encoded unfiltered (a
-fifth of the time Pillow's adaptive filters take, about the same size for a plot on white).
+same (:meth:`_DrawnOnce.legend`).  The PNG is encoded unfiltered (a fifth of the time
+Pillow's adaptive filters take, about the same size for a plot on white).
+
+All this reaches into matplotlib's private internals, here and nowhere else in sessionkit.
+They are written for matplotlib ``>=3.11,<3.12`` (:data:`MATPLOTLIB_RANGE`, the range
+``pyproject.toml`` requires); :func:`fast_canvas_supported` checks the installed matplotlib
+has each one of :data:`INTERNALS` as used here.  Where it has not, or where
+``TUNING.fast_timeline`` is False, :class:`TimelineCanvas` draws ``token_timeline`` on fresh
+Axes on a plain Agg canvas, with matplotlib's public API only (the same pixels, slower).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import math
 import struct
 import zlib
@@ -36,23 +44,158 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 import matplotlib as mpl
 import numpy as np
+from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.axis import XAxis, YAxis
 from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
 from matplotlib.figure import Figure
 from matplotlib.font_manager import fontManager, get_font
 from matplotlib.legend import Legend
-from matplotlib.offsetbox import OffsetBox, PackerBase
+from matplotlib.lines import Line2D
+from matplotlib.offsetbox import OffsetBox, PackerBase, VPacker
+from matplotlib.patches import Patch
 from matplotlib.text import Text
 from matplotlib.ticker import FuncFormatter
 
+from sessionkit.plot.style import drawn, titles
 from sessionkit.simulate.states import MessageStates
+from sessionkit.tuning import TUNING
 
 if TYPE_CHECKING:
     from matplotlib.axis import Axis
     from matplotlib.typing import RcKeyType
 
-__all__ = ["TextCanvas", "TextImages", "TimelineCanvas", "rgba_png"]
+__all__ = [
+    "INTERNALS",
+    "MATPLOTLIB_RANGE",
+    "TextCanvas",
+    "TextImages",
+    "TimelineCanvas",
+    "fast_canvas_problems",
+    "fast_canvas_supported",
+    "internals_probe",
+    "rgba_png",
+]
+
+MATPLOTLIB_RANGE = ((3, 11), (3, 12))
+"""The matplotlib releases (major, minor) this module is written for, lowest included,
+highest not: ``pyproject.toml``'s ``matplotlib>=3.11,<3.12``."""
+
+
+def _method(*params: str) -> Callable[[Any], bool]:
+    """The shape of a method called with ``params`` (these names, in this order; any further
+    parameters optional)."""
+
+    def shaped(value: Any) -> bool:
+        try:
+            found = list(inspect.signature(value).parameters.values())
+        except (TypeError, ValueError):
+            return False
+        optional = all(
+            p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+            for p in found[len(params) :]
+        )
+        return tuple(p.name for p in found[: len(params)]) == params and optional
+
+    return shaped
+
+
+def _has(method: str) -> Callable[[Any], bool]:
+    """The shape of an object with a ``method``."""
+    return lambda value: callable(getattr(value, method, None))
+
+
+def _instance(kind: type | tuple[type, ...]) -> Callable[[Any], bool]:
+    """The shape of an instance of ``kind``."""
+    return lambda value: isinstance(value, kind)
+
+
+def _asks(name: str) -> Callable[[Any], bool]:
+    """The shape of a function whose code looks up attribute ``name`` (a hook it calls)."""
+
+    def shaped(value: Any) -> bool:
+        code = getattr(getattr(value, "__func__", value), "__code__", None)
+        return code is not None and name in code.co_names
+
+    return shaped
+
+
+def _title_group(value: Any) -> bool:
+    """The shape of a figure's groups of aligned labels: the titles' among them."""
+    return isinstance(value, Mapping) and callable(
+        getattr(value.get("title"), "get_siblings", None)
+    )
+
+
+INTERNALS: tuple[tuple[str, str, Callable[[Any], bool], str], ...] = (
+    ("renderer", "_renderer", _has("draw_text_image"), "Agg's surface, swapped to keep glyphs"),
+    ("font manager", "_find_fonts_by_props", _method("prop"), "the font files of a text"),
+    ("text", "_get_layout", _method("renderer"), "a string's layout, kept for a draw"),
+    ("text", "_get_layout", _asks("_get_font_height_metrics"), "asks renderers for font heights"),
+    ("legend", "_legend_box", _instance(OffsetBox), "the legend's boxes, measured once a draw"),
+    ("packer", "_get_bbox_and_child_offsets", _method("renderer"), "a box's measuring, kept"),
+    ("axis", "_update_ticks", _method(), "the axis's tick finding, kept"),
+    ("axis", "_get_ticklabel_bboxes", _method("ticks", "renderer"), "tick label measuring, kept"),
+    ("axis", "_major_tick_kw", _instance(dict), "the settings of ticks to come: their font"),
+    ("axes", "_init_axis", _method(), "makes the Axes' axes (kept ones instead)"),
+    ("axes", "_update_title_position", _method("renderer"), "title placement, mostly skipped"),
+    ("axes", "_twinned_axes", _has("get_siblings"), "the Axes' twins"),
+    ("axes", "_autotitlepos", _instance((bool, type(None))), "a title placed by the user"),
+    ("figure", "_align_label_groups", _title_group, "Axes whose titles align"),
+    ("line", "_unscaled_dash_pattern", _instance(tuple), "a line's dashes (no getter)"),
+    ("patch", "_unscaled_dash_pattern", _instance(tuple), "a patch's dashes (no getter)"),
+)
+"""Each matplotlib internal this module uses: the role of the object that has it (a key of
+:func:`internals_probe`), its name, its shape and what it is for.  A hook matplotlib looks up
+(the renderer's ``_get_font_height_metrics``) is checked where it looks it up."""
+
+_MISSING = object()
+
+
+def internals_probe() -> dict[str, Any]:
+    """One matplotlib object of each role in :data:`INTERNALS`, made on a small figure."""
+    figure = Figure()
+    ax = figure.add_subplot()
+    line, patch = Line2D([], []), Patch()
+    return {
+        "renderer": RendererAgg(1, 1, 72),
+        "font manager": fontManager,
+        "text": ax.title,
+        "legend": ax.legend([line, patch], ["line", "patch"]),
+        "packer": VPacker(),
+        "axis": ax.yaxis,
+        "axes": ax,
+        "figure": figure,
+        "line": line,
+        "patch": patch,
+    }
+
+
+def fast_canvas_problems(version: tuple[int, int], objects: Mapping[str, Any]) -> list[str]:
+    """Why this module cannot draw with matplotlib ``version`` (major, minor) whose objects, by
+    role, are ``objects``: a version outside :data:`MATPLOTLIB_RANGE`, an internal missing or
+    of another shape.  Empty where it can."""
+    (low, high), problems = MATPLOTLIB_RANGE, []
+    if not low <= version < high:
+        problems.append(
+            f"matplotlib {version[0]}.{version[1]} is not >={low[0]}.{low[1]},<{high[0]}.{high[1]}"
+        )
+    for role, name, shaped, what in INTERNALS:
+        found = getattr(objects[role], name, _MISSING)
+        if found is _MISSING:
+            problems.append(f"the {role} has no {name} ({what})")
+        elif not shaped(found):
+            problems.append(f"the {role}'s {name} has another shape ({what})")
+    return problems
+
+
+@functools.cache
+def fast_canvas_supported() -> bool:
+    """Whether the installed matplotlib has every internal this module uses, as it uses them
+    (:func:`fast_canvas_problems` of the installed version and :func:`internals_probe`)."""
+    version = mpl.__version_info__
+    return not fast_canvas_problems((version.major, version.minor), internals_probe())
+
 
 _FONT_LISTS: tuple[RcKeyType, ...] = (
     "font.sans-serif",
@@ -219,16 +362,19 @@ class TextCanvas(FigureCanvasAgg):
     """An Agg canvas whose renderer keeps its strings' glyph images between draws."""
 
     def __init__(self, figure: Figure) -> None:
+        self.renderer_key: tuple[int, int, float] | None = None
+        """The size and dpi the renderer was made for (None: none made yet)."""
         super().__init__(figure)
         self.text_images = TextImages()
 
     def get_renderer(self) -> RendererAgg:
+        """A :class:`_TextRenderer`, made anew as Agg makes its own: for a new size or dpi."""
         w, h = self.get_width_height(physical=True)
         key = (w, h, self.figure.dpi)
-        if self._lastKey != key:
+        if self.renderer_key != key:
             self.renderer = _TextRenderer(w, h, self.figure.dpi)
             self.renderer.text_images = self.text_images
-            self._lastKey = key  # type: ignore[assignment]  # matplotlib private, untyped: Agg's renderer key, None until the first draw
+            self.renderer_key = key
         return self.renderer
 
     def draw(self) -> None:
@@ -259,7 +405,7 @@ def _measure_once(legend: Legend | None) -> list[tuple[OffsetBox, str]]:
 def _texts(figure: Figure) -> Iterator[Text]:
     """The texts of ``figure``'s Axes: titles, axis and tick labels, offsets, legend, others."""
     for ax in figure.axes:
-        yield from (ax.title, ax._left_title, ax._right_title, *ax.texts)  # type: ignore[attr-defined]  # matplotlib private: the left and right titles
+        yield from (*titles(ax), *ax.texts)
         for axis in (ax.xaxis, ax.yaxis):
             yield from (axis.label, axis.offsetText)
             for tick in (*axis.majorTicks, *axis.minorTicks):
@@ -414,14 +560,14 @@ class _DrawnOnce(Axes):
         assert figure is not None  # titles are placed while the Axes' figure draws
         others = {*self._twinned_axes.get_siblings(self)}  # type: ignore[attr-defined]  # matplotlib private: the Axes' twins
         others |= {*figure._align_label_groups["title"].get_siblings(self)}  # type: ignore[union-attr]  # matplotlib private: Axes whose titles align
-        titles = (self.title, self._left_title, self._right_title)  # type: ignore[attr-defined]  # matplotlib private: the left and right titles
+        texts = titles(self)
         if self._autotitlepos is False or self.child_axes or not all(map(_flat_top, others)):  # type: ignore[attr-defined]  # matplotlib private: a title placed by the user
             super()._update_title_position(renderer)  # type: ignore[misc]  # matplotlib private: its own title placement
             return
         top = max(ax.get_window_extent().ymax for ax in others)
-        for title in titles:
+        for title in texts:
             title.set_y(1.0)
-        low = min(title.get_window_extent(renderer).ymin for title in titles)
+        low = min(title.get_window_extent(renderer).ymin for title in texts)
         if top < 0 or low < top:
             super()._update_title_position(renderer)  # type: ignore[misc]  # matplotlib private: its own title placement
 
@@ -430,6 +576,101 @@ class _DrawnOnce(Axes):
         assert figure is not None  # Axes draw in their figure
         with _tick_memo(figure):
             super().draw(renderer)
+
+    def tick_params(self, axis: Literal["both", "x", "y"] = "both", **kwargs: Any) -> None:
+        """As matplotlib's, but the tick labels' font family asked for again (by
+        :func:`~sessionkit.plot.style.plotting`, after each drawing) restyles no tick."""
+        family = kwargs.get("labelfontfamily")
+        if (axis, [*kwargs]) == ("both", ["labelfontfamily"]) and all(
+            each._major_tick_kw.get("labelfontfamily") == family  # type: ignore[union-attr]  # matplotlib private: the settings of ticks to come
+            for each in (self.xaxis, self.yaxis)
+        ):
+            return
+        super().tick_params(axis, **kwargs)
+
+    def legend(self, *args: Any, **kwargs: Any) -> Legend:
+        """As matplotlib's; given handles and labels whose entries look as those of the legend
+        there do (a redrawn plot's), that legend, relabelled and anchored anew (a new Legend
+        was a twentieth of a move)."""
+        if len(args) != 2:
+            return super().legend(*args, **kwargs)
+        handles, labels = list(args[0]), list(args[1])
+        options = {k: v for k, v in kwargs.items() if k != "bbox_transform"}  # new each time
+        looks = (options, [_look(handle) for handle in handles], _legend_settings())
+        legend = self.get_legend()
+        if legend is not None and getattr(legend, "sessionkit_looks", None) == looks:
+            for text, label in zip(legend.texts, labels, strict=True):
+                text.set_text(label)
+            legend.set_bbox_to_anchor(kwargs.get("bbox_to_anchor"), kwargs.get("bbox_transform"))
+            return legend
+        legend = super().legend(handles, labels, **kwargs)
+        legend.sessionkit_looks = looks  # type: ignore[attr-defined]  # sessionkit's own attribute on the legend
+        return legend
+
+
+_PATCH_LOOK = (
+    "get_facecolor",
+    "get_edgecolor",
+    "get_linewidth",
+    "get_linestyle",
+    "get_hatch",
+    "get_hatch_linewidth",
+    "get_fill",
+    "get_alpha",
+    "get_capstyle",
+    "get_joinstyle",
+    "get_antialiased",
+    "get_sketch_params",
+    "get_path_effects",
+    "get_visible",
+)
+_LINE_LOOK = (
+    "get_color",
+    "get_gapcolor",
+    "get_linewidth",
+    "get_linestyle",
+    "get_drawstyle",
+    "get_marker",
+    "get_markersize",
+    "get_markerfacecolor",
+    "get_markerfacecoloralt",
+    "get_markeredgecolor",
+    "get_markeredgewidth",
+    "get_fillstyle",
+    "get_markevery",
+    "get_alpha",
+    "get_dash_capstyle",
+    "get_dash_joinstyle",
+    "get_solid_capstyle",
+    "get_solid_joinstyle",
+    "get_antialiased",
+    "get_sketch_params",
+    "get_path_effects",
+    "get_visible",
+)
+"""What a legend copies from a patch or a line to draw its entry (``update_from``)."""
+
+
+def _look(handle: Artist) -> tuple[Any, ...]:
+    """How ``handle``'s legend entry looks: its class and the properties the legend copies
+    (any other artist: itself, so its entry is never taken for another's)."""
+    getters: tuple[str, ...]
+    if isinstance(handle, Line2D):
+        getters = _LINE_LOOK
+    elif isinstance(handle, Patch):
+        getters = _PATCH_LOOK
+    else:
+        return (handle,)
+    dashes = handle._unscaled_dash_pattern  # type: ignore[union-attr]  # matplotlib private: the dashes a legend copies (no getter)
+    return (type(handle), str(dashes), *(str(getattr(handle, name)()) for name in getters))
+
+
+def _legend_settings() -> list[Any]:
+    """The rcParams a new legend reads: its own, its texts' and its handles' defaults."""
+    return [value for name, value in mpl.rcParams.items() if name.startswith(_LEGEND_RC)]
+
+
+_LEGEND_RC = ("legend.", "font.", "text.", "patch.", "lines.", "hatch.", "markers.")
 
 
 class _KeptAxes(_DrawnOnce):
@@ -451,20 +692,34 @@ def _strip(ax: Axes) -> None:
 
 
 class TimelineCanvas:
-    """A figure that ``token_timeline`` draws on again and again, on the same Axes."""
+    """A figure that ``token_timeline`` draws on again and again: on the same Axes where
+    :func:`fast_canvas_supported` (unless ``TUNING.fast_timeline`` is False), else on fresh
+    Axes on a plain Agg canvas, with matplotlib's public API only."""
 
     def __init__(self, figure: Figure, *, keep_text: bool = True) -> None:
         self.figure = figure
+        self.ax: _KeptAxes | None = None
+        """The kept Axes (None: drawn on fresh Axes each time)."""
+        if not (TUNING.fast_timeline and fast_canvas_supported()):
+            FigureCanvasAgg(figure)
+            return
         if keep_text:
             TextCanvas(figure)
         figure.clear()
         self.ax = cast(_KeptAxes, figure.add_subplot(axes_class=_KeptAxes))
 
+    @property
+    def fast(self) -> bool:
+        """Whether it draws on kept Axes, through matplotlib's internals."""
+        return self.ax is not None
+
     def plot(self, states: MessageStates, xlim: tuple[float, float] | None = None) -> Axes:
         """``token_timeline(states, xlim=xlim)`` on the kept Axes, nothing of the last
-        drawing left; the figure is drawn by the caller."""
+        drawing left (or on fresh Axes); the figure is drawn by the caller."""
         from sessionkit import plot
 
+        if self.ax is None:
+            return plot.token_timeline(states, ax=plot.timeline_axes(self.figure), xlim=xlim)
         for ax in (self.ax, self.ax.kept_twin):
             if ax is not None:
                 _strip(ax)
@@ -473,8 +728,9 @@ class TimelineCanvas:
     def png(self, states: MessageStates, xlim: tuple[float, float] | None = None) -> bytes:
         """The timeline of ``states`` as PNG bytes (:func:`rgba_png` of the figure
         :func:`~sessionkit.plot.style.drawn`)."""
-        from sessionkit.plot.style import drawn
-
+        if self.ax is None:
+            self.plot(states, xlim)
+            return rgba_png(np.asarray(drawn(self.figure).buffer_rgba()))
         with _tick_memo(self.figure):  # the twin's ticks, measured to place the legend, drawn
             legend = self.plot(states, xlim).get_legend()
             # For the draw, and the check that the drawing fits.

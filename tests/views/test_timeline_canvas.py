@@ -1,14 +1,19 @@
 """The explorer's timeline canvas draws the pixels matplotlib draws: kept Axes and kept glyph
-images give the same PNG bytes as token_timeline on a fresh figure and a plain Agg canvas."""
+images give the same PNG bytes as token_timeline on a fresh figure and a plain Agg canvas, the
+way it draws where the matplotlib internals it uses are missing."""
 
 from __future__ import annotations
 
 import dataclasses
 import io
+import tomllib
+from pathlib import Path
+from types import SimpleNamespace
 
 import matplotlib as mpl
 import numpy as np
 import pytest
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from PIL import Image
@@ -17,7 +22,18 @@ import sessionkit
 from sessionkit import plot
 from sessionkit.plot.style import KeptLayout, font_family, png
 from sessionkit.simulate.states import message_states
-from sessionkit.views.timeline_canvas import TextCanvas, TextImages, TimelineCanvas, rgba_png
+from sessionkit.tuning import tuned
+from sessionkit.views.explorer import explore
+from sessionkit.views.timeline_canvas import (
+    MATPLOTLIB_RANGE,
+    TextCanvas,
+    TextImages,
+    TimelineCanvas,
+    fast_canvas_problems,
+    fast_canvas_supported,
+    internals_probe,
+    rgba_png,
+)
 
 KEY = "cli:direct"
 
@@ -173,3 +189,73 @@ def test_a_legend_whose_entries_look_the_same_is_kept_with_the_new_labels(corpus
         wider, _ = legends(max_tokens=0)
     assert wider is not without_budget, "a legend setting changed"
     assert wider.handlelength == 3.0
+
+
+def test_the_pinned_matplotlib_has_every_internal_in_the_range_pyproject_requires() -> None:
+    assert fast_canvas_supported()
+    assert TimelineCanvas(_figure()).fast
+    (low, high) = MATPLOTLIB_RANGE
+    assert (mpl.__version_info__.major, mpl.__version_info__.minor) == low
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    dependencies = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["dependencies"]
+    required = [d for d in dependencies if d.startswith("matplotlib")]
+    assert required == [f"matplotlib>={low[0]}.{low[1]},<{high[0]}.{high[1]}"]
+
+
+def test_a_missing_or_reshaped_internal_or_another_release_fails_the_check() -> None:
+    """Checked on the objects given: fakes stand for a matplotlib that changed."""
+    probe = internals_probe()
+    assert fast_canvas_problems((3, 11), probe) == []
+    assert fast_canvas_problems((3, 12), probe) == ["matplotlib 3.12 is not >=3.11,<3.12"]
+    assert fast_canvas_problems((3, 10), probe) == ["matplotlib 3.10 is not >=3.11,<3.12"]
+    assert fast_canvas_problems((3, 11), probe | {"legend": object()}) == [
+        "the legend has no _legend_box (the legend's boxes, measured once a draw)"
+    ]
+
+    def lay_out(renderer, dpi):  # a required parameter more, and no font height hook
+        return renderer, dpi
+
+    assert fast_canvas_problems(
+        (3, 11), probe | {"text": SimpleNamespace(_get_layout=lay_out)}
+    ) == [
+        "the text's _get_layout has another shape (a string's layout, kept for a draw)",
+        "the text's _get_layout has another shape (asks renderers for font heights)",
+    ]
+
+    class Fonts:
+        def _find_fonts_by_props(self, prop, fontext="ttf"):  # a further optional parameter
+            return [prop, fontext]
+
+    assert fast_canvas_problems((3, 11), probe | {"font manager": Fonts()}) == []
+    assert fast_canvas_problems((3, 11), probe | {"axis": SimpleNamespace()}) == [
+        "the axis has no _update_ticks (the axis's tick finding, kept)",
+        "the axis has no _get_ticklabel_bboxes (tick label measuring, kept)",
+        "the axis has no _major_tick_kw (the settings of ticks to come: their font)",
+    ]
+
+
+def test_with_the_fallback_forced_the_explorer_sends_the_same_png(corpus, tmp_path: Path) -> None:
+    """TUNING.fast_timeline=False: fresh Axes on a plain Agg canvas, public API only; every
+    move sends the bytes the kept Axes send (one encoder: the same pixels, the same PNG)."""
+    fast = explore(corpus, key=KEY, sessions_dir=tmp_path)
+    with tuned(fast_timeline=False):
+        plain = explore(corpus, key=KEY, sessions_dir=tmp_path)
+    turns = corpus[KEY].n_user_turns
+    moves = [
+        {},
+        {"max_tokens": 3000},
+        {"turn": turns - 1, "max_messages": 60},
+        {"zoom": False},
+        {"picker": "webui:f00d42"},
+        {"max_tokens": 0, "zoom": True},
+    ]
+    for move in moves:
+        for app in (fast, plain):
+            for control, value in move.items():
+                getattr(app, control).value = value
+        sent = bytes(plain.timeline.value)
+        assert sent == bytes(fast.timeline.value), move
+        assert len(_pixels(sent)) == 1000 * 400 * 4
+    assert (fast._canvas.fast, plain._canvas.fast) == (True, False)
+    assert type(plain._figure.canvas) is FigureCanvasAgg
+    assert [type(ax) for ax in plain._figure.axes] == [Axes, Axes]
