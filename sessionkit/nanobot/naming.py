@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import binascii
 import os
 import re
 import unicodedata
@@ -24,6 +23,7 @@ __all__ = [
     "session_path",
     "sessions_folder",
     "storage_key",
+    "storage_key_of",
 ]
 
 Naming = Literal["nanobot-0.2", "nanobot-0.3"]
@@ -147,28 +147,30 @@ def check_name_length(key: str, name: str, folder: Path) -> None:
         )
 
 
-def _decode_storage_stem(stem: str) -> str | None:
-    if not stem or not re.fullmatch(r"[A-Za-z0-9_-]+", stem) or len(stem) % 4 == 1:
-        return None
+def storage_key_of(stem: str) -> str | None:
+    """The key nanobot 0.3's file stem ``stem`` names, or None when it names none.
+
+    As 0.3.0 and 0.3.5 decode it: base64url, padding restored, UTF-8, any text (no ``:``
+    needed: ``aGVhcnRiZWF0`` is ``heartbeat``), taken only when ``stem`` is that key's own
+    :func:`storage_key` (0.3.5's ``session_key_from_path``; 0.3.0 lists such a file under the
+    same key, and any other name is a 0.2 name it migrates when that key is asked for).
+    """
     try:
-        raw = base64.urlsafe_b64decode(stem + "=" * (-len(stem) % 4))
-        key = raw.decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError, ValueError):
+        key = base64.urlsafe_b64decode(stem + "=" * (-len(stem) % 4)).decode("utf-8")
+    except ValueError:  # binascii.Error and UnicodeDecodeError are ValueErrors
         return None
-    if ":" not in key or not key.isprintable() or storage_key(key) != stem:
-        return None
-    return key
+    return key if key and storage_key(key) == stem else None
 
 
 def key_from_filename(path: str | Path) -> str:
     """Best key for a file whose metadata names none.
 
-    A base64url stem that decodes to a printable ``channel:chat`` key is a 0.3 storage
-    key; anything else is a 0.2 safe key, whose first ``_`` was the channel separator
-    (nanobot's own fallback in ``list_sessions``).
+    A stem that is a 0.3 storage key is read as the key it encodes (:func:`storage_key_of`);
+    anything else is a 0.2 safe key, whose first ``_`` was the channel separator (nanobot's
+    own fallback in ``list_sessions``).
     """
     stem = Path(path).stem
-    decoded = _decode_storage_stem(stem)
+    decoded = storage_key_of(stem)
     if decoded is not None:
         return decoded
     return stem.replace("_", ":", 1)

@@ -156,3 +156,13 @@ def read_store(files: dict[str, str]) -> Any:
                 "tokens": None if session is None else list(map(estimate, session.messages)),
             }
         return found
+
+
+def listed_keys(names: list[str], text: str) -> Any:
+    """Each file the release's ``list_sessions`` lists when a fresh store holds ``text`` under
+    each of ``names``: its key, by file name (a name it leaves out is missing)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        manager = _manager(Path(tmp))
+        for name in names:
+            (manager.sessions_dir / name).write_text(text, encoding="utf-8")
+        return {Path(info["path"]).name: info["key"] for info in manager.list_sessions()}
