@@ -51,10 +51,16 @@ def stored_answers(session: Session) -> dict[tuple[int, int], Stored]:
     return found
 
 
+def _number(text: str) -> float | int:
+    """A JSON number with a fraction, as an int when it is whole (``1.0`` equals ``1``)."""
+    value = float(text)
+    return int(value) if value.is_integer() else value
+
+
 def _arguments(text: str) -> Any:
     """Tool-call arguments as JSON data (the text itself when it is no JSON)."""
     try:
-        return json.loads(text)
+        return json.loads(text, parse_float=_number)
     except ValueError:
         return text
 

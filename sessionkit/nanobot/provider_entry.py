@@ -32,7 +32,8 @@ _DEFAULT_MAX_TOKENS = 8192
 _DEFAULT_TEMPERATURE = 0.1
 """0.3.5's ``AgentDefaults``."""
 _NO_TEMPERATURE = ("gpt-5", "o1", "o3", "o4")
-"""Model-name parts whose requests carry no ``temperature`` once a reasoning effort is set."""
+"""Model-name parts whose requests carry no ``temperature`` (nor does a request with a
+reasoning effort)."""
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 

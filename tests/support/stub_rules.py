@@ -57,6 +57,12 @@ class RuleServer(StubServer):
         self._seen: dict[bytes, int] = {}
         self._count = threading.Lock()
 
+    def reset(self) -> None:
+        """Forget every request received (for the next test)."""
+        with self._count:
+            self.received.clear()
+            self._seen.clear()
+
     def _ruled(self, raw: bytes, authorization: str | None) -> tuple[int, Reply | Misbehave]:
         body = json.loads(raw)
         with self._count:
