@@ -20,7 +20,15 @@ from sessionkit.store.cachedir import (
     persistence_on,
 )
 
-__all__ = ["ANSWERS_FOLDER", "Answer", "AnswerStore", "Failure", "answer_key", "read_answer"]
+__all__ = [
+    "ANSWERS_FOLDER",
+    "Answer",
+    "AnswerStore",
+    "Failure",
+    "answer_key",
+    "read_answer",
+    "usage_counts",
+]
 
 ANSWERS_FOLDER = "answers-1"
 """The folder of the cache folder experiment answers are kept in (its format's version)."""
@@ -48,6 +56,20 @@ class Failure:
 
     error: str
     billed: bool
+
+
+def usage_counts(result: Answer | Failure | None) -> list[int]:
+    """The usage an answer reported as price counts: input, cache read, cache write and
+    output tokens (-1: unknown, so no price)."""
+    if not isinstance(result, Answer):
+        return [-1, 0, 0, -1]
+    prompt, completion = result.prompt_tokens, result.completion_tokens
+    return [
+        -1 if prompt is None else prompt,
+        result.cached_tokens or 0,
+        0,
+        -1 if completion is None else completion,
+    ]
 
 
 def _int(value: Any) -> int | None:
@@ -129,21 +151,22 @@ class AnswerStore:
             return None
 
     def put(self, digest: str, answer: Answer) -> None:
-        """Keep ``answer``: written atomically, readable by the user only."""
+        """Keep ``answer``: written atomically, readable by the user only (a folder that
+        cannot take it: in memory only, :attr:`why_not` says why)."""
         self._memory[digest] = answer
         if self.folder is None:
             return
-        make_private_dir(self.folder)
         target = self.folder / f"{digest}.json"
         temp = target.with_name(f".{target.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
         payload = json.dumps(asdict(answer), ensure_ascii=False).encode()
-        descriptor = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            if os.name != "nt":
-                os.fchmod(descriptor, 0o600)  # no umask decides who reads an answer
+            make_private_dir(self.folder)
+            descriptor = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(descriptor, "wb") as sink:
+                if os.name != "nt":
+                    os.fchmod(descriptor, 0o600)  # no umask decides who reads an answer
                 sink.write(payload)
             os.replace(temp, target)
-        except BaseException:
+        except OSError as exc:
             temp.unlink(missing_ok=True)
-            raise
+            self.why_not = f"answers could not be written to {self.folder} ({exc.strerror})"

@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 
 from sessionkit.calls.assembly import config_of, workspace_of
 from sessionkit.conventions import entry_point
-from sessionkit.experiments.answers import Answer, AnswerStore, Failure
+from sessionkit.experiments.answers import Answer, AnswerStore, Failure, usage_counts
 from sessionkit.experiments.asking import ask
 from sessionkit.experiments.bodies import Edit, calls_checked
 from sessionkit.experiments.budget import Budget
@@ -101,18 +101,7 @@ def _send(
         return result
 
     def cost_of(job: Job, answer: Answer) -> float:
-        counts = np.array(
-            [
-                [
-                    answer.prompt_tokens or 0,
-                    answer.cached_tokens or 0,
-                    0,
-                    answer.completion_tokens or 0,
-                ]
-            ]
-        )
-        if answer.prompt_tokens is None or answer.completion_tokens is None:
-            return float("nan")
+        counts = np.array([usage_counts(answer)], dtype=np.int64)
         return float(priced([planned[job.at]], chosen.provider, counts)[0][0])
 
     shown = progress if progress is not None else len(todo) >= TUNING.experiment_progress_calls

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sessionkit.experiments.answers import Answer, Failure
+from sessionkit.experiments.answers import Answer, Failure, usage_counts
 from sessionkit.experiments.compare import (
     Stored,
     action_of,
@@ -40,20 +40,6 @@ def _outcome(item: Planned, result: Answer | Failure | None, stored: bool, dry_r
     if result is None:
         return "planned" if dry_run else "over budget"
     return "stored" if stored else "answered"
-
-
-def _usage(result: Answer | Failure | None) -> list[int]:
-    """The reported usage as price counts (input, cache read, cache write, output; -1
-    unknown)."""
-    if not isinstance(result, Answer):
-        return [-1, 0, 0, -1]
-    prompt, completion = result.prompt_tokens, result.completion_tokens
-    return [
-        -1 if prompt is None else prompt,
-        result.cached_tokens or 0,
-        0,
-        -1 if completion is None else completion,
-    ]
 
 
 def _judged(out: pd.DataFrame, judge: Judge | None) -> tuple[list[float], list[str]]:
@@ -100,7 +86,7 @@ def results_frame(
         if str(key) not in originals:
             originals[str(key)] = stored_answers(sessions[str(key)])
         found.append(originals[str(key)].get((int(turn), int(step))))
-    counts = np.array([_usage(r) for r in got], dtype=np.int64).reshape(-1, 4)
+    counts = np.array([usage_counts(r) for r in got], dtype=np.int64).reshape(-1, 4)
     cost, problems = priced(planned, provider, counts)
     values: dict[str, Any] = {
         "call": at,
