@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from sessionkit.nanobot.settings import HistorySettings
     from sessionkit.nanobot.tokens import estimate_message_tokens
     from sessionkit.nanobot.writer import save_session
+    from sessionkit.simulate.candidates import candidate
     from sessionkit.simulate.filecap import file_cap
     from sessionkit.simulate.states import message_states
     from sessionkit.simulate.windowing import windows
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 _HOMES = {
     "Calibration": "sessionkit.accounting.calibration",
     "calibrate": "sessionkit.accounting.calibration",
+    "candidate": "sessionkit.simulate.candidates",
     "cost": "sessionkit.accounting.pricing",
     "usage": "sessionkit.accounting.ledger",
     "POLICIES": "sessionkit.nanobot.policies",
@@ -71,6 +73,7 @@ __all__ = [
     "Request",
     "Session",
     "calibrate",
+    "candidate",
     "cost",
     "count_tokens",
     "doctor",

@@ -28,9 +28,10 @@ def test_import_loads_no_plot_or_widget_library() -> None:
     assert loaded == []
 
 
-def test_at_most_24_public_names() -> None:
-    # The whole surface a user learns: loading, simulating, requests, usage and cost, views.
-    assert len(sessionkit.__all__) <= 24
+def test_at_most_25_public_names() -> None:
+    # The whole surface a user learns: loading, simulating, candidates, requests, usage and
+    # cost, views.
+    assert len(sessionkit.__all__) <= 25
     assert len(set(sessionkit.__all__)) == len(sessionkit.__all__)
 
 

@@ -34,6 +34,7 @@ from sessionkit.nanobot.policy_035 import Policy035
 from sessionkit.nanobot.release import CappedPolicy, LoopCall, ReplayPolicy
 
 __all__ = [
+    "CANDIDATES",
     "DEFAULT_POLICY",
     "FORK_VOLATILE_METADATA_KEYS",
     "POLICIES",
@@ -49,6 +50,7 @@ __all__ = [
     "get_policy",
     "is_temp_file",
     "recent_message_start_index",
+    "register_candidate",
     "release_of_temp_file",
     "sanitize_assistant_text",
     "temp_file_names",
@@ -92,6 +94,10 @@ RELEASES: dict[str, ReplayPolicy] = _OBJECTS | {
 """Every name :func:`get_policy` knows: each release object's, and ``nanobot-<version>`` for
 every version of :data:`RELEASE_TABLE` (``"nanobot-0.1.4.post3"``, ``"nanobot-0.2.2"``)."""
 
+CANDIDATES: dict[str, ReplayPolicy] = {}
+"""The candidate policies this process made (``sessionkit.candidate``), by name: the latest of
+a name is the one a frame's ``policy`` column means."""
+
 DEFAULT_POLICY = Policy.name
 """The release a session is replayed with when nothing says otherwise (nanobot 0.2.2)."""
 
@@ -99,18 +105,33 @@ SESSIONKIT_TEMP_NAME = re.compile(r"\.(?P<stem>.*)\.[0-9a-f]{12}\.tmp", re.DOTAL
 """Name of a sessionkit save's temporary file: ``.<first 64 bytes of the stem>.<12 hex>.tmp``."""
 
 
-def get_policy(name: str = DEFAULT_POLICY) -> ReplayPolicy:
+def get_policy(name: str | ReplayPolicy = DEFAULT_POLICY) -> ReplayPolicy:
     """The registered release called ``name`` (``"nanobot-0.2"`` reproduces nanobot-ai 0.2.2,
-    as does ``"nanobot-0.2.2"``; every version since 0.1.4 is ``"nanobot-<version>"``)."""
+    as does ``"nanobot-0.2.2"``; every version since 0.1.4 is ``"nanobot-<version>"``), or the
+    candidate policy of that name; a release or candidate object is itself (a candidate
+    registered, so its name finds it)."""
+    if isinstance(name, ReplayPolicy):
+        return name if name.rule is None else register_candidate(name)
     try:
         return RELEASES[name]
     except (KeyError, TypeError):
+        if isinstance(name, str) and name in CANDIDATES:
+            return CANDIDATES[name]
         known = ", ".join(POLICIES)
         versions = ", ".join(RELEASE_TABLE)
         raise ValueError(
-            f"unknown history policy {name!r}; known: {known}, and nanobot-<version> for the "
-            f"versions {versions}"
+            f"unknown history policy {name!r}; known: {known}, nanobot-<version> for the "
+            f"versions {versions}, and the candidates made by sessionkit.candidate()"
         ) from None
+
+
+def register_candidate(candidate: ReplayPolicy) -> ReplayPolicy:
+    """Make ``candidate`` the policy its name means in this process; refused for a release's
+    name."""
+    if candidate.name in RELEASES:
+        raise ValueError(f"a candidate cannot take the name of release {candidate.name!r}")
+    CANDIDATES[candidate.name] = candidate
+    return candidate
 
 
 def release_of_temp_file(path: str | os.PathLike[str]) -> str | None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sessionkit.nanobot.policies import CappedPolicy, Trim, get_policy
+from sessionkit.nanobot.release import WindowRefused
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings, Offset
 
 __all__ = ["Session", "turn_number"]
@@ -191,11 +192,14 @@ class Session:
         """
         policy = get_policy(self.policy)
         resolved = policy.resolve(settings)
-        return policy.get_history(
-            self.messages,
-            self.replay_offset(resolved.last_consolidated),
-            **policy.history_kwargs(resolved),
-        )
+        try:
+            return policy.get_history(
+                self.messages,
+                self.replay_offset(resolved.last_consolidated),
+                **policy.history_kwargs(resolved),
+            )
+        except WindowRefused as refused:
+            raise refused.at(self.key) from None
 
     def get_history(self, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
         """What nanobot would send the model as history now, with the release's own signature.
@@ -207,7 +211,10 @@ class Session:
         release does not take raises ``TypeError``, as the release does.
         """
         policy = get_policy(self.policy)
-        return policy.get_history(self.messages, self.last_consolidated, *args, **kwargs)
+        try:
+            return policy.get_history(self.messages, self.last_consolidated, *args, **kwargs)
+        except WindowRefused as refused:
+            raise refused.at(self.key) from None
 
     def _capped(self, name: str) -> CappedPolicy:
         """The release, when it has a file cap (and so the ``Session`` method ``name``)."""

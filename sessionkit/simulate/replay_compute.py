@@ -82,8 +82,9 @@ class Replay:
 
 
 def policy_for(session: Session, policy: str | None) -> ReplayPolicy:
-    """The release a replay uses: ``policy``, or the session's own when None."""
-    return get_policy(session.policy if policy is None else policy)
+    """The release a replay uses: ``policy``, or the session's own when None (a candidate's
+    base: its replays are the release's)."""
+    return get_policy(get_policy(session.policy if policy is None else policy).release_name)
 
 
 Target = tuple[ReplayPolicy, HistorySettings]

@@ -26,18 +26,19 @@ import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from functools import partial
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import pandas as pd
 
 from sessionkit.conventions import SWEEPABLE, entry_point, swept
 from sessionkit.nanobot.policies import ReplayPolicy, get_policy
-from sessionkit.nanobot.release import DEFAULT_MAX_OUTPUT, SAFETY_BUFFER
+from sessionkit.nanobot.release import DEFAULT_MAX_OUTPUT, SAFETY_BUFFER, WindowRefused
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings, Offset, grid_values
 from sessionkit.schema import WINDOWS, frame
 from sessionkit.simulate import replay
+from sessionkit.simulate.candidates import Calls, Rule, emptied
 from sessionkit.store.corpus import Corpus, selected
 from sessionkit.store.counting import DEFAULT_CACHE, TokenCache
 
@@ -321,11 +322,80 @@ def _count_window(
         recover = no_user & (earlier >= q.consolidated)
         via_delivery = (earlier > q.consolidated) & stack.delivery[np.maximum(earlier - 1, 0)]
         start = np.where(recover, earlier - via_delivery, start)
+    return (start, *_aligned(stack, q, start))
+
+
+def _aligned(stack: _Stack, q: _Queries, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Window starts moved to their first user message (or the delivery before it), and
+    their legal starts (past any orphan tool result)."""
     first_user = _next(stack.users, start, len(stack.is_user) + 1)
     has_user = first_user < q.at
     via_delivery = (first_user > start) & stack.delivery[np.maximum(first_user - 1, 0)]
     aligned = np.where(has_user, first_user - via_delivery, start)
-    return start, aligned, _legal_start(stack.raw_jumps, aligned, q.at)
+    return aligned, _legal_start(stack.raw_jumps, aligned, q.at)
+
+
+def _candidate(
+    chosen: ReplayPolicy,
+    stack: _Stack,
+    sessions: list[Session],
+    owner: np.ndarray,
+    q: _Queries,
+    offset: Offset,
+    window: tuple[int, bool],
+    own: tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A candidate's windows (``own``: its release's): the pick over each session's turns
+    since its offset moved (and each asked position past them), the release's alignment
+    applied; refused where that empties a window the release's own keeps."""
+    rule = cast(Rule, chosen.rule)
+    if not len(owner):
+        return own
+    turn_owner = np.searchsorted(stack.offsets, stack.turns, side="right") - 1
+    mine = np.isin(turn_owner, owner)
+    wide = len(stack.is_user) + 2
+    code = np.unique(np.concatenate([owner * wide + q.at, (turn_owner * wide + stack.turns)[mine]]))
+    e_owner, e_at = np.divmod(code, wide)
+    e = _queries(sessions, stack, e_owner, e_at, offset, chosen.checkpoints)
+    e_own = _count_window(stack, e, *window)[0]
+    is_turn = np.isin(e_at, stack.turns) & (e_at < stack.offsets[e_owner + 1])
+    e_turn = np.searchsorted(stack.turns, e_at) - np.searchsorted(stack.turns, e.first)
+    picked = np.empty(len(e_at), dtype=np.int64)
+    cuts = np.flatnonzero((np.diff(e_owner) != 0) | (np.diff(e.consolidated) != 0)) + 1
+    for rows in np.split(np.arange(len(e_at)), cuts):
+        first = int(e.first[rows[0]])
+
+        def calls(of: np.ndarray, first: int = first) -> Calls:
+            last = int(e_at[of[-1]])
+            return Calls(
+                session=sessions[int(e_owner[of[0]])].key,
+                at=e_at[of] - first,
+                turn=e_turn[of],
+                start=e_own[of] - first,
+                floor=int(e.consolidated[of[0]]) - first,
+                count=window[0],
+                prefix=lambda: (
+                    stack.prefix[stack.rank[first : last + 1]] - stack.prefix[stack.rank[first]]
+                ),
+            )
+
+        turns = rows[is_turn[rows]]
+        if len(turns):
+            picked[turns] = rule.starts(chosen.name, calls(turns)) + first
+        for r in rows[~is_turn[rows]]:
+            of = np.append(turns[e_at[turns] < e_at[r]], r)
+            picked[r] = rule.starts(chosen.name, calls(of))[-1] + first
+    start = picked[np.searchsorted(code, owner * wide + q.at)]
+    aligned, legal = _aligned(stack, q, start)
+    bad = (start < q.at) & (legal >= q.at) & (own[2] < q.at)
+    if bad.any():
+        w = int(np.flatnonzero(bad)[0])
+        first = int(q.first[w])
+        at = int(q.at[w]) - first
+        why = emptied(rule.base, int(start[w]) - first, at, int(q.at[w] - own[2][w]))
+        turn = int(np.searchsorted(stack.turns, q.at[w]) - np.searchsorted(stack.turns, first))
+        raise WindowRefused(chosen.name, turn, why, sessions[int(owner[w])].key)
+    return start, aligned, legal
 
 
 def _budget(
@@ -614,7 +684,7 @@ last_consolidated
         contexts_grid = _grid(own, "include_runtime_context", include_runtime_context)
         variants[chosen.name] = _entry_variants(chosen, own, stamps_grid, contexts_grid)
     requests = [
-        (subsets[chosen.name], variant, chosen.name)
+        (subsets[chosen.name], variant, chosen.release_name)
         for chosen, _ in targets
         for variant, _ in variants[chosen.name]
     ]
@@ -657,6 +727,10 @@ last_consolidated
                     window = (chosen.count_window(call.max_messages), extend)
                     if window not in starts:
                         starts[window] = _count_window(stack, q, *window)
+                        if chosen.rule is not None:
+                            starts[window] = _candidate(
+                                chosen, stack, subset, owner, q, offset, window, starts[window]
+                            )
                     rows = _rows(stack, q, *starts[window], call.max_tokens)
                     _refuse_unreplayable(stack, q, starts[window][2], subset, owner)
                     blocks.append(

@@ -907,6 +907,7 @@ def counts_through(
             f"'hello'}}; item {bad} is {batch[bad]!r:.60} ({type(batch[bad]).__name__})"
         )
     release = get_policy(policy)
+    policy = release.release_name  # a candidate counts as its release, and is kept as it
     if tokens == "fallback":
         estimates = [release.fallback_message_tokens(m) for m in batch]
         if progress is not None:

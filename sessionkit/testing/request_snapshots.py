@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from sessionkit.accounting.pricing import cost
+from sessionkit.nanobot.policies import get_policy
 from sessionkit.schema import REQUEST_SETTINGS
 from sessionkit.testing.snapshots import (
     FLOAT_DIGITS,
@@ -116,13 +117,33 @@ def _plain(value: Any) -> Any:
 
 
 def _settings(frame: pd.DataFrame) -> dict[str, Any]:
-    """The release and settings of the frame: a value each, or the sorted list of them."""
+    """The release and settings of the frame: a value each, or the sorted list of them; each
+    candidate policy's identity under ``candidates``."""
     out: dict[str, Any] = {}
     for name in _SETTINGS:
         if name in frame:
             values = sorted({_plain(v) for v in frame[name].tolist()}, key=repr)
             out[name] = values[0] if len(values) == 1 else values
-    return out
+    candidates = _candidates(frame)
+    return out | ({"candidates": candidates} if candidates else {})
+
+
+def _candidates(frame: pd.DataFrame) -> dict[str, str]:
+    """Each candidate policy of the frame and its identity; refused for one without (another
+    process could not tell what it was)."""
+    found: dict[str, str] = {}
+    for name in sorted(map(str, frame["policy"].unique())) if "policy" in frame else ():
+        rule = get_policy(name).rule
+        if rule is None:
+            continue
+        if rule.identity is None:
+            raise ValueError(
+                f"candidate {name!r} has no identity (a function no other process can tell "
+                "apart), so no snapshot keeps it: make it with sk.candidate(..., "
+                "identity='<what it is>')"
+            )
+        found[name] = rule.identity
+    return found
 
 
 def _dump(recorded: _Recorded) -> str:
