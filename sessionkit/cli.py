@@ -232,7 +232,7 @@ def _doctor(args: argparse.Namespace) -> int:
 def _cache(args: argparse.Namespace) -> int:
     """``cache info``: the cache folder, its size, the index's bytes and files per kind, the
     installed releases; ``cache clear``: remove sessionkit's own files there (index, token
-    counts, kits), nothing else."""
+    counts, kits; answers with ``--answers``), nothing else."""
     from sessionkit.calls.installs import installed, releases_dir
     from sessionkit.store.cachedir import (
         cache_contents,
@@ -246,8 +246,11 @@ def _cache(args: argparse.Namespace) -> int:
         print(f"sessionkit: error: {root} is not a folder", file=sys.stderr)
         return USAGE
     if args.action == "clear":
-        files, size = clear_cache_dir(root)
+        files, size = clear_cache_dir(root, answers=args.answers)
         print(f"removed {files} file(s), {size:,} bytes, from {root}")
+        kept = cache_contents(root).get("answers")
+        if kept:
+            print(f"kept {kept[0]} model answer(s), {kept[1]:,} bytes (--answers removes them)")
         return OK
     contents = cache_contents(root)
     files = sum(n for n, _ in contents.values())
@@ -537,6 +540,11 @@ def _parser() -> argparse.ArgumentParser:
     cache.add_argument("action", choices=["info", "clear"])
     cache.add_argument(
         "--cache-dir", help="the cache folder (default: $SESSIONKIT_CACHE_DIR or the user's)"
+    )
+    cache.add_argument(
+        "--answers",
+        action="store_true",
+        help="with clear: also remove the models' answers to experiments (paid to ask again)",
     )
     cache.set_defaults(run=_cache)
     return parser

@@ -486,6 +486,25 @@ def test_cache_info_and_clear_touch_only_sessionkits_files(
     assert "size:   0 bytes in 0 file(s)" in capsys.readouterr().out
 
 
+def test_cache_clear_keeps_the_models_answers_unless_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Answers cost money to ask again: listed by info, removed only by clear --answers."""
+    cache = tmp_path / "cache"
+    (cache / "answers-1").mkdir(parents=True)
+    (cache / "answers-1" / "ab.json").write_text('{"a": 1}')
+    assert main(["cache", "info", "--cache-dir", str(cache)]) == 0
+    assert "  answers        1 file(s)               8 bytes\n" in capsys.readouterr().out
+    assert main(["cache", "clear", "--cache-dir", str(cache)]) == 0
+    assert capsys.readouterr().out == (
+        f"removed 0 file(s), 0 bytes, from {cache}\n"
+        "kept 1 model answer(s), 8 bytes (--answers removes them)\n"
+    )
+    assert main(["cache", "clear", "--answers", "--cache-dir", str(cache)]) == 0
+    assert capsys.readouterr().out == f"removed 1 file(s), 8 bytes, from {cache}\n"
+    assert sorted(p.name for p in cache.iterdir()) == []
+
+
 def test_cache_info_defaults_to_the_cache_folder_and_refuses_bad_usage(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -195,10 +195,11 @@ def write_ipc(
     return checksum
 
 
-_OWN_FOLDERS = re.compile(r"(index|tokens|kits)-\d+(-.*)?")
+_OWN_FOLDERS = re.compile(r"(index|tokens|kits|answers)-\d+(-.*)?")
 """sessionkit's own folders in a cache folder: the index (``index-<format>-<version>``), the
-token counts (``tokens-<format>``) and the kits the releases gave (``kits-<format>``), of this
-version or older ones.  Installed releases (``releases/``) and forks are not among them."""
+token counts (``tokens-<format>``), the kits the releases gave (``kits-<format>``) and the
+models' answers to experiments (``answers-<format>``), of this version or older ones.
+Installed releases (``releases/``) and forks are not among them."""
 _KIND_OF_FOLDER = {
     "stores": "entries",
     "catalogs": "entries",
@@ -209,8 +210,8 @@ _KIND_OF_FOLDER = {
 
 def _own_files(root: Path) -> list[tuple[str, Path]]:
     """Every file sessionkit wrote in cache folder ``root``, with its kind: ``entries``,
-    ``replays``, ``derived`` (window stacks), ``tokens``, ``kits`` or ``temp`` (a writer's
-    temp file).
+    ``replays``, ``derived`` (window stacks), ``tokens``, ``kits``, ``answers`` or ``temp`` (a
+    writer's temp file).
     Symlinks are not followed; anything else in ``root`` is not sessionkit's."""
     found = []
     try:
@@ -225,7 +226,7 @@ def _own_files(root: Path) -> list[tuple[str, Path]]:
                 path = Path(folder, name)
                 if name.startswith(".") and name.endswith(".tmp"):
                     kind = "temp"
-                elif child.name.startswith(("tokens", "kits")):
+                elif child.name.startswith(("tokens", "kits", "answers")):
                     kind = child.name.split("-", 1)[0]
                 else:
                     kind = _KIND_OF_FOLDER.get(path.parent.name, path.parent.name)
@@ -258,13 +259,16 @@ def folder_size(folder: Path) -> tuple[int, int]:
     return files, size
 
 
-def clear_cache_dir(root: Path) -> tuple[int, int]:
+def clear_cache_dir(root: Path, *, answers: bool = False) -> tuple[int, int]:
     """Remove sessionkit's own files from cache folder ``root`` (the index, token counts and
-    kits of every format and version, temp files included) and their folders once empty;
-    anything else there (installed releases, forks, the user's own files) stays.  Returns (files, bytes)
-    removed."""
+    kits of every format and version, temp files included; the experiments' answers, which
+    cost money to ask again, only with ``answers``) and their folders once empty; anything
+    else there (installed releases, forks, the user's own files) stays.  Returns (files,
+    bytes) removed."""
     removed = size = 0
-    for _, path in _own_files(root):
+    for kind, path in _own_files(root):
+        if kind == "answers" and not answers:
+            continue
         try:
             bytes_ = path.lstat().st_size
             path.unlink()
