@@ -85,7 +85,7 @@ def _selects_conformance(markexpr: str) -> bool:
 
     expression = Expression.compile(markexpr)
     return any(
-        expression.evaluate(lambda name, /, **_: name == "conformance" or others)
+        expression.evaluate(lambda name, /, others=others, **_: name == "conformance" or others)
         for others in (False, True)
     )
 
