@@ -11,6 +11,7 @@ import functools
 import json
 import shlex
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import pandas as pd
 
 import sessionkit
 from sessionkit.nanobot.reader import SessionPathError
-from sessionkit.store.corpus import Corpus
+from sessionkit.store.corpus import Corpus, DuplicateKeyWarning
 from sessionkit.store.loading import load
 from sessionkit.store.sources import check_source
 from sessionkit.store.text import encodable, shown
@@ -53,6 +54,7 @@ _SUMMARY_COLUMNS = [
     "title",
 ]
 _PATHS_HELP = "workspace, sessions folder, file or glob (default: bundled data)"
+_RECURSIVE_HELP = "load every workspace and sessions folder below each folder given"
 _CONFIG_DIR_HELP = (
     "the config file a nanobot 0.3.5 runs with (--config), or its folder (default "
     "~/.nanobot): where a 0.3.5 workspace's sessions are, <config dir>/sessions/<workspace id>/"
@@ -112,11 +114,25 @@ def _write(table: pd.DataFrame, fmt: str) -> None:
             print(table.to_string(index=False, na_rep="-", col_space=room))
 
 
+def _load(args: argparse.Namespace, tokens: str | None) -> Corpus:
+    """The corpus a command's paths name; duplicate keys are told by its problems line, not
+    by a warning per file."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DuplicateKeyWarning)
+        return load(
+            args.path or None,
+            tokens=tokens,  # type: ignore[arg-type]  # argparse's choices
+            config_dir=args.config_dir,
+            recursive=args.recursive,
+        )
+
+
 def _summary(args: argparse.Namespace) -> int:
-    corpus = load(args.path or None, tokens=args.tokens, config_dir=args.config_dir)
+    corpus = _load(args, args.tokens)
     shown = shlex.join(args.path) or "the bundled data"
     n_problems = len(corpus.problems)
-    hint = shlex.join(["sessionkit", "problems", *args.path, *_config_dir_args(args)])
+    recursive = ["--recursive"] if args.recursive else []
+    hint = shlex.join(["sessionkit", "problems", *args.path, *recursive, *_config_dir_args(args)])
     if not len(corpus):
         print(
             f"sessionkit: error: no session could be loaded from {shown} "
@@ -133,7 +149,7 @@ def _summary(args: argparse.Namespace) -> int:
 
 
 def _problems(args: argparse.Namespace) -> int:
-    corpus = load(args.path or None, tokens=None, config_dir=args.config_dir)
+    corpus = _load(args, None)
     if args.format == "table" and corpus.problems.empty:
         print("no problems found")
     else:
@@ -461,6 +477,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     summary = add("summary", help="per-session table and totals")
     summary.add_argument("path", nargs="*", help=_PATHS_HELP)
+    summary.add_argument("--recursive", action="store_true", help=_RECURSIVE_HELP)
     summary.add_argument("--format", choices=["table", "csv", "json"], default="table")
     summary.add_argument(
         "--tokens",
@@ -472,6 +489,7 @@ def _parser() -> argparse.ArgumentParser:
     summary.set_defaults(run=_summary)
     problems = add("problems", help="damaged lines and files: path, line, reason")
     problems.add_argument("path", nargs="*", help=_PATHS_HELP)
+    problems.add_argument("--recursive", action="store_true", help=_RECURSIVE_HELP)
     problems.add_argument("--format", choices=["table", "csv", "json"], default="table")
     problems.add_argument("--config-dir", help=_CONFIG_DIR_HELP)
     problems.set_defaults(run=_problems)

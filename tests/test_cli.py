@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import unicodedata
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -545,3 +546,18 @@ def test_releases_remove_removes_only_what_install_made(
     assert capsys.readouterr().out == f"nanobot-ai 0.3.0: removed {made}\n"
     assert not made.exists()
     assert main(["releases", "remove"]) == 2
+
+
+def test_summary_of_sixty_workspaces_prints_one_table_and_one_problems_line(
+    tmp_path, capsys
+) -> None:
+    from tests.store.test_corpus import team
+
+    folder = team(tmp_path, 60)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        status = main(["summary", str(folder), "--recursive", "--tokens", "fallback"])
+    out, err = capsys.readouterr()
+    assert status == 1
+    assert out.count("TOTAL") == 1 and len(out.splitlines()) == 1 + 120 + 1
+    assert err == f"2 problem(s) found; see `sessionkit problems {folder} --recursive`\n"

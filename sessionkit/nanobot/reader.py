@@ -42,9 +42,9 @@ from sessionkit.nanobot.naming import (
     sessions_folder,
     storage_key,
 )
-from sessionkit.nanobot.policies import temp_file_names
+from sessionkit.nanobot.policies import get_policy, temp_file_names
 from sessionkit.nanobot.session import Session
-from sessionkit.nanobot.workspace import config_dir_hint
+from sessionkit.nanobot.workspace import config_dir_hint, recorded_workspace
 
 __all__ = [
     "MAX_LINE_BYTES",
@@ -59,7 +59,9 @@ __all__ = [
     "named_like_session",
     "parse_timestamp",
     "read_session_file",
+    "sessions_folders_below",
     "unforeseen_failure",
+    "workspace_of",
     "split_batches",
 ]
 
@@ -131,6 +133,35 @@ def _session_files_in(folder: Path, folders: dict[Path, Path]) -> list[Path]:
     ]
 
 
+_NOT_SESSIONS = frozenset({"memory", "cron"})
+"""Folders of a nanobot workspace or config dir whose JSON files are not sessions."""
+_NAMESPACE = re.compile(r"[0-9a-f]{32}")
+
+
+def sessions_folders_below(folder: Path) -> list[Path]:
+    """Every folder at or below ``folder`` holding session files itself (a config dir's
+    ``config.json`` aside), in path order: workspaces' ``sessions/``, 0.3.5 namespaces, bare
+    sessions folders.  Hidden folders, a workspace's ``memory/`` and a config dir's ``cron/``
+    are not searched, nor folders behind symlinks."""
+    found = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _NOT_SESSIONS)
+        if any(named_like_session(f) and f != "config.json" for f in files):
+            found.append(Path(root))
+    return found
+
+
+def workspace_of(folder: Path) -> Path:
+    """The workspace a sessions folder belongs to: a ``sessions/`` folder's parent, the
+    workspace a 0.3.5 namespace records (when it exists), else the folder itself."""
+    if folder.name == "sessions":
+        return folder.parent
+    if _NAMESPACE.fullmatch(folder.name) and folder.parent.name == "sessions":
+        recorded = recorded_workspace(folder)
+        return recorded if recorded is not None and recorded.is_dir() else folder
+    return folder
+
+
 def _regular(entry: os.DirEntry[str]) -> bool:
     """Whether a folder entry is a regular file (not following links), from the listing's
     kind where it has one; False when that cannot be told (:func:`_identity` looks again)."""
@@ -141,10 +172,18 @@ def _regular(entry: os.DirEntry[str]) -> bool:
 
 
 def _expand(
-    item: str | Path, config_dir: str | Path | None, folders: dict[Path, Path]
+    item: str | Path, config_dir: str | Path | None, folders: dict[Path, Path], recursive: bool
 ) -> list[Path]:
-    """The files ``item`` names, each as :func:`_identity` names it."""
+    """The files ``item`` names, each as :func:`_identity` names it (a folder's every
+    sessions folder below when ``recursive``)."""
     path = Path(item).expanduser()
+    if recursive and path.is_dir():
+        files = [
+            f for found in sessions_folders_below(path) for f in _session_files_in(found, folders)
+        ]
+        if not files:
+            raise SessionPathError(f"{path} holds no session files (*.jsonl or *.json) below it")
+        return files
     hint = config_dir_hint(path)
     if hint is not None:
         raise SessionPathError(hint)
@@ -196,31 +235,37 @@ def _items(path: str | Path | list[str | Path] | tuple[str | Path, ...]) -> list
 def find_session_files(
     path: str | Path | list[str | Path] | tuple[str | Path, ...],
     config_dir: str | Path | None = None,
+    recursive: bool = False,
 ) -> list[Path]:
     """Session files named by a workspace, a sessions folder, a file, a glob, or a list of these.
 
     A workspace's sessions folder is found by :func:`~sessionkit.nanobot.naming.sessions_folder`
-    (0.3.5 workspaces through ``config_dir``).  Anything named like a session is listed, even when it is not a regular file
+    (0.3.5 workspaces through ``config_dir``); with ``recursive``, a folder's every sessions
+    folder below (:func:`sessions_folders_below`).  Anything named like a session is listed, even when it is not a regular file
     (:func:`read_session_file` reports it).  Raises :class:`SessionPathError` naming the path
     that does not exist or is empty.
     """
     seen: dict[Path, None] = {}
     folders: dict[Path, Path] = {}
     for item in _items(path):
-        seen.update(dict.fromkeys(_expand(item, config_dir, folders)))
+        seen.update(dict.fromkeys(_expand(item, config_dir, folders, recursive)))
     return list(seen)
 
 
 def leftover_temp_files(
     path: str | Path | list[str | Path] | tuple[str | Path, ...],
     config_dir: str | Path | None = None,
+    recursive: bool = False,
 ) -> list[Problem]:
-    """One problem per temp file an interrupted save left in the folders ``path`` names."""
-    folders = {
-        sessions_folder(p, config_dir).absolute(): None
-        for p in (Path(i).expanduser() for i in _items(path))
-        if p.is_dir()
-    }
+    """One problem per temp file an interrupted save left in the folders ``path`` names (with
+    ``recursive``, in every sessions folder below them)."""
+    named = [p for p in (Path(i).expanduser() for i in _items(path)) if p.is_dir()]
+    chosen = (
+        [f for p in named for f in sessions_folders_below(p)]
+        if recursive
+        else [sessions_folder(p, config_dir) for p in named]
+    )
+    folders = {folder.absolute(): None for folder in chosen}
     found = []
     for folder in folders:
         with os.scandir(folder) as listing:
@@ -497,16 +542,19 @@ def _route(records: list[dict[str, Any]], numbers: list[int], kept: _Lines, sink
     sink(records, numbers)
 
 
-def _parse_lines(fd: int, size: int, sink: Sink | None = None) -> _Lines:
+def _parse_lines(
+    fd: int, size: int, sink: Sink | None = None, lines: _Lines | None = None
+) -> _Lines:
     """Every line of a session file (:class:`_Lines`).
 
     A batch of lines is parsed by orjson at once; only a batch holding a line that is not
     an object orjson reads as ``json`` does is taken line by line.  With a ``sink``, each
     batch's messages go to it as read and only the other records are kept
-    (``_Lines.streamed`` tells of the messages).
+    (``_Lines.streamed`` tells of the messages), in ``lines`` when given: a sink sees the
+    records kept before its batch there.
     """
     if sink is not None:
-        found = _Lines([], [], [], [], [], streamed=_Streamed())
+        found = lines or _Lines([], [], [], [], [], streamed=_Streamed())
         for records, numbers in _parsed_batches(fd, size, found):
             _route(records, numbers, found, sink)
         return found
@@ -694,6 +742,30 @@ def _writer_release(
     return "nanobot-0.3.0" if fmt == "nanobot-0.3" else "nanobot-0.2"
 
 
+def _format_and_release(
+    path: Path,
+    where: str,
+    key: str,
+    metas: list[tuple[int, dict[str, Any]]],
+    extra: list[dict[str, Any]],
+) -> tuple[str, str]:
+    """A session file's naming scheme (a 0.3 name, or provider state, is 0.3's) and the
+    release that wrote it (:func:`_writer_release`), given its key."""
+    fmt = "nanobot-0.3" if extra or _names_storage_key(path.stem, key) else "nanobot-0.2"
+    return fmt, _writer_release(where, fmt, metas, bool(extra))
+
+
+def _release_so_far(path: Path, where: str, records: list[dict[str, Any]]) -> str:
+    """The release a file streamed in batches is known to be from the records other than
+    messages read so far (its metadata and provider state), as :func:`_jsonl_session` finds
+    it at the end."""
+    metas = [(0, r) for r in records if r["_type"] == "metadata"]
+    extra = [r for r in records if r["_type"] == "provider_state"]
+    stored = metas[-1][1].get("key") if metas else None
+    key = stored if isinstance(stored, str) and stored else key_from_filename(path)
+    return _format_and_release(path, where, key, metas, extra)[1]
+
+
 def _archive_offset(meta: dict[str, Any]) -> Any:
     """0.3.5's offset: ``last_archived``, else ``last_consolidated`` (the first integer)."""
     for field in ("last_archived", "last_consolidated"):
@@ -737,16 +809,20 @@ def _jsonl_session(
     session returned holds none (only their line numbers)."""
     roles: list[Problem] = []
     spoken = [False]  # a streamed message had a nanobot role
+    rewritten = [False]  # a streamed message was rewritten as its release loads it
     if sink is None:
         found = _parse_lines(fd, size)
     else:
+        lines = _Lines([], [], [], [], [], streamed=_Streamed())
 
         def routed(messages: list[dict[str, Any]], line_numbers: list[int]) -> None:
             roles.extend(_role_problems(where, messages, line_numbers))
             spoken[0] = spoken[0] or _speaks_nanobot(messages)
+            release = get_policy(_release_so_far(path, where, lines.records))
+            rewritten[0] = release.rewrite_on_load(messages, {}) or rewritten[0]
             sink(messages, line_numbers)
 
-        found = _parse_lines(fd, size, routed)
+        found = _parse_lines(fd, size, routed, lines)
     records, numbers, bad, kept = found.records, found.numbers, found.bad, found.kept
     metas: list[tuple[int, dict[str, Any]]] = []
     extra: list[dict[str, Any]] = []
@@ -826,8 +902,11 @@ def _jsonl_session(
     if bad or kept:
         problems[:0] = [Problem(where, n, reason, skipped=True) for n, reason in bad]
         problems[len(bad) : len(bad)] = [Problem(where, n, reason) for n, reason in kept]
-    fmt = "nanobot-0.3" if extra or _names_storage_key(path.stem, key) else "nanobot-0.2"
-    policy = _writer_release(where, fmt, metas, bool(extra))
+    fmt, policy = _format_and_release(path, where, key, metas, extra)
+    release = get_policy(policy)
+    loaded = metadata if isinstance(metadata, dict) else {}
+    if release.rewrite_on_load(messages, loaded) or rewritten[0]:
+        extra = release.records_after_clear(extra)
     if policy == "nanobot-0.3.5" and metas:
         offset = _archive_offset(metas[-1][1])
     session = Session(

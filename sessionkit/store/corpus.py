@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import os
 import warnings
 from collections.abc import Iterable, Iterator
 from datetime import tzinfo
@@ -12,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from sessionkit.nanobot.placement import placement_problem
 from sessionkit.nanobot.reader import Problem
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.usage_records import data_dir_of
@@ -29,7 +31,17 @@ from sessionkit.store.nogc import no_gc
 from sessionkit.store.snapshot import Snapshot
 from sessionkit.store.sources import PathLike
 
-__all__ = ["Corpus", "as_loaded", "problems_by_path", "resolve_session", "selected"]
+__all__ = [
+    "DUPLICATE",
+    "Corpus",
+    "DuplicateKeyWarning",
+    "SessionKey",
+    "as_loaded",
+    "problems_by_path",
+    "resolve_session",
+    "selected",
+    "warn_duplicates",
+]
 
 
 class Corpus:
@@ -44,6 +56,9 @@ class Corpus:
     tokens
         How the ``tokens`` columns are counted: ``"tiktoken"`` (nanobot's exact count),
         ``"fallback"`` (nanobot's estimate without tiktoken) or ``None`` (not counted).
+    workspaces
+        The workspace of each sessions folder (its path, as a string) a load found; keys
+        are unique within a workspace and may repeat across workspaces.
     """
 
     def __init__(
@@ -53,17 +68,19 @@ class Corpus:
         *,
         tokens: Method | None = "tiktoken",
         token_cache: TokenCache | None = DEFAULT_CACHE,
+        workspaces: dict[str, str] | None = None,
     ) -> None:
         self._problems = list(problems)
-        self._by_key: dict[str, Session] = {}
+        self.workspaces = workspaces or {}
+        """Each sessions folder's workspace, as the ``workspace`` columns name it."""
+        self._by_key: dict[tuple[str, str], Session] = {}
+        self._where: dict[str, list[str]] = {}
         self._entries: list[Entry] | None = None
         self._snapshot: Snapshot | None = None
         for session in sessions:
-            first = self._by_key.get(session.key)
+            first = self._add(session)
             if first is not None:
-                self._problems.append(_duplicate(session, first, 3))
-                continue
-            self._by_key[session.key] = session
+                self._problems.append(_duplicate(session, first))
         self.token_method = tokens
         self.token_cache = token_cache
         """Where this corpus's token counts are remembered (None: nowhere, as ``cache=False``)."""
@@ -72,6 +89,21 @@ class Corpus:
         self.config_dir: Path | None = None
         """The ``config_dir`` :func:`sessionkit.load` was given (None: not given)."""
 
+    def _add(self, session: Session) -> Session | None:
+        """Take ``session`` under its workspace and key; the session already there, if any."""
+        place = self.place(session)
+        first = self._by_key.get(place)
+        if first is None:
+            self._by_key[place] = session
+            self._where.setdefault(session.key, []).append(place[0])
+        return first
+
+    def place(self, session: Session) -> tuple[str, str]:
+        """``(workspace, key)`` of a session of this corpus (workspace ``""``: not loaded from
+        a folder of :attr:`workspaces`)."""
+        folder = "" if session.path is None else os.fspath(session.path.parent)
+        return self.workspaces.get(folder, ""), session.key
+
     @classmethod
     def of_entries(
         cls,
@@ -79,18 +111,18 @@ class Corpus:
         problems: list[Problem],
         tokens: Method | None,
         token_cache: TokenCache | None = DEFAULT_CACHE,
+        workspaces: dict[str, str] | None = None,
     ) -> Corpus:
         """A corpus of entries already built or read back from the index (a load's, file by
-        file); the problems of an entry whose key is taken join ``problems``."""
-        corpus = cls((), problems, tokens=tokens, token_cache=token_cache)
+        file); the problems of an entry whose key its workspace already holds join ``problems``."""
+        corpus = cls((), problems, tokens=tokens, token_cache=token_cache, workspaces=workspaces)
         kept = []
         for entry in entries:
-            first = corpus._by_key.get(entry.session.key)
+            first = corpus._add(entry.session)
             if first is not None:
-                duplicate = _duplicate(entry.session, first, 5)  # warned at load's caller
+                duplicate = _duplicate(entry.session, first)
                 corpus._problems += [*entry_problems(entry), duplicate]
                 continue
-            corpus._by_key[entry.session.key] = entry.session
             kept.append(entry)
         corpus._entries = kept
         return corpus
@@ -117,12 +149,13 @@ class Corpus:
             return
         entries = as_loaded(snapshot.entries(), snapshot.policy, self.token_cache)
         self._snapshot = None
-        self._by_key = {entry.session.key: entry.session for entry in entries}
+        for entry in entries:
+            self._add(entry.session)
         self._entries = entries
 
     @property
-    def _sessions(self) -> dict[str, Session]:
-        """Sessions by key (a snapshot's made now)."""
+    def _sessions(self) -> dict[tuple[str, str], Session]:
+        """Sessions by workspace and key (a snapshot's made now)."""
         self._unfold()
         return self._by_key
 
@@ -135,19 +168,33 @@ class Corpus:
         return iter(self._sessions.values())
 
     def __contains__(self, key: object) -> bool:
-        return key in self._sessions
+        sessions = self._sessions
+        return key in sessions if isinstance(key, tuple) else key in self._where
 
-    def __getitem__(self, key: str) -> Session:
-        try:
-            return self._sessions[key]
-        except KeyError:
-            close = difflib.get_close_matches(str(key), list(self._sessions), n=3)
-            hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
-            raise KeyError(f"no session {key!r} in this corpus{hint}") from None
+    def __getitem__(self, key: SessionKey) -> Session:
+        """The session of ``key``, or of ``(workspace, key)``; a key several workspaces hold
+        is refused, naming them."""
+        sessions = self._sessions
+        if isinstance(key, tuple):
+            if key in sessions:
+                return sessions[key]
+            raise KeyError(f"no session {key!r} (workspace, key) in this corpus")
+        places = self._where.get(key, [])
+        if len(places) > 1:
+            shown = ", ".join(repr((w, key)) for w in places)
+            raise KeyError(
+                f"session key {key!r} names a session in {len(places)} workspaces; "
+                f"pass (workspace, key): {shown}"
+            )
+        if places:
+            return sessions[places[0], key]
+        close = difflib.get_close_matches(str(key), list(self._where), n=3)
+        hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+        raise KeyError(f"no session {key!r} in this corpus{hint}")
 
     def __repr__(self) -> str:
         if self._snapshot is not None:
-            found = len(self._problems) + len(self._snapshot.problems())
+            found = len(self._problems) + len(self._snapshot.problems()) + len(self._misplaced)
             return (
                 f"<Corpus: {len(self)} sessions, {self._snapshot.n_messages} messages, "
                 f"{found} problems>"
@@ -155,13 +202,14 @@ class Corpus:
         n_messages = sum(map(len, self))
         built = self._entries or []
         n_problems = len(self._problems) + sum(len(e.meta["problems"]) for e in built)
+        n_problems += len(self._misplaced)
         return f"<Corpus: {len(self)} sessions, {n_messages} messages, {n_problems} problems>"
 
     def keys(self) -> list[str]:
         """Session keys in load order."""
         if self._snapshot is not None:
             return list(self._snapshot.keys)
-        return list(self._sessions)
+        return [key for _, key in self._sessions]
 
     @property
     def built_entries(self) -> list[Entry] | None:
@@ -253,19 +301,60 @@ class Corpus:
         """One row per damaged line or file, and per message nanobot cannot count (see
         :data:`sessionkit.schema.PROBLEMS`)."""
         if self._snapshot is not None:
-            return problems_frame(self._problems + self._snapshot.problems())
+            return problems_frame(self._problems + self._snapshot.problems() + self._misplaced)
         entries = self.entries
-        return problems_frame(self._problems + [p for e in entries for p in entry_problems(e)])
+        found = [p for e in entries for p in entry_problems(e)]
+        return problems_frame(self._problems + found + self._misplaced)
+
+    @cached_property
+    def _misplaced(self) -> list[Problem]:
+        """A problem per session its release would not read from where its file lies
+        (:func:`~sessionkit.nanobot.placement.placement_problem`): told at each load, as it
+        depends on the files around it."""
+        placed: Iterable[tuple[str, str, str]]
+        if self._snapshot is not None:
+            table = self.sessions
+            placed = zip(table["path"], table["key"], table["policy"], strict=True)
+        else:
+            placed = ((str(s.path), s.key, s.policy) for s in self if s.path is not None)
+        return [
+            Problem(path, None, reason)
+            for path, key, policy in placed
+            if (reason := placement_problem(Path(path), key, policy, self.config_dir))
+        ]
 
 
-def _duplicate(session: Session, first: Session, stacklevel: int) -> Problem:
+DUPLICATE = "duplicate session key "
+"""How the reason of every file skipped for a key its workspace already holds starts."""
+
+
+def _duplicate(session: Session, first: Session) -> Problem:
+    """The problem of ``session``, skipped: ``first`` of its workspace holds its key."""
     reason = (
-        f"duplicate session key {session.key!r}: {first.path} and {session.path} both hold it; "
+        f"{DUPLICATE}{session.key!r}: {first.path} and {session.path} both hold it; "
         f"kept {first.path}, the first in load order (paths in the order given, each "
         "folder's or glob's files sorted by name), and skipped this file"
     )
-    warnings.warn(reason, stacklevel=stacklevel)
     return Problem(str(session.path), None, reason)
+
+
+def warn_duplicates(corpus: Corpus, stacklevel: int) -> None:
+    """One warning for the duplicate keys a load met: the one's reason, or how many (each is
+    a problem of the corpus)."""
+    found = [p.reason for p in corpus._problems if p.reason.startswith(DUPLICATE)]
+    if len(found) == 1:
+        warnings.warn(found[0], DuplicateKeyWarning, stacklevel=stacklevel)
+    elif found:
+        warnings.warn(
+            f"{len(found)} files hold a session key a file of their workspace already holds; "
+            "each kept the first in load order and is listed in corpus.problems",
+            DuplicateKeyWarning,
+            stacklevel=stacklevel,
+        )
+
+
+class DuplicateKeyWarning(UserWarning):
+    """A load met session files whose key their workspace already holds (see corpus.problems)."""
 
 
 def problems_by_path(problems: list[Problem]) -> dict[str, list[Problem]]:
@@ -287,31 +376,41 @@ def as_loaded(entries: list[Entry], chosen: str | None, counts: TokenCache | Non
     return entries
 
 
-def selected(source: Any, key: str | None) -> Any:
+SessionKey = str | tuple[str, str]
+"""A session key, or ``(workspace, key)`` where keys repeat across workspaces."""
+
+
+def selected(source: Any, key: SessionKey | None) -> Any:
     """``source`` (a Corpus, a Session or sessions) narrowed to session ``key`` (None: as it
     is): the Corpus's session of that key, the Session when it has it, the sessions of an
     iterable that have it (``KeyError`` when none has)."""
     if key is None:
         return source
-    if not isinstance(key, str):
-        raise TypeError(f"key= takes a session key (str), not {key!r}")
+    if not _a_key(key):
+        raise TypeError(f"key= takes a session key (str) or (workspace, key), not {key!r}")
     if isinstance(source, Corpus | Session):
         return resolve_session(source, key)
-    chosen = [s for s in source if s.key == key]
+    chosen = [s for s in source if s.key == (key if isinstance(key, str) else key[1])]
     if not chosen:
         raise KeyError(f"no session of key {key!r} among those given")
     return chosen
 
 
+def _a_key(key: object) -> bool:
+    """Whether ``key`` is a session key or a ``(workspace, key)`` pair of strings."""
+    pair = isinstance(key, tuple) and len(key) == 2 and all(isinstance(k, str) for k in key)
+    return isinstance(key, str) or pair
+
+
 def resolve_session(
-    source: Session | Corpus, key: str | None = None, *, key_name: str = "key"
+    source: Session | Corpus, key: SessionKey | None = None, *, key_name: str = "key"
 ) -> Session:
     """``source`` itself when it is a Session, else the session ``key`` of the Corpus.
 
     ``key_name`` is the caller's parameter name, used in the error messages.
     """
     if isinstance(source, Session):
-        if key is not None and key != source.key:
+        if key is not None and (key if isinstance(key, str) else key[1]) != source.key:
             raise ValueError(f"{key_name} {key!r} given with session {source.key!r}")
         return source
     if key is None:

@@ -20,7 +20,7 @@ from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.reader import Problem, find_session_files, leftover_temp_files
 from sessionkit.nanobot.session import Session
 from sessionkit.store.cachedir import cache_dir_problem, persistence_on
-from sessionkit.store.corpus import Corpus, as_loaded, problems_by_path
+from sessionkit.store.corpus import Corpus, as_loaded, problems_by_path, warn_duplicates
 from sessionkit.store.counting import (
     DEFAULT_CACHE,
     CountingBatches,
@@ -51,7 +51,7 @@ from sessionkit.store.runs import (
     streams,
 )
 from sessionkit.store.snapshot import Snapshot, open_snapshot
-from sessionkit.store.sources import PathLike, check_source, default_data_dir
+from sessionkit.store.sources import PathLike, check_source, default_data_dir, workspace_names
 from sessionkit.tuning import TUNING
 
 __all__ = ["load"]
@@ -65,6 +65,7 @@ def load(
     policy: str | None = None,
     cache: bool | PathLike | None = None,
     progress: bool | None = None,
+    recursive: bool = False,
 ) -> Corpus:
     """Load every session under ``path`` into a :class:`Corpus`; never writes there.
 
@@ -105,6 +106,11 @@ def load(
         count), so a warm open shows none.  Ctrl-C stops a load promptly (counting workers
         included) with KeyboardInterrupt; the cache keeps only whole files, and the next
         load reads what was not kept.
+    recursive
+        Load every sessions folder below each folder given (workspaces' ``sessions/``, 0.3.5
+        config dirs' ``sessions/<workspace id>/``, bare sessions folders), each session in its
+        workspace (the frames' ``workspace`` column): keys may repeat across workspaces, and
+        ``corpus[workspace, key]`` names one.
 
     Raises
     ------
@@ -122,13 +128,17 @@ def load(
         index = _index(cache, source, config_dir)
         counts = None if index is None else _token_cache(cache, index)
         found_whole = None
-        if index is not None:
+        if index is not None and not recursive:
             counted = tokens == "tiktoken"
             found_whole = open_snapshot(index, source, config_dir, counted=counted, policy=chosen)
         if found_whole is not None:
             corpus = _snapshot_corpus(found_whole, tokens, counts)
+            folders = [Path(found_whole.catalog.folder)]
+            corpus.workspaces = workspace_names(source, folders, config_dir, recursive=False)
         else:
-            corpus = _loaded(source, config_dir, tokens, chosen, index, counts, progress)
+            found = (source, config_dir, recursive)
+            corpus = _loaded(found, tokens, chosen, index, counts, progress)
+    warn_duplicates(corpus, stacklevel=2)
     named = source if isinstance(source, list | tuple) else [source]
     corpus.loaded_from = tuple(Path(p).expanduser() for p in named)
     corpus.config_dir = None if config_dir is None else Path(config_dir).expanduser()
@@ -146,8 +156,7 @@ def _snapshot_corpus(
 
 
 def _loaded(
-    source: PathLike | list[PathLike] | tuple[PathLike, ...],
-    config_dir: PathLike | None,
+    found_in: tuple[PathLike | list[PathLike] | tuple[PathLike, ...], PathLike | None, bool],
     tokens: Method | None,
     chosen: str | None,
     index: Index | None,
@@ -155,8 +164,10 @@ def _loaded(
     progress: bool | None,
 ) -> Corpus:
     """The corpus of a store read file by file: each file's entry from the index when it
-    holds that version, else read (and counted) now, and kept for the next load."""
-    files = find_session_files(source, config_dir)
+    holds that version, else read (and counted) now, and kept for the next load;
+    ``found_in``: the source, config dir and whether folders are searched below."""
+    source, config_dir, recursive = found_in
+    files = find_session_files(source, config_dir, recursive)
     store = store_key(files)
     identities = [file_identity(f) if index is not None else None for f in files]
     now = time.time_ns()
@@ -253,8 +264,9 @@ def _loaded(
             _keep_catalog(index, store, served)
         cast("TokenCache", counts).sweep()  # an index always comes with its counts
     entries = as_loaded([e for e in found if e is not None], chosen, counts)
-    problems.extend(leftover_temp_files(source, config_dir))
-    return Corpus.of_entries(entries, problems, tokens, counts)
+    problems.extend(leftover_temp_files(source, config_dir, recursive))
+    names = workspace_names(source, {f.parent for f in files}, config_dir, recursive)
+    return Corpus.of_entries(entries, problems, tokens, counts, workspaces=names)
 
 
 def _size(file: Path, identity: Identity | None) -> int:

@@ -3,11 +3,25 @@ refuses a path no session store can be, before anything is read."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
-from sessionkit.nanobot.reader import SESSION_SUFFIXES, SessionPathError
+from sessionkit.nanobot.naming import sessions_folder
+from sessionkit.nanobot.reader import (
+    SESSION_SUFFIXES,
+    SessionPathError,
+    sessions_folders_below,
+    workspace_of,
+)
 
-__all__ = ["PACKAGED_SAMPLE", "REPOSITORY_DATA", "PathLike", "check_source", "default_data_dir"]
+__all__ = [
+    "PACKAGED_SAMPLE",
+    "REPOSITORY_DATA",
+    "PathLike",
+    "check_source",
+    "default_data_dir",
+    "workspace_names",
+]
 
 PathLike = str | Path
 """A path given as text or as a Path (a load, its config_dir and cache folder take either)."""
@@ -48,3 +62,29 @@ def check_source(path: PathLike | list[PathLike] | tuple[PathLike, ...]) -> None
         target = Path(item).expanduser()
         if target.exists() and not target.is_dir() and target.suffix not in SESSION_SUFFIXES:
             raise SessionPathError(f"{target} is not a session store; pass {_EXPECTED}")
+
+
+def workspace_names(
+    source: PathLike | list[PathLike] | tuple[PathLike, ...],
+    folders: Iterable[Path],
+    config_dir: PathLike | None,
+    recursive: bool,
+) -> dict[str, str]:
+    """The workspace of each of ``folders`` (those the files loaded lie in), by name: a workspace's path below the
+    parent of the folder named (``course/alice``; ``data`` for ``data/sessions``), or the
+    workspace folder's own name for a file or glob named."""
+    names: dict[str, str] = {}
+    for item in source if isinstance(source, list | tuple) else [source]:
+        path = Path(item).expanduser()
+        if not path.is_dir():
+            continue
+        base = path.resolve().parent
+        below = sessions_folders_below(path) if recursive else [sessions_folder(path, config_dir)]
+        for folder in below:
+            workspace = path if folder == path / "sessions" else workspace_of(folder)
+            found = workspace.resolve()
+            name = found.relative_to(base) if found.is_relative_to(base) else found
+            names.setdefault(str(folder.resolve()), name.as_posix())
+    for folder in folders:
+        names.setdefault(str(folder), workspace_of(folder).name)
+    return names

@@ -36,6 +36,7 @@ import pandas as pd
 
 from sessionkit.nanobot.loss import LongLine, NanobotLoad, nanobot_load, read_line, split_lines
 from sessionkit.nanobot.naming import key_from_filename, sessions_folder
+from sessionkit.nanobot.placement import placement_problem
 from sessionkit.nanobot.policies import POLICIES, get_policy, is_temp_file
 from sessionkit.nanobot.reader import (
     SessionPathError,
@@ -136,7 +137,7 @@ def _load(path: Path) -> NanobotLoad:
         return nanobot_load(split_lines(stream))
 
 
-def _session_row(path: Path) -> _Row:
+def _session_row(path: Path, config_dir: str | Path | None) -> _Row:
     session, problems = read_session_file(path)
     kept = None if session is None else len(session.messages) + len(session.records)
     reasons = [p.reason if p.line_no is None else f"line {p.line_no}: {p.reason}" for p in problems]
@@ -144,8 +145,18 @@ def _session_row(path: Path) -> _Row:
         reasons.append(
             "hidden file name, as a path-like key makes; sessionkit now refuses such keys"
         )
-    text = "; ".join(reasons)
     policy = session.policy if session is not None else LOSS_RULE_POLICY
+    unread = None if session is None else placement_problem(path, session.key, policy, config_dir)
+    text = "; ".join([*reasons, unread] if unread else reasons)
+    if unread:
+        return _Row(
+            path,
+            "session",
+            policy=policy,
+            sessionkit_keeps=kept,
+            nanobot_loses=f"whole session ({unread})",
+            problems=text,
+        )
     if not get_policy(policy).loss_rule:
         return _Row(
             path,
@@ -198,7 +209,7 @@ def _session_row(path: Path) -> _Row:
     )
 
 
-def _row(path: Path) -> _Row | None:
+def _row(path: Path, config_dir: str | Path | None) -> _Row | None:
     """The row for a session file, a leftover temp file or an oddity; None for other files."""
     try:
         mode = path.lstat().st_mode
@@ -233,7 +244,7 @@ def _row(path: Path) -> _Row | None:
                 fix="by hand: remove it or point it at a session file",
             )
     if stat.S_ISREG(mode):
-        return _session_row(path)
+        return _session_row(path, config_dir)
     return _Row(
         path,
         file_kind(mode),
@@ -259,7 +270,7 @@ def _entries(path: str | Path, config_dir: str | Path | None) -> tuple[Path, lis
 
 def _rows(path: str | Path, config_dir: str | Path | None = None) -> tuple[Path, list[_Row]]:
     folder, entries = _entries(path, config_dir)
-    rows = [row for entry in entries if (row := _row(entry)) is not None]
+    rows = [row for entry in entries if (row := _row(entry, config_dir)) is not None]
     if not rows:
         raise SessionPathError(
             f"{folder} holds no session files (*.jsonl or *.json) and no leftover temp files"

@@ -152,8 +152,12 @@ def test_a_glob_matching_a_damaged_copy_says_which_file_it_kept(store: Path) -> 
     damaged.write_bytes(original.read_bytes() + b"not json\n")
     with pytest.warns(UserWarning) as caught:
         corpus = load(str(folder / "telegram_42*.jsonl"), cache=False)
-    (problem,) = corpus.problems.loc[corpus.problems["line_no"].isna(), "reason"]
+    problem, unread = corpus.problems.loc[corpus.problems["line_no"].isna(), "reason"]
     assert str(caught[0].message) == problem
+    assert unread == (
+        "not read from here by nanobot 0.2.2: it reads 'telegram:42' from telegram_42.jsonl "
+        "beside it, never this file"
+    )
     assert problem == (
         f"duplicate session key 'telegram:42': {damaged} and {original} both hold it; kept "
         f"{damaged}, the first in load order (paths in the order given, each folder's or "
@@ -250,3 +254,64 @@ def test_each_session_is_replayed_by_the_release_that_wrote_it(data_dir: Path) -
     assert set(forced.sessions["policy"]) == {"nanobot-0.3.0"}
     with pytest.raises(ValueError, match="unknown history policy"):
         load(data_dir, policy="nanobot-9")
+
+
+def test_a_file_its_release_never_reads_is_a_problem_cold_and_warm(tmp_path: Path) -> None:
+    from tests.nanobot.test_placement import B64, WHO, session_file, store_035
+
+    config, workspace, namespace = store_035(tmp_path)
+    session_file(namespace / B64)
+    session_file(namespace / "telegram_42.jsonl", key="telegram:42")  # migrated, never read
+    reason = (
+        f"{WHO}it reads a session only under its base64url name, 'telegram:42' from "
+        "dGVsZWdyYW06NDI.jsonl; this file stays unread"
+    )
+    for cache in (tmp_path / "cache", tmp_path / "cache", False):  # cold, warm (a snapshot), none
+        corpus = load(workspace, config_dir=config, cache=cache, tokens=None)
+        assert corpus.keys() == ["cli:direct", "telegram:42"]
+        assert corpus.problems[["path", "reason"]].values.tolist() == [
+            [str((namespace / "telegram_42.jsonl").resolve()), reason]
+        ]
+        assert repr(corpus).endswith("1 problems>")
+
+
+def team(root: Path, n: int) -> Path:
+    """``n`` workspaces under ``root/team``, each with ``cli:direct`` and its own telegram chat;
+    the first also holds a renamed copy of ``cli:direct``."""
+    meta = {"_type": "metadata", "created_at": "2026-04-01T10:00:00", "metadata": {},
+            "updated_at": "2026-04-01T10:05:00", "last_consolidated": 0}  # fmt: skip
+    user = json.dumps({"role": "user", "content": "hi", "timestamp": "2026-04-01T10:00:00"})
+    for i in range(n):
+        folder = root / "team" / f"ws{i:02d}" / "sessions"
+        folder.mkdir(parents=True)
+        for key in ("cli:direct", f"telegram:{i}"):
+            text = json.dumps({**meta, "key": key}) + "\n" + user + "\n"
+            (folder / f"{key.replace(':', '_')}.jsonl").write_text(text, encoding="utf-8")
+    first = root / "team" / "ws00" / "sessions"
+    (first / "cli_direct.copy.jsonl").write_bytes((first / "cli_direct.jsonl").read_bytes())
+    return root / "team"
+
+
+def test_a_recursive_load_keeps_workspaces_apart(tmp_path: Path) -> None:
+    folder = team(tmp_path, 3)
+    with pytest.warns(sessionkit.store.corpus.DuplicateKeyWarning) as caught:
+        corpus = load(folder, recursive=True, cache=False, tokens=None)
+    assert len(caught) == 1
+    assert len(corpus) == 6
+    assert corpus.keys().count("cli:direct") == 3
+    first = folder.resolve() / "ws00" / "sessions"
+    assert (
+        corpus["team/ws01", "cli:direct"].path
+        == folder.resolve() / "ws01/sessions/cli_direct.jsonl"
+    )
+    assert corpus["telegram:2"].path == folder.resolve() / "ws02/sessions/telegram_2.jsonl"
+    with pytest.raises(
+        KeyError,
+        match=r"names a session in 3 workspaces; pass \(workspace, key\): "
+        r"\('team/ws00', 'cli:direct'\), \('team/ws01', 'cli:direct'\)",
+    ):
+        corpus["cli:direct"]
+    kept, skipped = first / "cli_direct.copy.jsonl", first / "cli_direct.jsonl"  # name order
+    assert corpus.problems["path"].tolist() == [str(skipped), str(kept)]  # a duplicate, unread
+    with pytest.raises(SessionPathError, match="holds no session files"):
+        load(folder, cache=False)  # not recursive: team/ itself holds none

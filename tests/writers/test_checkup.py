@@ -240,7 +240,8 @@ def test_temp_files_and_oddities_are_reported(tmp_path):
     )
     assert report.loc["loop_1.jsonl", "fix"].startswith("by hand: ")
     assert report.loc[".._.._etc_evil.jsonl", "problems"] == (
-        "hidden file name, as a path-like key makes; sessionkit now refuses such keys"
+        "hidden file name, as a path-like key makes; sessionkit now refuses such keys; not read "
+        "from here by nanobot 0.2.2: it reads 't:1' from t_1.jsonl beside it, never this file"
     )
 
 
@@ -411,3 +412,23 @@ def test_fix_on_a_full_disk_leaves_the_original_byte_identical(
     assert all(kept[n] == before[name] for n in kept if n == name)  # a backup is whole or absent
     if call == 1:
         assert kept == {}
+
+
+def test_doctor_names_a_file_its_release_never_reads(tmp_path, capsys):
+    from tests.nanobot.test_placement import B64, WHO, session_file, store_035
+
+    config, workspace, namespace = store_035(tmp_path)
+    session_file(namespace / B64)
+    legacy = session_file(workspace / "sessions" / "cli_direct.jsonl")
+    reason = (
+        f"{WHO}it has already moved this workspace's sessions to {namespace.resolve()}/ (a copy "
+        "named cli_direct.jsonl is there: it keeps the newer of the two and removes this file "
+        f"when it next starts), and reads 'cli:direct' only from {B64} there"
+    )
+    session_file(namespace / "cli_direct.jsonl")
+    row = doctor(legacy, config_dir=config).iloc[0]
+    assert (row.policy, row.nanobot_loses, row.problems) == (
+        "nanobot-0.3.5", f"whole session ({reason})", reason
+    )
+    assert main(["doctor", str(legacy), "--config-dir", str(config)]) == 1
+    assert f"nanobot-0.3.5 loses: whole session ({reason})" in capsys.readouterr().out
