@@ -5,7 +5,8 @@ What changed from 0.2.2 (:mod:`sessionkit.nanobot.policy_022`): replay starts at
 no count limit unless the caller passes one; ``include_runtime_context=False`` strips the
 ``_runtime_context`` suffix a user turn carries; media breadcrumbs list only usable paths;
 CLI-app breadcrumbs are skipped on turns with a runtime-context marker; MCP presets are gone;
-the token fallback counts UTF-8 bytes.  There is no file cap.  0.3.5's agent loop calls
+the token fallback counts UTF-8 bytes; loading a file rewrites legacy ``write_stdin`` tool
+records.  There is no file cap.  0.3.5's agent loop calls
 ``get_history(extend_to_user=<is subagent>)`` with no count or token limit; its context
 governor budgets the whole request instead and, under pressure, summarises and commits a
 checkpoint (:meth:`Policy035.commit_summary_checkpoint`).
@@ -35,6 +36,7 @@ from sessionkit.nanobot.history import (
     sanitize_assistant_text,
 )
 from sessionkit.nanobot.kit import Kit
+from sessionkit.nanobot.legacy_exec import migrate_exec_records
 from sessionkit.nanobot.naming import Naming
 from sessionkit.nanobot.release import SAFETY_BUFFER, LoopCall, ReplayPolicy
 from sessionkit.nanobot.settings import HistorySettings
@@ -284,6 +286,12 @@ class Policy035(ReplayPolicy):
     def records_after_clear(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """``clear()`` forgets the provider state."""
         return [r for r in records if r.get("_type") != "provider_state"]
+
+    def rewrite_on_load(self, messages: list[Message], metadata: dict[str, Any]) -> bool:
+        """0.3.5's load renames legacy ``write_stdin`` records to ``exec_session`` and rewrites
+        their arguments (:mod:`~sessionkit.nanobot.legacy_exec`); a session it changed loses
+        its provider state."""
+        return migrate_exec_records(messages, metadata)
 
     def metadata_record(
         self, key: str, created_at: str, updated_at: str, metadata: Any, offset: int

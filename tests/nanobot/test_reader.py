@@ -603,3 +603,57 @@ def test_json_shapes_no_release_wrote_are_not_nanobot_sessions(
     session, problems = read_session_file(path)
     assert (None if session is None else len(session.messages)) == kept
     assert problems == [Problem(str(path), None, reason)]
+
+
+def _exec_lines() -> list[dict[str, Any]]:
+    """A session 0.3.1 left: a ``write_stdin`` call and its result, then provider state."""
+    arguments = json.dumps({"session_id": 1, "chars": "yes\n", "yield_time_ms": 250})
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "write_stdin", "arguments": arguments},
+    }
+    return [
+        {"_type": "metadata", "key": "cli:direct", "metadata": {}, "last_consolidated": 0},
+        {"_type": "provider_state", "state": {"response_id": "resp_1"}},
+        {"role": "user", "content": "confirm the install"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "name": "write_stdin", "content": "installed"},
+        {"role": "assistant", "content": "Done."},
+    ]
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+@pytest.mark.parametrize("folder", ["0" * 32, "elsewhere"])
+def test_a_0_3_5_session_is_loaded_as_0_3_5_rewrites_it(
+    tmp_path: Path, folder: str, streamed: bool
+) -> None:
+    """Legacy exec records of a 0.3.5 session (in a 0.3.5 folder, or anywhere by its provider
+    state) read as 0.3.5 loads them (``exec_session``, ``input``, ``timeout_ms``; provider
+    state forgotten), streamed or not; the file is untouched."""
+    where = tmp_path / "sessions" / folder
+    where.mkdir(parents=True)
+    path = where / "Y2xpOmRpcmVjdA.jsonl"
+    text = "".join(json.dumps(r) + "\n" for r in _exec_lines())
+    path.write_text(text, encoding="utf-8")
+    batches: list[dict[str, Any]] = []
+    session, _ = read_session_file(path, (lambda ms, _: batches.extend(ms)) if streamed else None)
+    assert session is not None and session.policy == "nanobot-0.3.5"
+    messages = batches if streamed else session.messages
+    call = messages[1]["tool_calls"][0]["function"]
+    assert (call["name"], call["arguments"], messages[2]["name"]) == (
+        "exec_session",
+        '{"session_id":1,"input":"yes\\n","timeout_ms":250}',
+        "exec_session",
+    )
+    assert session.records == []
+    assert path.read_text(encoding="utf-8") == text
+
+
+def test_a_0_3_0_session_keeps_its_legacy_exec_records(tmp_path: Path) -> None:
+    lines = [r for r in _exec_lines() if r.get("_type") != "provider_state"]
+    path = tmp_path / "Y2xpOmRpcmVjdA.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines), encoding="utf-8")
+    session, _ = read_session_file(path)
+    assert session is not None and session.policy == "nanobot-0.3.0"
+    assert session.messages == lines[1:]

@@ -1,5 +1,6 @@
 """Differential: a store loaded by each later release's own ``SessionManager`` and by
-``sk.load`` holds the same sessions, under the same keys, with the same messages, each
+``sk.load`` holds the same sessions, under the same keys (a pre-key file's from its name),
+with the same messages (0.3.5's rewritten legacy exec records) and histories, each message
 counted as the release counts it (with tiktoken and without)."""
 
 from __future__ import annotations
@@ -53,7 +54,39 @@ CHAT = [
     {"role": "user", "content": [{"type": "text", "text": "看图"}, {"type": "image_url"}]},
 ]
 
-STORE = {f"{storage_key('webui:meeting')}.jsonl": _file("webui:meeting", CHAT)}
+EXEC = [
+    {"role": "user", "content": "answer yes to the installer"},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "id": "call_9",
+                "type": "function",
+                "function": {
+                    "name": "write_stdin",
+                    "arguments": '{"session_id": 2, "chars": "y\\n", "yield_time_ms": 800}',
+                },
+            }
+        ],
+    },
+    {"role": "tool", "content": "Installed.", "tool_call_id": "call_9", "name": "write_stdin"},
+    {"role": "assistant", "content": "The installer finished."},
+]
+"""A turn 0.3.1 saved: its exec tool was ``write_stdin``, which 0.3.5 rewrites on load."""
+
+HEARTBEAT = [
+    {"role": "user", "content": "Read HEARTBEAT.md and follow it."},
+    {"role": "assistant", "content": "HEARTBEAT_OK"},
+]
+
+STORE = {
+    f"{storage_key('webui:meeting')}.jsonl": _file("webui:meeting", CHAT),
+    f"{storage_key('cli:direct')}.jsonl": _file("cli:direct", EXEC),
+    f"{storage_key('heartbeat')}.jsonl": _file(None, HEARTBEAT),
+}
+"""A chat, a session with legacy exec records, and a pre-key heartbeat session as 0.3.0
+renamed it (``aGVhcnRiZWF0.jsonl``, metadata without ``key``)."""
 
 
 def _load(version: str, tmp_path: Path, files: dict[str, str], tokens: str) -> sk.Corpus:
@@ -81,9 +114,14 @@ def test_frames_count_each_message_as_its_release(
     corpus = _load(version, tmp_path, STORE, tokens)
     assert sorted(corpus.keys()) == sorted(loaded)
     frame = corpus.messages
+    assert sorted(loaded) == ["cli:direct", "heartbeat", "webui:meeting"]
+    tool = "exec_session" if version == "0.3.5" else "write_stdin"
+    assert loaded["cli:direct"]["messages"][2]["name"] == tool
+    assert frame[frame.session_key == "cli:direct"]["name"].tolist()[2] == tool
     for key, found in loaded.items():
         assert corpus[key].policy == f"nanobot-{version}"
         assert corpus[key].messages == found["messages"]
+        assert corpus[key].get_history() == found["history"]
         ours = frame[frame.session_key == key]["tokens"].tolist()
         assert ours == [pd.NA if n is None else n for n in found["tokens"]]
         assert corpus.sessions.loc[key, "tokens"] == sum(n for n in found["tokens"] if n)

@@ -133,8 +133,8 @@ def workspace_sessions(config_file: str, workspace: str) -> Any:
 
 def read_store(files: dict[str, str]) -> Any:
     """Put session files (name: text) in a fresh store, list them and load each listed key
-    with the release, as its agent does: per key, the file it came from, the messages loaded
-    and each one's token estimate (``None`` where the release raises)."""
+    with the release, as its agent does: per key, the file it came from, the messages loaded,
+    each one's token estimate (``None`` where the release raises) and ``get_history()``."""
     from nanobot.utils.helpers import estimate_message_tokens
 
     def estimate(message: dict[str, Any]) -> Any:
@@ -154,6 +154,7 @@ def read_store(files: dict[str, str]) -> Any:
                 "file": Path(info["path"]).name,
                 "messages": None if session is None else session.messages,
                 "tokens": None if session is None else list(map(estimate, session.messages)),
+                "history": None if session is None else session.get_history(),
             }
         return found
 
@@ -166,3 +167,12 @@ def listed_keys(names: list[str], text: str) -> Any:
         for name in names:
             (manager.sessions_dir / name).write_text(text, encoding="utf-8")
         return {Path(info["path"]).name: info["key"] for info in manager.list_sessions()}
+
+
+def migrate_exec(messages: list[dict[str, Any]], metadata: dict[str, Any]) -> Any:
+    """0.3.5's load-time rewrite of legacy exec records applied to ``messages`` and
+    ``metadata``: whether it changed anything, and both afterwards."""
+    from nanobot.session.manager import _migrate_legacy_exec_session_records
+
+    changed = _migrate_legacy_exec_session_records(messages, metadata)
+    return {"changed": changed, "messages": messages, "metadata": metadata}
