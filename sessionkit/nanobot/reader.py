@@ -44,7 +44,7 @@ from sessionkit.nanobot.naming import (
 )
 from sessionkit.nanobot.policies import get_policy, temp_file_names
 from sessionkit.nanobot.session import Session
-from sessionkit.nanobot.workspace import config_dir_hint
+from sessionkit.nanobot.workspace import config_dir_hint, recorded_workspace
 
 __all__ = [
     "MAX_LINE_BYTES",
@@ -59,7 +59,9 @@ __all__ = [
     "named_like_session",
     "parse_timestamp",
     "read_session_file",
+    "sessions_folders_below",
     "unforeseen_failure",
+    "workspace_of",
     "split_batches",
 ]
 
@@ -131,6 +133,35 @@ def _session_files_in(folder: Path, folders: dict[Path, Path]) -> list[Path]:
     ]
 
 
+_NOT_SESSIONS = frozenset({"memory", "cron"})
+"""Folders of a nanobot workspace or config dir whose JSON files are not sessions."""
+_NAMESPACE = re.compile(r"[0-9a-f]{32}")
+
+
+def sessions_folders_below(folder: Path) -> list[Path]:
+    """Every folder at or below ``folder`` holding session files itself (a config dir's
+    ``config.json`` aside), in path order: workspaces' ``sessions/``, 0.3.5 namespaces, bare
+    sessions folders.  Hidden folders, a workspace's ``memory/`` and a config dir's ``cron/``
+    are not searched, nor folders behind symlinks."""
+    found = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _NOT_SESSIONS)
+        if any(named_like_session(f) and f != "config.json" for f in files):
+            found.append(Path(root))
+    return found
+
+
+def workspace_of(folder: Path) -> Path:
+    """The workspace a sessions folder belongs to: a ``sessions/`` folder's parent, the
+    workspace a 0.3.5 namespace records (when it exists), else the folder itself."""
+    if folder.name == "sessions":
+        return folder.parent
+    if _NAMESPACE.fullmatch(folder.name) and folder.parent.name == "sessions":
+        recorded = recorded_workspace(folder)
+        return recorded if recorded is not None and recorded.is_dir() else folder
+    return folder
+
+
 def _regular(entry: os.DirEntry[str]) -> bool:
     """Whether a folder entry is a regular file (not following links), from the listing's
     kind where it has one; False when that cannot be told (:func:`_identity` looks again)."""
@@ -141,10 +172,18 @@ def _regular(entry: os.DirEntry[str]) -> bool:
 
 
 def _expand(
-    item: str | Path, config_dir: str | Path | None, folders: dict[Path, Path]
+    item: str | Path, config_dir: str | Path | None, folders: dict[Path, Path], recursive: bool
 ) -> list[Path]:
-    """The files ``item`` names, each as :func:`_identity` names it."""
+    """The files ``item`` names, each as :func:`_identity` names it (a folder's every
+    sessions folder below when ``recursive``)."""
     path = Path(item).expanduser()
+    if recursive and path.is_dir():
+        files = [
+            f for found in sessions_folders_below(path) for f in _session_files_in(found, folders)
+        ]
+        if not files:
+            raise SessionPathError(f"{path} holds no session files (*.jsonl or *.json) below it")
+        return files
     hint = config_dir_hint(path)
     if hint is not None:
         raise SessionPathError(hint)
@@ -196,31 +235,37 @@ def _items(path: str | Path | list[str | Path] | tuple[str | Path, ...]) -> list
 def find_session_files(
     path: str | Path | list[str | Path] | tuple[str | Path, ...],
     config_dir: str | Path | None = None,
+    recursive: bool = False,
 ) -> list[Path]:
     """Session files named by a workspace, a sessions folder, a file, a glob, or a list of these.
 
     A workspace's sessions folder is found by :func:`~sessionkit.nanobot.naming.sessions_folder`
-    (0.3.5 workspaces through ``config_dir``).  Anything named like a session is listed, even when it is not a regular file
+    (0.3.5 workspaces through ``config_dir``); with ``recursive``, a folder's every sessions
+    folder below (:func:`sessions_folders_below`).  Anything named like a session is listed, even when it is not a regular file
     (:func:`read_session_file` reports it).  Raises :class:`SessionPathError` naming the path
     that does not exist or is empty.
     """
     seen: dict[Path, None] = {}
     folders: dict[Path, Path] = {}
     for item in _items(path):
-        seen.update(dict.fromkeys(_expand(item, config_dir, folders)))
+        seen.update(dict.fromkeys(_expand(item, config_dir, folders, recursive)))
     return list(seen)
 
 
 def leftover_temp_files(
     path: str | Path | list[str | Path] | tuple[str | Path, ...],
     config_dir: str | Path | None = None,
+    recursive: bool = False,
 ) -> list[Problem]:
-    """One problem per temp file an interrupted save left in the folders ``path`` names."""
-    folders = {
-        sessions_folder(p, config_dir).absolute(): None
-        for p in (Path(i).expanduser() for i in _items(path))
-        if p.is_dir()
-    }
+    """One problem per temp file an interrupted save left in the folders ``path`` names (with
+    ``recursive``, in every sessions folder below them)."""
+    named = [p for p in (Path(i).expanduser() for i in _items(path)) if p.is_dir()]
+    chosen = (
+        [f for p in named for f in sessions_folders_below(p)]
+        if recursive
+        else [sessions_folder(p, config_dir) for p in named]
+    )
+    folders = {folder.absolute(): None for folder in chosen}
     found = []
     for folder in folders:
         with os.scandir(folder) as listing:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, fields
 from datetime import tzinfo
 from functools import cached_property, partial
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from sessionkit.nanobot import tokens
 from sessionkit.nanobot.call_forms import CallForms
@@ -41,7 +41,15 @@ from sessionkit.nanobot.kit import Kit
 from sessionkit.nanobot.naming import Naming
 from sessionkit.nanobot.settings import HistorySettings
 
-__all__ = ["DEFAULT_MAX_OUTPUT", "SAFETY_BUFFER", "CappedPolicy", "LoopCall", "ReplayPolicy"]
+__all__ = [
+    "DEFAULT_MAX_OUTPUT",
+    "SAFETY_BUFFER",
+    "CappedPolicy",
+    "LoopCall",
+    "ReplayPolicy",
+    "WindowRefused",
+    "WindowRule",
+]
 
 DEFAULT_MAX_OUTPUT = 8192
 """nanobot's default ``max_tokens`` (the model's output reserve) in every release's config."""
@@ -70,6 +78,47 @@ def replay_token_budget(context_window: int, max_output: int) -> int:
         return 0
     budget = context_window - max(1, max_output) - SAFETY_BUFFER
     return budget if budget > 0 else max(128, context_window // 2)
+
+
+class WindowRefused(ValueError):
+    """A candidate policy's window refused: which candidate, where and why."""
+
+    def __init__(self, candidate: str, turn: int, why: str, session: str | None = None) -> None:
+        self.candidate, self.turn, self.why, self.session = candidate, turn, why, session
+        where = f"turn {turn}" if session is None else f"session {session!r}, turn {turn}"
+        super().__init__(f"candidate {candidate!r} refused at {where}: {why}")
+
+    def at(self, session: str) -> WindowRefused:
+        """The same refusal naming ``session``."""
+        return WindowRefused(self.candidate, self.turn, self.why, session)
+
+
+class WindowRule(Protocol):
+    """A candidate policy's window (``sessionkit.candidates``): where it starts ``get_history``'s
+    window, the release's alignment applied."""
+
+    @property
+    def base(self) -> str:
+        """The release whose rules, replays and counts the candidate shares."""
+        ...
+
+    @property
+    def identity(self) -> str | None:
+        """What the candidate is in any process (None: it cannot be told, so nothing keeps it)."""
+        ...
+
+    def exact_start(
+        self,
+        release: ReplayPolicy,
+        messages: Sequence[Message],
+        offset: int,
+        max_messages: int,
+        *,
+        extend_to_user: bool,
+        entry: Callable[[Message], Message | None],
+    ) -> int:
+        """The legal start of the window of ``messages`` (as :meth:`ReplayPolicy.window_start`)."""
+        ...
 
 
 @dataclass(frozen=True, repr=False)
@@ -121,6 +170,8 @@ class ReplayPolicy:
     windowed: bool = True
     """Whether the window arithmetic (``windows``, ``message_states``) reproduces this release's
     ``get_history``; 0.1.4 to 0.1.5.post2's count slices only :meth:`replay` reproduces."""
+    rule: WindowRule | None = None
+    """A candidate policy's window rule (``sessionkit.candidate``); None for a release."""
     loss_rule: bool = False
     """Whether :mod:`sessionkit.nanobot.loss` reproduces this release's loader (what it loses
     of a damaged file: 0.2.2's loader, the same from 0.1.5.post2 on)."""
@@ -405,6 +456,46 @@ class ReplayPolicy:
         """The count window ``get_history(max_messages)`` applies; 0 means none."""
         return max_messages if max_messages > 0 else self.default_max_messages
 
+    @property
+    def release_name(self) -> str:
+        """The release whose replays and token counts this object's are (a candidate's base)."""
+        return self.name if self.rule is None else self.rule.base
+
+    def count_start(
+        self, messages: Sequence[Message], start: int, max_messages: int, *, extend_to_user: bool
+    ) -> int:
+        """Where the count window of ``messages[start:]`` starts, before any alignment."""
+        count = self.count_window(max_messages)
+        if count > 0:
+            start += recent_message_start_index(
+                messages[start:], count, extend_to_user=extend_to_user
+            )
+        return start
+
+    def aligned_start(self, messages: Sequence[Message], start: int) -> int:
+        """A window start moved to a user turn, then past any orphan tool result."""
+        start = align_to_user(messages, start)
+        return start + find_legal_message_start(messages[start:])
+
+    def window_start(
+        self,
+        messages: Sequence[Message],
+        offset: int,
+        max_messages: int,
+        *,
+        extend_to_user: bool,
+        entry: Callable[[Message], Message | None],
+    ) -> int:
+        """Where ``get_history``'s window starts before the token budget: the count window
+        from the offset (a candidate's :attr:`rule` instead), aligned."""
+        if self.rule is not None:
+            return self.rule.exact_start(
+                self, messages, offset, max_messages, extend_to_user=extend_to_user, entry=entry
+            )
+        first = offset_start(offset, len(messages))
+        start = self.count_start(messages, first, max_messages, extend_to_user=extend_to_user)
+        return self.aligned_start(messages, start)
+
     def new_message(
         self, role: str, content: Any, timestamp: str, extra: Mapping[str, Any]
     ) -> Message:
@@ -423,14 +514,9 @@ class ReplayPolicy:
         entry: Callable[[Message], Message | None],
     ) -> list[tuple[int, Message]]:
         """``get_history`` with each entry's source index: ``[(index, entry), ...]``."""
-        start = offset_start(offset, len(messages))
-        count = self.count_window(max_messages)
-        if count > 0:
-            start += recent_message_start_index(
-                messages[start:], count, extend_to_user=extend_to_user
-            )
-        start = align_to_user(messages, start)
-        start += find_legal_message_start(messages[start:])
+        start = self.window_start(
+            messages, offset, max_messages, extend_to_user=extend_to_user, entry=entry
+        )
         entries = [
             (i, replayed)
             for i in range(start, len(messages))
