@@ -618,6 +618,12 @@ USAGE: tuple[Column, ...] = (
         "sessionkit's count of the rebuilt request (requests' total_tokens; <NA>: not rebuilt)",
     ),
     Column(
+        "estimated_completion_tokens",
+        "Int64",
+        "the release's count of the answer the session stored for the call (requests' "
+        "answer_tokens; <NA>: not rebuilt)",
+    ),
+    Column(
         "attribution",
         "category",
         "how the call was tied to its turn: exact (its recorded usage confirms it), time "
@@ -665,6 +671,12 @@ CALIBRATION: tuple[Column, ...] = (
     Column("raw_p90", "float64", "its 90th percentile"),
     Column("calibrated_median", "float64", "the same for the calibrated estimate"),
     Column("calibrated_p90", "float64", "its 90th percentile"),
+    Column(
+        "output_slope",
+        "float64",
+        "reported completion tokens per token of the stored answer (NaN: no answer fitted)",
+    ),
+    Column("output_intercept", "float64", "reported completion tokens at an answer of 0"),
 )
 """Columns of :attr:`sessionkit.Calibration.report`: one row per model."""
 

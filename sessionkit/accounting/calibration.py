@@ -4,7 +4,9 @@ nanobot's estimate (cl100k tokens plus a fixed overhead per message) undercounts
 with another tokenizer or framing by 30-50% (users report it).  ``calibrate`` fits, per
 model, ``reported = slope * estimate + intercept`` on the recorded agent calls whose usage
 the provider reported, holding back every fifth call (in time order) to say how well the raw
-and the calibrated estimates do on calls the fit has not seen.
+and the calibrated estimates do on calls the fit has not seen; and a second line from the
+release's count of each call's stored answer to the completion tokens reported (the answer as
+stored drops reasoning and counts tool calls' JSON and message framing).
 """
 
 from __future__ import annotations
@@ -60,8 +62,9 @@ def _fit(estimated: np.ndarray, reported: np.ndarray) -> Fit:
 class Calibration:
     """Per model, a line from sessionkit's request estimate to the reported prompt tokens."""
 
-    def __init__(self, fits: dict[str, Fit]) -> None:
+    def __init__(self, fits: dict[str, Fit], outputs: dict[str, Fit] | None = None) -> None:
         self.fits = fits
+        self.outputs = outputs or {}
 
     def predict(self, tokens: int | np.ndarray | pd.Series, model: str) -> np.ndarray | float:
         """The prompt tokens ``model`` would report for requests estimated at ``tokens``."""
@@ -71,12 +74,24 @@ class Calibration:
         values = np.asarray(tokens, dtype=np.float64) * fit.slope + fit.intercept
         return float(values) if values.ndim == 0 else values
 
+    def predict_output(self, tokens: np.ndarray, model: str) -> np.ndarray:
+        """The completion tokens ``model`` would report for stored answers of ``tokens``
+        (unchanged when no answer line was fitted for it)."""
+        fit = self.outputs.get(model)
+        values = np.asarray(tokens, dtype=np.float64)
+        return values if fit is None else values * fit.slope + fit.intercept
+
     @property
     def report(self) -> pd.DataFrame:
         """One row per model (columns: :data:`sessionkit.schema.CALIBRATION`)."""
         names = sorted(self.fits)
         rows = [self.fits[n] for n in names]
-        values = {c.name: [getattr(f, c.name) for f in rows] for c in CALIBRATION[1:]}
+        values = {c.name: [getattr(f, c.name) for f in rows] for c in CALIBRATION[1:-2]}
+        outputs = [self.outputs.get(n) for n in names]
+        for column in ("slope", "intercept"):
+            values[f"output_{column}"] = [
+                float("nan") if o is None else getattr(o, column) for o in outputs
+            ]
         return frame(CALIBRATION, {"model": names, **values})
 
     def __repr__(self) -> str:
@@ -84,8 +99,9 @@ class Calibration:
 
 
 def calibrate(usage: pd.DataFrame) -> Calibration:
-    """Fit each model's reported prompt tokens against ``estimated_prompt_tokens`` over the
-    agent calls of a :func:`sessionkit.usage` frame whose usage the provider reported."""
+    """Fit each model's reported prompt tokens against ``estimated_prompt_tokens``, and its
+    reported completion tokens against ``estimated_completion_tokens``, over the agent calls of
+    a :func:`sessionkit.usage` frame whose usage the provider reported."""
     rows = usage[
         (usage["kind"] == "agent")
         & usage["reported"].fillna(False).astype(bool)
@@ -98,4 +114,14 @@ def calibrate(usage: pd.DataFrame) -> Calibration:
         estimated = group["estimated_prompt_tokens"].to_numpy(dtype=np.float64)
         reported = group["prompt_tokens"].to_numpy(dtype=np.float64)
         fits[str(model)] = _fit(estimated, reported)
-    return Calibration(fits)
+    outputs = {}
+    if "estimated_completion_tokens" in rows:
+        answered = rows[
+            (rows["estimated_completion_tokens"].fillna(0) > 0)
+            & (rows["completion_tokens"].fillna(0) > 0)
+        ]
+        for model, group in answered.groupby(answered["model"].astype(str), sort=True):
+            estimated = group["estimated_completion_tokens"].to_numpy(dtype=np.float64)
+            reported = group["completion_tokens"].to_numpy(dtype=np.float64)
+            outputs[str(model)] = _fit(estimated, reported)
+    return Calibration(fits, outputs)

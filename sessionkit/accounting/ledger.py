@@ -303,8 +303,9 @@ def _attribution(
 def _estimates(
     groups: list[Group], config: Path | None, problems: list[tuple[str, int | None, str]]
 ) -> pd.DataFrame:
-    """sessionkit's count of each rebuilt agent request: session_key, turn, step and
-    total_tokens (a later group's row replaces an earlier one for the same call)."""
+    """sessionkit's count of each rebuilt agent request and its stored answer: session_key,
+    turn, step, total_tokens and answer_tokens (a later group's row replaces an earlier one
+    for the same call)."""
     from sessionkit.calls.frame import requests
 
     found = []
@@ -342,11 +343,13 @@ def _estimates(
                     "turn": whole["turn"].to_numpy(dtype=np.int64),
                     "step": whole["step"].to_numpy(dtype=np.int64),
                     "total_tokens": whole["total_tokens"].to_numpy(dtype=np.int64),
+                    "answer_tokens": whole["answer_tokens"].to_numpy(dtype=np.int64),
                 }
             )
         )
     if not found:
-        return pd.DataFrame({"session_key": [], "turn": [], "step": [], "total_tokens": []})
+        columns = ("session_key", "turn", "step", "total_tokens", "answer_tokens")
+        return pd.DataFrame({c: [] for c in columns})
     keys = ["session_key", "turn", "step"]
     return pd.concat(found, ignore_index=True).drop_duplicates(keys, keep="last")
 
@@ -359,8 +362,10 @@ def _texts(column: pd.Series) -> np.ndarray:
     return column.astype(str).to_numpy(dtype=object)
 
 
-def _estimated(attributed: pd.DataFrame, agent: np.ndarray, found: pd.DataFrame) -> Any:
-    """Per attributed call (columns session_key, turn, step): the rebuilt request's count
+def _estimated(
+    attributed: pd.DataFrame, agent: np.ndarray, found: pd.DataFrame, column: str
+) -> Any:
+    """Per attributed call (columns session_key, turn, step): the rebuilt request's ``column``
     for ``agent`` calls tied to a step, else <NA> (keys matched as one integer each)."""
     out = np.full(len(attributed), -1, dtype=np.int64)
     wanted = agent & attributed.notna().all(axis=1).to_numpy()
@@ -384,7 +389,7 @@ def _estimated(attributed: pd.DataFrame, agent: np.ndarray, found: pd.DataFrame)
         else:
             known = pd.MultiIndex.from_arrays([codes[:n], turns[:n], steps[:n]])
             at = known.get_indexer(pd.MultiIndex.from_arrays([codes[n:], turns[n:], steps[n:]]))
-        totals = found["total_tokens"].to_numpy(dtype=np.int64)
+        totals = found[column].to_numpy(dtype=np.int64)
         out[np.flatnonzero(wanted)] = np.where(at >= 0, totals[np.maximum(at, 0)], -1)
     return pd.arrays.IntegerArray(out, out < 0)
 
@@ -429,7 +434,8 @@ def usage(
         a model they keep ``cost_usd`` NaN.
     estimate
         Rebuild each attributed agent request with :func:`sessionkit.requests` for
-        ``estimated_prompt_tokens`` (needs the release installed; else <NA>).
+        ``estimated_prompt_tokens``, and count its stored answer for
+        ``estimated_completion_tokens`` (needs the release installed; else <NA>).
     cache
         The session index, as in :func:`sessionkit.load`.
     """
@@ -473,11 +479,10 @@ def usage(
     if estimate and n:
         config = data / "config.json"
         found = _estimates(groups, config if config.is_file() else None, problems)
-        columns["estimated_prompt_tokens"] = _estimated(
-            pd.DataFrame({c: columns[c] for c in ("session_key", "turn", "step")}),
-            tied.kind == KINDS.index("agent"),
-            found,
-        )
+        keys = pd.DataFrame({c: columns[c] for c in ("session_key", "turn", "step")})
+        agent = tied.kind == KINDS.index("agent")
+        columns["estimated_prompt_tokens"] = _estimated(keys, agent, found, "total_tokens")
+        columns["estimated_completion_tokens"] = _estimated(keys, agent, found, "answer_tokens")
     if daily:
         columns = _with_daily(columns, daily, model, provider)
     names = {
@@ -553,6 +558,7 @@ def _call_columns(log: _Log, tied: Any) -> dict[str, Any]:
         "cache_write_tokens": _counted(log.counts["cache_write_tokens"]),
         "cost_usd": [],
         "estimated_prompt_tokens": _counted(np.full(n, -1, dtype=np.int64)),
+        "estimated_completion_tokens": _counted(np.full(n, -1, dtype=np.int64)),
         "attribution": tied.how.copy(),
         "reported": log.reported.copy(),
         "calls": _counted(np.ones(n, dtype=np.int64)),

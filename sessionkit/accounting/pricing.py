@@ -230,7 +230,8 @@ def cost(
     """What each request of a :func:`sessionkit.requests` frame (any settings grid) would
     cost with ``model`` at the prices of ``date`` (default now): its ``total_tokens`` as input
     (through ``calibration`` when given), of which the provider's cache reads and writes
-    (scaled alike) at their prices, and its stored answer (``answer_tokens``) as output.
+    (scaled alike) at their prices, and its stored answer (``answer_tokens``, through
+    ``calibration``'s answer line for the model when it has one) as output.
 
     The cache columns are worked out again for ``model`` (its minimum cacheable prefix) under
     ``cache_rules`` (None: each row's own ``cache_rules``), ``cache_ttl`` (seconds, default
@@ -261,6 +262,9 @@ def cost(
         completion = np.full(len(total), completion_tokens, dtype=np.int64)
     else:
         completion = rows["answer_tokens"].to_numpy(dtype=np.int64)
+        if calibration is not None:
+            found = calibration.predict_output(completion, model)
+            completion = np.maximum(np.rint(found), 0).astype(np.int64)
     n = len(total)
     at = np.full(n, int(price_moment(date).timestamp() * 1000), dtype=np.int64)
     counts = np.stack([prompt, read, write, completion], axis=1)

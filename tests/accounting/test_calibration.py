@@ -85,3 +85,17 @@ def test_another_tokenizer_and_framing_are_calibrated_within_3_percent(data_dir)
     assert fit["calls"] + fit["held_back"] == len(estimated) > 100
     assert fit["raw_median"] > 0.1
     assert fit["calibrated_median"] < 0.03
+
+
+def test_the_stored_answers_are_fitted_to_the_reported_completions() -> None:
+    answers = list(range(20, 220, 20))
+    usage = _usage(["m"] * 10, [100] * 10, [150] * 10)
+    usage["estimated_completion_tokens"] = pd.array(answers, dtype="Int64")
+    usage["completion_tokens"] = pd.array([a // 2 + 3 for a in answers], dtype="Int64")
+    calibration = calibrate(usage)
+    m = calibration.report.set_index("model").loc["m"]
+    assert (m["output_slope"], m["output_intercept"]) == (pytest.approx(0.5), pytest.approx(3.0))
+    assert calibration.predict_output(np.array([40, 100]), "m") == pytest.approx([23.0, 53.0])
+    assert calibration.predict_output(np.array([40]), "x").tolist() == [40.0]  # no line: as is
+    without = calibrate(_usage(["m"] * 3, [100, 200, 300], [150, 300, 450])).report
+    assert np.isnan(without["output_slope"]).all()

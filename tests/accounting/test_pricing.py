@@ -142,6 +142,11 @@ def test_cost_through_a_calibration_scales_prompt_and_prefix() -> None:
     priced = cost(_grid(), model="gpt-4o-mini", calibration=calibration, date="2026-01-01")
     assert priced["prompt_tokens"].tolist() == [12010, 13660, 12010, 18010]
     assert priced["cached_tokens"].tolist() == [0, 7808 * 13660 // 9100, 0, 6912 * 18010 // 12000]
+    assert priced["completion_tokens"].tolist() == [12, 30, 12, 40]  # no answer line: as stored
+    answers = Fit(0.5, 2.0, 8, 2, nan, nan, nan, nan)
+    both = Calibration({"gpt-4o-mini": calibration.fits["gpt-4o-mini"]}, {"gpt-4o-mini": answers})
+    fitted = cost(_grid(), model="gpt-4o-mini", calibration=both, date="2026-01-01")
+    assert fitted["completion_tokens"].tolist() == [8, 17, 8, 22]
 
 
 def test_cost_of_an_unknown_model_is_nan_and_a_problem() -> None:
