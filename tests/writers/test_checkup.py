@@ -428,7 +428,9 @@ def test_doctor_names_a_file_its_release_never_reads(tmp_path, capsys):
     session_file(namespace / "cli_direct.jsonl")
     row = doctor(legacy, config_dir=config).iloc[0]
     assert (row.policy, row.nanobot_loses, row.problems) == (
-        "nanobot-0.3.5", f"whole session ({reason})", reason
+        "nanobot-0.3.5",
+        f"whole session ({reason})",
+        reason,
     )
     assert main(["doctor", str(legacy), "--config-dir", str(config)]) == 1
     assert f"nanobot-0.3.5 loses: whole session ({reason})" in capsys.readouterr().out
