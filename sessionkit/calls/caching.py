@@ -240,29 +240,21 @@ def _breakpoint_reads(
     """Each call's read under breakpoints (rows in session order): the longest entry alive —
     one the previous call wrote or read at its breakpoints, or the deployment's shared head
     — that this request repeats (within ``prefix``) and reaches with a breakpoint (within
-    ``top``)."""
-    reads = np.zeros(len(top), dtype=np.int64)
-    alive: list[int] = []
-    for i, (row, limit, reach, hot, head, small) in enumerate(
-        zip(
-            points.tolist(),
-            prefix.tolist(),
-            top.tolist(),
-            warm.tolist(),
-            shared.tolist(),
-            least.tolist(),
-            strict=True,
-        )
-    ):
-        bound = min(limit, reach)
-        found = max((p for p in alive if p <= bound), default=0) if hot else 0
-        if small <= head <= reach:
-            found = max(found, head)
-        reads[i] = found
-        alive = [p for p in row if p > 0]
-        if found:
-            alive.append(found)
-    return reads
+    ``top``).  The read a call carries on depends on the one before, so the recurrence is
+    iterated over whole arrays until no read changes (as many rounds as the longest run of
+    calls carrying one read on)."""
+    bound = np.minimum(prefix, top)
+    before = np.roll(points, 1, axis=0)
+    marked = np.where(warm[:, None] & (before <= bound[:, None]), before, 0).max(axis=1)
+    head = np.where((least <= shared) & (shared <= top), shared, 0)
+    fresh = np.maximum(marked, head)
+    reads = fresh
+    while True:
+        carried = np.roll(reads, 1)
+        found = np.maximum(fresh, np.where(warm & (carried <= bound), carried, 0))
+        if np.array_equal(found, reads):
+            return reads
+        reads = found
 
 
 def _breaks(
