@@ -11,7 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from support.request_rows import request_rows
 
-from sessionkit.calls.caching import cache_columns, minimum_tokens, resolve_rules, write_premium
+from sessionkit.calls.caching import (
+    cache_columns,
+    checked,
+    minimum_tokens,
+    resolve_rules,
+    write_premium,
+)
 
 START = pd.Timestamp("2026-03-01T09:00Z")
 
@@ -158,3 +164,27 @@ def test_rules_minimums_and_premiums() -> None:
     assert (write_premium(300), write_premium(3600), write_premium(None)) == (1.25, 2.0, 1.25)
     with pytest.raises(ValueError, match="cache_rules"):
         resolve_rules("", None)
+
+
+def test_rules_follow_the_config_files_provider(tmp_path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(
+        '{"agents": {"defaults": {"model": "anthropic/claude-haiku-4-5"}},'
+        ' "providers": {"openrouter": {"apiKey": "sk-or-1"}}}'
+    )
+    assert resolve_rules(None, config) == ("openai-marked", "anthropic/claude-haiku-4-5")
+    assert resolve_rules("openai", config) == ("openai", "anthropic/claude-haiku-4-5")
+    assert resolve_rules(None, tmp_path / "missing.json") == ("openai", None)
+
+
+@pytest.mark.parametrize(
+    ("ttl", "scope", "message"),
+    [
+        (0, "session", "cache_ttl must be"),
+        (True, "session", "cache_ttl must be"),
+        (300, "workspace", "cache_scope must be one of session, deployment"),
+    ],
+)
+def test_wrong_ttls_and_scopes_are_refused(ttl, scope, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        checked(ttl, scope)
