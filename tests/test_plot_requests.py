@@ -1,4 +1,4 @@
-"""Request plots: every bar and line is a column of the sessionkit.requests frame drawn."""
+"""Request plots: every bar, line and mark is a column of the sessionkit.requests frame drawn."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from matplotlib.patches import StepPatch
 
 import sessionkit
 from sessionkit import plot
-from sessionkit.plot.requests import PART_COLORS
+from sessionkit.plot.requests import BREAK_COLORS, PART_COLORS
+from sessionkit.schema import CACHE_BREAKS
 from sessionkit.simulate.windowing import windows
 from sessionkit.testing import figures
 
@@ -156,6 +157,72 @@ def test_cache_ratio_by_a_flag_and_by_no_limit(corpus) -> None:
     assert ax.get_title("left") == "webui:f00d42, nanobot 0.2.2: max_messages 120"
 
 
+def _breaks(calls: pd.DataFrame, name: str) -> list[int]:
+    return np.flatnonzero(calls["cache_break"].astype(str) == name).tolist()
+
+
+def test_cache_breaks_marks_each_break_per_setting(two_counts) -> None:
+    rows = two_counts[two_counts["session_key"] == KEY]
+    ax = plot.cache_breaks(rows.sample(frac=1.0, random_state=7))
+    drawn = {line.get_gid(): line for line in ax.get_lines()}
+    expected, labels = [], []
+    for row, count in enumerate((10, 40)):
+        calls = _in_order(rows[rows["max_messages"] == count])
+        for name in CACHE_BREAKS[1:]:
+            at = _breaks(calls, name)
+            if at:
+                line = drawn[f"max_messages={count}:{name}"]
+                assert line.get_xdata().tolist() == at, (count, name)
+                assert line.get_ydata().tolist() == [row] * len(at), (count, name)
+                assert to_hex(line.get_color()) == BREAK_COLORS[name]
+                expected.append(f"max_messages={count}:{name}")
+        total = calls["total_tokens"].sum()
+        full = total - calls["cache_read_tokens"].sum() - calls["cache_write_tokens"].sum()
+        labels.append(f"max_messages {count}\n{full / total:.0%} at full price")
+    assert list(drawn) == expected
+    assert expected == [
+        "max_messages=10:first call",
+        "max_messages=10:idle past the TTL",
+        "max_messages=10:window slid",
+        "max_messages=10:clean-up or compaction",
+        "max_messages=40:first call",
+        "max_messages=40:idle past the TTL",
+        "max_messages=40:window slid",
+        "max_messages=40:clean-up or compaction",
+    ]
+    assert [t.get_text() for t in ax.get_yticklabels()] == labels
+    assert ax.get_yticks().tolist() == [0, 1] and ax.get_ylim() == (1.5, -0.5)
+    legend = ax.get_legend()
+    assert legend.get_title().get_text() == "cache broke by"
+    assert [t.get_text() for t in legend.get_texts()] == [
+        "first call",
+        "idle past the TTL",
+        "window slid",
+        "clean-up or compaction",
+    ]
+    assert ax.get_title("left") == "cli:direct, nanobot 0.2.2: max_tokens 22,784; cache openai"
+    assert ax.get_xlim() == (-0.5, len(calls) - 0.5)
+
+
+def test_cache_breaks_by_policy_puts_a_candidate_beside_the_release(corpus) -> None:
+    block = sessionkit.candidate("nanobot-0.2", block=8)
+    frame = sessionkit.requests(
+        corpus[OTHER], grid={"policy": ["nanobot-0.2", block]}, max_messages=20
+    )
+    costs = sessionkit.cost(
+        frame, model="claude-sonnet-4-5", cache_rules="anthropic", cache_ttl=3600, date="2025-10-01"
+    )
+    ax = plot.cache_breaks(costs, by="policy")
+    labels = [t.get_text().split("\n")[0] for t in ax.get_yticklabels()]
+    assert labels == ["nanobot 0.2.2", "nanobot 0.2.2 + block(8)"]
+    assert ax.get_title("left") == "webui:f00d42: max_messages 20, max_tokens none; cache anthropic"
+    mine = costs[costs["policy"] == block.name].sort_values(["turn", "step"])
+    slid = [line for line in ax.get_lines() if line.get_gid() == f"policy={block.name}:window slid"]
+    assert slid[0].get_xdata().tolist() == _breaks(mine, "window slid")
+    own = costs[costs["policy"] == "nanobot-0.2"].sort_values(["turn", "step"])
+    assert len(_breaks(mine, "window slid")) < len(_breaks(own, "window slid"))
+
+
 def test_mixed_frames_are_refused_naming_the_column(corpus, two_counts, one) -> None:
     with pytest.raises(ValueError, match="several session_key values: select one first"):
         plot.request_composition(two_counts[two_counts["max_messages"] == 10])
@@ -173,6 +240,10 @@ def test_mixed_frames_are_refused_naming_the_column(corpus, two_counts, one) -> 
         plot.cache_ratio(releases)
     with pytest.raises(ValueError, match="by must be a setting column .* not 'turn'"):
         plot.cache_ratio(two_counts, by="turn")
+    with pytest.raises(ValueError, match="by must be 'policy' or a setting column .* not 'turn'"):
+        plot.cache_breaks(two_counts, by="turn")
+    with pytest.raises(ValueError, match=r"\(lines vary max_messages\); .* several session_key"):
+        plot.cache_breaks(two_counts)
     with pytest.raises(ValueError, match="draws a sessionkit.requests frame; this one has no"):
         plot.request_composition(windows(corpus[OTHER]))
 
@@ -182,11 +253,17 @@ def test_an_empty_frame_draws_empty_axes(one) -> None:
     assert [len(p.get_data().values) for p in ax.patches] == [0] * len(PART_COLORS)
     assert (ax.get_xticks().tolist(), ax.get_title("left"), ax.get_ylim()) == ([], "", (0, 1.05))
     assert plot.cache_ratio(one.iloc[:0]).get_lines() == []
+    ax = plot.cache_breaks(one.iloc[:0])
+    assert (ax.get_lines(), ax.get_yticks().tolist(), ax.get_title("left")) == ([], [], "")
 
 
 def test_same_data_same_picture(one, two_counts) -> None:
     rows = two_counts[two_counts["session_key"] == OTHER]
-    for draw in (lambda: plot.request_composition(one), lambda: plot.cache_ratio(rows)):
+    for draw in (
+        lambda: plot.request_composition(one),
+        lambda: plot.cache_ratio(rows),
+        lambda: plot.cache_breaks(rows),
+    ):
         assert _png(draw().figure) == _png(draw().figure)
 
 
@@ -196,6 +273,7 @@ def test_request_figures_read_at_any_width(one, two_counts, width: int) -> None:
     for ax, counts in (
         (plot.request_composition(one), lambda ax: [ax.yaxis]),
         (plot.cache_ratio(rows), lambda ax: []),
+        (plot.cache_breaks(rows), lambda ax: []),
     ):
         fig = ax.figure
         fig.set_size_inches(width / fig.dpi, fig.get_figheight())
@@ -204,8 +282,8 @@ def test_request_figures_read_at_any_width(one, two_counts, width: int) -> None:
 
 def test_a_cjk_key_draws_without_missing_glyphs(one) -> None:
     cjk = one.assign(session_key=pd.Categorical(["cli:中文"] * len(one)))
-    axes = [plot.request_composition(cjk), plot.cache_ratio(cjk)]
-    assert [ax.get_title("left").split(",")[0] for ax in axes] == ["cli:中文", "cli:中文"]
+    axes = [plot.request_composition(cjk), plot.cache_ratio(cjk), plot.cache_breaks(cjk)]
+    assert [ax.get_title("left").split(",")[0] for ax in axes] == ["cli:中文"] * 3
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for ax in axes:
@@ -213,7 +291,7 @@ def test_a_cjk_key_draws_without_missing_glyphs(one) -> None:
     assert [str(w.message) for w in caught if "missing from font" in str(w.message)] == []
 
 
-def test_both_show_in_a_fresh_kernel(data_dir, tmp_path) -> None:
+def test_each_shows_in_a_fresh_kernel(data_dir, tmp_path) -> None:
     """As every sk.plot function: one PNG per cell in a new IPython kernel."""
     import nbformat
     from nbclient import NotebookClient
@@ -224,6 +302,7 @@ def test_both_show_in_a_fresh_kernel(data_dir, tmp_path) -> None:
         f"frame = sk.requests(corpus[{OTHER!r}], grid={{'max_messages': [10, 40]}}, context_window=32_000)",
         "sk.plot.request_composition(frame[frame['max_messages'] == 10])",
         "sk.plot.cache_ratio(frame)",
+        "sk.plot.cache_breaks(frame)",
     ]
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     NotebookClient(
@@ -235,5 +314,5 @@ def test_both_show_in_a_fresh_kernel(data_dir, tmp_path) -> None:
     shown = [
         [o for o in cell.outputs if "image/png" in o.get("data", {})] for cell in notebook.cells
     ]
-    assert [len(images) for images in shown] == [0, 1, 1]
+    assert [len(images) for images in shown] == [0, 1, 1, 1]
     assert [o for cell in notebook.cells for o in cell.outputs if o.output_type == "error"] == []

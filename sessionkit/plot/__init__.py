@@ -9,8 +9,8 @@ artists: bars are ``ax.patches`` (``StepPatch`` or bar ``Rectangle``), spans are
 Text in any script draws: a CJK font ships with sessionkit and is a fallback after the user's
 fonts while sessionkit draws (:mod:`sessionkit.plot.style`).  The modules: ``timeline``
 (one session's messages), ``sessions`` (session lengths), ``sweeps`` (settings grids and the
-file cap), ``releases`` (nanobot releases compared), ``requests`` (whole requests: parts
-and prefix cache), ``usage`` (reported usage and cost) and ``style`` (fonts, colours, layout).
+file cap), ``releases`` (nanobot releases compared), ``requests`` (whole requests: parts,
+prefix cache and why it broke), ``usage`` (reported usage and cost) and ``style`` (fonts, colours, layout).
 """
 
 from __future__ import annotations
@@ -20,7 +20,13 @@ from sessionkit.plot.releases import (
     release_comparison,
     release_summary,
 )
-from sessionkit.plot.requests import PART_COLORS, cache_ratio, request_composition
+from sessionkit.plot.requests import (
+    BREAK_COLORS,
+    PART_COLORS,
+    cache_breaks,
+    cache_ratio,
+    request_composition,
+)
 from sessionkit.plot.sessions import session_lengths
 from sessionkit.plot.style import ROLE_COLORS
 from sessionkit.plot.sweeps import (
@@ -34,11 +40,13 @@ from sessionkit.plot.timeline import timeline_axes, token_timeline
 from sessionkit.plot.usage import cost_by, cost_heatmap, cumulative_cost, reported_vs_estimated
 
 __all__ = [
+    "BREAK_COLORS",
     "DEFAULT_CONTEXT_WINDOW",
     "PART_COLORS",
     "ROLE_COLORS",
     "SWEEP_VALUES",
     "TRUNCATING_CUTS",
+    "cache_breaks",
     "cache_ratio",
     "cost_by",
     "cost_heatmap",

@@ -1,10 +1,10 @@
 """Whole requests drawn: where each call's tokens go (stacked parts per call, the context
-window and the governor's budget as lines), and how much of each request a provider's
-prefix cache could reuse, for two settings side by side.
+window and the governor's budget as lines), how much of each request a provider's prefix
+cache could reuse, and why the cache broke, for two settings side by side.
 
-Both take a :func:`sessionkit.requests` frame of one session and release; the bars and
-lines are the frame's columns, named by ``gid`` (the part's column, ``"window"``,
-``"budget"``, ``"<setting>=<value>"``).
+Each takes a :func:`sessionkit.requests` frame of one session and release; the bars, lines
+and marks are the frame's columns, named by ``gid`` (the part's column, ``"window"``,
+``"budget"``, ``"<setting>=<value>"``, ``"<setting>=<value>:<break>"``).
 """
 
 from __future__ import annotations
@@ -22,10 +22,17 @@ from matplotlib.ticker import FuncFormatter, PercentFormatter
 from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.release import DEFAULT_MAX_OUTPUT, SAFETY_BUFFER
 from sessionkit.plot.style import compact, count_axis, legend_beside, new_figure, plotting
-from sessionkit.schema import REQUEST_SETTINGS, REQUESTS
+from sessionkit.schema import CACHE_BREAKS, REQUEST_SETTINGS, REQUESTS
 from sessionkit.store.text import plot_label
 
-__all__ = ["PART_COLORS", "SETTING_COLUMNS", "cache_ratio", "request_composition"]
+__all__ = [
+    "BREAK_COLORS",
+    "PART_COLORS",
+    "SETTING_COLUMNS",
+    "cache_breaks",
+    "cache_ratio",
+    "request_composition",
+]
 
 PART_COLORS: dict[str, str] = {
     "tools_tokens": "#8c8c8c",
@@ -45,6 +52,16 @@ _PART_LABELS = {
     "current_tokens": "current message",
     "steps_tokens": "earlier tool steps",
 }
+BREAK_COLORS: dict[str, str] = {
+    "first call": "#8c8c8c",
+    "idle past the TTL": "#4c72b0",
+    "tools changed": "#8172b3",
+    "system prompt changed": "#937860",
+    "summary": "#da8bc3",
+    "window slid": "#c44e52",
+    "clean-up or compaction": "#dd8452",
+}
+"""The colour of each ``cache_break`` but ``"none"`` (:data:`sessionkit.schema.CACHE_BREAKS`)."""
 SETTING_COLUMNS = REQUEST_SETTINGS
 """The columns of a requests frame that name its setting (what ``cache_ratio`` lines vary)."""
 _NONE_AT_ZERO = ("max_messages", "max_tokens")
@@ -80,13 +97,16 @@ def _value(column: str, value: Any) -> str:
     return str(value)
 
 
-def _title(calls: pd.DataFrame, *columns: str) -> str:
-    """``<session>, <release>: <setting> <value>, ...`` of the frame's first row."""
+def _title(calls: pd.DataFrame, *columns: str, release: bool = True) -> str:
+    """``<session>, <release>: <setting> <value>, ...`` of the frame's first row (without
+    the release where ``release`` is False)."""
     if not len(calls):
         return ""
     first = calls.iloc[0]
     settings = ", ".join(f"{c} {_value(c, first[c])}" for c in columns)
-    head = f"{plot_label(first['session_key'])}, {get_policy(str(first['policy'])).label}"
+    head = plot_label(first["session_key"])
+    if release:
+        head += f", {get_policy(str(first['policy'])).label}"
     return f"{head}: {settings}" if settings else head
 
 
@@ -216,4 +236,66 @@ def cache_ratio(
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.set_ylabel("prefix shared with the previous request")
     legend_beside(ax, *ax.get_legend_handles_labels())
+    return ax
+
+
+def _full_price_share(calls: pd.DataFrame) -> float:
+    """Share of the calls' input neither read from the cache nor written to it: billed at
+    the base input price."""
+    total = int(calls["total_tokens"].sum())
+    written = int(calls["cache_write_tokens"].sum())
+    return (total - int(calls["cache_read_tokens"].sum()) - written) / max(total, 1)
+
+
+@plotting
+def cache_breaks(
+    frame: pd.DataFrame,
+    *,
+    by: str = "max_messages",
+    ax: Axes | None = None,
+) -> Axes:
+    """Why the prefix cache broke, call by call, one row per value of ``by`` (a setting
+    column or ``"policy"``; e.g. nanobot's window above a candidate's): a mark at each call
+    whose ``cache_break`` is not ``"none"``, one ``Line2D`` per row and break (``gid``
+    ``"<by>=<value>:<break>"``, colour :data:`BREAK_COLORS`), and each row's share of input
+    billed at full price (neither read from the cache nor written) in its label."""
+    if by not in ("policy", *SETTING_COLUMNS):
+        raise ValueError(
+            f"by must be 'policy' or a setting column ({', '.join(SETTING_COLUMNS)}), not {by!r}"
+        )
+    calls = _calls(frame, "cache_breaks", varying=by)
+    if ax is None:
+        ax = new_figure(9.0, 2.0 + 0.5 * max(calls[by].nunique(dropna=False), 1)).add_subplot()
+    groups = list(calls.groupby(by, sort=by != "policy", observed=True, dropna=False))
+    handles: dict[str, Artist] = {}
+    labels = []
+    for row, (value, line) in enumerate(groups):
+        breaks = line["cache_break"].astype(str).to_numpy()
+        for name in CACHE_BREAKS[1:]:
+            at = np.flatnonzero(breaks == name)
+            if not len(at):
+                continue
+            (marks,) = ax.plot(
+                at,
+                np.full(len(at), row),
+                linestyle="none",
+                marker="|",
+                markersize=14,
+                color=BREAK_COLORS[name],
+                gid=f"{by}={value}:{name}",
+            )
+            handles.setdefault(name, marks)
+        shown = get_policy(str(value)).label if by == "policy" else f"{by} {_value(by, value)}"
+        labels.append(f"{shown}\n{_full_price_share(line):.0%} at full price")
+    ax.set_yticks(range(len(groups)), labels)
+    ax.set_ylim(max(len(groups), 1) - 0.5, -0.5)
+    others = [c for c in ("max_messages", "max_tokens") if c != by]
+    title = _title(calls, *others, release=by != "policy")
+    rules = calls["cache_rules"].dropna().astype(str).unique()
+    ax.set_title(
+        f"{title}; cache {rules[0]}" if len(rules) == 1 else title, loc="left", fontsize=10
+    )
+    _by_turn(ax, max((line for _, line in groups), key=len) if groups else calls)
+    ordered = [name for name in CACHE_BREAKS if name in handles]
+    legend_beside(ax, [handles[name] for name in ordered], ordered, title="cache broke by")
     return ax
