@@ -83,7 +83,12 @@ SESSIONS: tuple[Column, ...] = (
         "object",
         "0.3.5's <stem>.checkpoint.json sidecar (an unfinished turn's state) as a dict, or None",
     ),
-    Column("tokens", "Int64", "sum of per-message tokens (<NA> when not counted)"),
+    Column(
+        "tokens",
+        "Int64",
+        "sum of per-message tokens (<NA> when not counted, and under 0.1.4 to 0.1.4.post4, "
+        "which have no estimator)",
+    ),
     Column("first_message_at", "datetime64[ns]", "earliest message timestamp"),
     Column("last_message_at", "datetime64[ns]", "latest message timestamp"),
 )
@@ -95,7 +100,12 @@ MESSAGES: tuple[Column, ...] = (
     Column("role", "category", "user / assistant / tool / system"),
     Column("text", "string", "content flattened to text as nanobot previews it"),
     Column("timestamp", "datetime64[ns]", "message timestamp (NaT when absent or invalid)"),
-    Column("tokens", "Int64", "nanobot's estimate_message_tokens (<NA> when not counted)"),
+    Column(
+        "tokens",
+        "Int64",
+        "the session's release's estimate_message_tokens (<NA> when not counted, and under "
+        "0.1.4 to 0.1.4.post4, which have no estimator)",
+    ),
     Column("is_command", "bool", "flagged _command: skipped by get_history"),
     Column("is_channel_delivery", "bool", "flagged _channel_delivery: proactive delivery"),
     Column("n_tool_calls", "Int64", "number of tool_calls on an assistant message"),

@@ -49,6 +49,7 @@ __all__ = [
     "fit_budget",
     "get_policy",
     "is_temp_file",
+    "kept_as",
     "recent_message_start_index",
     "register_candidate",
     "release_of_temp_file",
@@ -123,6 +124,22 @@ def get_policy(name: str | ReplayPolicy = DEFAULT_POLICY) -> ReplayPolicy:
             f"unknown history policy {name!r}; known: {known}, nanobot-<version> for the "
             f"versions {versions}, and the candidates made by sessionkit.candidate()"
         ) from None
+
+
+def kept_as(name: str) -> tuple[str, str | None]:
+    """The releases of :data:`POLICIES` (whose turns and token counts every load keeps) whose
+    user turns and token counts policy ``name``'s equal (a candidate's: its base's); None
+    for the counts when none's do (they are made apart, or there are none: ``estimates``)."""
+    release = get_policy(get_policy(name).release_name)
+    if release.name in POLICIES:
+        return release.name, release.name
+    turns = next(
+        r.name
+        for r in POLICIES.values()
+        if r.hidden_turns == release.hidden_turns
+        and type(r).is_user_turn is type(release).is_user_turn
+    )
+    return turns, release.counts_as if release.estimates and release.counts_as else None
 
 
 def register_candidate(candidate: ReplayPolicy) -> ReplayPolicy:

@@ -76,6 +76,7 @@ class SlicePolicy(ReplayPolicy):
     """Saves rewrite the file in place (0.1.5.post2: through ``<name>.jsonl.tmp``)."""
     ignored: frozenset[str] = _NOT_TAKEN
     windowed: bool = False
+    counts_as: str = "nanobot-0.2"
     defaults: HistorySettings = _loop_defaults(0)
 
     def fallback_tokens(self, payload: str) -> int:
@@ -145,6 +146,9 @@ class SlicePolicy(ReplayPolicy):
 class FirstEstimatePolicy(SlicePolicy):
     """0.1.4.post5's estimate, the first nanobot had: no reasoning text, no framing tokens."""
 
+    plain_count: str = "cl100k_base, at least 1, no reasoning"
+    counts_as: str = ""
+
     def message_payload(self, message: Message) -> str:
         """Content, name, call id and tool calls joined (reasoning is not counted)."""
         parts = content_parts(message.get("content"), skip_non_string_text=False, other_blocks=True)
@@ -164,6 +168,10 @@ class FirstEstimatePolicy(SlicePolicy):
             return self.fallback_tokens(payload)
         return max(1, tokens.count_cl100k(payload))
 
+    def encoded_tokens(self, n: int) -> int:
+        """``n`` (at least 1): no framing tokens."""
+        return max(1, n)
+
 
 def _release(version: str, kind: type[SlicePolicy] = SlicePolicy, **rules: Any) -> SlicePolicy:
     return kind(name=f"nanobot-{version}", version=version, label=f"nanobot {version}", **rules)
@@ -181,11 +189,13 @@ SLICE_RELEASES: tuple[SlicePolicy, ...] = (
         entry_fields=_BEFORE_REASONING,
         writes_key=False,
         defaults=_loop_defaults(50),
+        estimates=False,
     ),
     _release(
         "0.1.4.post2",
         colour="#937860",
         legal_start=False,
+        estimates=False,
         entry_fields=_BEFORE_REASONING,
         defaults=_loop_defaults(100),
     ),

@@ -94,6 +94,7 @@ class BudgetPolicy(CappedPolicy):
     )
     ignored: frozenset[str] = frozenset({"extend_to_user", "include_runtime_context"})
     loss_rule: bool = True
+    counts_as: str = "nanobot-0.2"
 
     def fallback_tokens(self, payload: str) -> int:
         """Characters // 4 + 4 (at least 4), as 0.2.2."""

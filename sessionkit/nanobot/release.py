@@ -147,6 +147,13 @@ class ReplayPolicy:
     ``<|`` in any field): its payload's cl100k_base tokens plus 4 framing tokens.  Releases
     naming the same rule share those counts in the token cache (a grid over releases counts
     each such message once)."""
+    counts_as: str = ""
+    """The release whose token counts (exact and estimates) this one's equal, by name, when it
+    is another (0.1.5 and 0.2.1 count as 0.2.2): loads keep that one's counts, not its own."""
+    estimates: bool = True
+    """Whether the release estimates tokens at all: 0.1.4 to 0.1.4.post4 have no estimator,
+    so frames hold <NA> for their sessions' tokens (:meth:`estimate_message_tokens` still
+    counts as 0.1.4.post6 for replays)."""
     fork_volatile_keys: frozenset[str] = FORK_VOLATILE_METADATA_KEYS
     entry_setting: str = "include_timestamps"
     """The one :class:`HistorySettings` field replayed entries depend on (0.2.2:
@@ -382,6 +389,11 @@ class ReplayPolicy:
     def estimate_message_tokens(self, message: Message) -> int:
         """This release's prompt-token estimate for one replayed entry."""
         return tokens.byte_fallback_estimate(self.message_payload(message))
+
+    def encoded_tokens(self, n: int) -> int:
+        """This release's exact count of a payload of ``n`` cl100k_base tokens holding no
+        special-token text (an empty one: ``n`` 0): ``n`` plus 4 framing tokens."""
+        return max(tokens.FRAMING_TOKENS, n + tokens.FRAMING_TOKENS)
 
     def fallback_message_tokens(self, message: Message) -> int:
         """This release's estimate on a machine where tiktoken cannot load."""

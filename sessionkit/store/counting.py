@@ -36,12 +36,7 @@ import pyarrow as pa
 
 from sessionkit.conventions import entry_point
 from sessionkit.nanobot.policies import DEFAULT_POLICY, POLICIES, ReplayPolicy, get_policy
-from sessionkit.nanobot.tokens import (
-    FRAMING_TOKENS,
-    encoding,
-    has_marker,
-    has_special_tokens,
-)
+from sessionkit.nanobot.tokens import encoding, has_marker, has_special_tokens
 from sessionkit.nanobot.uncountable import counts_or_missing
 from sessionkit.store.cachedir import (
     cache_dir_problem,
@@ -475,7 +470,7 @@ def _payload_counts(messages: Sequence[dict[str, Any]], policy: str) -> list[int
 
 def _counts_of(payloads: list[str], release: ReplayPolicy) -> list[int]:
     """The release's exact count of each of its message payloads."""
-    counts = [FRAMING_TOKENS] * len(payloads)  # right for empty payloads
+    counts = [release.encoded_tokens(0)] * len(payloads)  # right for empty payloads
     plain = []
     for i, payload in enumerate(payloads):
         if payload and has_special_tokens(payload):
@@ -484,7 +479,7 @@ def _counts_of(payloads: list[str], release: ReplayPolicy) -> list[int]:
             plain.append(i)
     lengths = _encode_lengths([payloads[i] for i in plain]) if plain else []
     for i, n in zip(plain, lengths, strict=True):
-        counts[i] = max(FRAMING_TOKENS, n + FRAMING_TOKENS)
+        counts[i] = release.encoded_tokens(n)
     return counts
 
 

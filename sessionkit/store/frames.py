@@ -32,7 +32,7 @@ from sessionkit.nanobot.listing import (
     session_preview,
     session_title,
 )
-from sessionkit.nanobot.policies import DEFAULT_POLICY, POLICIES, get_policy
+from sessionkit.nanobot.policies import DEFAULT_POLICY, POLICIES, get_policy, kept_as
 from sessionkit.nanobot.reader import (
     CHECKPOINT_SUFFIX,
     Problem,
@@ -48,6 +48,7 @@ from sessionkit.store.counting import (
     TokenCache,
     counts_through,
     every_release,
+    token_cache_of,
 )
 from sessionkit.store.fields import (
     STR_OR_NONE,
@@ -70,6 +71,7 @@ __all__ = [
     "build_entries",
     "built_rows",
     "count_column",
+    "counted_apart",
     "entries_of",
     "entry_problems",
     "fits_frame",
@@ -795,21 +797,47 @@ def messages_frame(entries: Sequence[Entry], *, tokens: Method | None = "tiktoke
             [s.key for s in sessions],
             [s.last_consolidated for s in sessions],
             [s.policy for s in sessions],
+            _counted_apart(sessions, tokens),
         ),
         [e.meta["escapes"] for e in entries],
         tokens=tokens,
     )
 
 
+def counted_apart(policy: str) -> bool:
+    """Whether a session replayed with ``policy`` has its token counts made when a frame is
+    built: its release estimates, as no release a load keeps counts of does."""
+    return get_policy(policy).estimates and kept_as(policy)[1] is None
+
+
+def _counted_apart(sessions: Sequence[Session], tokens: Method | None) -> dict[int, np.ndarray]:
+    """By position, the counts by ``tokens`` of each session whose release counts as no
+    release a load keeps counts of (:func:`~sessionkit.nanobot.policies.kept_as`; 0.1.4.post5),
+    made now through the cache it was loaded with (-1: cannot be counted)."""
+    found = {}
+    for i, session in enumerate(sessions):
+        if tokens and counted_apart(session.policy):
+            count = partial(
+                counts_through,
+                cache=token_cache_of([session]),
+                policy=session.policy,
+                tokens=tokens,
+                workers=1,
+            )
+            found[i] = _missing_as_minus_one(counts_or_missing(session.messages, count))
+    return found
+
+
 @dataclass(frozen=True)
 class SessionColumns:
     """What the messages frame takes from each session, in order: its row count, key,
-    ``last_consolidated`` and policy."""
+    ``last_consolidated`` and policy; by position, the counts of those counted apart."""
 
     lengths: np.ndarray
     keys: list[str]
     last_consolidated: list[int]
     policies: list[str]
+    apart: dict[int, np.ndarray]
 
 
 def message_rows(
@@ -829,7 +857,7 @@ def message_rows(
     role_codes, roles = _roles(table)
     hidden = _numbers(table, "hidden").astype(bool)
     counts = (
-        _counted_by(table, tokens, sessions.policies, lengths)
+        _counted_by(table, tokens, sessions, starts)
         if tokens
         else np.full(total, -1, dtype=np.int64)
     )
@@ -864,17 +892,24 @@ def message_rows(
 
 
 def _counted_by(
-    table: pa.Table, tokens: Method, policies: list[str], lengths: np.ndarray
+    table: pa.Table, tokens: Method, sessions: SessionColumns, starts: np.ndarray
 ) -> np.ndarray:
-    """Each row's count by ``tokens`` under its session's release (``policies``, one per
-    session of ``lengths`` rows): one column read per release present."""
-    present = list(dict.fromkeys(policies))
-    if len(present) == 1:
-        return _numbers(table, count_column(present[0], tokens))
-    owners = np.repeat([present.index(p) for p in policies], lengths)
-    counts = np.empty(len(owners), dtype=np.int64)
-    for code, name in enumerate(present):
-        np.copyto(counts, _numbers(table, count_column(name, tokens)), where=owners == code)
+    """Each row's count by ``tokens`` under its session's release: the kept column of the
+    release it counts as (one read per such release present; -1 where it has no estimate),
+    or the session's counts made apart."""
+    kept = [kept_as(p)[1] for p in sessions.policies]
+    present = list(dict.fromkeys(kept))
+    if len(present) == 1 and present[0] is not None:
+        counts = _numbers(table, count_column(present[0], tokens))
+    else:
+        owners = np.repeat([present.index(k) for k in kept], sessions.lengths)
+        counts = np.full(len(owners), -1, dtype=np.int64)
+        for code, name in enumerate(present):
+            if name is not None:
+                column = _numbers(table, count_column(name, tokens))
+                np.copyto(counts, column, where=owners == code)
+    for i, own in sessions.apart.items():
+        counts[starts[i] : starts[i] + len(own)] = own
     return counts
 
 
@@ -914,20 +949,35 @@ def sessions_frame(entries: Sequence[Entry], *, tokens: Method | None = "tiktoke
         return schema.empty_frame(schema.SESSIONS)
     sessions = [e.session for e in entries]
     metas = [e.meta for e in entries]
+    kept = [kept_as(s.policy) for s in sessions]
+    apart = _counted_apart(sessions, tokens)
     return session_rows(
         [s.key for s in sessions],
         [None if s.path is None else os.fspath(s.path) for s in sessions],
         SessionValues(
             {name: [m[name] for m in metas] for name in SESSION_VALUES},
-            [m["turns"][s.policy] for s, m in zip(sessions, metas, strict=True)],
+            [m["turns"][turns] for m, (turns, _) in zip(metas, kept, strict=True)],
             [s.last_consolidated for s in sessions],
             [s.policy for s in sessions],
             [bool(m["records"]) for m in metas],
             [None] * len(metas)
             if tokens is None
-            else [m[SUMS[tokens]][s.policy] for s, m in zip(sessions, metas, strict=True)],
+            else [
+                _apart_sum(apart[i])
+                if i in apart
+                else None
+                if name is None
+                else m[SUMS[tokens]][name]
+                for i, (m, (_, name)) in enumerate(zip(metas, kept, strict=True))
+            ],
         ),
     )
+
+
+def _apart_sum(counts: np.ndarray) -> int | None:
+    """A session's total of its counts made apart, as kept sums are (None: none counted)."""
+    valid = counts >= 0
+    return int(counts[valid].sum()) if valid.any() else None
 
 
 @dataclass(frozen=True)

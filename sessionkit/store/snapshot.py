@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from sessionkit.nanobot.naming import sessions_folder
+from sessionkit.nanobot.policies import kept_as
 from sessionkit.nanobot.reader import Problem, named_like_session, temp_file_problems
 from sessionkit.nanobot.workspace import config_dir_hint
 from sessionkit.store.catalog import IDENTITY, Catalog
@@ -23,6 +24,7 @@ from sessionkit.store.frames import (
     Entry,
     SessionColumns,
     SessionValues,
+    counted_apart,
     message_rows,
     session_rows,
     sidecar_names,
@@ -88,6 +90,7 @@ class Snapshot:
             self.keys,
             self.catalog.column("last_consolidated"),
             self._policies(),
+            {},
         )
         return message_rows(self.opened.table, columns, None, tokens=tokens)
 
@@ -96,22 +99,28 @@ class Snapshot:
         policies = self._policies()
         values = SessionValues(
             {name: self.catalog.column(name) for name in SESSION_VALUES},
-            self._by_release("turns", policies),
+            self._by_release("turns", [kept_as(p)[0] for p in policies]),
             self.catalog.column("last_consolidated"),
             policies,
             self.catalog.column("has_records"),
-            [None] * len(policies) if tokens is None else self._by_release(SUMS[tokens], policies),
+            [None] * len(policies)
+            if tokens is None
+            else self._by_release(SUMS[tokens], [kept_as(p)[1] for p in policies]),
         )
         paths = self._paths()
         none = [None] * len(paths) if sidecar_names(self.catalog.folder) == set() else None
         return session_rows(self.keys, paths, values, checkpoints=none)
 
-    def _by_release(self, value: str, policies: list[str]) -> list[Any]:
-        """Each session's ``value`` (turns or a token sum) under its release (``policies``)."""
-        columns = {name: self.catalog.column(f"{value} {name}") for name in set(policies)}
+    def _by_release(self, value: str, releases: list[str | None]) -> list[Any]:
+        """Each session's ``value`` (turns or a token sum) under the release it counts as
+        (``releases``, one per session; None: it has no estimate)."""
+        columns = {
+            name: [None] * len(releases) if name is None else self.catalog.column(f"{value} {name}")
+            for name in set(releases)
+        }
         if len(columns) == 1:
-            return columns[policies[0]]
-        return [columns[policy][i] for i, policy in enumerate(policies)]
+            return columns[releases[0]]
+        return [columns[name][i] for i, name in enumerate(releases)]
 
     def entries(self) -> list[Entry]:
         """Each file's entry, read from the pack's description."""
@@ -138,7 +147,7 @@ def open_snapshot(
     ``counted``, with exact token counts, in unique keys); else None, and the load reads
     file by file."""
     items = source if isinstance(source, list | tuple) else [source]
-    if len(items) != 1:
+    if len(items) != 1 or (policy is not None and counted_apart(policy)):
         return None
     path = Path(items[0]).expanduser()
     if config_dir_hint(path) is not None or not path.is_dir():

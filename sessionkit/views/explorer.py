@@ -423,7 +423,8 @@ class Explorer(widgets.VBox):
         self._quiet = True
         try:
             self.picker.value = key if any(k == key for _, k in self.picker.options) else None
-            previous, self.policy.value = self.policy.value, self.session.policy
+            previous = self.policy.value
+            self.policy.value = self.offered(self.session.policy)
             self._follow_default(previous, self.session.policy)
             self.turn.max = self.turn.value = self.subject().n_user_turns
             self.transcript.selected = -1
@@ -431,6 +432,13 @@ class Explorer(widgets.VBox):
             self._quiet = False
         self._reset_fork()
         self._refresh(rows=True)
+
+    def offered(self, name: str) -> str:
+        """``name``, added to the release selector when it is not there (a release the
+        analyses do not compare by default, such as 0.2.1, or a later candidate)."""
+        if all(value != name for _, value in self.policy.options):
+            self.policy.options = [*self.policy.options, (get_policy(name).label, name)]
+        return name
 
     def subject(self) -> Session:
         """The session shown, under the release the selector names (a copy sharing its
@@ -814,5 +822,5 @@ def explore(
         settings=initial,
     )
     if policy is not None:
-        app.policy.value = get_policy(policy).name
+        app.policy.value = app.offered(get_policy(policy).name)
     return app

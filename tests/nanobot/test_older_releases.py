@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -26,6 +27,7 @@ from support.releases import Release
 from support.sampling import examples
 from support.strategies import message_lists
 
+import sessionkit as sk
 from sessionkit.nanobot.loss import nanobot_load, split_lines
 from sessionkit.nanobot.naming import session_filename
 from sessionkit.nanobot.policies import CappedPolicy, get_policy
@@ -219,10 +221,6 @@ def test_the_capped_releases() -> None:
     assert [v for v in IMPORTS if _capped(v)] == ["0.1.5.post3", "0.2.0", "0.2.1"]
 
 
-def _estimated(version: str) -> bool:
-    return version not in ("0.1.4", "0.1.4.post2", "0.1.4.post3", "0.1.4.post4")
-
-
 @pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("tiktoken", [True, False])
 def test_token_estimates_equal_the_release(
@@ -237,7 +235,7 @@ def test_token_estimates_equal_the_release(
         [{"args": [m]} for m in messages],
         tiktoken=tiktoken,
     )
-    if not _estimated(version):
+    if not policy.estimates:
         assert {r.get("raised") for r in results} == {"AttributeError"}
         return
     ours = policy.estimate_message_tokens if tiktoken else policy.fallback_message_tokens
@@ -249,6 +247,29 @@ def test_token_estimates_equal_the_release(
             expected.append({"raised": "TypeError"})
     theirs = [{k: v for k, v in r.items() if k != "message"} for r in results]
     assert theirs == expected
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_frames_count_as_the_release(
+    version: str, generated: list[tuple[list[Message], int]], tmp_path: Path
+) -> None:
+    """A load replayed with the release holds, message by message, the release's own
+    ``estimate_message_tokens`` (<NA> where it raises, and for a release without one)."""
+    folder = tmp_path / "ws" / "sessions"
+    folder.mkdir(parents=True)
+    for n, (messages, offset) in enumerate(generated):
+        meta = {"_type": "metadata", "key": f"cli:{n}", "created_at": "2025-01-01T10:00:00"}
+        lines = [meta | {"metadata": {}, "last_consolidated": offset}, *messages]
+        text = "".join(json.dumps(line) + "\n" for line in lines)
+        (folder / f"cli_{n}.jsonl").write_text(text, encoding="utf-8")
+    corpus = sk.load(tmp_path / "ws", policy=f"nanobot-{version}", cache=False, progress=False)
+    stored = [m for session in corpus for m in session.messages]
+    results = session_release(version).run(
+        "nanobot.utils.helpers:estimate_message_tokens", [{"args": [m]} for m in stored]
+    )
+    theirs = [r.get("returned", pd.NA) for r in results]
+    assert len(stored) > 100
+    assert corpus.messages["tokens"].tolist() == theirs
 
 
 KEYS = ["cli:direct", "telegram:42", 'a<b>c:"d"|g?h*i', " spaced: key "]

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import sessionkit as sk
 from sessionkit.nanobot.naming import storage_key
-from sessionkit.nanobot.policies import get_policy
+from sessionkit.nanobot.policies import RELEASES, get_policy
 from sessionkit.nanobot.reader import read_session_file
 from sessionkit.nanobot.session import Session
 from sessionkit.store.frames import (
@@ -252,3 +252,48 @@ def test_frames_count_with_each_sessions_own_release(tmp_path: Path, cache: bool
                 policy,
                 sum(counts),
             ]
+
+
+_FAMILY_022 = {"tiktoken": [23, 58, 36, 18], "fallback": [8, 36, 15, 18]}
+
+
+def _expected_counts(name: str, tokens: str) -> list[int] | None:
+    """The counts of :func:`_chat_030` a frame holds under release ``name``, written out."""
+    release = get_policy(name)
+    if not release.estimates:
+        return None
+    if release.version == "0.1.4.post5":
+        return {"tiktoken": [19, 44, 32, 14], "fallback": [4, 28, 11, 14]}[tokens]
+    if release.version in ("0.3.0", "0.3.5"):
+        return {"tiktoken": [23, 58, 36, 96], "fallback": [58, 164, 81, 96]}[tokens]
+    return _FAMILY_022[tokens]
+
+
+@pytest.mark.parametrize("cache", [False, True])
+@pytest.mark.parametrize("tokens", ["tiktoken", "fallback"])
+def test_frames_count_every_release_and_candidate(tmp_path: Path, cache: bool, tokens: str) -> None:
+    """Every registered release (aliases too) and a candidate given to ``load(policy=)`` or
+    set on a session builds both frames, its counts exactly its own estimates: 0.1.4.post5
+    its first estimate (no framing tokens, no reasoning), a candidate its base's, and the
+    releases without an estimator (0.1.4 to 0.1.4.post4) <NA>; user turns as each counts
+    them.  Cold and warm alike."""
+    workspace = _workspace_030(tmp_path)
+    chat = _chat_030()
+    where = {"cache": tmp_path / "cache"} if cache else {"cache": False}
+    candidate = sk.candidate("nanobot-0.3.0", block=16)
+    for name in [*RELEASES, candidate.name]:
+        counts = _expected_counts(candidate.rule.base if name == candidate.name else name, tokens)
+        release = get_policy(name)
+        if counts is not None:
+            own = release.estimate_message_tokens if tokens == "tiktoken" else None
+            assert own is None or [own(m) for m in chat] == counts, name
+        for _ in range(2):  # cold, then (with the cache) warm
+            corpus = sk.load(workspace, policy=name, tokens=tokens, progress=False, **where)
+            shown = corpus.messages["tokens"].tolist()
+            assert shown == ([pd.NA] * 4 if counts is None else counts), name
+            row = corpus.sessions.loc["webui:weekly"]
+            assert [row["policy"], row["n_user_turns"]] == [release.name, 1], name
+            assert pd.isna(row["tokens"]) if counts is None else row["tokens"] == sum(counts), name
+    corpus = sk.load(workspace, tokens=tokens, progress=False, **where)
+    corpus["webui:weekly"].policy = "nanobot-0.1.4.post5"
+    assert corpus.messages["tokens"].tolist() == _expected_counts("nanobot-0.1.4.post5", tokens)
