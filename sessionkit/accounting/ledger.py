@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import warnings
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, tzinfo
 from os import PathLike
@@ -301,7 +301,10 @@ def _attribution(
 
 
 def _estimates(
-    groups: list[Group], config: Path | None, problems: list[tuple[str, int | None, str]]
+    groups: list[Group],
+    config: Path | None,
+    runtime: Mapping[str, Any] | None,
+    problems: list[tuple[str, int | None, str]],
 ) -> pd.DataFrame:
     """sessionkit's count of each rebuilt agent request and its stored answer: session_key,
     turn, step, total_tokens and answer_tokens (a later group's row replaces an earlier one
@@ -315,7 +318,7 @@ def _estimates(
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                rows = requests(sessions, workspace=workspace, config_dir=config)
+                rows = requests(sessions, workspace=workspace, config_dir=config, runtime=runtime)
             except (NotImplementedError, ValueError, RuntimeError, OSError) as exc:
                 problems.append(
                     (
@@ -403,6 +406,7 @@ def usage(
     model: str | None = None,
     provider: str | None = None,
     estimate: bool = True,
+    runtime: Mapping[str, Any] | None = None,
     cache: bool | str | Path | None = None,
 ) -> Reported:
     """One row per LLM call nanobot recorded (columns: :data:`sessionkit.schema.USAGE`).
@@ -436,6 +440,9 @@ def usage(
         Rebuild each attributed agent request with :func:`sessionkit.requests` for
         ``estimated_prompt_tokens``, and count its stored answer for
         ``estimated_completion_tokens`` (needs the release installed; else <NA>).
+    runtime
+        What those requests' prompts take from the machine, as in :func:`sessionkit.requests`
+        (``workspace_path``, ``system``, ``python_version``, ``path``, ...); else this one's.
     cache
         The session index, as in :func:`sessionkit.load`.
     """
@@ -478,7 +485,7 @@ def usage(
     columns = _call_columns(log, tied)
     if estimate and n:
         config = data / "config.json"
-        found = _estimates(groups, config if config.is_file() else None, problems)
+        found = _estimates(groups, config if config.is_file() else None, runtime, problems)
         keys = pd.DataFrame({c: columns[c] for c in ("session_key", "turn", "step")})
         agent = tied.kind == KINDS.index("agent")
         columns["estimated_prompt_tokens"] = _estimated(keys, agent, found, "total_tokens")

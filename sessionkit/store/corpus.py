@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import os
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import tzinfo
 from functools import cached_property
 from pathlib import Path
@@ -257,6 +257,7 @@ class Corpus:
         model: str | None = None,
         provider: str | None = None,
         estimate: bool = True,
+        runtime: Mapping[str, Any] | None = None,
     ) -> pd.DataFrame:
         """Every LLM call nanobot recorded, tied to this corpus's sessions, turns and steps,
         priced: :func:`sessionkit.usage` of this corpus (same columns and arguments).
@@ -278,6 +279,7 @@ class Corpus:
             model=model,
             provider=provider,
             estimate=estimate,
+            runtime=runtime,
         )
 
     @cached_property
