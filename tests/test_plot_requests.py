@@ -204,23 +204,31 @@ def test_cache_breaks_marks_each_break_per_setting(two_counts) -> None:
     assert ax.get_xlim() == (-0.5, len(calls) - 0.5)
 
 
-def test_cache_breaks_by_policy_puts_a_candidate_beside_the_release(corpus) -> None:
+def test_cache_breaks_by_policy_and_count_puts_a_candidate_beside_the_release(corpus) -> None:
     block = sessionkit.candidate("nanobot-0.2", block=8)
-    frame = sessionkit.requests(
-        corpus[OTHER], grid={"policy": ["nanobot-0.2", block]}, max_messages=20
+    frame = pd.concat(
+        [
+            sessionkit.requests(corpus[OTHER], max_messages=20),
+            sessionkit.requests(corpus[OTHER], policy=block, max_messages=10),
+        ],
+        ignore_index=True,
     )
     costs = sessionkit.cost(
         frame, model="claude-sonnet-4-5", cache_rules="anthropic", cache_ttl=3600, date="2025-10-01"
     )
-    ax = plot.cache_breaks(costs, by="policy")
+    with pytest.raises(ValueError, match=r"\(lines vary policy\); .* several max_messages"):
+        plot.cache_breaks(costs, by="policy")
+    ax = plot.cache_breaks(costs, by=["policy", "max_messages"])
     labels = [t.get_text().split("\n")[0] for t in ax.get_yticklabels()]
-    assert labels == ["nanobot 0.2.2", "nanobot 0.2.2 + block(8)"]
-    assert ax.get_title("left") == "webui:f00d42: max_messages 20, max_tokens none; cache anthropic"
+    assert labels == ["nanobot 0.2.2, max_messages 20", "nanobot 0.2.2 + block(8), max_messages 10"]
+    assert ax.get_title("left") == "webui:f00d42: max_tokens none; cache anthropic"
     mine = costs[costs["policy"] == block.name].sort_values(["turn", "step"])
-    slid = [line for line in ax.get_lines() if line.get_gid() == f"policy={block.name}:window slid"]
-    assert slid[0].get_xdata().tolist() == _breaks(mine, "window slid")
+    gid = f"policy={block.name}, max_messages=10:window slid"
+    (slid,) = [line for line in ax.get_lines() if line.get_gid() == gid]
+    assert slid.get_xdata().tolist() == _breaks(mine, "window slid")
+    assert slid.get_ydata().tolist() == [1] * len(_breaks(mine, "window slid"))
     own = costs[costs["policy"] == "nanobot-0.2"].sort_values(["turn", "step"])
-    assert len(_breaks(mine, "window slid")) < len(_breaks(own, "window slid"))
+    assert 0 < len(_breaks(mine, "window slid")) < len(_breaks(own, "window slid"))
 
 
 def test_mixed_frames_are_refused_naming_the_column(corpus, two_counts, one) -> None:
@@ -240,7 +248,9 @@ def test_mixed_frames_are_refused_naming_the_column(corpus, two_counts, one) -> 
         plot.cache_ratio(releases)
     with pytest.raises(ValueError, match="by must be a setting column .* not 'turn'"):
         plot.cache_ratio(two_counts, by="turn")
-    with pytest.raises(ValueError, match="by must be 'policy' or a setting column .* not 'turn'"):
+    with pytest.raises(
+        ValueError, match="by must be 'policy' or a setting column, or several .* not 'turn'"
+    ):
         plot.cache_breaks(two_counts, by="turn")
     with pytest.raises(ValueError, match=r"\(lines vary max_messages\); .* several session_key"):
         plot.cache_breaks(two_counts)

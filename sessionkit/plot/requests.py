@@ -9,7 +9,7 @@ and marks are the frame's columns, named by ``gid`` (the part's column, ``"windo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -68,19 +68,19 @@ _NONE_AT_ZERO = ("max_messages", "max_tokens")
 """Settings whose 0 means no limit."""
 
 
-def _calls(frame: pd.DataFrame, what: str, varying: str | None = None) -> pd.DataFrame:
+def _calls(frame: pd.DataFrame, what: str, *varying: str) -> pd.DataFrame:
     """``frame``'s calls in order, checked to be one session, release and setting (but for
-    the column ``varying``); else a ValueError saying what to select."""
+    the columns ``varying``); else a ValueError saying what to select."""
     missing = [c.name for c in REQUESTS if c.name not in frame.columns]
     if missing:
         raise ValueError(
             f"{what} draws a sessionkit.requests frame; this one has no {', '.join(missing)}"
         )
     for column in ("session_key", "policy", *SETTING_COLUMNS):
-        if column != varying and frame[column].nunique(dropna=False) > 1:
+        if column not in varying and frame[column].nunique(dropna=False) > 1:
+            vary = f" (lines vary {', '.join(varying)})" if varying else ""
             raise ValueError(
-                f"{what} draws one session, release and setting"
-                f"{f' (lines vary {varying})' if varying else ''}; the frame has several "
+                f"{what} draws one session, release and setting{vary}; the frame has several "
                 f"{column} values: select one first, e.g. frame[frame[{column!r}] == ...]"
             )
     return frame.sort_values(["turn", "step"], kind="stable")
@@ -216,7 +216,7 @@ def cache_ratio(
     tokens reusable: a count window that slides every turn breaks the prefix every turn."""
     if by not in SETTING_COLUMNS:
         raise ValueError(f"by must be a setting column ({', '.join(SETTING_COLUMNS)}), not {by!r}")
-    calls = _calls(frame, "cache_ratio", varying=by)
+    calls = _calls(frame, "cache_ratio", by)
     if ax is None:
         ax = new_figure(9.0, 3.6).add_subplot()
     groups = list(calls.groupby(by, sort=True, observed=True, dropna=False))
@@ -251,25 +251,30 @@ def _full_price_share(calls: pd.DataFrame) -> float:
 def cache_breaks(
     frame: pd.DataFrame,
     *,
-    by: str = "max_messages",
+    by: str | Sequence[str] = "max_messages",
     ax: Axes | None = None,
 ) -> Axes:
     """Why the prefix cache broke, call by call, one row per value of ``by`` (a setting
-    column or ``"policy"``; e.g. nanobot's window above a candidate's): a mark at each call
-    whose ``cache_break`` is not ``"none"``, one ``Line2D`` per row and break (``gid``
-    ``"<by>=<value>:<break>"``, colour :data:`BREAK_COLORS`), and each row's share of input
-    billed at full price (neither read from the cache nor written) in its label."""
-    if by not in ("policy", *SETTING_COLUMNS):
+    column or ``"policy"``, or several: nanobot's window above a candidate at another count):
+    a mark at each call whose ``cache_break`` is not ``"none"``, one ``Line2D`` per row and
+    break (``gid`` ``"<by>=<value>, ...:<break>"``, colour :data:`BREAK_COLORS`), and each
+    row's share of input billed at full price (neither read from the cache nor written)."""
+    columns = [by] if isinstance(by, str) else list(by)
+    wrong = [c for c in columns if c not in ("policy", *SETTING_COLUMNS)]
+    if wrong or not columns:
         raise ValueError(
-            f"by must be 'policy' or a setting column ({', '.join(SETTING_COLUMNS)}), not {by!r}"
+            "by must be 'policy' or a setting column, or several "
+            f"({', '.join(SETTING_COLUMNS)}), not {by!r}"
         )
-    calls = _calls(frame, "cache_breaks", varying=by)
+    calls = _calls(frame, "cache_breaks", *columns)
+    groups = list(calls.groupby(columns, sort="policy" not in columns, observed=True, dropna=False))
     if ax is None:
-        ax = new_figure(9.0, 2.0 + 0.5 * max(calls[by].nunique(dropna=False), 1)).add_subplot()
-    groups = list(calls.groupby(by, sort=by != "policy", observed=True, dropna=False))
+        ax = new_figure(11.0, 2.0 + 0.5 * max(len(groups), 1)).add_subplot()
     handles: dict[str, Artist] = {}
     labels = []
-    for row, (value, line) in enumerate(groups):
+    for row, (values, line) in enumerate(groups):
+        named = list(zip(columns, values, strict=True))
+        gid = ", ".join(f"{column}={value}" for column, value in named)
         breaks = line["cache_break"].astype(str).to_numpy()
         for name in CACHE_BREAKS[1:]:
             at = np.flatnonzero(breaks == name)
@@ -282,15 +287,20 @@ def cache_breaks(
                 marker="|",
                 markersize=14,
                 color=BREAK_COLORS[name],
-                gid=f"{by}={value}:{name}",
+                gid=f"{gid}:{name}",
             )
             handles.setdefault(name, marks)
-        shown = get_policy(str(value)).label if by == "policy" else f"{by} {_value(by, value)}"
+        shown = ", ".join(
+            get_policy(str(value)).label
+            if column == "policy"
+            else f"{column} {_value(column, value)}"
+            for column, value in named
+        )
         labels.append(f"{shown}\n{_full_price_share(line):.0%} at full price")
     ax.set_yticks(range(len(groups)), labels)
     ax.set_ylim(max(len(groups), 1) - 0.5, -0.5)
-    others = [c for c in ("max_messages", "max_tokens") if c != by]
-    title = _title(calls, *others, release=by != "policy")
+    others = [c for c in ("max_messages", "max_tokens") if c not in columns]
+    title = _title(calls, *others, release="policy" not in columns)
     rules = calls["cache_rules"].dropna().astype(str).unique()
     ax.set_title(
         f"{title}; cache {rules[0]}" if len(rules) == 1 else title, loc="left", fontsize=10
