@@ -33,7 +33,17 @@ from sessionkit.schema import PROBLEMS, REQUEST_COSTS, Reported, frame
 if TYPE_CHECKING:
     from sessionkit.accounting.calibration import Calibration
 
-__all__ = ["Priced", "cost", "price_calls"]
+__all__ = ["COST_MODEL_CHANGES", "COST_MODEL_VERSION", "Priced", "cost", "price_calls"]
+
+COST_MODEL_CHANGES = {
+    1: "every shared prefix a cache read forever, no output unless completion_tokens=",
+    2: "cache reads and writes as the cache model finds them (rules, 5-minute lifetime), "
+    "each call's stored answer as output",
+}
+"""What each version of :func:`cost`'s model changed; a new entry when figures change meaning."""
+
+COST_MODEL_VERSION = max(COST_MODEL_CHANGES)
+"""The cost model figures are priced under now (request snapshots record it)."""
 
 _EXACT = 2**53
 """Integers up to here convert to float64 exactly."""

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sessionkit.accounting.pricing import cost
+from sessionkit.accounting.pricing import COST_MODEL_CHANGES, COST_MODEL_VERSION, cost
 from sessionkit.nanobot.policies import get_policy
 from sessionkit.schema import REQUEST_SETTINGS
 from sessionkit.testing.snapshots import (
@@ -258,6 +258,13 @@ def _compare(
 ) -> tuple[list[str], list[str]]:
     """What differs beyond the tolerance (failures), and the settings that changed (context)."""
     out: list[str] = []
+    old = expected.priced.get("cost_model")
+    if old != actual.priced["cost_model"]:
+        out.append(
+            f"  priced under cost model {old if old is not None else '1 or older (unrecorded)'}, "
+            f"now {COST_MODEL_VERSION} ({COST_MODEL_CHANGES[COST_MODEL_VERSION]}): the costs "
+            "cannot be compared"
+        )
     for name in ("model", "provider", "date", "completion_tokens"):
         old, new = expected.priced.get(name), actual.priced.get(name)
         if old != new:
@@ -347,6 +354,7 @@ def assert_requests_snapshot(
         "provider": provider,
         "date": when,
         "completion_tokens": completion_tokens,
+        "cost_model": COST_MODEL_VERSION,
     }
     actual = _Recorded(priced, _settings(frame), table)
     shape = table.shape

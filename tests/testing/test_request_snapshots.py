@@ -98,7 +98,7 @@ def test_the_file_pins_each_calls_size_parts_and_price(
         "{",
         '  "format": "sessionkit requests snapshot 1",',
         '  "priced": {"model": "gpt-4o-mini", "provider": "openai", "date": '
-        '"2026-01-01T00:00:00", "completion_tokens": 0},',
+        '"2026-01-01T00:00:00", "completion_tokens": 0, "cost_model": 2},',
     ]
     data = json.loads(recorded.read_text())
     assert data["settings"]["policy"] == "nanobot-0.2"
@@ -246,6 +246,26 @@ def test_another_price_is_a_failure_not_a_tolerance(
     same_moment = datetime(2026, 1, 1, 1, tzinfo=timezone(timedelta(hours=1)))
     kept = assert_requests_snapshot(frames[20], recorded, **{**PRICED, "date": same_moment})
     assert kept.status == "matches"
+
+
+def test_another_cost_model_is_a_failure_naming_the_change(
+    recorded: Path, frames: dict[int, pd.DataFrame]
+) -> None:
+    data = json.loads(recorded.read_text())
+    data["priced"]["cost_model"] = 1
+    recorded.write_text(json.dumps(data))
+    with pytest.raises(SnapshotMismatch) as info:
+        assert_requests_snapshot(frames[20], recorded, **PRICED, rel_tol=1)
+    assert (
+        "  priced under cost model 1, now 2 (cache reads and writes as the cache model finds "
+        "them (rules, 5-minute lifetime), each call's stored answer as output): the costs "
+        "cannot be compared"
+    ) in str(info.value).splitlines()
+    del data["priced"]["cost_model"]
+    recorded.write_text(json.dumps(data))
+    with pytest.raises(SnapshotMismatch) as info:
+        assert_requests_snapshot(frames[20], recorded, **PRICED, rel_tol=1)
+    assert "  priced under cost model 1 or older (unrecorded), now 2 (" in str(info.value)
 
 
 def _cut(text: str) -> str:
