@@ -115,16 +115,19 @@ def _write(table: pd.DataFrame, fmt: str) -> None:
 
 
 def _load(args: argparse.Namespace, tokens: str | None) -> Corpus:
-    """The corpus a command's paths name; duplicate keys are told by its problems line, not
-    by a warning per file."""
+    """The corpus a command's paths name, its notes told on stderr (they leave the exit status
+    alone); duplicate keys are told by its problems line, not by a warning per file."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DuplicateKeyWarning)
-        return load(
+        corpus = load(
             args.path or None,
             tokens=tokens,  # type: ignore[arg-type]  # argparse's choices
             config_dir=args.config_dir,
             recursive=args.recursive,
         )
+    for row in corpus.notes.itertuples(index=False):
+        print(f"note: {shown(f'{row.path}: {row.reason}')}", file=sys.stderr)
+    return corpus
 
 
 def _summary(args: argparse.Namespace) -> int:

@@ -24,6 +24,7 @@ __all__ = [
     "FILE_CAP",
     "INVARIANTS",
     "MESSAGES",
+    "NOTES",
     "PROBLEMS",
     "REQUESTS",
     "REQUEST_COSTS",
@@ -132,6 +133,14 @@ PROBLEMS: tuple[Column, ...] = (
     Column("line_no", "Int64", "1-based line (<NA> when the whole file is concerned)"),
     Column("reason", "string", "what was wrong and what sessionkit did"),
 )
+
+
+NOTES: tuple[Column, ...] = (
+    Column("path", "string", "file or folder the note is about"),
+    Column("line_no", "Int64", "1-based line (<NA> when the whole file or folder is concerned)"),
+    Column("reason", "string", "what is worth knowing; nothing was lost"),
+)
+"""``corpus.notes`` and :attr:`Reported.notes`: a :data:`PROBLEMS` frame's columns and dtypes."""
 
 
 WINDOWS: tuple[Column, ...] = (
@@ -546,8 +555,8 @@ def frame(
 
 class Reported(pd.DataFrame):
     """A frame that also says what was met making it: ``problems`` (a :data:`PROBLEMS` frame:
-    files, lines and prices that could not be used), ``notes`` (the same shape: what is worth
-    knowing but lost nothing, e.g. a price taken from another provider, no usage log) and
+    files, lines and prices that could not be used), ``notes`` (a :data:`NOTES` frame: what is
+    worth knowing but lost nothing, e.g. a price taken from another provider, no usage log) and
     ``summary`` (a dict of counts), as attributes of this object alone.  A frame derived from
     it (a selection, a copy, a merge) is a plain DataFrame, so no problems travel where they no
     longer describe the rows."""
@@ -570,7 +579,7 @@ class Reported(pd.DataFrame):
         """``rows`` reporting ``problems`` (and ``summary`` and ``notes``, default empty)."""
         out = cls(rows, copy=False)
         out.problems = problems
-        out.notes = empty_frame(PROBLEMS) if notes is None else notes
+        out.notes = empty_frame(NOTES) if notes is None else notes
         out.summary = dict(summary or {})
         return out
 

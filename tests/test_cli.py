@@ -561,3 +561,19 @@ def test_summary_of_sixty_workspaces_prints_one_table_and_one_problems_line(
     assert status == 1
     assert out.count("TOTAL") == 1 and len(out.splitlines()) == 1 + 120 + 1
     assert err == f"2 problem(s) found; see `sessionkit problems {folder} --recursive`\n"
+
+
+def test_problems_of_the_bundled_data_notes_the_folders_it_did_not_load(capsys) -> None:
+    from sessionkit.store.sources import default_data_dir
+
+    assert main(["problems"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "no problems found\n"
+    assert err == (
+        f"note: {default_data_dir()}: 2 sessions folders below not loaded (damaged, "
+        "nanobot-0.3.5/sessions/5e551011c0575a3b9d2e7f4a6c8b0d1e); load with recursive=True "
+        "(--recursive) to read them too\n"
+    )
+    assert main(["problems", "--recursive", "--format", "csv"]) == 1
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 1 + 14 and err == ""

@@ -15,6 +15,7 @@ ALL_COLUMNS = [
     schema.SESSIONS,
     schema.MESSAGES,
     schema.PROBLEMS,
+    schema.NOTES,
     schema.WINDOWS,
     schema.FILE_CAP,
     schema.STATES,

@@ -138,16 +138,20 @@ _NOT_SESSIONS = frozenset({"memory", "cron"})
 _NAMESPACE = re.compile(r"[0-9a-f]{32}")
 
 
-def sessions_folders_below(folder: Path) -> list[Path]:
+def sessions_folders_below(folder: Path, skip: Path | None = None) -> list[Path]:
     """Every folder at or below ``folder`` holding session files itself (a config dir's
     ``config.json`` aside), in path order: workspaces' ``sessions/``, 0.3.5 namespaces, bare
     sessions folders.  Hidden folders, a workspace's ``memory/`` and a config dir's ``cron/``
-    are not searched, nor folders behind symlinks."""
+    are not searched, nor folders behind symlinks.  ``skip`` (a folder a load read, named from
+    ``folder``) is not listed, nor searched when it lies below ``folder``."""
     found = []
     for root, dirs, files in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _NOT_SESSIONS)
-        if any(named_like_session(f) and f != "config.json" for f in files):
-            found.append(Path(root))
+        here = Path(root)
+        dirs[:] = sorted(
+            d for d in dirs if not d.startswith(".") and d not in _NOT_SESSIONS and here / d != skip
+        )
+        if here != skip and any(named_like_session(f) and f != "config.json" for f in files):
+            found.append(here)
     return found
 
 

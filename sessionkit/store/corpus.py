@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from sessionkit import schema
 from sessionkit.nanobot.placement import placement_problem
 from sessionkit.nanobot.reader import Problem
 from sessionkit.nanobot.session import Session
@@ -29,7 +30,7 @@ from sessionkit.store.frames import (
 )
 from sessionkit.store.nogc import no_gc
 from sessionkit.store.snapshot import Snapshot
-from sessionkit.store.sources import PathLike
+from sessionkit.store.sources import PathLike, folders_left_out
 
 __all__ = [
     "DUPLICATE",
@@ -88,6 +89,8 @@ class Corpus:
         """The paths :func:`sessionkit.load` read (none for a corpus built in memory)."""
         self.config_dir: Path | None = None
         """The ``config_dir`` :func:`sessionkit.load` was given (None: not given)."""
+        self.recursive = False
+        """Whether :func:`sessionkit.load` read every sessions folder below the folders given."""
 
     def _add(self, session: Session) -> Session | None:
         """Take ``session`` under its workspace and key; the session already there, if any."""
@@ -307,6 +310,20 @@ class Corpus:
         entries = self.entries
         found = [p for e in entries for p in entry_problems(e)]
         return problems_frame(self._problems + found + self._misplaced)
+
+    @cached_property
+    def notes(self) -> pd.DataFrame:
+        """What is worth knowing but lost nothing (see :data:`sessionkit.schema.NOTES`): the
+        sessions folders below a folder loaded without ``recursive``, which were not read."""
+        found = [] if self.recursive else folders_left_out(self.loaded_from, self.config_dir)
+        return schema.frame(
+            schema.NOTES,
+            {
+                "path": [n.path for n in found],
+                "line_no": [n.line_no for n in found],
+                "reason": [n.reason for n in found],
+            },
+        )
 
     @cached_property
     def _misplaced(self) -> list[Problem]:

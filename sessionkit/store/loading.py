@@ -142,6 +142,7 @@ def load(
     named = source if isinstance(source, list | tuple) else [source]
     corpus.loaded_from = tuple(Path(p).expanduser() for p in named)
     corpus.config_dir = None if config_dir is None else Path(config_dir).expanduser()
+    corpus.recursive = recursive
     return corpus
 
 

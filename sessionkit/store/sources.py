@@ -9,6 +9,7 @@ from pathlib import Path
 from sessionkit.nanobot.naming import sessions_folder
 from sessionkit.nanobot.reader import (
     SESSION_SUFFIXES,
+    Problem,
     SessionPathError,
     sessions_folders_below,
     workspace_of,
@@ -20,6 +21,7 @@ __all__ = [
     "PathLike",
     "check_source",
     "default_data_dir",
+    "folders_left_out",
     "workspace_names",
 ]
 
@@ -88,3 +90,33 @@ def workspace_names(
     for folder in folders:
         names.setdefault(str(folder), workspace_of(folder).name)
     return names
+
+
+_NAMED = 5
+"""How many folders left out a note names; the rest are counted."""
+
+
+def folders_left_out(
+    source: PathLike | list[PathLike] | tuple[PathLike, ...], config_dir: PathLike | None
+) -> list[Problem]:
+    """A note per folder given that holds sessions folders below it that a load without
+    ``recursive`` did not read (the bundled ``data/damaged``), naming them: nothing is skipped
+    unsaid."""
+    notes = []
+    for item in source if isinstance(source, list | tuple) else [source]:
+        path = Path(item).expanduser()
+        if not path.is_dir():
+            continue
+        below = sessions_folders_below(path, skip=sessions_folder(path, config_dir))
+        if not below:
+            continue
+        names = [folder.relative_to(path).as_posix() for folder in below]
+        shown = ", ".join(names[:_NAMED])
+        more = f" and {len(names) - _NAMED} more" if len(names) > _NAMED else ""
+        folders = "sessions folder" if len(names) == 1 else "sessions folders"
+        reason = (
+            f"{len(names)} {folders} below not loaded ({shown}{more}); "
+            "load with recursive=True (--recursive) to read them too"
+        )
+        notes.append(Problem(str(path.absolute()), None, reason))
+    return notes

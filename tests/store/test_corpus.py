@@ -315,3 +315,48 @@ def test_a_recursive_load_keeps_workspaces_apart(tmp_path: Path) -> None:
     assert corpus.problems["path"].tolist() == [str(skipped), str(kept)]  # a duplicate, unread
     with pytest.raises(SessionPathError, match="holds no session files"):
         load(folder, cache=False)  # not recursive: team/ itself holds none
+
+
+def test_a_load_notes_the_sessions_folders_below_it_did_not_read(tmp_path: Path) -> None:
+    folder = team(tmp_path, 7)
+    (folder / "sessions").mkdir()
+    (folder / "sessions" / "cli_direct.jsonl").write_bytes(
+        (folder / "ws01" / "sessions" / "cli_direct.jsonl").read_bytes()
+    )
+    reason = (
+        "7 sessions folders below not loaded (ws00/sessions, ws01/sessions, ws02/sessions, "
+        "ws03/sessions, ws04/sessions and 2 more); load with recursive=True (--recursive) to "
+        "read them too"
+    )
+    for cache in (tmp_path / "cache", tmp_path / "cache", False):  # cold, warm (a snapshot), none
+        corpus = load(folder, cache=cache, tokens=None)
+        assert corpus.keys() == ["cli:direct"]
+        assert corpus.notes.values.tolist() == [[str(folder), pd.NA, reason]]
+        assert corpus.problems.empty
+    assert load(folder / "ws01", cache=False, tokens=None).notes.empty
+    with pytest.warns(sessionkit.store.corpus.DuplicateKeyWarning):
+        assert load(folder, recursive=True, cache=False, tokens=None).notes.empty
+
+
+def test_the_bundled_load_notes_the_damaged_and_0_3_5_folders() -> None:
+    data = default_data_dir()
+    assert load(tokens=None).notes.values.tolist() == [
+        [
+            str(data),
+            pd.NA,
+            "2 sessions folders below not loaded (damaged, "
+            "nanobot-0.3.5/sessions/5e551011c0575a3b9d2e7f4a6c8b0d1e); load with "
+            "recursive=True (--recursive) to read them too",
+        ]
+    ]
+    assert load(data / "sessions", tokens=None).notes.empty
+    loaded = load(tokens=None, recursive=True)
+    assert loaded.notes.empty and len(loaded.problems) == 14
+
+
+def test_a_corpus_made_in_memory_has_no_notes() -> None:
+    notes = Corpus([Session(key="cli:direct", messages=[])]).notes
+    assert notes.empty
+    assert {c: str(t) for c, t in notes.dtypes.items()} == {
+        c.name: c.dtype for c in sessionkit.schema.NOTES
+    }
