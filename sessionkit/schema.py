@@ -62,6 +62,15 @@ SESSIONS: tuple[Column, ...] = (
     Column("channel", "category", "part of the key before the first ':'"),
     Column("chat_id", "string", "part of the key after the first ':'"),
     Column("path", "string", "file the session was read from"),
+    Column(
+        "workspace",
+        "category",
+        "workspace the session was loaded from, as corpus.workspaces names it: its path below "
+        "the parent of the folder loaded ('team/ws03' for team/ loaded with recursive=True), "
+        "else its own name ('data' for data/ or data/sessions; without recursive, the folder "
+        "given is the workspace), also for a file or glob loaded; missing (NaN) for a session "
+        "made in memory",
+    ),
     Column("format", "category", "'nanobot-0.2', 'nanobot-0.3' or 'legacy-json'"),
     Column("created_at", "datetime64[ns]", "metadata created_at (NaT when not recorded)"),
     Column("updated_at", "datetime64[ns]", "metadata updated_at (NaT when not recorded)"),
@@ -96,6 +105,11 @@ SESSIONS: tuple[Column, ...] = (
 
 MESSAGES: tuple[Column, ...] = (
     Column("session_key", "category", "key of the session the message belongs to"),
+    Column(
+        "workspace",
+        "category",
+        "workspace of the session the message belongs to, as the sessions frame names it",
+    ),
     Column("idx", "Int64", "zero-based position in the session's messages"),
     Column("line_no", "Int64", "1-based line in the file (<NA> for legacy JSON / in memory)"),
     Column("role", "category", "user / assistant / tool / system"),

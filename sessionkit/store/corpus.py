@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from datetime import tzinfo
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
@@ -290,16 +290,29 @@ class Corpus:
         """One row per message (see :data:`sessionkit.schema.MESSAGES`)."""
         with no_gc():
             if self._snapshot is not None:
-                return self._snapshot.messages_frame(self.token_method)
-            return messages_frame(self.entries, tokens=self.token_method)
+                return self._snapshot.messages_frame(self.token_method, self._snapshot_workspace)
+            return messages_frame(
+                self.entries, tokens=self.token_method, workspaces=self._workspaces()
+            )
 
     @cached_property
     def sessions(self) -> pd.DataFrame:
         """One row per session (see :data:`sessionkit.schema.SESSIONS`)."""
         with no_gc():
             if self._snapshot is not None:
-                return self._snapshot.sessions_frame(self.token_method)
-            return sessions_frame(self.entries, tokens=self.token_method)
+                return self._snapshot.sessions_frame(self.token_method, self._snapshot_workspace)
+            return sessions_frame(
+                self.entries, tokens=self.token_method, workspaces=self._workspaces()
+            )
+
+    @property
+    def _snapshot_workspace(self) -> str:
+        """The workspace of every session of a snapshot (one sessions folder)."""
+        return self.workspaces[os.fspath(Path(cast("Snapshot", self._snapshot).catalog.folder))]
+
+    def _workspaces(self) -> list[str | None]:
+        """Each entry's workspace, as the frames show it (None: made in memory)."""
+        return [self.place(e.session)[0] or None for e in self.entries]
 
     @cached_property
     def problems(self) -> pd.DataFrame:

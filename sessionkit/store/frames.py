@@ -781,11 +781,17 @@ def _user_index(
     return before[1:] - np.repeat(before[starts], lengths) - 1
 
 
-def messages_frame(entries: Sequence[Entry], *, tokens: Method | None = "tiktoken") -> pd.DataFrame:
+def messages_frame(
+    entries: Sequence[Entry],
+    *,
+    tokens: Method | None = "tiktoken",
+    workspaces: Sequence[str | None] | None = None,
+) -> pd.DataFrame:
     """One row per message of every entry (columns: :data:`sessionkit.schema.MESSAGES`).
 
     Numbers are read from the entries' columns, strings stay in Arrow's buffers.  Tokens
     are counted by each session's release; ``tokens=None`` leaves the token column <NA>.
+    ``workspaces``: each entry's workspace (None: made in memory, <NA>).
     """
     if not entries:
         return schema.empty_frame(schema.MESSAGES)
@@ -795,6 +801,7 @@ def messages_frame(entries: Sequence[Entry], *, tokens: Method | None = "tiktoke
         SessionColumns(
             np.array([e.meta["n_messages"] for e in entries], dtype=np.int64),
             [s.key for s in sessions],
+            [None] * len(entries) if workspaces is None else list(workspaces),
             [s.last_consolidated for s in sessions],
             [s.policy for s in sessions],
             _counted_apart(sessions, tokens),
@@ -831,10 +838,12 @@ def _counted_apart(sessions: Sequence[Session], tokens: Method | None) -> dict[i
 @dataclass(frozen=True)
 class SessionColumns:
     """What the messages frame takes from each session, in order: its row count, key,
-    ``last_consolidated`` and policy; by position, the counts of those counted apart."""
+    workspace, ``last_consolidated`` and policy; by position, the counts of those counted
+    apart."""
 
     lengths: np.ndarray
     keys: list[str]
+    workspaces: list[str | None]
     last_consolidated: list[int]
     policies: list[str]
     apart: dict[int, np.ndarray]
@@ -864,10 +873,9 @@ def message_rows(
     return schema.frame(
         schema.MESSAGES,
         {
-            "session_key": pd.Categorical.from_codes(
-                np.repeat(np.arange(len(lengths)), lengths),
-                categories=pd.Index(sessions.keys, dtype=object),
-            ),
+            # keys repeat across workspaces
+            "session_key": _repeated(sessions.keys, lengths, object),
+            "workspace": _repeated(sessions.workspaces, lengths, None),  # as Parquet keeps it
             "idx": idx,
             "line_no": _nullable(_numbers(table, "line_no")),
             "role": role_codes,
@@ -888,6 +896,19 @@ def message_rows(
             ),
         },
         categories={"role": roles},
+    )
+
+
+def _repeated(
+    values: Sequence[str | None], lengths: np.ndarray, dtype: type[object] | None
+) -> pd.Categorical:
+    """Each session's value (None: missing) on each of its ``lengths`` rows, as a category
+    (categories in first-seen order, of ``dtype``; None: pandas' own)."""
+    seen: dict[str, int] = {}
+    codes = [-1 if v is None else seen.setdefault(v, len(seen)) for v in values]
+    return pd.Categorical.from_codes(
+        np.repeat(np.asarray(codes, dtype=np.int64), lengths),
+        categories=pd.Index(list(seen), dtype=dtype),
     )
 
 
@@ -939,11 +960,17 @@ SESSION_VALUES = (
 """The values of an entry's ``meta`` the sessions frame shows as they are kept."""
 
 
-def sessions_frame(entries: Sequence[Entry], *, tokens: Method | None = "tiktoken") -> pd.DataFrame:
+def sessions_frame(
+    entries: Sequence[Entry],
+    *,
+    tokens: Method | None = "tiktoken",
+    workspaces: Sequence[str | None] | None = None,
+) -> pd.DataFrame:
     """One row per entry's session, indexed by key (columns: :data:`sessionkit.schema.SESSIONS`).
 
     Policy-dependent values (``policy``, ``n_user_turns``, ``last_archived``, ``tokens``)
     follow each session's current ``policy``; the 0.3.5 runtime checkpoint sidecar is read now.
+    ``workspaces``: each entry's workspace (None: made in memory, <NA>).
     """
     if not entries:
         return schema.empty_frame(schema.SESSIONS)
@@ -954,6 +981,7 @@ def sessions_frame(entries: Sequence[Entry], *, tokens: Method | None = "tiktoke
     return session_rows(
         [s.key for s in sessions],
         [None if s.path is None else os.fspath(s.path) for s in sessions],
+        [None] * len(entries) if workspaces is None else workspaces,
         SessionValues(
             {name: [m[name] for m in metas] for name in SESSION_VALUES},
             [m["turns"][turns] for m, (turns, _) in zip(metas, kept, strict=True)],
@@ -998,12 +1026,13 @@ class SessionValues:
 def session_rows(
     keys: list[str],
     paths: Sequence[str | None],
+    workspaces: Sequence[str | None],
     values: SessionValues,
     *,
     checkpoints: Sequence[dict[str, Any] | None] | None = None,
 ) -> pd.DataFrame:
-    """The sessions frame of sessions ``keys`` at ``paths`` (``checkpoints``: their runtime
-    checkpoints when already known, see :func:`_checkpoints`)."""
+    """The sessions frame of sessions ``keys`` at ``paths`` in ``workspaces`` (``checkpoints``:
+    their runtime checkpoints when already known, see :func:`_checkpoints`)."""
     kept = values.kept
     split = [_split_key(k) for k in keys]
     frame = schema.frame(
@@ -1013,6 +1042,7 @@ def session_rows(
             "channel": [c for c, _ in split],
             "chat_id": [c for _, c in split],
             "path": paths,
+            "workspace": workspaces,
             "format": kept["format"],
             "created_at": _times_of(kept["created_at"]),
             "updated_at": _times_of(kept["updated_at"]),

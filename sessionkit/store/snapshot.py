@@ -83,19 +83,22 @@ class Snapshot:
                 ]
         return found
 
-    def messages_frame(self, tokens: Method | None) -> pd.DataFrame:
-        """The messages frame (see :func:`~sessionkit.store.frames.messages_frame`)."""
+    def messages_frame(self, tokens: Method | None, workspace: str) -> pd.DataFrame:
+        """The messages frame (see :func:`~sessionkit.store.frames.messages_frame`), every
+        session in ``workspace``."""
         columns = SessionColumns(
             self.catalog.table.column("n_messages").to_numpy(),
             self.keys,
+            [workspace] * len(self.keys),
             self.catalog.column("last_consolidated"),
             self._policies(),
             {},
         )
         return message_rows(self.opened.table, columns, None, tokens=tokens)
 
-    def sessions_frame(self, tokens: Method | None) -> pd.DataFrame:
-        """The sessions frame (see :func:`~sessionkit.store.frames.sessions_frame`)."""
+    def sessions_frame(self, tokens: Method | None, workspace: str) -> pd.DataFrame:
+        """The sessions frame (see :func:`~sessionkit.store.frames.sessions_frame`), every
+        session in ``workspace``."""
         policies = self._policies()
         values = SessionValues(
             {name: self.catalog.column(name) for name in SESSION_VALUES},
@@ -109,7 +112,8 @@ class Snapshot:
         )
         paths = self._paths()
         none = [None] * len(paths) if sidecar_names(self.catalog.folder) == set() else None
-        return session_rows(self.keys, paths, values, checkpoints=none)
+        workspaces = [workspace] * len(paths)
+        return session_rows(self.keys, paths, workspaces, values, checkpoints=none)
 
     def _by_release(self, value: str, releases: list[str | None]) -> list[Any]:
         """Each session's ``value`` (turns or a token sum) under the release it counts as

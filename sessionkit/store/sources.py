@@ -72,21 +72,29 @@ def workspace_names(
     config_dir: PathLike | None,
     recursive: bool,
 ) -> dict[str, str]:
-    """The workspace of each of ``folders`` (those the files loaded lie in), by name: a workspace's path below the
-    parent of the folder named (``course/alice``; ``data`` for ``data/sessions``), or the
-    workspace folder's own name for a file or glob named."""
+    """The workspace of each of ``folders`` (those the files loaded lie in), by name: a
+    workspace's path below the parent of the folder named (``course/alice``), its own name when
+    it is not below it (``data`` for ``data/sessions``; ``workspace`` for a 0.3.5 workspace),
+    or the workspace folder's own name for a file or glob named."""
     names: dict[str, str] = {}
     for item in source if isinstance(source, list | tuple) else [source]:
         path = Path(item).expanduser()
         if not path.is_dir():
             continue
         base = path.resolve().parent
-        below = sessions_folders_below(path) if recursive else [sessions_folder(path, config_dir)]
-        for folder in below:
-            workspace = path if folder == path / "sessions" else workspace_of(folder)
+        if recursive:
+            below = [
+                (f, path if f == path / "sessions" else workspace_of(f))
+                for f in sessions_folders_below(path)
+            ]
+        else:  # the folder given is the workspace, unless it is a sessions folder
+            folder = sessions_folder(path, config_dir)
+            below = [(folder, workspace_of(folder) if folder == path else path)]
+        for folder, workspace in below:
             found = workspace.resolve()
-            name = found.relative_to(base) if found.is_relative_to(base) else found
-            names.setdefault(str(folder.resolve()), name.as_posix())
+            inside = found.is_relative_to(base) and found != base
+            name = found.relative_to(base).as_posix() if inside else found.name
+            names.setdefault(str(folder.resolve()), name)
     for folder in folders:
         names.setdefault(str(folder), workspace_of(folder).name)
     return names

@@ -360,3 +360,26 @@ def test_a_corpus_made_in_memory_has_no_notes() -> None:
     assert {c: str(t) for c, t in notes.dtypes.items()} == {
         c.name: c.dtype for c in sessionkit.schema.NOTES
     }
+
+
+def test_the_frames_name_each_session_s_workspace(tmp_path: Path) -> None:
+    folder = team(tmp_path, 2)
+    with pytest.warns(sessionkit.store.corpus.DuplicateKeyWarning):
+        corpus = load(folder, recursive=True, cache=False, tokens=None)
+    assert corpus.sessions[["workspace", "key"]].values.tolist() == [
+        ["team/ws00", "cli:direct"],
+        ["team/ws00", "telegram:0"],
+        ["team/ws01", "cli:direct"],
+        ["team/ws01", "telegram:1"],
+    ]
+    assert corpus.messages["workspace"].tolist() == ["team/ws00"] * 2 + ["team/ws01"] * 2
+    assert corpus.messages["workspace"].dtype == "category"
+    workspace = folder / "ws01"
+    for cache in (tmp_path / "cache", tmp_path / "cache", False):  # cold, warm (a snapshot), none
+        for path in (workspace, workspace / "sessions", workspace / "sessions" / "*.jsonl"):
+            corpus = load(path, cache=cache, tokens=None)
+            assert corpus.sessions["workspace"].tolist() == ["ws01", "ws01"]
+            assert corpus.messages["workspace"].tolist() == ["ws01"] * 2
+    in_memory = Corpus([Session(key="cli:direct", messages=[{"role": "user", "content": "hi"}])])
+    assert in_memory.sessions["workspace"].isna().all()
+    assert in_memory.messages["workspace"].isna().all()
