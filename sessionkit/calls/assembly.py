@@ -373,7 +373,8 @@ last_consolidated, file_cap
     runtime
         Overrides of the process facts the release writes into the prompt (``system``,
         ``machine``, ``python_version``, ...), else this machine's; ``workspace_path``: the
-        path the prompt names for the workspace (where nanobot ran it), else where it lies.
+        path the prompt names for the workspace (where nanobot ran it), else where it lies;
+        ``release_path``: the path it names for nanobot's package, else the install's.
     summary
         The context governor's summary call made before agent call ``step`` (see
         :func:`call_list`) rather than that agent call.

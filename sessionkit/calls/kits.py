@@ -11,6 +11,7 @@ with a warning and asked again.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -31,7 +32,7 @@ from sessionkit.store.cachedir import (
     persistence_on,
 )
 
-__all__ = ["KitError", "kit_for", "shown_at", "workspace_inputs"]
+__all__ = ["KitError", "kit_for", "package_folder", "shown_at", "workspace_inputs"]
 
 _FORMAT = 1
 _INPUT_FOLDERS = ("memory", "skills")
@@ -212,16 +213,28 @@ def _as_kit(raw: Mapping[str, Any], times: Mapping[str, float]) -> Kit:
     )
 
 
-def shown_at(value: Any, workspace: str, shown: str) -> Any:
-    """``value`` (a kit as JSON) with every mention of the workspace's path written as
-    ``shown``: the path the prompt names when nanobot ran the workspace from another folder."""
+def shown_at(value: Any, real: str, shown: str) -> Any:
+    """``value`` (a kit as JSON) with every mention of the path ``real`` written as ``shown``:
+    the path the prompt names when nanobot ran from another folder (workspace, install)."""
     if isinstance(value, str):
-        return value.replace(workspace, shown)
+        return value.replace(real, shown)
     if isinstance(value, list):
-        return [shown_at(v, workspace, shown) for v in value]
+        return [shown_at(v, real, shown) for v in value]
     if isinstance(value, dict):
-        return {k: shown_at(v, workspace, shown) for k, v in value.items()}
+        return {k: shown_at(v, real, shown) for k, v in value.items()}
     return value
+
+
+@functools.lru_cache(maxsize=8)
+def package_folder(python: Path) -> str:
+    """The folder of the ``nanobot`` package ``python`` imports (the release's install)."""
+    code = "import nanobot, os; print(os.path.dirname(nanobot.__file__))"
+    proc = subprocess.run(
+        [str(python), "-I", "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    if proc.returncode != 0:
+        raise KitError(f"{python} cannot import nanobot: {proc.stderr.strip()[-300:]}")
+    return proc.stdout.strip()
 
 
 def kit_for(
@@ -261,6 +274,7 @@ def kit_for(
         if cached is not None:
             return _as_kit(cached, newest)
     shown = runtime.pop("workspace_path", None)
+    installed_as = runtime.pop("release_path", None)
     request = {
         "workspace": str(workspace),
         "config": str(config) if config else None,
@@ -272,6 +286,8 @@ def kit_for(
         raise KitError(f"the probe ran nanobot {raw.get('nanobot')!r}, not {release}")
     if shown is not None:
         raw = shown_at(raw, str(workspace), str(shown))
+    if installed_as is not None:
+        raw = shown_at(raw, package_folder(python), str(installed_as))
     if folder is not None and path is not None:
         try:
             make_private_dir(folder)

@@ -31,7 +31,7 @@ from sessionkit.calls.kits import KitError
 from sessionkit.conventions import entry_point
 from sessionkit.nanobot.listing import flatten_content
 from sessionkit.nanobot.naming import UnsafeKeyError
-from sessionkit.nanobot.policies import CANDIDATES, POLICIES, get_policy
+from sessionkit.nanobot.policies import POLICIES, get_policy
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import DEFAULT_SETTINGS, HistorySettings, Offset
 from sessionkit.schema import STATUSES
@@ -259,7 +259,7 @@ class Explorer(widgets.VBox):
         from sessionkit.plot.style import KeptLayout
 
         self.policy = widgets.Dropdown(
-            options=[(release.label, name) for name, release in {**POLICIES, **CANDIDATES}.items()],
+            options=[(release.label, name) for name, release in POLICIES.items()],
             description="release",
             style={"description_width": "110px"},
             layout=widgets.Layout(width="auto", max_width="520px"),

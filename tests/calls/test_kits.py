@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sessionkit.calls.kits import KitError, kit_for, shown_at
+from sessionkit.calls.kits import KitError, kit_for, package_folder, shown_at
 
 pytestmark = pytest.mark.conformance  # every kit here is probed from nanobot-ai 0.2.2
 
@@ -136,3 +136,21 @@ def test_shown_at_rewrites_the_workspace_path_in_every_string() -> None:
         "n": None,
         "/w": "key kept",
     }
+
+
+def test_a_pinned_release_path_hides_where_the_release_is_installed(workspace: Path) -> None:
+    """0.2.2 names its skills' files under its own package folder: pinned, no install path."""
+    installed = package_folder(PYTHON)
+    plain = kit_for("0.2.2", "probe_022.py", PYTHON, workspace, channel="cli", cache_dir=False)
+    assert installed in plain.system_text
+    pinned = kit_for(
+        "0.2.2",
+        "probe_022.py",
+        PYTHON,
+        workspace,
+        channel="cli",
+        runtime={"release_path": "/opt/nanobot"},
+        cache_dir=False,
+    )
+    assert installed not in json.dumps(pinned.raw)
+    assert pinned.system_text == plain.system_text.replace(installed, "/opt/nanobot")

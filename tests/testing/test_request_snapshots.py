@@ -24,8 +24,11 @@ from sessionkit.testing import (
 
 KEYS = ("telegram:777", "cli:legacy")
 # The process facts nanobot 0.2.2 writes into its prompt, pinned so no value below depends on
-# this machine's platform, time zone or PATH (which skills it offers).
+# this machine's platform, time zone or PATH (which skills it offers), or on where the checkout
+# and the release's install lie.
 RUNTIME = {
+    "workspace_path": "/home/user/.nanobot/workspace",
+    "release_path": "/usr/lib/python3/dist-packages/nanobot",
     "system": "Linux",
     "machine": "x86_64",
     "python_version": "3.11.0",
