@@ -464,6 +464,14 @@ def _usage(args: argparse.Namespace) -> int:
     return PROBLEMS if len(problems) else OK
 
 
+# Each command's help names the statuses in one line; `sessionkit --help` says when each is given.
+_EXIT_STATUS_SHORT = (
+    "exit status: 0 healthy, 1 problems found, 2 usage error, 130 interrupted "
+    "(when each is given: sessionkit --help)"
+)
+_FORMAT_HELP = "how to print the result: an aligned table (default), csv or json"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sessionkit",
@@ -475,13 +483,15 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     add = functools.partial(
         commands.add_parser,
-        epilog=EXIT_STATUS,
+        epilog=_EXIT_STATUS_SHORT,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     summary = add("summary", help="per-session table and totals")
     summary.add_argument("path", nargs="*", help=_PATHS_HELP)
     summary.add_argument("--recursive", action="store_true", help=_RECURSIVE_HELP)
-    summary.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    summary.add_argument(
+        "--format", choices=["table", "csv", "json"], default="table", help=_FORMAT_HELP
+    )
     summary.add_argument(
         "--tokens",
         choices=["tiktoken", "fallback"],
@@ -493,7 +503,9 @@ def _parser() -> argparse.ArgumentParser:
     problems = add("problems", help="damaged lines and files: path, line, reason")
     problems.add_argument("path", nargs="*", help=_PATHS_HELP)
     problems.add_argument("--recursive", action="store_true", help=_RECURSIVE_HELP)
-    problems.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    problems.add_argument(
+        "--format", choices=["table", "csv", "json"], default="table", help=_FORMAT_HELP
+    )
     problems.add_argument("--config-dir", help=_CONFIG_DIR_HELP)
     problems.set_defaults(run=_problems)
     doctor = add("doctor", help="what nanobot would lose from a store, and --fix to mend it")
@@ -511,7 +523,9 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument(
         "--create", action="store_true", help="make the missing folders above --backup-dir"
     )
-    doctor.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    doctor.add_argument(
+        "--format", choices=["table", "csv", "json"], default="table", help=_FORMAT_HELP
+    )
     doctor.add_argument("--config-dir", help=_CONFIG_DIR_HELP)
     doctor.set_defaults(run=_doctor)
     report = add("report", help="run the tour notebook headless and write one HTML report")
@@ -539,7 +553,12 @@ def _parser() -> argparse.ArgumentParser:
     req.add_argument("key", help="session key")
     req.add_argument("turn", type=int, help="zero-based user turn")
     req.add_argument("--step", type=int, default=0, help="zero-based call within the turn")
-    req.add_argument("--format", choices=["table", "json"], default="table")
+    req.add_argument(
+        "--format",
+        choices=["table", "json"],
+        default="table",
+        help="how to print the request: readable text (default) or its JSON body",
+    )
     req.add_argument("--workspace", help="workspace whose files the prompt reads")
     req.add_argument(
         "--config", help="deprecated spelling of --config-dir (the config.json nanobot ran with)"
@@ -550,7 +569,9 @@ def _parser() -> argparse.ArgumentParser:
     use = add("usage", help="LLM calls nanobot recorded: tokens, cache share, cost, unattributed")
     use.add_argument("path", help="nanobot data dir (holding llm_usage.sqlite3) or workspace")
     use.add_argument("--by", choices=["session", "day", "model"], default="session")
-    use.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    use.add_argument(
+        "--format", choices=["table", "csv", "json"], default="table", help=_FORMAT_HELP
+    )
     use.add_argument("--tz", help="IANA zone nanobot ran in (default: this machine's)")
     use.add_argument("--model", help="model to price 0.2.2/0.3.0 daily totals with")
     use.add_argument("--config-dir", help="data dir of a workspace PATH (default ~/.nanobot)")

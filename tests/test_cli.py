@@ -343,13 +343,30 @@ def test_doctor_missing_path(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 
 
 def test_every_help_documents_the_exit_statuses(capsys: pytest.CaptureFixture[str]) -> None:
-    for command in ([], ["summary"], ["problems"], ["doctor"], ["report"]):
+    """In full once, in the top-level help; each command's help names them in one line."""
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "exit status (the same for every command): 0 healthy" in out
+    assert " 1 problems found: damaged lines" in out and " 2 usage error: bad arguments" in out
+    for command in ("summary", "problems", "doctor", "report", "usage", "cache", "request"):
         with pytest.raises(SystemExit) as exit_info:
-            main([*command, "--help"])
+            main([command, "--help"])
         assert exit_info.value.code == 0
+        out = capsys.readouterr().out
+        assert out.endswith(
+            "exit status: 0 healthy, 1 problems found, 2 usage error, 130 interrupted (when "
+            "each is given: sessionkit --help)\n"
+        ), command
+        assert "(the same for every command)" not in out, command
+
+
+def test_every_format_option_says_what_it_does(capsys: pytest.CaptureFixture[str]) -> None:
+    for command in ("summary", "problems", "doctor", "usage", "request"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
         out = " ".join(capsys.readouterr().out.split())
-        assert "exit status (the same for every command): 0 healthy" in out, command
-        assert " 1 problems found" in out and " 2 usage error" in out, command
+        assert "--format {" in out and "how to print the" in out, command
 
 
 @pytest.mark.parametrize("command", ["summary", "problems", "doctor"])
