@@ -6,6 +6,7 @@ The unit tests need only sessionkit; the conformance tests skip without nanobot-
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import shutil
@@ -107,11 +108,24 @@ def nanobot() -> ModuleType:
     return require()
 
 
+# What a notebook calls when it rebuilds requests, which asks an installed release for its prompt.
+_RELEASE_CALLS = ("sk.request(", "sk.requests(", "sk.usage(")
+
+
+@functools.cache
+def _asks_a_release(notebook: Path) -> bool:
+    """Whether ``notebook`` rebuilds requests (so its outputs need the release it names)."""
+    return any(call in notebook.read_text(encoding="utf-8") for call in _RELEASE_CALLS)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by markers
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test taking the ``nanobot`` fixture (nanobot-ai 0.2.2) is a conformance test, so
-    ``-m "not conformance"`` runs without it."""
+    """A test taking the ``nanobot`` fixture (nanobot-ai 0.2.2), or a cell of a notebook that
+    rebuilds requests, is a conformance test, so ``-m "not conformance"`` runs without them."""
     for item in items:
-        if "nanobot" in getattr(item, "fixturenames", ()):
+        if "nanobot" in getattr(item, "fixturenames", ()) or (
+            item.path.suffix == ".ipynb" and _asks_a_release(item.path)
+        ):
             item.add_marker(pytest.mark.conformance)
 
 
