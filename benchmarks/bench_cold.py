@@ -6,6 +6,10 @@ timed) with a cache folder of its own:
 
 - ``nanobot``: 0.2.2's ``SessionManager._load`` of every key plus one DataFrame (from
   ``bench_load``), the reference every ratio divides by;
+- ``floor``: the floor of a cold open with exact tokens (from ``bench_load``): every line
+  parsed with orjson and every message's payload counted with bpe-openai, the fastest exact
+  tokenizer, in one forked process per core, nothing else; it must count the tokens ``cold``
+  counts;
 - ``cold`` then ``warm``: ``sk.load`` plus the messages and sessions frames with exact token
   counts, first with an empty cache folder (index and token counts), then with what it kept;
 - ``cold_none`` then ``warm_none``: the same with ``tokens=None``, in another empty folder;
@@ -13,7 +17,7 @@ timed) with a cache folder of its own:
 
 Each phase reports wall seconds and the peak RSS of its process and of its largest worker
 (``ru_maxrss`` of the children); ratios are against nanobot's time and its peak RSS (parent
-plus workers against nanobot's single process).  A phase that runs past ``--timeout`` is
+plus workers against nanobot's single process), and each phase's time against the floor's.  A phase that runs past ``--timeout`` is
 recorded as timed out.  Targets (issue 23): time growth per doubling of files <= 2.2x cold
 and warm; the largest store cold < 2x nanobot's load, warm < 0.25x.
 
@@ -36,7 +40,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench_load import _clock, _peak_rss, _since, phase_nanobot
+from bench_load import _clock, _peak_rss, _since, phase_floor, phase_nanobot
 from corpus import CORPORA
 
 HERE = Path(__file__).resolve().parent
@@ -89,11 +93,14 @@ def _open(folder: Path, tokens: str | None, cache: bool) -> dict[str, Any]:
     start = _clock()
     corpus = load(folder, tokens=tokens, cache=cache)  # type: ignore[arg-type]
     messages, sessions = corpus.messages, corpus.sessions
-    return {**_since(start), "messages": len(messages), "sessions": len(sessions)}
+    timed = _since(start)
+    counted = {"tokens": int(messages["tokens"].sum())} if tokens == "tiktoken" else {}
+    return {**timed, "messages": len(messages), "sessions": len(sessions), **counted}
 
 
 PHASES = {
     "nanobot": lambda folder: phase_nanobot(folder, 1),
+    "floor": lambda folder: phase_floor(folder, os.cpu_count() or 1),
     "cold": lambda folder: _open(folder, "tiktoken", True),
     "warm": lambda folder: _open(folder, "tiktoken", True),
     "cold_none": lambda folder: _open(folder, None, True),
@@ -135,6 +142,15 @@ def measure_size(n_files: int, repeats: int, timeout: float) -> dict[str, Any]:
                 runs[name].append(result)
                 shown = "timed out" if result["seconds"] is None else f"{result['seconds']:.2f} s"
                 print(f"  {n_files:>6} [{repeat + 1}/{repeats}] {name:<10} {shown}", flush=True)
+    for floor, cold in zip(runs["floor"], runs["cold"], strict=True):
+        if (
+            None not in (floor["seconds"], cold["seconds"])
+            and floor["floor_tokens"] != cold["tokens"]
+        ):
+            raise AssertionError(
+                f"{n_files} files: the floor counted {floor['floor_tokens']:,} tokens, the cold "
+                f"open {cold['tokens']:,}: not the same payloads"
+            )
     store_bytes = sum(p.stat().st_size for p in folder.glob("*.jsonl"))
     return {"files": n_files, "store_bytes": store_bytes, "phases": _medians(runs)}
 
@@ -158,19 +174,21 @@ def _medians(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 
 
 def ratios(size: dict[str, Any]) -> dict[str, dict[str, float | None]]:
-    """Each phase's time and peak RSS (parent plus largest worker) over nanobot's."""
+    """Each phase's time and peak RSS (parent plus largest worker) over nanobot's, and its
+    time over the floor's."""
     phases = size["phases"]
-    nanobot = phases["nanobot"]
+    nanobot, floor = phases["nanobot"], phases["floor"]
     found = {}
     for name, phase in phases.items():
-        if name == "nanobot" or phase["seconds"] is None or nanobot["seconds"] is None:
-            found[name] = {"time": None, "cpu": None, "rss": None}
+        if phase["seconds"] is None or nanobot["seconds"] is None:
+            found[name] = {"time": None, "cpu": None, "rss": None, "floor": None}
             continue
         rss = (phase["peak_rss"] + phase["peak_rss_worker"]) / nanobot["peak_rss"]
         found[name] = {
             "time": phase["seconds"] / nanobot["seconds"],
             "cpu": phase["cpu_seconds"] / nanobot["cpu_seconds"],
-            "rss": rss,
+            "rss": 1.0 if name == "nanobot" else rss,
+            "floor": None if floor["seconds"] is None else phase["seconds"] / floor["seconds"],
         }
     return found
 
@@ -209,7 +227,7 @@ def report(result: dict[str, Any]) -> str:
         f"1-min load average before: {result['loadavg_before']:.1f}",
         "",
         f"{'files':>7} {'phase':<10} {'seconds':>8} {'x nanobot':>9} {'CPU s':>7} {'CPU x nb':>8} "
-        f"{'parent MiB':>10} {'worker MiB':>10} {'RSS x nb':>8}",
+        f"{'parent MiB':>10} {'worker MiB':>10} {'RSS x nb':>8} {'x floor':>7}",
     ]
     for size in result["sizes"]:
         found = ratios(size)
@@ -218,17 +236,18 @@ def report(result: dict[str, Any]) -> str:
                 lines.append(f"{size['files']:>7} {name:<10} {'> ' + str(phase['timeout']):>8}")
                 continue
             r = found.get(name, {})
-            time_x, cpu_x, rss_x = (
-                f"{r[k]:.2f}" if r.get(k) is not None else "1" for k in ("time", "cpu", "rss")
+            time_x, cpu_x, rss_x, floor_x = (
+                f"{r[k]:.2f}" if r.get(k) is not None else "-"
+                for k in ("time", "cpu", "rss", "floor")
             )
             lines.append(
                 f"{size['files']:>7} {name:<10} {phase['seconds']:>8.2f} {time_x:>9} "
                 f"{phase['cpu_seconds']:>7.2f} {cpu_x:>8} "
                 f"{phase['peak_rss'] / MIB:>10.0f} {phase['peak_rss_worker'] / MIB:>10.0f} "
-                f"{rss_x:>8}"
+                f"{rss_x:>8} {floor_x:>7}"
             )
     lines.append("")
-    for phase in ("cold", "warm", "cold_none", "warm_none", "uncached", "nanobot"):
+    for phase in ("cold", "warm", "cold_none", "warm_none", "uncached", "nanobot", "floor"):
         for field in ("seconds", "cpu_seconds"):
             found = growth(result["sizes"], phase, field)
             steps = ", ".join("-" if g is None else f"{g:.2f}" for g in found)
@@ -237,6 +256,16 @@ def report(result: dict[str, Any]) -> str:
     for t in result["targets"]:
         value = "-" if t["value"] is None else f"{t['value']:.3f}"
         lines.append(f"{t['target']:<48} {value:>8} {t['goal']:>6}  {'yes' if t['met'] else 'NO'}")
+    lines.append("")
+    for size in result["sizes"]:
+        cold, floor = size["phases"]["cold"], size["phases"]["floor"]
+        if cold["seconds"] is not None and floor["seconds"] is not None:
+            lines.append(
+                f"{size['files']:>7} files: cold open with exact tokens {cold['seconds']:.2f} s, "
+                f"the floor {floor['seconds']:.2f} s: {cold['seconds'] / floor['seconds']:.2f}x"
+            )
+    after = ", ".join(f"{x:.2f}" for x in result["loadavg_after"])
+    lines.append(f"load average (1, 5, 15 min) after the run: {after}")
     return "\n".join(lines)
 
 
@@ -262,6 +291,7 @@ def main() -> None:
         "repeats": repeats,
         "cpus": os.cpu_count(),
         "loadavg_before": load,
+        "loadavg_after": os.getloadavg(),
         "sizes": measured,
         "targets": targets(measured),
     }

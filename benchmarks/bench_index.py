@@ -15,8 +15,13 @@ index folder of its own, each phase in a fresh process (imports not timed):
   own (the first open without token counts);
 - ``nanobot`` (0.2.2's own ``SessionManager._load`` of every key plus one DataFrame),
   ``orjson`` (every line parsed, nothing kept), ``tokens`` (cold ``count_tokens`` on all
-  cores, empty cache) and ``tiktoken`` (single-threaded ``encode_ordinary``), from
-  ``bench_load``.
+  cores, empty cache), ``tiktoken`` (single-threaded ``encode_ordinary``) and ``floor``
+  (every line parsed with orjson and every message's payload counted with bpe-openai, the
+  fastest exact tokenizer, in one forked process per core over pieces of the files, nothing
+  else: no first open with exact tokens can do less), from ``bench_load``; the floor runs
+  just before ``cold`` and must count the same tokens;
+- then ``--pairs - 1`` more runs of ``floor`` and ``cold`` (each in an empty index folder),
+  alternating: the ratio of the first open to the floor is of their medians.
 
 Run: ``python benchmarks/bench_index.py`` (``--help`` for options).  Prints the targets and
 writes JSON to ``benchmarks/results/bench_index.json``.
@@ -28,6 +33,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,6 +45,7 @@ from bench_load import (
     _clock,
     _peak_rss,
     _since,
+    phase_floor,
     phase_nanobot,
     phase_orjson,
     phase_tiktoken,
@@ -48,6 +55,7 @@ from corpus import add_corpus_options, chosen_corpus, ensure_corpus
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
+MIB = 1024 * 1024
 RELEASES = ["nanobot-0.2", "nanobot-0.3.0", "nanobot-0.3.5"]
 MAX_TOKENS = [0, 8000, 32000]
 
@@ -63,13 +71,20 @@ def _imported() -> Any:
 
 
 def phase_open(folder: Path) -> dict[str, Any]:
-    """``sk.load`` plus the sessions and messages frames, tokens included."""
+    """``sk.load`` plus the sessions and messages frames, tokens included (their sum taken
+    after the clock stops, to check against the floor's)."""
     sessionkit = _imported()
     start = _clock()
     corpus = sessionkit.load(folder)
     messages, sessions = corpus.messages, corpus.sessions
     timed = _since(start)
-    return {**timed, "messages": len(messages), "sessions": len(sessions), **_peak_rss()}
+    return {
+        **timed,
+        "messages": len(messages),
+        "sessions": len(sessions),
+        "tokens": int(messages["tokens"].sum()),
+        **_peak_rss(),
+    }
 
 
 def phase_open_none(folder: Path) -> dict[str, Any]:
@@ -124,6 +139,7 @@ PHASES = {
     "orjson": lambda folder: phase_orjson(folder, 1),
     "tokens": lambda folder: phase_tokens(folder, os.cpu_count() or 1),
     "tiktoken": lambda folder: phase_tiktoken(folder, 1),
+    "floor": lambda folder: {**phase_floor(folder, os.cpu_count() or 1), **_peak_rss()},
 }
 
 
@@ -147,24 +163,62 @@ def _append_one_message(folder: Path) -> str:
     return target.name
 
 
-def measure(source: Path, work: Path) -> dict[str, Any]:
-    """Every phase once, in order, on a settled copy of the store."""
+def measure(source: Path, work: Path, pairs: int = 1) -> dict[str, Any]:
+    """Every phase once, in order, on a settled copy of the store; then ``pairs - 1`` more
+    runs of the floor and a first open with exact tokens (each in an empty index folder of
+    its own), alternating, so their ratio is a median on a shared machine."""
     folder, cache = work / "sessions", work / "cache"
     shutil.copytree(source, folder)
     time.sleep(3.5)  # files changed within 3 s of a load are not indexed (TUNING.racy_ns)
     results = {}
-    for name in ("nanobot", "orjson", "tiktoken", "tokens"):
+    for name in ("nanobot", "orjson", "tiktoken", "tokens", "floor"):
         results[name] = run_phase(name, folder, work / "unused-cache")
     for name in ("cold", "warm", "recount", "grid_cold", "grid"):
         results[name] = run_phase(name, folder, cache)
         if name == "warm":  # the index of an open, before any grid adds replays
             results["index_bytes_open"] = _bytes_under(cache)
     results["cold_none"] = run_phase("cold_none", folder, work / "cache-none")
+    pair_runs = [(results["floor"], results["cold"])]
+    for n in range(1, pairs):
+        again = work / f"cache-pair-{n}"
+        pair_runs.append((run_phase("floor", folder, again), run_phase("cold", folder, again)))
+        shutil.rmtree(again, ignore_errors=True)
+    for floor, cold in pair_runs:
+        if floor["floor_tokens"] != cold["tokens"]:
+            raise AssertionError(
+                f"the floor counted {floor['floor_tokens']:,} tokens, the first open "
+                f"{cold['tokens']:,}: not the same payloads"
+            )
+    results["vs_floor"] = _vs_floor(pair_runs)
     results["changed_file"] = _append_one_message(folder)
     results["changed"] = run_phase("changed", folder, cache)
     results["store_bytes"] = sum(p.stat().st_size for p in folder.glob("*.jsonl"))
     results["index_bytes"] = _bytes_under(cache)
     return results
+
+
+def _vs_floor(pair_runs: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, Any]:
+    """The floor and the first open with exact tokens, run after run: seconds, CPU seconds
+    (their workers' included: both join them), peak RSS (parent + largest worker), each
+    pair's ratio, medians."""
+    floors = [f["seconds"] for f, _ in pair_runs]
+    colds = [c["seconds"] for _, c in pair_runs]
+    floor_cpu = [f["cpu_seconds"] for f, _ in pair_runs]
+    cold_cpu = [c["cpu_seconds"] for _, c in pair_runs]
+    return {
+        "floor_seconds": floors,
+        "cold_seconds": colds,
+        "floor_cpu_seconds": floor_cpu,
+        "cold_cpu_seconds": cold_cpu,
+        "cpu_ratio_of_medians": statistics.median(cold_cpu) / statistics.median(floor_cpu),
+        "floor_peak_rss": [(f["peak_rss"], f["peak_rss_worker"]) for f, _ in pair_runs],
+        "cold_peak_rss": [(c["peak_rss"], c["peak_rss_worker"]) for _, c in pair_runs],
+        "ratios": [c / f for f, c in zip(floors, colds, strict=True)],
+        "median_floor": statistics.median(floors),
+        "median_cold": statistics.median(colds),
+        "ratio_of_medians": statistics.median(colds) / statistics.median(floors),
+        "tokens": pair_runs[0][1]["tokens"],
+    }
 
 
 def _bytes_under(folder: Path) -> int:
@@ -209,8 +263,9 @@ def targets(r: dict[str, Any]) -> list[dict[str, Any]]:
 def cold_targets(r: dict[str, Any]) -> list[dict[str, Any]]:
     """Issue 23's targets for a first open, as ratios to nanobot's own load in the same run."""
 
-    def row(what: str, value: float, goal: float) -> dict[str, Any]:
-        return {"target": what, "value": round(value, 3), "goal": goal, "met": value <= goal}
+    def row(what: str, value: float, goal: float | None) -> dict[str, Any]:
+        met = None if goal is None else value <= goal
+        return {"target": what, "value": round(value, 3), "goal": goal, "met": met}
 
     nanobot, cold = r["nanobot"], r["cold"]
     rss = (cold["peak_rss"] + cold["peak_rss_worker"]) / nanobot["peak_rss"]
@@ -229,7 +284,56 @@ def cold_targets(r: dict[str, Any]) -> list[dict[str, Any]]:
         row("first open peak RSS (parent + worker) / nanobot's", rss, 1.0),
         row("index after an open / store bytes", r["index_bytes_open"] / r["store_bytes"], 0.5),
         row("first 3x3 windows grid (s)", r["grid_cold"]["seconds"], 5.0),
+        row(
+            "first open, exact tokens / the floor (medians)",
+            r["vs_floor"]["ratio_of_medians"],
+            None,
+        ),
+        row(
+            "the floor (s, median): orjson + bpe-openai, all cores",
+            r["vs_floor"]["median_floor"],
+            None,
+        ),
     ]
+
+
+def against_floor(r: dict[str, Any]) -> str:
+    """The first opens beside the floor: seconds, CPU seconds, peak RSS (parent + largest
+    worker), and the machine's load average before and after the run."""
+    floor_s = r["vs_floor"]["median_floor"]
+    lines = [
+        f"store: {r['cold']['sessions']:,} sessions, {r['cold']['messages']:,} messages, "
+        f"{r['store_bytes'] / 1e6:,.0f} MB; {r['cpus']} CPUs; load average (1/5/15 min) "
+        f"before {'/'.join(f'{x:.2f}' for x in r['loadavg_before'])}, "
+        f"after {'/'.join(f'{x:.2f}' for x in r['loadavg_after'])}"
+    ]
+    for name, label in (
+        ("floor", "the floor: orjson + bpe-openai, all cores"),
+        ("cold", "first open, exact tokens"),
+        ("cold_none", "first open, tokens=None"),
+        ("nanobot", "nanobot's load + DataFrame"),
+    ):
+        p = r[name]
+        lines.append(
+            f"{label:<42} {p['seconds']:7.2f} s {p['cpu_seconds']:7.2f} CPU-s "
+            f"{p['peak_rss'] / MIB:6,.0f} + {p['peak_rss_worker'] / MIB:4,.0f} MiB "
+            f"{p['seconds'] / floor_s:6.2f}x the floor's median"
+        )
+    v = r["vs_floor"]
+    pairs = zip(v["floor_seconds"], v["cold_seconds"], v["ratios"], strict=True)
+    for n, (f, c, ratio) in enumerate(pairs):
+        fc, cc = v["floor_cpu_seconds"][n], v["cold_cpu_seconds"][n]
+        lines.append(
+            f"pair {n + 1}: the floor {f:.2f} s ({fc:.2f} CPU-s), first open {c:.2f} s "
+            f"({cc:.2f} CPU-s): {ratio:.2f}x"
+        )
+    lines.append(
+        f"medians: the floor {v['median_floor']:.2f} s, first open with exact tokens "
+        f"{v['median_cold']:.2f} s: {v['ratio_of_medians']:.2f}x the floor; in CPU seconds "
+        f"{statistics.median(v['floor_cpu_seconds']):.2f} and "
+        f"{statistics.median(v['cold_cpu_seconds']):.2f}: {v['cpu_ratio_of_medians']:.2f}x"
+    )
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -237,21 +341,29 @@ def main() -> None:
     add_corpus_options(parser)
     parser.add_argument("--phase", choices=sorted(PHASES), help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=RESULTS / "bench_index.json")
+    parser.add_argument(
+        "--pairs", type=int, default=3, help="runs of the floor and a first open, alternating"
+    )
     args = parser.parse_args()
     folder = chosen_corpus(args)
     if args.phase:
         print(json.dumps(PHASES[args.phase](folder)))
         return
     ensure_corpus(folder, args.sessions, args.messages, args.seed)
+    loadavg_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="sessionkit-bench-index-") as work:
-        results = measure(folder, Path(work))
+        results = measure(folder, Path(work), args.pairs)
+    results["corpus"] = str(folder)
+    results["cpus"] = os.cpu_count()
+    results["loadavg_before"], results["loadavg_after"] = loadavg_before, os.getloadavg()
     results["targets"] = targets(results)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
     for t in results["targets"]:
-        print(
-            f"{'met ' if t['met'] else 'MISS'} {t['target']:<52} {t['value']:>10} (goal {t['goal']})"
-        )
+        met = {True: "met ", False: "MISS", None: "    "}[t["met"]]
+        goal = "" if t["goal"] is None else f" (goal {t['goal']})"
+        print(f"{met} {t['target']:<52} {t['value']:>10}{goal}")
+    print(against_floor(results))
     print(f"results: {args.out}")
 
 

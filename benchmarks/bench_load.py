@@ -13,7 +13,11 @@ measures, each run in a fresh process (clean peak RSS) and reported as the media
   then twice from the filled cache (warm: the first recount, which also pays for re-arming
   the memory pages the forked workers shared; again: the second);
 - ``tiktoken``: single-threaded ``encoding().encode_ordinary`` per payload (payloads are
-  built before the clock starts, so only tokenizing is timed).
+  built before the clock starts, so only tokenizing is timed);
+- ``tiktoken_split``: the same in ``--workers`` forked processes, an interleaved share each;
+- ``floor``: the floor of a first open with exact tokens: every line parsed with orjson and
+  every message's payload counted with bpe-openai (the fastest exact tokenizer the project
+  depends on), in ``--workers`` forked processes over pieces of the files, nothing else.
 
 Targets: sessionkit >= 2.5x faster than nanobot's path and within 1.5x of the orjson floor,
 peak RSS <= 3x the corpus bytes, cold counting >= 1.7x faster than single-threaded tiktoken,
@@ -201,6 +205,124 @@ def phase_tiktoken_split(folder: Path, workers: int) -> dict[str, Any]:
     return {**_since(start), "messages": len(_PAYLOADS), "encoded_tokens": tokens}
 
 
+# --- the floor of a first open with exact tokens ---------------------------------------------
+
+FLOOR_PIECE_BYTES = 8 * MIB
+"""At most this many bytes of lines per task of the floor (a file longer is cut at line ends)."""
+FLOOR_TASKS_PER_WORKER = 8
+"""At least this many tasks per worker where the store allows, so the cores finish together."""
+
+_FLOOR_COUNT: list[Callable[[str], int]] = []
+"""bpe-openai's cl100k_base ``count``, made before the floor's clock starts (workers fork
+with it)."""
+
+
+def _bpe_count() -> Callable[[str], int]:
+    """bpe-openai's exact cl100k_base count (GitHub's Rust ``bpe`` crate), the fastest exact
+    tokenizer the project depends on; equal to tiktoken's ``encode_ordinary`` lengths."""
+    from bpe_openai import _bindings
+
+    return _bindings.tokenizer_for_encoding("cl100k_base").count
+
+
+def _floor_tasks(files: list[Path], workers: int) -> list[list[tuple[str, int, int]]]:
+    """The store as tasks of whole lines: byte ranges of at most ``FLOOR_PIECE_BYTES`` ending
+    at line ends (a file longer is cut), small files grouped, largest task first."""
+    sizes = [path.stat().st_size for path in files]
+    piece = max(1, min(FLOOR_PIECE_BYTES, sum(sizes) // (workers * FLOOR_TASKS_PER_WORKER)))
+    ranges = []
+    for path, size in zip(files, sizes, strict=True):
+        if size <= piece:  # whole (most files: not opened here)
+            ranges.append((str(path), 0, size))
+            continue
+        with path.open("rb") as f:
+            start = 0
+            while start < size:
+                stop = start + piece
+                if stop < size:
+                    f.seek(stop - 1)
+                    stop += len(f.readline()) - 1  # to the end of the line ``stop - 1`` is in
+                stop = min(stop, size)
+                ranges.append((str(path), start, stop))
+                start = stop
+    tasks: list[list[tuple[str, int, int]]] = [[]]
+    held = 0
+    for path_name, start, stop in ranges:
+        if held and held + stop - start > piece:
+            tasks.append([])
+            held = 0
+        tasks[-1].append((path_name, start, stop))
+        held += stop - start
+    tasks.sort(key=lambda task: sum(stop - start for _, start, stop in task), reverse=True)
+    return tasks
+
+
+def _floor_task(task: list[tuple[str, int, int]]) -> tuple[int, int]:
+    """Messages and tokens of one task: every line parsed with orjson, each message's payload
+    (nanobot 0.2.2's, as sessionkit counts these stores) counted exactly, nothing kept."""
+    import orjson
+
+    from sessionkit.nanobot.tokens import (
+        FRAMING_TOKENS,
+        fallback_payload_tokens,
+        has_special_tokens,
+        message_payload,
+    )
+
+    count = _FLOOR_COUNT[0]
+    messages = tokens = 0
+    for path_name, start, stop in task:
+        with open(path_name, "rb") as f:
+            f.seek(start)
+            lines = f.read(stop - start).splitlines()
+        for line in lines:
+            record = orjson.loads(line)
+            if "_type" in record:  # the metadata line (and 0.3.x provider state)
+                continue
+            messages += 1
+            payload = message_payload(record)
+            if not payload:
+                tokens += FRAMING_TOKENS
+            elif has_special_tokens(payload):  # nanobot's fallback: no BPE at all
+                tokens += fallback_payload_tokens(payload)
+            else:
+                try:
+                    n = count(payload)
+                except UnicodeEncodeError:  # a lone surrogate: tiktoken's repair, then count
+                    n = count(payload.encode("utf-16", "surrogatepass").decode("utf-16", "replace"))
+                tokens += max(FRAMING_TOKENS, n + FRAMING_TOKENS)
+    return messages, tokens
+
+
+def phase_floor(folder: Path, workers: int) -> dict[str, Any]:
+    """The floor of a first open with exact tokens: every line parsed with orjson and every
+    message's payload counted with bpe-openai, in ``workers`` forked processes over pieces of
+    the files, nothing else (no frames, no index, no cache, no repeated payload skipped)."""
+    import multiprocessing
+
+    import orjson  # noqa: F401  (imported before the clock, as every phase's imports)
+
+    import sessionkit.nanobot.tokens  # noqa: F401
+
+    _FLOOR_COUNT[:] = [_bpe_count()]
+    _FLOOR_COUNT[0]("warm up")
+    start = _clock()
+    tasks = _floor_tasks(_files(folder), workers)
+    context = multiprocessing.get_context("fork")
+    with context.Pool(workers) as pool:
+        done = list(pool.imap_unordered(_floor_task, tasks, chunksize=1))
+        pool.close()
+        pool.join()  # workers reaped: their CPU time counts
+    timed = _since(start)
+    return {
+        **timed,
+        "messages": sum(m for m, _ in done),
+        "floor_tokens": sum(t for _, t in done),
+        "tasks": len(tasks),
+        "workers": workers,
+    }
+
+
 PHASES: dict[str, Callable[[Path, int], dict[str, Any]]] = {
     "sessionkit": phase_sessionkit,
     "nanobot": phase_nanobot,
@@ -209,6 +331,7 @@ PHASES: dict[str, Callable[[Path, int], dict[str, Any]]] = {
     "tokens": phase_tokens,
     "tiktoken": phase_tiktoken,
     "tiktoken_split": phase_tiktoken_split,
+    "floor": phase_floor,
 }
 
 
@@ -331,6 +454,7 @@ def report(result: dict[str, Any]) -> str:
         "tokens": "count_tokens cold (empty cache)",
         "tiktoken": "encode_ordinary, 1 thread",
         "tiktoken_split": "encode_ordinary, forked split",
+        "floor": "orjson + bpe-openai, all cores",
     }
     for name, label in labels.items():
         phase = result["phases"][name]
