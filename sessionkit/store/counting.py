@@ -643,7 +643,7 @@ class CountingBatches:
         self.pool, self.cache = pool, cache
         self._held: list[dict[str, Any]] = []
         self._chars = 0
-        self._sent: list[Future] = []
+        self._sent: list[tuple[Future, int]] = []  # each batch and how many messages it holds
 
     def add(self, messages: Sequence[dict[str, Any]]) -> None:
         """Send ``messages`` on, each batch as soon as it is full."""
@@ -672,7 +672,7 @@ class CountingBatches:
         digest, :data:`KEY_FIELDS`): half the pickling of whole dicts."""
         if self._held:
             fields = [message_field(self._held, name) for name in KEY_FIELDS]
-            self._held = []
+            size, self._held = len(self._held), []
             try:
                 sent = pickle.dumps(fields, pickle.HIGHEST_PROTOCOL)
             except RecursionError:  # nested too deeply to pickle: counted here instead
@@ -680,7 +680,7 @@ class CountingBatches:
                 future.set_result(_count_batch(fields))
             else:  # only the pickled bytes are held: the batch's text is not kept alive
                 future = self.pool.submit(_count_pickled, sent)
-            self._sent.append(future)
+            self._sent.append((future, size))
 
     def close(self) -> PendingCounts:
         """Send what is held; returns a function that waits for every release's counts of
@@ -692,7 +692,7 @@ class CountingBatches:
 
         def wait(progress: Progress | None = None) -> ReleaseCounts:
             found: ReleaseCounts = {name: ([], []) for name in POLICIES}
-            for future in sent:
+            for future, size in sent:
                 counted, fresh = future.result()
                 for name, (exact, estimates) in counted.items():
                     found[name][0].extend(exact)
@@ -700,7 +700,7 @@ class CountingBatches:
                 if cache is not None and fresh:
                     cache.update((k for k, _ in fresh), (n for _, n in fresh))
                 if progress is not None:
-                    progress(len(counted[DEFAULT_POLICY][0]))
+                    progress(size)
             if cache is not None:
                 cache.flush_soon()
             return found
