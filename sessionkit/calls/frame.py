@@ -51,7 +51,7 @@ from sessionkit.store import memo
 from sessionkit.store.corpus import Corpus, selected
 from sessionkit.store.counting import token_cache_of
 
-__all__ = ["requests"]
+__all__ = ["requests", "row_settings"]
 
 
 @entry_point(config="config_dir")
@@ -374,7 +374,21 @@ def _rows(
 
 def _offset(label: str) -> Offset:
     """A ``last_consolidated`` label of the frame as the setting it names."""
-    return label if label in ("recorded", "none") else int(label)  # type: ignore[return-value]  # "recorded" or "none" there: an Offset literal (``in`` does not narrow)
+    if label == "recorded":
+        return "recorded"
+    return "none" if label == "none" else int(label)
+
+
+def row_settings(row: Mapping[str, Any]) -> HistorySettings:
+    """The history setting a row of a requests frame names (its setting columns)."""
+    return HistorySettings(
+        max_messages=int(row["max_messages"]),
+        max_tokens=int(row["max_tokens"]),
+        include_timestamps=bool(row["include_timestamps"]),
+        include_runtime_context=bool(row["include_runtime_context"]),
+        extend_to_user=bool(row["extend_to_user"]),
+        last_consolidated=_offset(str(row["last_consolidated"])),
+    )
 
 
 def _governor(out: pd.DataFrame, by_key: Mapping[str, Session], kits: StoreKits) -> pd.array:
@@ -393,14 +407,7 @@ def _governor(out: pd.DataFrame, by_key: Mapping[str, Session], kits: StoreKits)
         kit, _, _ = kits.of(release, session)
         if kit is None:
             continue
-        settings = HistorySettings(
-            max_messages=int(setting["max_messages"]),
-            max_tokens=int(setting["max_tokens"]),
-            include_timestamps=bool(setting["include_timestamps"]),
-            include_runtime_context=bool(setting["include_runtime_context"]),
-            extend_to_user=bool(setting["extend_to_user"]),
-            last_consolidated=_offset(str(setting["last_consolidated"])),
-        )
+        settings = row_settings(setting)
         root = kits.workspace if kits.workspace is not None else workspace_of(session)
         limits = (int(setting["context_window"]), int(setting["max_output"]))
         found = frame_verdicts(release, session, kit, root, limits, settings)

@@ -12,9 +12,8 @@ import pandas as pd
 
 from sessionkit.calls.assembly import Request, count_text
 from sessionkit.nanobot.policies import get_policy
-from sessionkit.nanobot.settings import HistorySettings, Offset
 
-__all__ = ["IDENTITY", "Edit", "body_of", "calls_checked", "edited", "row_settings"]
+__all__ = ["IDENTITY", "Edit", "body_of", "calls_checked", "edited"]
 
 Message = dict[str, Any]
 Edit = str | Callable[[list[Message]], list[Message]] | None
@@ -23,25 +22,6 @@ the messages (a copy) to the messages sent, or None (as stored)."""
 
 IDENTITY = ("session_key", "policy", "turn", "step")
 """The columns of a requests frame that name a call (its setting columns follow)."""
-
-
-def _offset(label: str) -> Offset:
-    """A ``last_consolidated`` label of a requests frame as the setting it names."""
-    if label == "recorded":
-        return "recorded"
-    return "none" if label == "none" else int(label)
-
-
-def row_settings(row: Mapping[str, Any]) -> HistorySettings:
-    """The history setting of one requests-frame row."""
-    return HistorySettings(
-        max_messages=int(row["max_messages"]),
-        max_tokens=int(row["max_tokens"]),
-        include_timestamps=bool(row["include_timestamps"]),
-        include_runtime_context=bool(row["include_runtime_context"]),
-        extend_to_user=bool(row["extend_to_user"]),
-        last_consolidated=_offset(str(row["last_consolidated"])),
-    )
 
 
 def _set_text(message: Message, text: str) -> Message:

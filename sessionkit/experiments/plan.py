@@ -15,8 +15,9 @@ import pandas as pd
 
 from sessionkit.accounting.pricing import price_calls
 from sessionkit.calls.assembly import request
+from sessionkit.calls.frame import row_settings
 from sessionkit.experiments.answers import answer_key
-from sessionkit.experiments.bodies import Edit, body_of, row_settings
+from sessionkit.experiments.bodies import Edit, body_of
 from sessionkit.experiments.endpoint import Target
 from sessionkit.nanobot.session import Session
 from sessionkit.tuning import TUNING
