@@ -17,6 +17,7 @@ import pyarrow as pa
 from sessionkit.conventions import SETTING_NAMES
 
 __all__ = [
+    "AGREEMENT",
     "CACHE_BREAKS",
     "CALIBRATION",
     "EXPERIMENTS",
@@ -776,3 +777,31 @@ EXPERIMENTS: tuple[Column, ...] = (
     ),
 )
 """Columns of :func:`sessionkit.experiment`: one row per call, model, edit and sample."""
+
+AGREEMENT: tuple[Column, ...] = (
+    *(c for c in EXPERIMENTS if c.name in ("policy", *REQUEST_SETTINGS, "model", "edit")),
+    Column(
+        "setting",
+        "string",
+        "what sets this row apart from the others: the release, settings, model and edit that "
+        "vary across the results, e.g. 'max_messages 20' (the release's label when none vary)",
+    ),
+    Column("calls", "int64", "results of this setting: calls asked times samples"),
+    Column("answered", "int64", "of those, with an answer (answered now or stored earlier)"),
+    Column("compared", "int64", "of those, at a call the session stored an answer for"),
+    Column("agreed", "int64", "of those, taking the session's action (same_action)"),
+    Column("agreement_rate", "float64", "agreed / compared (NaN: none compared)"),
+    Column(
+        "tokens_per_call",
+        "float64",
+        "mean of estimated_prompt_tokens over the calls: what this setting sends per call",
+    ),
+    Column("prompt_tokens", "Int64", "input tokens the endpoint reported, summed (<NA>: none)"),
+    Column(
+        "cost_usd", "float64", "cost_usd of the answers summed (NaN: none, or one not priced)"
+    ),
+    Column("cost_per_call", "float64", "cost_usd / answered (NaN: as cost_usd)"),
+)
+"""Columns of an experiment's agreement per setting
+(:func:`sessionkit.experiments.agreement.agreement_by_setting`): one row per release,
+setting, model and edit, in the order the results first name them."""
