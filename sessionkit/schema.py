@@ -20,6 +20,7 @@ __all__ = [
     "AGREEMENT",
     "CACHE_BREAKS",
     "CALIBRATION",
+    "CONTINUATION",
     "EXPERIMENTS",
     "FIGURE_DATA",
     "FILE_CAP",
@@ -777,6 +778,20 @@ EXPERIMENTS: tuple[Column, ...] = (
     ),
 )
 """Columns of :func:`sessionkit.experiment`: one row per call, model, edit and sample."""
+
+CONTINUATION: tuple[Column, ...] = (
+    Column("position", "int64", "index of the message in both sessions, from the fork point on"),
+    Column("original_role", "string", "role of the original's message there (<NA>: none)"),
+    Column(
+        "original",
+        "string",
+        "its text, each tool call after it as '-> name(arguments)' (<NA>: none)",
+    ),
+    Column("continued_role", "string", "role of the continuation's message there (<NA>: none)"),
+    Column("continued", "string", "its text, shown as original (<NA>: none)"),
+)
+"""Columns of :meth:`sessionkit.experiments.continuation.Continuation.side_by_side`: one row
+per message position after the fork point."""
 
 AGREEMENT: tuple[Column, ...] = (
     *(c for c in EXPERIMENTS if c.name in ("policy", *REQUEST_SETTINGS, "model", "edit")),
