@@ -35,10 +35,11 @@ exit status (the same for every command):
      or the tour failed on the store (report; a written report exits 0, problems and all),
      or a write failed (doctor --fix: one line, e.g. disk full; the file is left unchanged),
      or the release failed to answer (request), or a recorded usage problem (usage),
-     or an install failed (releases install)
+     or an install failed (releases install), or a call failed (experiment)
   2  usage error: bad arguments, or a path that is not a session store (missing, empty,
      not a workspace, sessions folder, .jsonl/.json session file or glob), or a request
-     that cannot be made (no such key, turn or step; no release installed)
+     that cannot be made (no such key, turn or step; no release installed), or an
+     experiment without --budget-calls, --budget-usd or --dry-run
   130 interrupted (Ctrl-C): stopped at once, nothing partial kept in the cache
 """
 
@@ -52,6 +53,18 @@ _SUMMARY_COLUMNS = [
     "first_message_at",
     "last_message_at",
     "title",
+]
+_PLAN_COLUMNS = ["setting", "calls", "estimated_prompt_tokens", "worst_cost_usd"]
+_AGREEMENT_COLUMNS = [
+    "setting",
+    "calls",
+    "answered",
+    "compared",
+    "agreed",
+    "agreement_rate",
+    "tokens_per_call",
+    "prompt_tokens",
+    "cost_usd",
 ]
 _PATHS_HELP = "workspace, sessions folder, file or glob (default: bundled data)"
 _RECURSIVE_HELP = "load every workspace and sessions folder below each folder given"
@@ -464,6 +477,131 @@ def _usage(args: argparse.Namespace) -> int:
     return PROBLEMS if len(problems) else OK
 
 
+def _values(text: str, option: str) -> list[int | None]:
+    """A comma-separated list of counts: ``none`` is no limit (0), ``default`` the release's."""
+    out: list[int | None] = []
+    for part in text.split(","):
+        word = part.strip().lower()
+        if word in ("none", "default"):
+            out.append(0 if word == "none" else None)
+        elif word.isdigit():
+            out.append(int(word))
+        else:
+            raise ValueError(
+                f"{option} takes counts separated by commas (none: no limit, default: the "
+                f"release's), e.g. 20,120; not {text!r}"
+            )
+    return out
+
+
+def _turns(text: str) -> list[int]:
+    """Zero-based user turns: ``0-3,7`` is 0, 1, 2, 3 and 7."""
+    chosen: set[int] = set()
+    for part in text.split(","):
+        first, dash, last = part.strip().partition("-")
+        if not first.isdigit() or (dash and not last.isdigit()):
+            raise ValueError(f"--turns takes turns and ranges such as 0-3,7; not {text!r}")
+        chosen.update(range(int(first), int(last or first) + 1))
+    return sorted(chosen)
+
+
+def _experiment_calls(args: argparse.Namespace, corpus: Corpus) -> pd.DataFrame:
+    """The rows of a requests frame the options select: the session, the settings grid, the
+    turns."""
+    from sessionkit.calls.frame import requests
+
+    grid: dict[str, list[object]] = {}
+    if args.policy:
+        grid["policy"] = [p.strip() for p in args.policy.split(",")]
+    for option, name in (("--max-messages", "max_messages"), ("--max-tokens", "max_tokens")):
+        if getattr(args, name) is not None:
+            grid[name] = list(_values(getattr(args, name), option))
+    turns = _turns(args.turns) if args.turns is not None else None
+    if args.key is not None and args.key not in corpus:
+        raise ValueError(f"no session with key {args.key} in {args.path}")
+    calls = requests(
+        corpus,
+        args.key,
+        grid=grid or None,
+        workspace=args.workspace,
+        config_dir=args.config_dir,
+        nanobot=args.nanobot,
+    )
+    return calls if turns is None else calls[calls["turn"].isin(turns)]
+
+
+def _experiment(args: argparse.Namespace) -> int:
+    """``experiment PATH``: the selected calls asked again per setting under a budget, and how
+    often each setting's answers take the session's action (``--dry-run``: the plan)."""
+    import os
+
+    from sessionkit.calls.installs import ReleaseNotInstalled
+    from sessionkit.experiments.agreement import agreement_by_setting
+    from sessionkit.experiments.experiment import experiment
+
+    if not args.dry_run and args.budget_calls is None and args.budget_usd is None:
+        print(
+            "sessionkit: error: experiment sends requests only under a budget: pass "
+            "--budget-calls N and/or --budget-usd X, or --dry-run for the plan",
+            file=sys.stderr,
+        )
+        return USAGE
+    if args.api_key_env is not None and args.api_key_env not in os.environ:
+        print(
+            f"sessionkit: error: --api-key-env names {shown(args.api_key_env)}, which is not "
+            "set in the environment",
+            file=sys.stderr,
+        )
+        return USAGE
+    corpus = load(args.path, tokens=None, config_dir=args.config_dir)
+    try:
+        out = experiment(
+            _experiment_calls(args, corpus),
+            corpus,
+            models=args.models.split(",") if args.models else None,
+            endpoint=args.endpoint,
+            api_key=os.environ[args.api_key_env] if args.api_key_env else None,
+            budget_calls=args.budget_calls,
+            budget_usd=args.budget_usd,
+            samples=args.samples,
+            concurrency=args.concurrency,
+            dry_run=args.dry_run,
+            workspace=args.workspace,
+            config_dir=args.config_dir,
+            nanobot=args.nanobot,
+            cache=False if args.no_cache else None,
+        )
+    except (IndexError, ValueError, ReleaseNotInstalled) as exc:
+        print(f"sessionkit: error: {shown(str(exc))}", file=sys.stderr)
+        return USAGE
+    table = agreement_by_setting(out)
+    summary = out.summary
+    if args.dry_run:
+        plan = table.assign(
+            estimated_prompt_tokens=(table["tokens_per_call"] * table["calls"]).round().astype(int)
+        )[_PLAN_COLUMNS]
+        _write(plan, args.format)
+        print(
+            f"plan: {int(plan['calls'].sum())} call(s), "
+            f"{int(plan['estimated_prompt_tokens'].sum()):,} prompt tokens (estimated), worst "
+            f"case ${summary['worst_cost_usd']:.4f}, to {shown(summary['host'])}; "
+            f"{summary['stored']} answer(s) already kept; nothing sent",
+            file=sys.stderr,
+        )
+    else:
+        _write(table[_AGREEMENT_COLUMNS], args.format)
+        print(
+            f"{summary['answered']} answered, {summary['stored']} stored, {summary['failed']} "
+            f"failed, {summary['over budget']} over budget; spent ${summary['spent_usd']:.4f} "
+            f"at {shown(summary['host'])}",
+            file=sys.stderr,
+        )
+    for kind, rows in (("note", out.notes), ("problem", out.problems)):
+        for row in rows.itertuples(index=False):
+            print(f"{kind}: {shown(row.reason)}", file=sys.stderr)
+    return PROBLEMS if len(out.problems) or summary["failed"] else OK
+
+
 # Each command's help names the statuses in one line; `sessionkit --help` says when each is given.
 _EXIT_STATUS_SHORT = (
     "exit status: 0 healthy, 1 problems found, 2 usage error, 130 interrupted "
@@ -576,6 +714,53 @@ def _parser() -> argparse.ArgumentParser:
     use.add_argument("--model", help="model to price 0.2.2/0.3.0 daily totals with")
     use.add_argument("--config-dir", help="data dir of a workspace PATH (default ~/.nanobot)")
     use.set_defaults(run=_usage)
+    exp = add(
+        "experiment",
+        help="ask the calls again per setting (under a budget): how often answers agree",
+        description="Ask an OpenAI-compatible endpoint each selected call's exact request "
+        "again under each setting, and print per setting how often the answers take the "
+        "session's action beside the tokens and dollars per call. Nothing is sent without "
+        "--budget-calls or --budget-usd; --dry-run prints the plan. The API key comes from "
+        "the nanobot config or --api-key-env and is never printed or written.",
+    )
+    exp.add_argument("path", help="workspace, sessions folder or file")
+    exp.add_argument("--key", help="session key (default: every session)")
+    exp.add_argument("--turns", help="zero-based user turns, e.g. 0-3,7 (default: all)")
+    exp.add_argument("--policy", help="releases, comma-separated (default: each session's)")
+    exp.add_argument(
+        "--max-messages",
+        help="max_messages values, comma-separated, e.g. 20,120 (none: no limit, default: "
+        "the release's)",
+    )
+    exp.add_argument("--max-tokens", help="max_tokens values, as --max-messages")
+    exp.add_argument("--models", help="models asked, comma-separated (default: the config's)")
+    exp.add_argument("--samples", type=int, default=1, help="answers per call (default 1)")
+    exp.add_argument("--concurrency", type=int, default=8, help="calls in flight (default 8)")
+    exp.add_argument(
+        "--endpoint", help="OpenAI-compatible base URL (default: the nanobot config's)"
+    )
+    exp.add_argument(
+        "--api-key-env", help="environment variable holding the key (default: the config's)"
+    )
+    exp.add_argument(
+        "--dry-run", action="store_true", help="print the plan (calls, tokens, cost, host)"
+    )
+    exp.add_argument("--budget-calls", type=int, help="send at most this many calls")
+    exp.add_argument("--budget-usd", type=float, help="spend at most this many dollars")
+    exp.add_argument(
+        "--no-cache", action="store_true", help="keep no answer in the cache (ask again next run)"
+    )
+    exp.add_argument(
+        "--format",
+        choices=["table", "csv", "json"],
+        default="table",
+        help="how to print agreement per setting (--dry-run: the plan per setting): an "
+        "aligned table (default), csv or json",
+    )
+    exp.add_argument("--workspace", help="workspace whose files the prompt reads")
+    exp.add_argument("--nanobot", help="python or venv of the installed release")
+    exp.add_argument("--config-dir", help=_CONFIG_DIR_HELP)
+    exp.set_defaults(run=_experiment)
     cache = add(
         "cache", help="the cache folder: `cache info` (size, index bytes, files) or `cache clear`"
     )

@@ -816,6 +816,12 @@ AGREEMENT: tuple[Column, ...] = (
         "cost_usd", "float64", "cost_usd of the answers summed (NaN: none, or one not priced)"
     ),
     Column("cost_per_call", "float64", "cost_usd / answered (NaN: as cost_usd)"),
+    Column(
+        "worst_cost_usd",
+        "float64",
+        "worst_cost_usd summed over the calls: what budget_usd reserves to ask them all "
+        "(NaN: one not priced)",
+    ),
 )
 """Columns of an experiment's agreement per setting
 (:func:`sessionkit.experiments.agreement.agreement_by_setting`): one row per release,

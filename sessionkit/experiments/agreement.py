@@ -70,6 +70,7 @@ def agreement_by_setting(results: pd.DataFrame) -> pd.DataFrame:
             "tokens_per_call",
             "prompt_tokens",
             "cost_usd",
+            "worst_cost_usd",
         )
     }
     for at in groups.values():
@@ -84,6 +85,7 @@ def agreement_by_setting(results: pd.DataFrame) -> pd.DataFrame:
         counts["tokens_per_call"].append(float(rows["estimated_prompt_tokens"].iloc[at].mean()))
         counts["prompt_tokens"].append(int(reported.sum()) if len(reported) else None)
         counts["cost_usd"].append(float(costs.sum()) if len(costs) else np.nan)
+        counts["worst_cost_usd"].append(float(rows["worst_cost_usd"].to_numpy()[at].sum()))
     compared_n = np.array(counts["compared"], dtype=np.float64)
     answered_n = np.array(counts["answered"], dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -44,6 +44,7 @@ def test_each_setting_counts_its_answers_and_the_share_agreeing() -> None:
     assert list(frame["prompt_tokens"]) == [3000, 1000]
     assert frame["cost_usd"].tolist() == pytest.approx([0.0006, 0.0006], rel=1e-12)
     assert frame["cost_per_call"].tolist() == pytest.approx([0.0002, 0.0006], rel=1e-12)
+    assert frame["worst_cost_usd"].tolist() == pytest.approx([0.003, 0.002], rel=1e-12)
 
 
 def test_a_setting_with_no_answer_has_no_rate_tokens_reported_or_cost() -> None:
