@@ -5,12 +5,16 @@
 - :mod:`~sessionkit.testing.request_snapshots`: pin each LLM call's size and cost under a
   history policy in a JSON file; fail when calls grow or get dearer beyond a tolerance
   (:func:`assert_requests_snapshot`, :func:`requests_data`).
+- :mod:`~sessionkit.testing.agreement_snapshots`: pin an experiment's agreement rate per
+  setting in a JSON file; fail when a setting's rate moves beyond a tolerance
+  (:func:`assert_agreement_snapshot`, :func:`agreement_data`).
 - :mod:`~sessionkit.testing.figures`: the data a figure draws, as a frame to snapshot
   (:func:`figure_data`, :func:`assert_figure_snapshot`).
 - :mod:`~sessionkit.testing.invariants`: properties every history window of nanobot 0.2.2's
   policy has (:func:`check_window_invariants`, :func:`assert_window_invariants`).
 """
 
+from sessionkit.testing.agreement_snapshots import agreement_data, assert_agreement_snapshot
 from sessionkit.testing.figures import assert_figure_snapshot, figure_data
 from sessionkit.testing.invariants import (
     InvariantViolation,
@@ -32,6 +36,8 @@ __all__ = [
     "InvariantViolation",
     "Snapshot",
     "SnapshotMismatch",
+    "agreement_data",
+    "assert_agreement_snapshot",
     "assert_figure_snapshot",
     "assert_frame_snapshot",
     "assert_requests_snapshot",
