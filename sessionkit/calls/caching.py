@@ -27,8 +27,11 @@ minutes), and the low end of OpenAI's 5-10 idle minutes.  ``None``: nothing expi
 model before 0.4: every shared prefix read).  What the frame cannot tell: a cache entry older
 than the previous call (only the previous call's breakpoints and hit are looked up, not
 Anthropic's 20-block lookback), the boundary between built-in and MCP tools (one tools
-breakpoint), and, for ``"deployment"`` scope, which sessions share a prompt (those of one
-release and setting whose system prompt and tools count alike).
+breakpoint), for ``"openai-marked"`` a second-to-last message 0.3.5 cannot mark (an assistant
+tool call without text, sent with null content: no message breakpoint, the frame assumes one),
+and, for ``"deployment"`` scope, which sessions share a prompt (those of one release and setting
+whose system prompt and tools count alike).  tests/calls/test_caching_e2e.py holds these
+columns against a stub provider's cache written from the same documentation, call by call.
 """
 
 from __future__ import annotations
