@@ -15,6 +15,13 @@ agent calls take, in order, and the steps before which the governor makes a summ
 
 Each turn's text must be unique in the run and must not occur in nanobot's own prompts: the
 stub tells a turn's first agent call from a summary call by it (``stub_openai``).
+
+Optional keys: ``"gaps"`` (seconds the clock jumps before each turn, the release's and the
+stub's alike: ``gateway_035.py``), ``"provider"`` (the config's provider entry pointed at the
+stub, default ``"custom"``; ``"openrouter"`` makes 0.3.5 send a Claude model's
+``cache_control`` markers) and ``"model"`` (default :data:`MODEL`).  ``run_gateway(...,
+cache=)`` gives the stub a prompt cache (``support.provider_caches``) whose counts replace the
+scripted usage numbers.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from support.releases import _harness_env, release
-from support.stub_openai import Call, Reply, ScriptedTurn, StubServer, Usage
+from support.stub_openai import Cache, Call, Reply, ScriptedTurn, StubServer, Usage
 
 __all__ = ["SCENARIO_BASIC", "SCENARIO_GOVERNOR", "GatewayRun", "run_gateway"]
 
@@ -137,10 +144,11 @@ def _write_private(path: Path, text: str) -> None:
 
 def _config(scenario: dict[str, Any], workspace: Path, url: str) -> dict[str, Any]:
     settings = scenario.get("settings", {})
+    provider = scenario.get("provider", "custom")
     defaults = {
         "workspace": str(workspace),
-        "model": MODEL,
-        "provider": "custom",
+        "model": scenario.get("model", MODEL),
+        "provider": provider,
         "timezone": "UTC",
         **{
             k: v
@@ -153,7 +161,7 @@ def _config(scenario: dict[str, Any], workspace: Path, url: str) -> dict[str, An
     }
     return {
         "agents": {"defaults": defaults},
-        "providers": {"custom": {"apiKey": "sk-stub", "apiBase": url}},
+        "providers": {provider: {"apiKey": "sk-stub", "apiBase": url}},
     }
 
 
@@ -188,8 +196,9 @@ def _place(calls: list[Call], turns: list[dict[str, Any]]) -> tuple[list[int], l
     return turn_of, step_of
 
 
-def run_gateway(tmp_path: Path, scenario: dict[str, Any]) -> GatewayRun:
-    """Run the scenario's turns through 0.3.5's gateway loop against a fresh stub."""
+def run_gateway(tmp_path: Path, scenario: dict[str, Any], cache: Cache | None = None) -> GatewayRun:
+    """Run the scenario's turns through 0.3.5's gateway loop against a fresh stub (with
+    ``cache``, its prompt cache)."""
     python = release("0.3.5").python
     root = _private_dir(tmp_path / "gateway")
     home, data, workspace = (_private_dir(root / name) for name in ("home", "data", "workspace"))
@@ -198,12 +207,14 @@ def run_gateway(tmp_path: Path, scenario: dict[str, Any]) -> GatewayRun:
     turns = scenario["turns"]
     script = [ScriptedTurn(t["text"], tuple(map(Reply.from_json, t["replies"]))) for t in turns]
     summary = Reply.from_json(scenario["summary"])
-    with StubServer(script, default=summary) as stub:
+    gaps = scenario.get("gaps")
+    with StubServer(script, default=summary, gaps=gaps, cache=cache) as stub:
         config = data / "config.json"
         _write_private(config, json.dumps(_config(scenario, workspace, stub.url), indent=2))
         request = {
             "config": str(config),
             "turns": [{"session": t["session"], "text": t["text"]} for t in turns],
+            "gaps": gaps,
         }
         proc = subprocess.run(
             [str(python), "-I", str(DRIVER)],

@@ -1,7 +1,8 @@
 """Run nanobot 0.3.5's own agent loop as its gateway composes it, for scripted user turns (stdlib + nanobot).
 
 Runs INSIDE the 0.3.5 release venv (``<release python> -I gateway_035.py``): stdin
-``{"config": "/abs/config.json", "turns": [{"session": "telegram:alice", "text": "..."}, ...]}``,
+``{"config": "/abs/config.json", "turns": [{"session": "telegram:alice", "text": "..."}, ...],
+"gaps": [0, 120, ...]}`` (``gaps`` optional),
 stdout ``{"nanobot": version, "tiktoken": bool, "turns": [{"session", "text",
 "started_ns", "ended_ns", "outcome", "replies"}, ...]}``.  The caller points HOME, the
 config file (its folder is nanobot's data dir) and the workspace at temporary folders, and
@@ -28,6 +29,15 @@ Turns run SEQUENTIALLY: each is published only after the previous turn's session
 Within a turn the user message is saved (and stamped) before the first call, the rest of the
 turn after the last one; the usage log stamps each call with its start (UTC epoch ms).  What
 the recorded requests and files showed is written down in ``e2e.GatewayRun``.
+
+The clock: the process's wall clock is the real one plus an offset (``time.time``,
+``time.time_ns`` and ``datetime.datetime.now``/``utcnow``/``today``, replaced before nanobot is
+imported, so its message stamps, session times, usage log and prompt all read it); before turn
+i is published the offset grows by ``gaps[i]`` seconds, so turn i starts ``gaps[i]`` seconds
+after the previous one ended, with no waiting.  ``asyncio`` and every timeout run on
+``time.monotonic``, which is left alone.  The stub (``StubServer(gaps=...)``) adds the same
+offsets to its own clock for the calls of each turn, so the stub's cache lifetimes and the
+times nanobot stored agree.  ``started_ns``/``ended_ns`` are on the shifted clock.
 """
 
 from __future__ import annotations
@@ -40,8 +50,48 @@ import time
 from pathlib import Path
 from typing import Any
 
+_OFFSET_NS = [0]
+"""Nanoseconds the process's wall clock runs ahead of the real one."""
 
-async def _drive(config_path: Path, turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+
+def _install_clock() -> None:
+    """Make ``time.time``/``time_ns`` and ``datetime.datetime``'s clock read real time plus
+    ``_OFFSET_NS`` (datetime by a subclass that ``isinstance`` still matches, as freezegun does)."""
+    import datetime as dt
+
+    real_ns, real_datetime = time.time_ns, dt.datetime
+
+    def time_ns() -> int:
+        return real_ns() + _OFFSET_NS[0]
+
+    class _Meta(type):
+        def __instancecheck__(cls, obj: object) -> bool:
+            return isinstance(obj, real_datetime)
+
+        def __subclasscheck__(cls, sub: type) -> bool:
+            return issubclass(sub, real_datetime)
+
+    class ShiftedDatetime(real_datetime, metaclass=_Meta):
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:
+            return real_datetime.fromtimestamp(time_ns() / 1e9, tz)
+
+        @classmethod
+        def utcnow(cls) -> Any:
+            return real_datetime.fromtimestamp(time_ns() / 1e9, dt.UTC).replace(tzinfo=None)
+
+        @classmethod
+        def today(cls) -> Any:
+            return cls.now()
+
+    time.time_ns = time_ns
+    time.time = lambda: time_ns() / 1e9
+    dt.datetime = ShiftedDatetime  # type: ignore[misc]
+
+
+async def _drive(
+    config_path: Path, turns: list[dict[str, Any]], gaps: list[float]
+) -> list[dict[str, Any]]:
     from nanobot.agent.hooks import create_file_edit_activity_hook
     from nanobot.agent.loop import AgentLoop
     from nanobot.agent.model_presets import load_model_preset_catalog
@@ -114,7 +164,8 @@ async def _drive(config_path: Path, turns: list[dict[str, Any]]) -> list[dict[st
     loop_task = asyncio.create_task(agent.run(), name="nanobot-agent-loop")
     done: list[dict[str, Any]] = []
     try:
-        for turn in turns:
+        for turn, gap in zip(turns, gaps, strict=True):
+            _OFFSET_NS[0] += int(gap * 1_000_000_000)
             channel, chat_id = turn["session"].split(":", 1)
             idle[turn["session"]] = asyncio.Event()
             started = time.time_ns()
@@ -159,6 +210,7 @@ def _tiktoken_loads() -> bool:
 def main() -> None:
     """Read the request on stdin, drive the turns, print the JSON answer on the real stdout."""
     request = json.load(sys.stdin)
+    _install_clock()
     answer_fd = os.dup(1)
     os.dup2(2, 1)  # nanobot's console output goes to stderr; stdout carries only the answer
     import nanobot
@@ -166,7 +218,8 @@ def main() -> None:
 
     logger.remove()
     logger.add(sys.stderr, level="WARNING")
-    turns = asyncio.run(_drive(Path(request["config"]), request["turns"]))
+    gaps = request.get("gaps") or [0] * len(request["turns"])
+    turns = asyncio.run(_drive(Path(request["config"]), request["turns"], gaps))
     answer = {
         "nanobot": nanobot.__version__,
         "tiktoken": _tiktoken_loads(),

@@ -22,37 +22,58 @@ chunk, content, tool calls, the finish reason, then — when ``stream_options.in
 is set — a chunk with empty ``choices`` and the usage, then ``[DONE]``); otherwise one
 ``chat.completion`` object.  ``GET /v1/models`` lists ``model``.  A request past the script
 is answered 500 and recorded with ``kind="unscripted"``, so a test sees it instead of hanging.
+
+A prompt cache (``cache=``, a :class:`support.provider_caches.PromptCache`) replaces each
+answered call's scripted prompt, cached and cache-write tokens by what the cache counts and
+finds for the body, at the stub's clock: real time plus ``sum(gaps[:i + 1])`` seconds for the
+calls of turn i (the turn whose reply comes next), the offsets ``gateway_035.py`` adds to the
+release's clock before publishing each turn.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from itertools import accumulate
+from typing import Any, Protocol
 
 __all__ = ["Call", "Reply", "ScriptedTurn", "StubServer", "ToolCall", "Usage"]
 
 
 @dataclass(frozen=True)
 class Usage:
-    """The usage numbers the stub reports for one call."""
+    """The usage numbers the stub reports for one call (``cache_write_tokens``: None, not
+    reported; else in ``prompt_tokens_details`` as OpenRouter reports a Claude model's writes)."""
 
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0
+    cache_write_tokens: int | None = None
 
     def wire(self) -> dict[str, Any]:
         """The OpenAI ``usage`` object."""
+        details: dict[str, int] = {"cached_tokens": self.cached_tokens}
+        if self.cache_write_tokens is not None:
+            details["cache_write_tokens"] = self.cache_write_tokens
         return {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.prompt_tokens + self.completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+            "prompt_tokens_details": details,
         }
+
+
+class Cache(Protocol):
+    """A provider's prompt cache as the stub applies it (``support.provider_caches``)."""
+
+    def __call__(self, body: Mapping[str, Any], now: float) -> tuple[int, int, int | None]:
+        """(prompt, cached, cache-write tokens) of a request body arriving at ``now``."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -120,8 +141,12 @@ class StubServer:
         *,
         default: Reply,
         model: str = "stub-model",
+        gaps: Sequence[float] | None = None,
+        cache: Cache | None = None,
     ) -> None:
         self._script = [(i, reply) for i, turn in enumerate(turns) for reply in turn.replies]
+        self._offsets = list(accumulate(gaps or [0.0] * len(turns)))
+        self._cache = cache
         self._texts = [turn.text.strip() for turn in turns]
         self._default = default
         self.model = model
@@ -157,9 +182,14 @@ class StubServer:
         first = self._next == 0 or self._script[self._next - 1][0] != turn
         return first and self._texts[turn] in _last_text(last)
 
+    def _offset(self, turn: int) -> float:
+        """Seconds the clock of turn ``turn`` runs ahead of real time."""
+        return self._offsets[turn] if self._offsets else 0.0
+
     def _answer(self, body: dict[str, Any]) -> Call:
         with self._lock:
             index = len(self.calls)
+            turn = self._script[min(self._next, len(self._script) - 1)][0] if self._script else 0
             if not self._is_agent_call(body):
                 kind, reply = "default", self._default
             elif self._next < len(self._script):
@@ -167,8 +197,15 @@ class StubServer:
                 self._next += 1
             else:
                 kind, reply = "unscripted", None
+            if reply is not None and self._cache is not None:
+                prompt, read, write = self._cache(body, time.time() + self._offset(turn))
+                used = dataclasses.replace(
+                    reply.usage, prompt_tokens=prompt, cached_tokens=read, cache_write_tokens=write
+                )
+                reply = dataclasses.replace(reply, usage=used)
             ids = tuple(f"call_{index}_{i}" for i in range(len(reply.tool_calls) if reply else 0))
-            call = Call(index, time.time_ns(), body, kind, reply, ids)
+            received = time.time_ns() + int(self._offset(turn) * 1_000_000_000)
+            call = Call(index, received, body, kind, reply, ids)
             self.calls.append(call)
             return call
 
