@@ -7,7 +7,8 @@ timeline from :func:`sessionkit.plot.token_timeline`, forks from :func:`sessionk
 the request of the selected turn (its parts, and the request itself as JSON) from
 :func:`sessionkit.request`, built only when asked for, and, given a usage frame, what the
 provider reported and charged for the selected turn (:func:`sessionkit.usage` rows, written by
-:mod:`sessionkit.views.usage_panel`).
+:mod:`sessionkit.views.usage_panel`), and, given an experiment, the selected turn's calls asked
+again beside the session's answers (:mod:`sessionkit.views.experiment_panel`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import asyncio
 import dataclasses
 import html
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -39,6 +40,7 @@ from sessionkit.simulate.states import MessageStates, message_states
 from sessionkit.store.cachedir import default_cache_dir, private_dir_problem
 from sessionkit.store.corpus import Corpus
 from sessionkit.store.text import shown
+from sessionkit.views.experiment_panel import ExperimentPanel
 from sessionkit.views.timeline_canvas import TimelineCanvas
 from sessionkit.views.transcript import TranscriptWidget, transcript_rows
 from sessionkit.views.usage_panel import TurnUsage, check_usage, own_turn, usage_html
@@ -197,6 +199,11 @@ class Explorer(widgets.VBox):
         True to read it for ``corpus`` from ``config_dir`` (its ``llm_usage.sqlite3``); the
         panel under the request shows the selected turn's calls, tokens and cost (default
         None: no panel).
+    experiment
+        :func:`sessionkit.experiment`'s keywords (``models``, ``endpoint``, ``budget_calls``,
+        ``budget_usd``, ...; :data:`~sessionkit.views.experiment_panel.OPTIONS`) for a panel
+        asking the selected turn's calls again (its ``config_dir`` is this one); "run" sends
+        only under the budget, which all its runs share (default None: no panel).
     settings
         Initial history settings (a field left ``None``: the release's default); the
         controls change all but ``last_consolidated``.
@@ -212,9 +219,13 @@ class Explorer(widgets.VBox):
         sessions_dir: str | Path | None = None,
         config_dir: str | Path | None = None,
         usage: pd.DataFrame | bool | None = None,
+        experiment: Mapping[str, Any] | None = None,
         settings: HistorySettings = DEFAULT_SETTINGS,
     ) -> None:
         self.corpus = corpus
+        self.experiment_panel = (
+            None if experiment is None else ExperimentPanel(experiment, config_dir)
+        )
         self.config_dir = config_dir
         self.usage = _usage_frame(corpus, usage, config_dir)
         self._turn_usage: TurnUsage | None = None
@@ -363,14 +374,16 @@ class Explorer(widgets.VBox):
             [self.request_button, self.request_step],
             layout=widgets.Layout(flex_flow="row wrap", align_items="center"),
         )
-        usage = [] if self.usage is None else [self.usage_view]
+        panels: list[widgets.Widget] = [] if self.usage is None else [self.usage_view]
+        if self.experiment_panel is not None:
+            panels.append(self.experiment_panel)
         return [
             widgets.HBox([picker, controls], layout=widgets.Layout(flex_flow="row wrap")),
             self.summary,
             self.timeline,
             request_bar,
             self.request_view,
-            *usage,
+            *panels,
             widgets.HBox([self.transcript, fork_panel]),
         ]
 
@@ -514,6 +527,8 @@ class Explorer(widgets.VBox):
         self.transcript.focus = window[0] if window else max(0, self.states.stop - 1)
         self._request_moved()
         self._show_usage()
+        if self.experiment_panel is not None:
+            self.experiment_panel.select(self.subject(), self.turn.value, self.settings())
         self._draw()
         # Last, so a summary showing the new numbers means every other view has them too.
         self.summary.value = self._summary_html(counts)
@@ -792,6 +807,7 @@ def explore(
     sessions_dir: str | Path | None = None,
     config_dir: str | Path | None = None,
     usage: pd.DataFrame | bool | None = None,
+    experiment: Mapping[str, Any] | None = None,
 ) -> Explorer:
     """Show the explorer for a Corpus (or one Session); returns the app (an ipywidgets VBox).
 
@@ -801,7 +817,9 @@ def explore(
     ``source``).  Forks go to ``sessions_dir`` (default: :data:`SCRATCH_FORK_DIR`), a 0.3.5
     workspace's through ``config_dir`` (the config file or its folder).  ``usage`` (a frame
     from :func:`sessionkit.usage`, or True to read it from ``config_dir``) adds a panel with
-    the selected turn's reported calls, tokens and cost.
+    the selected turn's reported calls, tokens and cost.  ``experiment`` (a dict of
+    :func:`sessionkit.experiment`'s keywords, with a budget for its "run" button) adds a panel
+    with the selected turn's calls asked again, each answer beside the session's own.
     """
     corpus = Corpus([source]) if isinstance(source, Session) else source
     initial = (DEFAULT_SETTINGS if settings is None else settings).replace(
@@ -819,6 +837,7 @@ def explore(
         sessions_dir=sessions_dir,
         config_dir=config_dir,
         usage=usage,
+        experiment=experiment,
         settings=initial,
     )
     if policy is not None:
