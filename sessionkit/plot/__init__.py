@@ -10,11 +10,13 @@ Text in any script draws: a CJK font ships with sessionkit and is a fallback aft
 fonts while sessionkit draws (:mod:`sessionkit.plot.style`).  The modules: ``timeline``
 (one session's messages), ``sessions`` (session lengths), ``sweeps`` (settings grids and the
 file cap), ``releases`` (nanobot releases compared), ``requests`` (whole requests: parts,
-prefix cache and why it broke), ``usage`` (reported usage and cost) and ``style`` (fonts, colours, layout).
+prefix cache and why it broke), ``usage`` (reported usage and cost), ``experiments``
+(agreement against tokens or cost) and ``style`` (fonts, colours, layout).
 """
 
 from __future__ import annotations
 
+from sessionkit.plot.experiments import FRONTIER_X, agreement_frontier
 from sessionkit.plot.releases import (
     DEFAULT_CONTEXT_WINDOW,
     release_comparison,
@@ -42,10 +44,12 @@ from sessionkit.plot.usage import cost_by, cost_heatmap, cumulative_cost, report
 __all__ = [
     "BREAK_COLORS",
     "DEFAULT_CONTEXT_WINDOW",
+    "FRONTIER_X",
     "PART_COLORS",
     "ROLE_COLORS",
     "SWEEP_VALUES",
     "TRUNCATING_CUTS",
+    "agreement_frontier",
     "cache_breaks",
     "cache_ratio",
     "cost_by",
