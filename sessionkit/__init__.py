@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from sessionkit.accounting.pricing import cost
     from sessionkit.calls.assembly import Request, request
     from sessionkit.calls.frame import requests
+    from sessionkit.experiments.continuation import continue_fork
     from sessionkit.experiments.experiment import experiment
     from sessionkit.nanobot.policies import POLICIES, get_policy
     from sessionkit.nanobot.session import Session
@@ -40,6 +41,7 @@ _HOMES = {
     "Calibration": "sessionkit.accounting.calibration",
     "calibrate": "sessionkit.accounting.calibration",
     "candidate": "sessionkit.simulate.candidates",
+    "continue_fork": "sessionkit.experiments.continuation",
     "cost": "sessionkit.accounting.pricing",
     "usage": "sessionkit.accounting.ledger",
     "POLICIES": "sessionkit.nanobot.policies",
@@ -74,6 +76,7 @@ __all__ = [
     "Session",
     "calibrate",
     "candidate",
+    "continue_fork",
     "cost",
     "count_tokens",
     "doctor",

@@ -1,0 +1,282 @@
+"""A fork continued by nanobot 0.3.5's own loop, in a private copy, against a stub on 127.0.0.1:
+the continuation loads in sessionkit and in 0.3.5, the original workspace and config dir are
+byte-identical after, outside tools are off, no key is on disk, and the loop's process opened
+no socket except to the stub."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import stat
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.e2e import GatewayRun, run_gateway
+from support.releases import _harness_env, release
+from support.stub_openai import Reply, ScriptedTurn, StubServer
+
+import sessionkit as sk
+
+DATA = Path(__file__).resolve().parents[2] / "data"
+KEY = "telegram:alice"
+SECRET = "sk-continuation-secret"
+EDIT = "Read notes/todo.md and tell me the first item. (cont-edit)"
+SCENARIO: dict[str, Any] = {
+    "settings": {},
+    "files": {"notes/todo.md": "# Todo\n\n- water the plants\n- call the bank\n"},
+    "summary": {"text": "Summary.", "usage": {"prompt_tokens": 900, "completion_tokens": 3}},
+    "turns": [
+        {
+            "session": KEY,
+            "text": "Hello, who are you? (cont-1)",
+            "summaries": [],
+            "replies": [
+                {"text": "Hi Alice.", "usage": {"prompt_tokens": 8000, "completion_tokens": 3}}
+            ],
+        },
+        {
+            "session": KEY,
+            "text": "What is in my todo list? (cont-2)",
+            "summaries": [],
+            "replies": [
+                {
+                    "text": "Plants and the bank.",
+                    "usage": {"prompt_tokens": 8050, "completion_tokens": 5},
+                }
+            ],
+        },
+    ],
+}
+CONTINUATION = ScriptedTurn(
+    EDIT,
+    (
+        Reply.from_json(
+            {
+                "tool_calls": [{"name": "read_file", "arguments": {"path": "notes/todo.md"}}],
+                "usage": {"prompt_tokens": 8100, "completion_tokens": 9},
+            }
+        ),
+        Reply.from_json(
+            {
+                "text": "The first item is: water the plants.",
+                "usage": {"prompt_tokens": 8200, "completion_tokens": 8},
+            }
+        ),
+    ),
+)
+
+
+def _tree(root: Path) -> dict[str, tuple[int, str]]:
+    """Every path under ``root``: its mode and its bytes' SHA-256 (a link: its target)."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        mode = path.lstat().st_mode
+        if path.is_symlink():
+            digest = str(path.readlink())
+        elif path.is_file():
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            digest = "dir"
+        found[str(path.relative_to(root))] = (mode, digest)
+    return found
+
+
+def _tool_names(body: dict[str, Any]) -> set[str]:
+    return {t["function"]["name"] for t in body["tools"]}
+
+
+def _in_035(run: GatewayRun, done: sk.experiments.continuation.Continuation, home: Path) -> Any:
+    """The session as 0.3.5's own SessionManager reads it from the copy."""
+    script = (
+        "import json, sys\nfrom pathlib import Path\n"
+        "from nanobot.session.manager import SessionManager\n"
+        "ws, root, key = sys.argv[1:]\n"
+        "s = SessionManager(Path(ws), sessions_root=Path(root)).get_or_create(key)\n"
+        "print(json.dumps({'messages': s.messages, 'metadata': s.metadata}))\n"
+    )
+    proc = subprocess.run(
+        [
+            str(release("0.3.5").python),
+            "-I",
+            "-c",
+            script,
+            str(done.workspace),
+            str(done.config_dir / "sessions"),
+            KEY,
+        ],
+        capture_output=True,
+        text=True,
+        env=_harness_env(True, {"HOME": str(home)}),
+        timeout=120,
+        check=True,
+    )
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def original(tmp_path_factory: pytest.TempPathFactory) -> GatewayRun:
+    return run_gateway(tmp_path_factory.mktemp("original"), SCENARIO)
+
+
+@pytest.mark.conformance
+def test_a_fork_continued_by_the_releases_loop(original, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", _harness_env(True, None)["TIKTOKEN_CACHE_DIR"])
+    before = (_tree(original.workspace), _tree(original.data_dir))
+    corpus = sk.load(original.workspace, config_dir=original.config, cache=False)
+    with StubServer([CONTINUATION], default=Reply.from_json(SCENARIO["summary"])) as stub:
+        done = sk.continue_fork(
+            corpus,
+            KEY,
+            before_user_index=1,
+            edit=EDIT,
+            max_turns=1,
+            max_calls=3,
+            endpoint=stub.url,
+            api_key=SECRET,
+            into=tmp_path / "continued",
+            nanobot=release("0.3.5").python,
+        )
+        calls = list(stub.calls)
+    assert (_tree(original.workspace), _tree(original.data_dir)) == before
+
+    assert [c.kind for c in calls] == ["scripted", "scripted"]
+    assert (done.calls, done.budget_hit, done.replies) == (
+        2,
+        False,
+        [["The first item is: water the plants."]],
+    )
+    left_out = _tool_names(original.requests[0]) - _tool_names(calls[0].body)
+    assert left_out == {
+        "exec",
+        "exec_session",
+        "list_exec_sessions",
+        "web_fetch",
+        "web_search",
+        "run_cli_app",
+    }
+    assert _tool_names(calls[0].body) <= _tool_names(original.requests[0])
+
+    host, port = stub.url.split("//")[1].split("/")[0].split(":")
+    assert done.connections and all(c["allowed"] for c in done.connections)
+    assert {tuple(c["address"]) for c in done.connections} == {(host, int(port))}
+    assert {c["event"] for c in done.connections} == {"socket.connect"}
+
+    stored = original.session_lines(KEY)[1:]
+    messages = done.continued.messages
+    assert messages[:2] == done.fork.messages == [{k: v for k, v in m.items()} for m in stored[:2]]
+    assert [m["role"] for m in messages[2:]] == ["user", "assistant", "tool", "assistant"]
+    assert messages[2]["content"] == EDIT
+    assert "- water the plants" in messages[4]["content"]
+    assert messages[5]["content"] == "The first item is: water the plants."
+    assert done.continued.metadata["sessionkit_fork"]["before_user_index"] == 1
+
+    side = done.side_by_side()
+    assert side["position"].tolist() == [2, 3, 4, 5]
+    assert side["original"].tolist()[:2] == [stored[2]["content"], "Plants and the bank."]
+    assert side["original"].isna().tolist() == [False, False, True, True]
+    assert side["continued_role"].tolist() == ["user", "assistant", "tool", "assistant"]
+    assert side["continued"].tolist()[3] == "The first item is: water the plants."
+
+    theirs = _in_035(original, done, tmp_path / "home035")
+    assert theirs["messages"] == messages
+
+    assert stat.S_IMODE(done.folder.stat().st_mode) == 0o700
+    for path in done.folder.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            raw = path.read_bytes()
+            assert SECRET.encode() not in raw and b"sk-stub" not in raw, path
+
+
+@pytest.mark.conformance
+def test_the_budget_caps_the_calls_and_other_addresses_are_refused(
+    original, tmp_path, monkeypatch
+) -> None:
+    """One call allowed: the tool round's second call is never sent.  With no BPE file the
+    release's tokenizer tries its download: the lookup is refused before any packet leaves,
+    and recorded."""
+    empty = tmp_path / "no-bpe"
+    empty.mkdir()
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(empty))
+    with StubServer([CONTINUATION], default=Reply.from_json(SCENARIO["summary"])) as stub:
+        done = sk.continue_fork(
+            sk.load(original.workspace, config_dir=original.config, cache=False),
+            KEY,
+            before_user_index=2,
+            edit=EDIT,
+            then=["Never sent. (cont-then)"],
+            max_turns=2,
+            max_calls=1,
+            endpoint=stub.url,
+            into=tmp_path / "continued",
+            nanobot=release("0.3.5").python,
+        )
+        calls = list(stub.calls)
+    assert [c.kind for c in calls] == ["scripted"]
+    assert (done.calls, done.budget_hit, len(done.replies)) == (1, True, 1)
+    refused = [c for c in done.connections if not c["allowed"]]
+    assert refused and {c["event"] for c in refused} == {"socket.getaddrinfo"}
+    assert {c["address"][0] for c in refused} == {"openaipublic.blob.core.windows.net"}
+    host, port = stub.url.split("//")[1].split("/")[0].split(":")
+    assert {tuple(c["address"]) for c in done.connections if c["allowed"]} == {(host, int(port))}
+    messages = done.continued.messages
+    assert len(done.fork.messages) == 4
+    assert [m["role"] for m in messages[4:6]] == ["user", "assistant"]
+    assert messages[4]["content"] == EDIT
+    assert messages[5]["tool_calls"][0]["function"]["name"] == "read_file"
+    for path in done.folder.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            assert b"sk-stub" not in path.read_bytes(), path
+
+
+def _sample() -> sk.Corpus:
+    return sk.load(
+        DATA / "nanobot-0.3.5" / "workspace", config_dir=DATA / "nanobot-0.3.5", cache=False
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "message"),
+    [
+        (
+            {"max_turns": 1, "then": ["and then?"]},
+            ValueError,
+            "max_turns=1 allows fewer turns than the 2 asked (the edited message plus then=)",
+        ),
+        ({"max_calls": 0}, ValueError, "max_calls must be an int of 1 or more, not 0"),
+        ({"edit": None}, TypeError, "edit and each of then= must be the text of a user message"),
+        (
+            {"enable": ["shell", "web"]},
+            ValueError,
+            "enable= names 'shell', which this config cannot enable; it takes cli_apps, exec, "
+            "files, image_generation, web",
+        ),
+    ],
+)
+def test_a_continuation_is_refused_before_anything_is_copied(tmp_path, change, error, message):
+    asked = {
+        "before_user_index": 1,
+        "edit": "Again? (refused)",
+        "max_turns": 1,
+        "max_calls": 2,
+        "workspace": DATA / "nanobot-0.3.5" / "workspace",
+        "into": tmp_path / "continued",
+        **change,
+    }
+    with pytest.raises(error) as raised:
+        sk.continue_fork(_sample(), KEY, **asked)
+    assert str(raised.value) == message
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_only_a_0_3_5_session_is_continued(tmp_path):
+    corpus = sk.load(DATA / "sessions", cache=False)
+    with pytest.raises(ValueError) as raised:
+        sk.continue_fork(
+            corpus, "webui:f00d42", before_user_index=0, edit="x", max_turns=1, max_calls=1
+        )
+    assert str(raised.value) == (
+        "session 'webui:f00d42' is a nanobot-0.2 session; only nanobot 0.3.5 sessions can be "
+        "continued"
+    )
