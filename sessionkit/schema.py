@@ -19,6 +19,7 @@ from sessionkit.conventions import SETTING_NAMES
 __all__ = [
     "AGREEMENT",
     "CACHE_BREAKS",
+    "CACHE_CALIBRATION",
     "CALIBRATION",
     "CONTINUATION",
     "EXPERIMENTS",
@@ -714,6 +715,25 @@ CALIBRATION: tuple[Column, ...] = (
     Column("output_intercept", "float64", "reported completion tokens at an answer of 0"),
 )
 """Columns of :attr:`sessionkit.Calibration.report`: one row per model."""
+
+CACHE_CALIBRATION: tuple[Column, ...] = (
+    Column("model", "string", "model as recorded"),
+    Column("cache_rules", "string", "the family the predictions follow (most of its calls')"),
+    Column("calls", "int64", "reported agent calls with cached tokens, matched to a request"),
+    Column("reported_read", "int64", "cached tokens reported over those calls"),
+    Column("predicted_read", "int64", "cache_read_tokens predicted for them, at the fitted TTL"),
+    Column("read_median", "float64", "median |predicted - reported| read tokens per call"),
+    Column("read_p90", "float64", "its 90th percentile"),
+    Column("write_calls", "int64", "of those calls, the ones with cache writes reported"),
+    Column("reported_write", "int64", "cache-write tokens reported over them"),
+    Column("predicted_write", "int64", "cache_write_tokens predicted for them"),
+    Column("write_median", "float64", "median |predicted - reported| written tokens per call"),
+    Column("write_p90", "float64", "its 90th percentile (NaN: no writes reported)"),
+    Column("ttl", "float64", "the fitted cache lifetime, seconds"),
+    Column("ttl_low", "float64", "the least TTL predicting as the fitted one"),
+    Column("ttl_high", "float64", "the TTL from which predictions change (inf: none)"),
+)
+"""Columns of :attr:`sessionkit.Calibration.cache_report`: one row per model."""
 
 EXPERIMENTS: tuple[Column, ...] = (
     Column("call", "int64", "position of the call among the rows of the calls frame given"),

@@ -6,7 +6,9 @@ model, ``reported = slope * estimate + intercept`` on the recorded agent calls w
 the provider reported, holding back every fifth call (in time order) to say how well the raw
 and the calibrated estimates do on calls the fit has not seen; and a second line from the
 release's count of each call's stored answer to the completion tokens reported (the answer as
-stored drops reasoning and counts tool calls' JSON and message framing).
+stored drops reasoning and counts tool calls' JSON and message framing).  Given the requests
+of those calls, it also holds the prompt cache sessionkit predicts against the cached tokens
+reported, per model, and fits the cache lifetime (:mod:`sessionkit.accounting.cache_fit`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from sessionkit.schema import CALIBRATION, frame
+from sessionkit.accounting.cache_fit import CacheFit, fit_caches
+from sessionkit.schema import CACHE_CALIBRATION, CALIBRATION, frame
 
 __all__ = ["Calibration", "calibrate"]
 
@@ -62,9 +65,24 @@ def _fit(estimated: np.ndarray, reported: np.ndarray) -> Fit:
 class Calibration:
     """Per model, a line from sessionkit's request estimate to the reported prompt tokens."""
 
-    def __init__(self, fits: dict[str, Fit], outputs: dict[str, Fit] | None = None) -> None:
+    def __init__(
+        self,
+        fits: dict[str, Fit],
+        outputs: dict[str, Fit] | None = None,
+        caches: dict[str, CacheFit] | None = None,
+    ) -> None:
         self.fits = fits
         self.outputs = outputs or {}
+        self.caches = caches or {}
+
+    def cache_ttl(self, model: str) -> float:
+        """The cache lifetime (seconds) that fits ``model``'s reported cached tokens best."""
+        if model not in self.caches:
+            raise KeyError(
+                f"no cache lifetime fitted for model {model!r} (calibrate(usage, requests=...) "
+                f"fits one per model with cached tokens reported); fitted: {sorted(self.caches)}"
+            )
+        return self.caches[model].ttl
 
     def predict(self, tokens: int | np.ndarray | pd.Series, model: str) -> np.ndarray | float:
         """The prompt tokens ``model`` would report for requests estimated at ``tokens``."""
@@ -94,14 +112,33 @@ class Calibration:
             ]
         return frame(CALIBRATION, {"model": names, **values})
 
+    @property
+    def cache_report(self) -> pd.DataFrame:
+        """Per model, predicted against reported cached tokens and the fitted TTL (columns:
+        :data:`sessionkit.schema.CACHE_CALIBRATION`; no row without ``requests``)."""
+        names = sorted(self.caches)
+        values = {
+            c.name: [getattr(self.caches[n], c.name) for n in names] for c in CACHE_CALIBRATION[1:]
+        }
+        return frame(CACHE_CALIBRATION, {"model": names, **values})
+
     def __repr__(self) -> str:
         return f"<Calibration: {', '.join(sorted(self.fits)) or 'no model'}>"
 
 
-def calibrate(usage: pd.DataFrame) -> Calibration:
+def calibrate(
+    usage: pd.DataFrame, requests: pd.DataFrame | None = None, *, cache_scope: str = "session"
+) -> Calibration:
     """Fit each model's reported prompt tokens against ``estimated_prompt_tokens``, and its
     reported completion tokens against ``estimated_completion_tokens``, over the agent calls of
-    a :func:`sessionkit.usage` frame whose usage the provider reported."""
+    a :func:`sessionkit.usage` frame whose usage the provider reported.
+
+    ``requests``: the :func:`sessionkit.requests` frame of those calls (the release and setting
+    nanobot ran with, timed by the log: ``requests(..., usage=usage)``); then
+    :attr:`Calibration.cache_report` compares its predicted cache reads and writes with the
+    reported ones per call under ``cache_scope``, and :meth:`Calibration.cache_ttl` gives the
+    fitted lifetime (``sessionkit.cost(..., calibration=, cache_ttl="fitted")`` prices with it).
+    """
     rows = usage[
         (usage["kind"] == "agent")
         & usage["reported"].fillna(False).astype(bool)
@@ -124,4 +161,5 @@ def calibrate(usage: pd.DataFrame) -> Calibration:
             estimated = group["estimated_completion_tokens"].to_numpy(dtype=np.float64)
             reported = group["completion_tokens"].to_numpy(dtype=np.float64)
             outputs[str(model)] = _fit(estimated, reported)
-    return Calibration(fits, outputs)
+    caches = {} if requests is None else fit_caches(usage, requests, cache_scope)
+    return Calibration(fits, outputs, caches)

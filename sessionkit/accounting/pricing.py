@@ -234,7 +234,7 @@ def cost(
     date: datetime | dt.date | str | None = None,
     completion_tokens: int | None = None,
     cache_rules: str | None = None,
-    cache_ttl: float | None = DEFAULT_TTL,
+    cache_ttl: float | str | None = DEFAULT_TTL,
     cache_scope: str = "session",
 ) -> Reported:
     """What each request of a :func:`sessionkit.requests` frame (any settings grid) would
@@ -245,12 +245,19 @@ def cost(
 
     The cache columns are worked out again for ``model`` (its minimum cacheable prefix) under
     ``cache_rules`` (None: each row's own ``cache_rules``), ``cache_ttl`` (seconds, default
-    300; None: nothing expires) and ``cache_scope`` (:mod:`sessionkit.calls.caching`), and
-    replace the frame's; writes for a lifetime over 5 minutes cost the 1-hour premium (2x the
-    base input price instead of 1.25x).  ``completion_tokens``: the same output for every call
+    300; None: nothing expires; ``"fitted"``: ``calibration``'s lifetime for ``model``, fitted
+    to the cached tokens a usage log reported, :meth:`~sessionkit.Calibration.cache_ttl`) and
+    ``cache_scope`` (:mod:`sessionkit.calls.caching`), and replace the frame's; writes for a
+    lifetime over 5 minutes cost the 1-hour premium (2x the base input price instead of 1.25x).  ``completion_tokens``: the same output for every call
     instead of its answer.  Adds the columns of :data:`sessionkit.schema.REQUEST_COSTS`; an
     unknown model gives NaN costs and a row in ``.problems``, a recorded provider genai-prices
     does not know a row in ``.notes`` (a :class:`sessionkit.schema.Reported` frame)."""
+    if cache_ttl == "fitted":
+        if calibration is None:
+            raise ValueError('cache_ttl="fitted" needs calibration= (sessionkit.calibrate)')
+        cache_ttl = calibration.cache_ttl(model)
+    if isinstance(cache_ttl, str):
+        raise ValueError(f'cache_ttl must be seconds > 0, None or "fitted", not {cache_ttl!r}')
     checked(cache_ttl, cache_scope)
     rows = requests_frame.reset_index(drop=True)
     total = rows["total_tokens"].to_numpy(dtype=np.int64)

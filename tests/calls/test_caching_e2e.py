@@ -9,12 +9,10 @@ The release's clock and the stub's jump by the same idle gaps between turns, som
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pandas as pd
 import pytest
-from support.e2e import GatewayRun, run_gateway
+from support.e2e import SCENARIO_CACHE, GatewayRun, run_gateway
 from support.provider_caches import BreakpointCache, OpenAIPrefixCache
 from support.releases import release
 
@@ -24,70 +22,6 @@ pytestmark = pytest.mark.conformance
 
 TTL = 300.0
 
-
-def _usage(completion: int) -> dict[str, int]:
-    """A placeholder: the stub's cache replaces the prompt and cache numbers."""
-    return {"prompt_tokens": 1, "completion_tokens": completion}
-
-
-SCENARIO: dict[str, Any] = {
-    "files": {"notes/todo.md": "# Todo\n\n- water the plants\n- call the bank\n"},
-    "summary": {"text": "Summary.", "usage": _usage(3)},
-    "gaps": [0, 60, 420, 200, 30, 600],
-    "turns": [
-        {
-            "session": "telegram:cache",
-            "text": "Hello there, who are you? (cache-1)",
-            "replies": [{"text": "Hi, I am your assistant.", "usage": _usage(7)}],
-        },
-        {
-            "session": "telegram:cache",
-            "text": "What is in my notes folder? (cache-2)",
-            "replies": [
-                {
-                    "text": "Let me look.",
-                    "tool_calls": [{"name": "list_dir", "arguments": {"path": "notes"}}],
-                    "usage": _usage(12),
-                },
-                {
-                    "text": "Let me open the todo list.",
-                    "tool_calls": [{"name": "read_file", "arguments": {"path": "notes/todo.md"}}],
-                    "usage": _usage(20),
-                },
-                {"text": "Two things: plants and the bank.", "usage": _usage(9)},
-            ],
-        },
-        {
-            "session": "telegram:cache",
-            "text": "Read the todo list again, please. (cache-3)",
-            "replies": [
-                {
-                    "text": "Opening it.",
-                    "tool_calls": [{"name": "read_file", "arguments": {"path": "notes/todo.md"}}],
-                    "usage": _usage(15),
-                },
-                {"text": "Still plants and the bank.", "usage": _usage(8)},
-            ],
-        },
-        {
-            "session": "telegram:cache",
-            "text": "Which one comes first? (cache-4)",
-            "replies": [{"text": "The plants.", "usage": _usage(4)}],
-        },
-        {
-            "session": "telegram:cache",
-            "text": "And then? (cache-5)",
-            "replies": [{"text": "The bank.", "usage": _usage(3)}],
-        },
-        {
-            "session": "telegram:cache",
-            "text": "Thanks, bye for now. (cache-6)",
-            "replies": [{"text": "Bye.", "usage": _usage(2)}],
-        },
-    ],
-}
-"""One session of six turns (seven agent calls), no summary; the clock jumps 1, 7, 3.3,
-0.5 and 10 minutes before turns 1-5 (nanobot's idle compaction waits 15)."""
 
 RULES = {
     "openai": ({"provider": "custom", "model": "gpt-4o-mini"}, OpenAIPrefixCache),
@@ -105,7 +39,7 @@ def case(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[str, GatewayRun]:
     overrides, rule = RULES[request.param]
-    run = run_gateway(tmp_path_factory.mktemp(request.param), SCENARIO | overrides, rule(TTL))
+    run = run_gateway(tmp_path_factory.mktemp(request.param), SCENARIO_CACHE | overrides, rule(TTL))
     return request.param, run
 
 
@@ -147,5 +81,5 @@ def test_the_gaps_over_the_ttl_break_the_cache(case: tuple[str, GatewayRun]) -> 
         t > 0 and t not in IDLE_TURNS for t in range(6)
     ]
     waited = first["time"].diff().dt.total_seconds().to_numpy()[1:]
-    gaps = np.array(SCENARIO["gaps"][1:], dtype=float)
+    gaps = np.array(SCENARIO_CACHE["gaps"][1:], dtype=float)
     assert ((waited >= gaps) & (waited < gaps + 30)).all()  # the stored clock jumped too

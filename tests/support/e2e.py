@@ -37,7 +37,7 @@ from typing import Any
 from support.releases import _harness_env, release
 from support.stub_openai import Cache, Call, Reply, ScriptedTurn, StubServer, Usage
 
-__all__ = ["SCENARIO_BASIC", "SCENARIO_GOVERNOR", "GatewayRun", "run_gateway"]
+__all__ = ["SCENARIO_BASIC", "SCENARIO_CACHE", "SCENARIO_GOVERNOR", "GatewayRun", "run_gateway"]
 
 DRIVER = Path(__file__).with_name("gateway_035.py")
 MODEL = "stub-model"
@@ -416,3 +416,70 @@ SCENARIO_GOVERNOR: dict[str, Any] = {
         },
     ],
 }
+
+
+def _placeholder(completion: int) -> dict[str, int]:
+    """A placeholder: the stub's cache replaces the prompt and cache numbers."""
+    return {"prompt_tokens": 1, "completion_tokens": completion}
+
+
+SCENARIO_CACHE: dict[str, Any] = {
+    "files": {"notes/todo.md": "# Todo\n\n- water the plants\n- call the bank\n"},
+    "summary": {"text": "Summary.", "usage": _placeholder(3)},
+    "gaps": [0, 60, 420, 200, 30, 600],
+    "turns": [
+        {
+            "session": "telegram:cache",
+            "text": "Hello there, who are you? (cache-1)",
+            "replies": [{"text": "Hi, I am your assistant.", "usage": _placeholder(7)}],
+        },
+        {
+            "session": "telegram:cache",
+            "text": "What is in my notes folder? (cache-2)",
+            "replies": [
+                {
+                    "text": "Let me look.",
+                    "tool_calls": [{"name": "list_dir", "arguments": {"path": "notes"}}],
+                    "usage": _placeholder(12),
+                },
+                {
+                    "text": "Let me open the todo list.",
+                    "tool_calls": [{"name": "read_file", "arguments": {"path": "notes/todo.md"}}],
+                    "usage": _placeholder(20),
+                },
+                {"text": "Two things: plants and the bank.", "usage": _placeholder(9)},
+            ],
+        },
+        {
+            "session": "telegram:cache",
+            "text": "Read the todo list again, please. (cache-3)",
+            "replies": [
+                {
+                    "text": "Opening it.",
+                    "tool_calls": [{"name": "read_file", "arguments": {"path": "notes/todo.md"}}],
+                    "usage": _placeholder(15),
+                },
+                {"text": "Still plants and the bank.", "usage": _placeholder(8)},
+            ],
+        },
+        {
+            "session": "telegram:cache",
+            "text": "Which one comes first? (cache-4)",
+            "replies": [{"text": "The plants.", "usage": _placeholder(4)}],
+        },
+        {
+            "session": "telegram:cache",
+            "text": "And then? (cache-5)",
+            "replies": [{"text": "The bank.", "usage": _placeholder(3)}],
+        },
+        {
+            "session": "telegram:cache",
+            "text": "Thanks, bye for now. (cache-6)",
+            "replies": [{"text": "Bye.", "usage": _placeholder(2)}],
+        },
+    ],
+}
+"""One session of six turns (nine agent calls, no summary) for a stub with a prompt cache
+(``support.provider_caches``): the clock jumps 1, 7, 3.3, 0.5 and 10 minutes before turns 1-5
+(nanobot's idle compaction waits 15); each tool call comes with text, so 0.3.5 can mark the
+message before a step's one tool result (``sessionkit.calls.caching``)."""
