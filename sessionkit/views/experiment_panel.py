@@ -96,7 +96,8 @@ def experiment_options(given: Mapping[str, Any]) -> ExperimentOptions:
 _WRAP = "white-space:pre-wrap;overflow-wrap:anywhere;max-height:240px;overflow:auto;margin:0"
 """Answers keep their lines, wrap anywhere and scroll when long (so the panel fits its cell)."""
 
-_TABLE = "width:100%;table-layout:fixed;border-collapse:collapse;font-size:12px"
+_TABLE = "width:100%;table-layout:fixed;border-collapse:collapse;font-size:12px;line-height:1.4"
+_ROW = "vertical-align:top;border-top:1px solid #ddd"
 
 
 def _text(value: Any) -> str:
@@ -121,8 +122,14 @@ def _mark(same: Any) -> str:
     if same is None or same is pd.NA:
         return "<td class='sk-exp-same' data-same='' title='no answer or none stored'>–</td>"
     if same:
-        return "<td class='sk-exp-same' data-same='true' title='the same action'>✓</td>"
-    return "<td class='sk-exp-same' data-same='false' title='another action'>✗</td>"
+        return (
+            "<td class='sk-exp-same' data-same='true' title='the same action' "
+            "style='color:#2ca02c'>✓</td>"
+        )
+    return (
+        "<td class='sk-exp-same' data-same='false' title='another action' "
+        "style='color:#d62728'>✗</td>"
+    )
 
 
 def _dollars(value: float) -> str:
@@ -187,7 +194,8 @@ def experiment_html(results: pd.DataFrame, key: str, turn: int) -> str:
     labels = pd.Series(_labels(results), index=results.index)
     widths = "".join(f"<col style='width:{w}%'>" for w in (30, 15, 30, 7, 7, 11))
     header = (
-        f"<colgroup>{widths}</colgroup><tr><th>the session's answer</th><th>setting</th><th>answer</th>"
+        f"<colgroup>{widths}</colgroup>"
+        "<tr><th>the session's answer</th><th>setting</th><th>answer</th>"
         "<th title='the same tool calls with JSON-equal arguments, or both text'>same action</th>"
         '<th title="difflib\'s ratio of the two texts">similarity</th><th>outcome</th></tr>'
     )
@@ -206,7 +214,8 @@ def experiment_html(results: pd.DataFrame, key: str, turn: int) -> str:
                 )
                 original = f"<td class='sk-exp-original' rowspan='{len(group)}'>{answer}</td>"
             rows.append(
-                f"<tr class='sk-exp-row' data-outcome='{html.escape(str(row['outcome']))}'>"
+                f"<tr class='sk-exp-row' data-outcome='{html.escape(str(row['outcome']))}' "
+                f"style='{_ROW}'>"
                 f"{original}<td class='sk-exp-setting'>{labels[at]}</td>"
                 f"<td class='sk-exp-answer'>"
                 f"{_answer(row['answer_text'], row['tool_calls']) if answered else ''}"
