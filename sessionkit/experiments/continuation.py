@@ -229,9 +229,26 @@ def _private_config(
     return config, env
 
 
+def _check_into(into: str | os.PathLike[str] | None, originals: Iterable[Path]) -> None:
+    """Refuse ``into`` before anything is made: inside what is copied, under a missing
+    folder, or holding anything already."""
+    if into is None:
+        return
+    folder = Path(into).expanduser().resolve()
+    for original in originals:
+        if folder.is_relative_to(original):
+            raise ValueError(f"into={str(into)!r} is inside {original}, which is copied")
+    if not folder.parent.is_dir():
+        raise FileNotFoundError(
+            f"into={str(into)!r}: {folder.parent} does not exist (name a folder in an existing one)"
+        )
+    if folder.is_dir() and any(folder.iterdir()):
+        raise FileExistsError(f"into={str(into)!r} is not empty; continuations never overwrite")
+
+
 def _private_folder(into: str | os.PathLike[str] | None) -> Path:
-    """``into`` (created 0700 when missing; refused when it holds anything), else a new
-    folder under ``continuations/`` of sessionkit's cache folder."""
+    """``into`` (created 0700 when missing), else a new folder under ``continuations/`` of
+    sessionkit's cache folder; refused when others could read or write there."""
     if into is None:
         root = default_cache_dir() / "continuations"
         problem = private_dir_problem(root)
@@ -244,8 +261,6 @@ def _private_folder(into: str | os.PathLike[str] | None) -> Path:
     problem = private_dir_problem(folder)
     if problem is not None:
         raise PermissionError(f"into={str(into)!r} {problem}")
-    if any(folder.iterdir()):
-        raise FileExistsError(f"into={str(into)!r} is not empty; continuations never overwrite")
     return folder
 
 
@@ -325,21 +340,22 @@ def continue_fork(
     own agent loop answer from there, in a private copy; the original is never touched.
 
     The fork (:func:`sessionkit.fork`, with lineage) replaces the session in the copy; the loop
-    then gets ``edit`` (that user message rewritten, or asked again under other settings;
-    ``before_user_index`` past the last user message asks it at the end) and each of ``then``
-    as user turns
-    on the session's channel, against ``endpoint`` (default: the config's provider) with
+    then gets ``edit`` (that user message rewritten, or asked again under other settings; an
+    index past the last user message asks it at the end) and each of ``then`` as user turns on
+    the session's channel, against ``endpoint`` (default: the config's provider) with
     ``api_key`` (default: the config's key), under the config's agent settings updated by
     ``agent_defaults`` (0.3.5's ``agents.defaults`` names, e.g. ``contextWindowTokens``).
     ``max_turns`` refuses more turns up front; ``max_calls`` caps the provider calls (summary
     calls included): past it the release's provider refuses to send.
 
     Tools that reach past the copy (:data:`OUTSIDE_TOOLS`, MCP servers, channels, file tools
-    outside the workspace) are off unless ``enable`` names them; while none is enabled, the
-    loop's process may connect to the endpoint's host and port only (any other connect or
-    name lookup fails, and is recorded in ``Continuation.connections``).  ``into`` is the
-    folder for the copy (new or empty; default a new folder under sessionkit's cache folder,
-    ``continuations/``); ``nanobot`` the 0.3.5 interpreter or venv (default: as
+    outside the workspace) are off unless ``enable`` names them.  While none is enabled, the
+    loop's process may connect to the endpoint's host and port only: any other connect or
+    name lookup fails and is recorded in ``Continuation.connections`` (a tokenizer file the
+    release would download too: it then falls back to its estimate, unless
+    ``TIKTOKEN_CACHE_DIR`` holds the file).  ``into`` is the folder for the copy (new or empty,
+    in an existing folder; default a new folder under ``continuations/`` in sessionkit's cache
+    folder); ``nanobot`` the 0.3.5 interpreter or venv (default: as
     :func:`~sessionkit.calls.installs.find_release` finds it).
     """
     session = resolve_session(source, key)
@@ -348,7 +364,11 @@ def continue_fork(
             f"session {session.key!r} is a {session.policy} session; only nanobot {_RELEASE} "
             "sessions can be continued"
         )
-    if not isinstance(edit, str) or not all(isinstance(t, str) for t in then):
+    if (
+        not isinstance(edit, str)
+        or isinstance(then, str)
+        or not all(isinstance(t, str) for t in then)
+    ):
         raise TypeError("edit and each of then= must be the text of a user message")
     turns = [edit, *then]
     if _positive("max_turns", max_turns) < len(turns):
@@ -357,6 +377,7 @@ def continue_fork(
             "(the edited message plus then=)"
         )
     _positive("max_calls", max_calls)
+    fork(session, session.key, before_user_index)  # the index checked before anything is made
     root = Path(workspace) if workspace is not None else workspace_of(session)
     if root is None:
         raise ValueError(f"session {session.key!r} names no workspace: pass workspace=")
@@ -369,10 +390,11 @@ def continue_fork(
     namespace = sessions_dir_035(root, config)
     if namespace is None:
         raise ValueError(f"{root} has no 0.3.5 sessions folder under {config_folder(config)}")
+    config_home = config_folder(config).resolve()
+    _check_into(into, (root.resolve(), config_home))
     python = find_release(_RELEASE, nanobot)
 
     folder = _private_folder(into)
-    config_home = config_folder(config).resolve()
     workspace_copy, config_copy = _copy(root.resolve(), config_home, folder)
     _claim(namespace, config_home, config_copy, workspace_copy)
     home = folder / "home"

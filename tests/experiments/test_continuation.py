@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import stat
 import subprocess
 from pathlib import Path
@@ -18,6 +19,7 @@ from support.releases import _harness_env, release
 from support.stub_openai import Reply, ScriptedTurn, StubServer
 
 import sessionkit as sk
+from sessionkit.writers.forking import ForkIndexError
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 KEY = "telegram:alice"
@@ -208,12 +210,14 @@ def test_the_budget_caps_the_calls_and_other_addresses_are_refused(
             then=["Never sent. (cont-then)"],
             max_turns=2,
             max_calls=1,
+            agent_defaults={"maxTokens": 128},
             endpoint=stub.url,
             into=tmp_path / "continued",
             nanobot=release("0.3.5").python,
         )
         calls = list(stub.calls)
     assert [c.kind for c in calls] == ["scripted"]
+    assert calls[0].body["max_tokens"] == 128
     assert (done.calls, done.budget_hit, len(done.replies)) == (1, True, 1)
     refused = [c for c in done.connections if not c["allowed"]]
     assert refused and {c["event"] for c in refused} == {"socket.getaddrinfo"}
@@ -228,6 +232,34 @@ def test_the_budget_caps_the_calls_and_other_addresses_are_refused(
     for path in done.folder.rglob("*"):
         if path.is_file() and not path.is_symlink():
             assert b"sk-stub" not in path.read_bytes(), path
+
+
+@pytest.mark.conformance
+def test_tools_named_in_enable_are_on(original, tmp_path, monkeypatch) -> None:
+    """The shell and the web tools when asked for; the loop's connections are then only
+    recorded (here: still the stub's alone)."""
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", _harness_env(True, None)["TIKTOKEN_CACHE_DIR"])
+    with StubServer([CONTINUATION], default=Reply.from_json(SCENARIO["summary"])) as stub:
+        done = sk.continue_fork(
+            sk.load(original.workspace, config_dir=original.config, cache=False),
+            KEY,
+            before_user_index=1,
+            edit=EDIT,
+            max_turns=1,
+            max_calls=2,
+            enable=["exec", "web"],
+            endpoint=stub.url,
+            into=tmp_path / "continued",
+            nanobot=release("0.3.5").python,
+        )
+        calls = list(stub.calls)
+    missing = _tool_names(original.requests[0]) - _tool_names(calls[0].body)
+    assert missing == {"run_cli_app"}
+    assert (done.calls, done.budget_hit) == (2, False)
+    host, port = stub.url.split("//")[1].split("/")[0].split(":")
+    assert {(tuple(c["address"]), c["allowed"]) for c in done.connections} == {
+        ((host, int(port)), True)
+    }
 
 
 def _sample() -> sk.Corpus:
@@ -246,6 +278,17 @@ def _sample() -> sk.Corpus:
         ),
         ({"max_calls": 0}, ValueError, "max_calls must be an int of 1 or more, not 0"),
         ({"edit": None}, TypeError, "edit and each of then= must be the text of a user message"),
+        (
+            {"then": "not a list"},
+            TypeError,
+            "edit and each of then= must be the text of a user message",
+        ),
+        (
+            {"before_user_index": 5},
+            ForkIndexError,
+            "before_user_index 5 is out of range: session 'telegram:alice' has 4 user messages, "
+            "so it must be between 0 and 4 (4 copies the whole session)",
+        ),
         (
             {"enable": ["shell", "web"]},
             ValueError,
@@ -280,3 +323,32 @@ def test_only_a_0_3_5_session_is_continued(tmp_path):
         "session 'webui:f00d42' is a nanobot-0.2 session; only nanobot 0.3.5 sessions can be "
         "continued"
     )
+
+
+def test_the_copy_goes_only_where_asked(tmp_path):
+    """``into`` inside the workspace, under a missing folder or not empty is refused, and
+    nothing is made."""
+    copied = tmp_path / "sample"
+    shutil.copytree(DATA / "nanobot-0.3.5", copied)
+    corpus = sk.load(copied / "workspace", config_dir=copied, cache=False)
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("mine")
+    before = _tree(tmp_path)
+    asked = {
+        "before_user_index": 1,
+        "edit": "Again? (refused)",
+        "max_turns": 1,
+        "max_calls": 1,
+        "workspace": copied / "workspace",
+        "config_dir": copied,
+    }
+    cases = [
+        (copied / "workspace" / "c", ValueError, "is inside"),
+        (tmp_path / "missing" / "c", FileNotFoundError, "does not exist"),
+        (tmp_path / "full", FileExistsError, "is not empty; continuations never overwrite"),
+    ]
+    for into, error, words in cases:
+        with pytest.raises(error) as raised:
+            sk.continue_fork(corpus, KEY, into=into, **asked)
+        assert words in str(raised.value)
+    assert _tree(tmp_path) == before
