@@ -121,9 +121,11 @@ def _shown(message: Mapping[str, Any], part: str) -> str:
     if part == "role":
         return str(message.get("role"))
     content = message.get("content")
-    parts = [content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)]
-    if content is None or content == "":
-        parts = []
+    parts = (
+        []
+        if content is None or content == ""
+        else [content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)]
+    )
     for call in message.get("tool_calls") or []:
         function = call.get("function", {}) if isinstance(call, Mapping) else {}
         parts.append(f"-> {function.get('name')}({function.get('arguments')})")
