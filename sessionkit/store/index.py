@@ -24,6 +24,7 @@ platform's user cache folder, and never a workspace.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -32,7 +33,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass, fields
 from datetime import datetime
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any, NamedTuple, cast
 
@@ -564,41 +565,83 @@ class Index:
 
     def read_arrays(self, name: str, stamp: str) -> dict[str, np.ndarray] | None:
         """Arrays kept under ``name`` for ``stamp`` (the versions of what they were derived
-        from), memory-mapped and read-only; None when there are none for that stamp.  A
+        from), memory-mapped and read-only; None when there are none for that stamp, or
+        when an array they name is gone (a concurrent write removed it: derived again).  A
         damaged file is removed with a warning (:func:`discard`)."""
 
-        def checked(table: pa.Table) -> dict[str, np.ndarray] | None:
+        def checked(table: pa.Table) -> list[list[str]] | None:
             found = json.loads(table.schema.metadata[_KEY])
             if found["format"] != FORMAT or [found["name"], found["stamp"]] != [name, stamp]:
                 return None
-            chunks = table.column("data").chunks
-            column = chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)
-            if len(column) != len(found["arrays"]):
-                raise IntegrityError("array count disagrees with its description")
-            return {
-                key: np.frombuffer(column[i].as_buffer(), dtype=dtype)
-                for i, (key, dtype) in enumerate(found["arrays"])
-            }
+            shared = found.get("shared")  # None: written before arrays were shared
+            if shared is not None and not all(
+                isinstance(row, list) and len(row) == 3 and all(type(v) is str for v in row)
+                for row in shared
+            ):
+                raise IntegrityError("arrays named wrongly")
+            return cast("list[list[str]] | None", shared)
 
-        return read_sealed_checked(self._derived_path(name), checked)
+        described = read_sealed_checked(self._derived_path(name), checked)
+        if described is None:
+            return None
+        store = name.partition("-")[0]
+        opened: dict[str, pa.Buffer] = {}
+        arrays: dict[str, np.ndarray] = {}
+        for key, dtype, digest in described:
+            if digest not in opened:
+                path = self._array_path(store, digest)
+                found = read_sealed_checked(path, partial(_array_bytes, digest=digest))
+                if found is None:
+                    return None
+                opened[digest] = found
+            try:
+                arrays[key] = np.frombuffer(opened[digest], dtype=dtype)
+            except (TypeError, ValueError):  # a crafted file: derived again
+                return None
+            arrays[key].flags.writeable = False  # the cache's own bytes, mapped
+        return arrays
 
     def write_arrays(self, name: str, stamp: str, arrays: dict[str, np.ndarray]) -> None:
         """Keep numpy arrays under ``name`` for ``stamp``, replacing any kept before; a
         store keeps its :data:`DERIVED_KEPT` latest (older ones are for sets of files or
-        versions no longer asked for)."""
-        data = pa.array(
-            [np.ascontiguousarray(a).tobytes() for a in arrays.values()], pa.large_binary()
-        )
-        described = [[key, a.dtype.str] for key, a in arrays.items()]
-        metadata = {"format": FORMAT, "name": name, "stamp": stamp, "arrays": described}
-        table = pa.table({"data": data})
+        versions no longer asked for).  Each distinct array is kept once per store, by
+        the digest of its bytes, whichever values hold it (the stacks of releases that
+        replay alike share most of theirs), and removed once no kept value names it."""
+        store = name.partition("-")[0]
+        described = []
+        for key, values in arrays.items():
+            data = np.ascontiguousarray(values)
+            digest = _array_digest(data)
+            target = self._array_path(store, digest)
+            if not target.exists():
+                _write_array(target, data, digest)
+            described.append([key, data.dtype.str, digest])
+        metadata = {"format": FORMAT, "name": name, "stamp": stamp, "shared": described}
+        schema = pa.schema([("data", pa.large_binary())], metadata={_KEY: json.dumps(metadata)})
         target = self._derived_path(name)
-        write_ipc(target, table.schema.with_metadata({_KEY: json.dumps(metadata)}), [table])
+        write_ipc(target, schema, [])
         prefix = target.name.partition("-")[0] + "-"
         kept = [e for e in os.scandir(target.parent) if e.name.startswith(prefix)]
         kept.sort(key=lambda e: e.stat().st_mtime_ns, reverse=True)
         for old in kept[DERIVED_KEPT:]:
             Path(old.path).unlink(missing_ok=True)
+        self._forget_arrays(store, [Path(e.path) for e in kept[:DERIVED_KEPT]])
+
+    def _forget_arrays(self, store: str, described: list[Path]) -> None:
+        """Remove the store's kept arrays that none of the values ``described`` names."""
+        named: set[str] = set()
+        for path in described:
+            found = read_sealed_checked(path, _named_digests)
+            named.update(found or ())
+        folder = self.folder / "derived"
+        for entry in os.scandir(folder):
+            store_part, marked, rest = entry.name.partition(_ARRAY_MARK)
+            if marked and store_part == store and rest.removesuffix(".arrow") not in named:
+                Path(entry.path).unlink(missing_ok=True)
+
+    def _array_path(self, store: str, digest: str) -> Path:
+        """One kept array's file: named for its store and the digest of its bytes."""
+        return self._pack_path("derived", f"{store}{_ARRAY_MARK}{digest}")
 
     def _derived_path(self, name: str) -> Path:
         """Derived arrays' file: named for their store (the part of ``name`` before its first
@@ -638,6 +681,47 @@ def _stale(pack: dict[str, Item], files: list[Path], from_pack: int) -> int:
 
 DERIVED_KEPT = 8
 """Derived array files kept per store (the latest written)."""
+_ARRAY_MARK = "="
+"""What names a kept array's file in ``derived`` (``<store>=<digest>``), apart from the
+values' files (``<store>-<digest of name>``)."""
+
+
+def _array_digest(values: np.ndarray) -> str:
+    """The digest a kept array is named by: of its dtype and bytes (32 hex digits of BLAKE2b)."""
+    digest = hashlib.blake2b(values.dtype.str.encode(), digest_size=16)
+    digest.update(values.view(np.uint8).data if values.size else b"")
+    return digest.hexdigest()
+
+
+def _write_array(target: Path, values: np.ndarray, digest: str) -> None:
+    """One array's bytes as a sealed file of one binary value (its digest in the file's
+    description), written without a copy."""
+    data = pa.py_buffer(values)
+    offsets = pa.py_buffer(np.array([0, data.size], dtype=np.int64))
+    column = pa.LargeBinaryArray.from_buffers(pa.large_binary(), 1, [None, offsets, data])
+    table = pa.table({"data": column})
+    described = json.dumps({"format": FORMAT, "digest": digest})
+    write_ipc(target, table.schema.with_metadata({_KEY: described}), [table])
+
+
+def _array_bytes(table: pa.Table, digest: str) -> pa.Buffer:
+    """The bytes of the kept array named ``digest`` (IntegrityError when the file holds
+    another shape, or names another array: another file's bytes)."""
+    found = json.loads(table.schema.metadata[_KEY])
+    if found != {"format": FORMAT, "digest": digest}:
+        raise IntegrityError("another array")
+    if table.column_names != ["data"] or table.num_rows != 1:
+        raise IntegrityError("not one array")
+    chunk = next(c for c in table.column("data").chunks if len(c))
+    return cast("pa.Buffer", chunk[0].as_buffer())
+
+
+def _named_digests(table: pa.Table) -> list[str] | None:
+    """The digests of the arrays a values' file names (None: another format)."""
+    found = json.loads(table.schema.metadata[_KEY])
+    if found["format"] != FORMAT:
+        return None
+    return [digest for _, _, digest in found.get("shared", ())]
 
 
 def _entry(item: Item, file: Path, identity: Identity, index: Index, store: str) -> Entry:
@@ -674,9 +758,10 @@ class IndexedSession(Session):
 
     @classmethod
     def restored(
-        cls, meta: dict[str, Any], file: Path, identity: Identity, index: Index, store: str
+        cls, meta: dict[str, Any], file: Path, identity: Identity, index: Index | None, store: str
     ) -> IndexedSession:
-        """The session an entry describes, its messages not yet read."""
+        """The session an entry describes, its messages not yet read (``index`` None: a
+        streamed file of a load without the index, whose replays are kept nowhere)."""
         session = cls.__new__(cls)
         session.__dict__.update(
             key=meta["key"],

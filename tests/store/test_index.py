@@ -539,7 +539,7 @@ def test_windows_kept_in_the_index_follow_a_changed_file(
     grid = {"policy": ["nanobot-0.2", "nanobot-0.3.5"], "max_tokens": [0, 20]}
     sessionkit.windows(load(store), grid=grid)
     memo.clear()
-    kept = sorted(p.name for p in cache.glob("index-*/derived/*.arrow"))
+    kept = sorted(p.name for p in cache.glob("index-*/derived/*-*.arrow"))
     assert len(kept) == 2
     with (store / "telegram_1.jsonl").open("a") as f:
         f.write(json.dumps({"role": "user", "content": "and Porto"}) + "\n")
@@ -547,7 +547,39 @@ def test_windows_kept_in_the_index_follow_a_changed_file(
     memo.clear()
     pd.testing.assert_frame_equal(warm, sessionkit.windows(load(store, cache=False), grid=grid))
     assert (warm["session_key"] == "telegram:1").sum() == 2 * 4  # two turns now
-    assert sorted(p.name for p in cache.glob("index-*/derived/*.arrow")) == kept  # replaced
+    assert sorted(p.name for p in cache.glob("index-*/derived/*-*.arrow")) == kept  # replaced
+
+
+def test_arrays_equal_across_derived_values_are_kept_once(tmp_path: Path) -> None:
+    """Derived values of one store share the file of each array they hold alike; an array
+    no kept value names any more is removed, and one that is gone makes its values unkept."""
+    import numpy as np
+
+    index = sessionkit.store.index.Index(tmp_path)
+    shared = np.arange(10, dtype=np.int32)
+    index.write_arrays("s-a", "v1", {"x": shared, "y": np.array([1.5]), "z": shared})
+    index.write_arrays("s-b", "v1", {"x": shared, "y": np.array([2.5])})
+    index.write_arrays("t-a", "v1", {"x": shared})
+    arrays = sorted(p.name.split("=")[0] for p in tmp_path.glob("index-*/derived/*=*.arrow"))
+    assert arrays == ["s", "s", "s", "t"]  # x, each y; x again for the other store
+    a, b = index.read_arrays("s-a", "v1"), index.read_arrays("s-b", "v1")
+    assert a is not None and b is not None
+    assert {k: v.tolist() for k, v in a.items()} == {
+        "x": list(range(10)),
+        "y": [1.5],
+        "z": list(range(10)),
+    }
+    assert {k: v.tolist() for k, v in b.items()} == {"x": list(range(10)), "y": [2.5]}
+    assert a["x"].dtype == np.int32 and not a["x"].flags.writeable
+    assert index.read_arrays("s-a", "v2") is None
+    index.write_arrays("s-b", "v2", {"x": np.zeros(3, dtype=bool)})  # replaces b's v1
+    assert len(list(tmp_path.glob("index-*/derived/s=*.arrow"))) == 3  # 2.5 removed
+    assert index.read_arrays("s-b", "v1") is None
+    again = index.read_arrays("s-a", "v1")
+    assert again is not None and again["y"].tolist() == [1.5]
+    gone = next(tmp_path.glob("index-*/derived/t=*.arrow"))
+    gone.unlink()
+    assert index.read_arrays("t-a", "v1") is None
 
 
 def test_an_index_that_cannot_be_written_costs_speed_only(
