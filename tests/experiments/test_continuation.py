@@ -262,6 +262,70 @@ def test_tools_named_in_enable_are_on(original, tmp_path, monkeypatch) -> None:
     }
 
 
+@pytest.fixture
+def secretive(tmp_path_factory: pytest.TempPathFactory) -> GatewayRun:
+    """A run of its own, whose config the test rewrites."""
+    return run_gateway(tmp_path_factory.mktemp("secretive"), SCENARIO)
+
+
+SECRETS = {
+    "channels": {"telegram": {"enabled": True, "token": "123:telegram-secret"}},
+    "tools": {
+        "web": {"search": {"apiKey": "web-secret"}},
+        "mcpServers": {
+            "notes": {"command": "false", "env": {"NOTES": "mcp-secret"}, "headers": {}},
+        },
+    },
+}
+
+
+@pytest.mark.conformance
+def test_the_copy_names_every_secret_by_reference(secretive, tmp_path, monkeypatch) -> None:
+    """The config's own provider (no endpoint=, no api_key=): the loop runs on the config's
+    key, channel token, search key and MCP environment as ${VAR}s; none is in the copy, the
+    channel is off and the MCP server gone."""
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", _harness_env(True, None)["TIKTOKEN_CACHE_DIR"])
+    config = json.loads(secretive.config.read_text())
+    with StubServer([CONTINUATION], default=Reply.from_json(SCENARIO["summary"])) as stub:
+        config["providers"]["custom"] = {"apiKey": "sk-config-secret", "apiBase": stub.url}
+        config["channels"] = SECRETS["channels"]
+        config["tools"] = SECRETS["tools"]
+        secretive.config.write_text(json.dumps(config))
+        done = sk.continue_fork(
+            sk.load(secretive.workspace, config_dir=secretive.config, cache=False),
+            KEY,
+            before_user_index=1,
+            edit=EDIT,
+            max_turns=1,
+            max_calls=2,
+            into=tmp_path / "continued",
+            nanobot=release("0.3.5").python,
+        )
+        calls = list(stub.calls)
+    assert (len(calls), done.calls, done.replies) == (
+        2,
+        2,
+        [["The first item is: water the plants."]],
+    )
+    copied = json.loads((done.config_dir / "config.json").read_text())
+    assert copied["providers"] == {
+        "custom": {"apiKey": "${SESSIONKIT_CONTINUATION_SECRET_0}", "apiBase": stub.url}
+    }
+    assert copied["channels"] == {
+        "telegram": {"enabled": False, "token": "${SESSIONKIT_CONTINUATION_SECRET_1}"}
+    }
+    assert copied["tools"]["mcpServers"] == {}
+    assert copied["tools"]["web"] == {
+        "search": {"apiKey": "${SESSIONKIT_CONTINUATION_SECRET_2}"},
+        "enable": False,
+    }
+    for path in done.folder.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            raw = path.read_bytes()
+            for secret in ("sk-config-secret", "telegram-secret", "web-secret", "mcp-secret"):
+                assert secret.encode() not in raw, (path, secret)
+
+
 def _sample() -> sk.Corpus:
     return sk.load(
         DATA / "nanobot-0.3.5" / "workspace", config_dir=DATA / "nanobot-0.3.5", cache=False
