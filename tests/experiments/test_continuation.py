@@ -326,6 +326,43 @@ def test_the_copy_names_every_secret_by_reference(secretive, tmp_path, monkeypat
                 assert secret.encode() not in raw, (path, secret)
 
 
+@pytest.mark.conformance
+def test_a_workspace_inside_its_config_dir_is_copied_once(tmp_path, monkeypatch) -> None:
+    """The bundled 0.3.5 data dir keeps its workspace inside (as ~/.nanobot/workspace) and
+    records it relatively: the copy has one workspace, inside the copied config dir."""
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", _harness_env(True, None)["TIKTOKEN_CACHE_DIR"])
+    data = tmp_path / "nanobot-0.3.5"
+    shutil.copytree(DATA / "nanobot-0.3.5", data)
+    before = _tree(data)
+    with StubServer([CONTINUATION], default=Reply.from_json(SCENARIO["summary"])) as stub:
+        done = sk.continue_fork(
+            sk.load(data / "workspace", config_dir=data, cache=False),
+            KEY,
+            before_user_index=1,
+            edit=EDIT,
+            max_turns=1,
+            max_calls=4,
+            workspace=data / "workspace",
+            endpoint=stub.url,
+            into=tmp_path / "continued",
+            nanobot=release("0.3.5").python,
+        )
+    assert _tree(data) == before
+    assert done.workspace == done.config_dir / "workspace"
+    assert sorted(p.name for p in done.folder.iterdir()) == [
+        "config",
+        "connections.jsonl",
+        "home",
+    ]
+    assert done.replies == [["The first item is: water the plants."]]
+    assert [m["role"] for m in done.continued.messages[len(done.fork.messages) :]] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
+
+
 def _sample() -> sk.Corpus:
     return sk.load(
         DATA / "nanobot-0.3.5" / "workspace", config_dir=DATA / "nanobot-0.3.5", cache=False
