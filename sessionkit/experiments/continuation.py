@@ -381,8 +381,9 @@ def continue_fork(
     _positive("max_calls", max_calls)
     fork(session, session.key, before_user_index)  # the index checked before anything is made
     root = Path(workspace) if workspace is not None else workspace_of(session)
-    if root is None:
-        raise ValueError(f"session {session.key!r} names no workspace: pass workspace=")
+    if root is None or not root.is_dir():
+        named = "names no workspace" if root is None else f"records workspace {root}, not there"
+        raise ValueError(f"session {session.key!r} {named}: pass workspace=")
     config = config_file(config_dir) if config_dir is not None else config_of(root, session)
     if config is None:
         raise ValueError(f"no nanobot config found beside {root}: pass config_dir=")

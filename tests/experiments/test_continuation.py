@@ -416,6 +416,19 @@ def test_a_continuation_is_refused_before_anything_is_copied(tmp_path, change, e
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_workspace_recorded_where_there_is_none_is_asked_for(tmp_path, monkeypatch):
+    """The bundled data dir records its workspace relatively ('workspace'): read from another
+    folder, it names none that exists."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError) as raised:
+        sk.continue_fork(_sample(), KEY, before_user_index=1, edit="x", max_turns=1, max_calls=1)
+    assert str(raised.value) == (
+        f"session 'telegram:alice' records workspace {tmp_path / 'workspace'}, not there: "
+        "pass workspace="
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_only_a_0_3_5_session_is_continued(tmp_path):
     corpus = sk.load(DATA / "sessions", cache=False)
     with pytest.raises(ValueError) as raised:
