@@ -32,6 +32,7 @@ from sessionkit.store.counting import (
 )
 from sessionkit.store.forked import can_fork
 from sessionkit.store.frames import Entry, build_entries
+from sessionkit.store.heap import release_freed
 from sessionkit.store.index import (
     Identity,
     Index,
@@ -170,7 +171,7 @@ def _loaded(
     source, config_dir, recursive = found_in
     files = find_session_files(source, config_dir, recursive)
     store = store_key(files)
-    identities = [file_identity(f) if index is not None else None for f in files]
+    identities = [file_identity(f) for f in files]  # a huge file streams without an index too
     now = time.time_ns()
     if index is not None:
         counted = tokens == "tiktoken"
@@ -236,7 +237,7 @@ def _loaded(
 
         waiting = None  # the run read last, built once the next is read and sent
         for run in [] if spread else runs:
-            if index is not None and streams(run, files, identities, now):
+            if streams(run, files, identities, now):
                 if waiting is not None:
                     waiting()
                     waiting = None
@@ -255,6 +256,7 @@ def _loaded(
                 waiting()
             waiting = partial(build, fresh, where, read, pending, counting)
             del fresh
+            release_freed()  # the run built above was dropped with its partial
         if waiting is not None:
             waiting()
             del waiting

@@ -88,8 +88,9 @@ def _read_isolated(file: Path) -> tuple[Session | None, list[Problem]]:
 def streams(
     run: list[tuple[int, int]], files: list[Path], identities: list[Identity | None], now: int
 ) -> bool:
-    """Whether a run is one JSONL file to stream (:data:`~sessionkit.store.streamed.STREAM_BYTES`
-    or more) whose messages the index can stand for (settled: see :func:`indexable`)."""
+    """Whether a run is one JSONL file to stream (:attr:`~sessionkit.tuning.Tuning.stream_bytes`
+    or more) settled enough (see :func:`indexable`) for its session to parse it again on first
+    use, with or without the index."""
     if len(run) != 1 or run[0][1] < TUNING.stream_bytes:
         return False
     i = run[0][0]
@@ -107,7 +108,8 @@ def streamed_file(
     problems: list[Problem],
 ) -> tuple[bool, Entry | None]:
     """File ``i`` streamed into its entry (:func:`~sessionkit.store.streamed.streamed_entry`,
-    with ``options``), its session restored from the index (parsed again on first use):
+    with ``options``), its session restored from the entry (parsed again on first use; the
+    index of ``kept_in`` may be None: a load with ``cache=False`` streams too):
     whether that is done, and the entry.  Not done when the file changed while it was read
     (the caller reads it whole); a file that could not be read at all adds its problems to
     ``problems`` (done, no entry)."""
@@ -118,7 +120,7 @@ def streamed_file(
         return True, None
     if not indexable(files[i], identities[i], now):
         return False, None
-    entry.session = IndexedSession.restored(entry.meta, files[i], identities[i], index, store)  # type: ignore[arg-type]  # indexable: identity set; streamed only with an index
+    entry.session = IndexedSession.restored(entry.meta, files[i], identities[i], index, store)  # type: ignore[arg-type]  # indexable: identity set
     return True, entry
 
 

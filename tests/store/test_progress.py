@@ -125,6 +125,7 @@ import sessionkit as sk
 import sessionkit.store.corpus as corpus_module
 from sessionkit.tuning import TUNING
 TUNING.fork_bytes = int(sys.argv[3])
+TUNING.run_bytes = 1 << 30  # one run: read here, then counted by workers forked for it
 sk.load(sys.argv[1], cache=Path(sys.argv[2]), progress=True)
 print("finished", flush=True)
 """
@@ -141,6 +142,14 @@ def large(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFrame]
     )
     assert stats.n_messages == 22_369
     return folder, sk.load(folder, cache=False, progress=False).messages
+
+
+def _wait_for_workers(process: subprocess.Popen, seconds: float) -> None:
+    """Once ``process`` has forked two workers (fails after ``seconds``)."""
+    deadline = time.monotonic() + seconds
+    while len(psutil.Process(process.pid).children()) < 2:
+        assert time.monotonic() < deadline and process.poll() is None
+        time.sleep(0.01)
 
 
 def _interruptible() -> None:
@@ -228,7 +237,8 @@ def test_ctrl_c_while_workers_count_stops_at_once_and_leaves_a_clean_cache(
 def test_ctrl_c_in_the_cli_exits_130_with_one_line(
     large: tuple[Path, pd.DataFrame], tmp_path: Path
 ) -> None:
-    """The command line stops at Ctrl-C with status 130 and one line, not a traceback."""
+    """The command line stops at Ctrl-C with status 130 and one line, not a traceback (sent
+    while forked workers read, build and count the store's runs)."""
     folder, _ = large
     process = subprocess.Popen(
         [sys.executable, "-m", "sessionkit", "summary", str(folder)],
@@ -239,7 +249,7 @@ def test_ctrl_c_in_the_cli_exits_130_with_one_line(
         preexec_fn=_interruptible,
     )
     try:
-        _wait_for(process, _COUNTING, 60)
+        _wait_for_workers(process, 60)
         os.killpg(process.pid, signal.SIGINT)
         out, err = process.communicate(timeout=10)
     finally:

@@ -223,3 +223,46 @@ def test_files_streamed_batch_by_batch_equal_files_read_whole(
     warm = sk.load(folder, cache=cache, tokens=tokens, progress=False)
     for name in ("messages", "sessions", "problems"):
         pd.testing.assert_frame_equal(getattr(warm, name), getattr(expected, name))
+
+
+@pytest.mark.parametrize("tokens", ["tiktoken", None])
+@pytest.mark.parametrize("where", ["here", "workers"])
+def test_a_load_without_the_cache_streams_huge_files_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tokens: str | None, where: str
+) -> None:
+    """``cache=False`` streams a huge JSONL file as the indexed path does (every file of the
+    sample store here, in batches of a few kilobytes): the frames, problems and windows equal
+    a load that reads them whole, each streamed session parses its file again on first use,
+    and nothing is written anywhere."""
+    folder = tmp_path / "sessions"
+    shutil.copytree(sk.load().loaded_from[0] / "sessions", folder)
+    shutil.copytree(sk.load().loaded_from[0] / "damaged", folder, dirs_exist_ok=True)
+    expected = sk.load(folder, cache=False, tokens=tokens, progress=False)
+    monkeypatch.setenv("SESSIONKIT_CACHE_DIR", str(tmp_path / "never"))
+    monkeypatch.setattr(TUNING, "racy_ns", 0)
+    monkeypatch.setattr(TUNING, "stream_bytes", 0)
+    monkeypatch.setattr(TUNING, "run_files", 1)
+    monkeypatch.setattr(TUNING, "fork_bytes", 0 if where == "workers" else 1 << 40)
+    monkeypatch.setattr(reader_module, "_CHUNK_BYTES", 4096)
+    streamed: list[str] = []
+    real = streamed_module.streamed_entry
+
+    def spied(file: Path, **options: object) -> object:
+        streamed.append(file.name)
+        return real(file, **options)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(runs_module, "streamed_entry", spied)
+    ran = sk.load(folder, cache=False, tokens=tokens, progress=False)
+    jsonl = sorted(f.name for f in folder.iterdir() if f.suffix == ".jsonl")
+    assert sorted(streamed) == jsonl
+    restored = [s for s in ran if type(s) is IndexedSession]
+    assert len(restored) == 26 and all(s._messages is None for s in restored)
+    assert all(s.replay_home is None for s in restored)  # its replays are kept nowhere
+    for name in ("messages", "sessions", "problems"):
+        pd.testing.assert_frame_equal(getattr(ran, name), getattr(expected, name))
+    pd.testing.assert_frame_equal(sk.windows(ran), sk.windows(expected))
+    assert [(s.messages, s.line_numbers, s.held_lines) for s in ran] == [
+        (s.messages, s.line_numbers, s.held_lines) for s in expected
+    ]
+    assert not (tmp_path / "never").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sessions"]
