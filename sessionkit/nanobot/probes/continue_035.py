@@ -3,7 +3,7 @@
 Runs INSIDE the 0.3.5 release venv (``<release python> -I continue_035.py``): stdin
 ``{"config": "/copy/config.json", "workspace": "/copy/workspace", "session": "telegram:alice",
 "turns": ["text", ...], "max_calls": int, "allowed": [[host, port], ...] | null,
-"connections": "/copy/connections.jsonl"}``; stdout ``{"nanobot": version, "turns": [{"text",
+"connections": "/copy/connections.jsonl", "timeout": seconds per turn}``; stdout ``{"nanobot": version, "turns": [{"text",
 "outcome", "replies"}, ...], "calls": int, "budget_hit": bool}``.
 
 Before nanobot is imported, an audit hook (:func:`sys.addaudithook`, process-wide) appends
@@ -164,7 +164,7 @@ async def _drive(request: dict[str, Any], budget: _Budget) -> list[dict[str, Any
                 break
             idle.clear()
             await bus.publish_inbound(InboundMessage(channel, "user", chat_id, text))
-            await asyncio.wait_for(idle.wait(), timeout=request.get("timeout", 600))
+            await asyncio.wait_for(idle.wait(), timeout=request["timeout"])
             replies = []
             while bus.outbound_size:
                 out = await bus.consume_outbound()
