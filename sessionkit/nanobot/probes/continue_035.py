@@ -3,8 +3,9 @@
 Runs INSIDE the 0.3.5 release venv (``<release python> -I continue_035.py``): stdin
 ``{"config": "/copy/config.json", "workspace": "/copy/workspace", "session": "telegram:alice",
 "turns": ["text", ...], "max_calls": int, "allowed": [[host, port], ...] | null,
-"connections": "/copy/connections.jsonl", "timeout": seconds per turn}``; stdout ``{"nanobot": version, "turns": [{"text",
-"outcome", "replies"}, ...], "calls": int, "budget_hit": bool}``.
+"connections": "/copy/connections.jsonl", "timeout": seconds per turn}``; stdout
+``{"nanobot": version, "turns": [{"text", "outcome", "replies"}, ...], "calls": int,
+"budget_hit": bool}``.
 
 Before nanobot is imported, an audit hook (:func:`sys.addaudithook`, process-wide) appends
 every socket connect and name lookup of this process to ``connections`` (JSON lines:
