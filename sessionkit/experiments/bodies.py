@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from sessionkit.calls.assembly import Request, count_text
+from sessionkit.experiments.rebuild import Rebuilt
 from sessionkit.nanobot.policies import get_policy
 
 __all__ = ["IDENTITY", "Edit", "body_of", "calls_checked", "edited"]
@@ -37,10 +37,11 @@ def _set_text(message: Message, text: str) -> Message:
 
 
 def edited(messages: list[Message], edit: Edit) -> list[Message]:
-    """The messages sent under ``edit`` (a copy; the request's own are left alone)."""
-    copied = copy.deepcopy(messages)
+    """The messages sent under ``edit`` (a new list; an edit works on a deep copy, so the
+    request's own messages are left alone)."""
     if edit is None:
-        return copied
+        return list(messages)
+    copied = copy.deepcopy(messages)
     if callable(edit):
         return edit(copied)
     last = max((i for i, m in enumerate(copied) if m.get("role") == "user"), default=None)
@@ -51,17 +52,22 @@ def edited(messages: list[Message], edit: Edit) -> list[Message]:
 
 
 def body_of(
-    request: Request, model: str, params: Mapping[str, Any], edit: Edit
+    request: Rebuilt,
+    model: str,
+    params: Mapping[str, Any],
+    edit: Edit,
+    count: Callable[[str], int],
 ) -> tuple[dict[str, Any], int]:
     """The body sent (keys in the order nanobot's OpenAI-compatible provider writes them:
     model, messages, parameters, tools, tool_choice) and the release's token estimate of its
-    messages and tools."""
+    messages and tools (``count``: a cl100k_base count, such as
+    :func:`~sessionkit.experiments.counting.piece_counter`'s)."""
     messages = edited(request.messages, edit)
     body: dict[str, Any] = {"model": model, "messages": messages, **params}
     if request.tools:
         body["tools"] = request.tools
         body.setdefault("tool_choice", "auto")
-    estimate = get_policy(request.release).estimate_request(messages, request.tools, count_text)
+    estimate = get_policy(request.release).estimate_request(messages, request.tools, count)
     return body, estimate
 
 

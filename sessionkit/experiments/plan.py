@@ -3,7 +3,6 @@ body, the digest its answer is kept under, and its worst-case price."""
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -11,14 +10,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import orjson
 import pandas as pd
 
 from sessionkit.accounting.pricing import price_calls
-from sessionkit.calls.assembly import request
 from sessionkit.calls.frame import row_settings
 from sessionkit.experiments.answers import answer_key
 from sessionkit.experiments.bodies import Edit, body_of
+from sessionkit.experiments.counting import piece_counter
 from sessionkit.experiments.endpoint import Target
+from sessionkit.experiments.rebuild import Rebuilder
 from sessionkit.nanobot.session import Session
 from sessionkit.tuning import TUNING
 
@@ -54,15 +55,15 @@ def plan(
     """Every call to ask, in order: each row, model, edit and sample (``rebuild``: the
     keywords :func:`sessionkit.request` takes besides the row's own)."""
     planned = []
+    builder, count = Rebuilder(sessions, rebuild), piece_counter()
     for call, row in enumerate(rows.to_dict("records")):
         try:
-            built = request(
-                sessions[str(row["session_key"])],
-                turn=int(row["turn"]),
-                step=int(row["step"]),
-                policy=str(row["policy"]),
-                settings=row_settings(row),
-                **rebuild,
+            built = builder.request(
+                str(row["session_key"]),
+                str(row["policy"]),
+                int(row["turn"]),
+                int(row["step"]),
+                row_settings(row),
             )
         except (IndexError, ValueError) as exc:
             error = f"the request cannot be rebuilt: {exc}"
@@ -75,8 +76,8 @@ def plan(
             continue
         for model in models:
             for name, edit in variants:
-                body, estimate = body_of(built, model, chosen.params, edit)
-                payload = json.dumps(body, ensure_ascii=False).encode()
+                body, estimate = body_of(built, model, chosen.params, edit, count)
+                payload = orjson.dumps(body)
                 limit = body.get("max_completion_tokens", body.get("max_tokens"))
                 allowed = int(limit) if isinstance(limit, int) else -1
                 planned += [
