@@ -1,4 +1,4 @@
-"""Regenerate ``data/nanobot-0.3.5``: a data dir and workspace nanobot 0.3.5 wrote, with its usage log.
+"""Regenerate ``data/nanobot-0.3.5`` (and ``data/nanobot-0.3.5-claude``): data dirs and workspaces nanobot 0.3.5 wrote, with their usage logs.
 
 nanobot 0.3.5's own gateway loop (``tests/support/e2e.py`` ``run_gateway``: the loop composed as
 ``cli/gateway_runtime.py`` composes it, the usage recorder attached) runs :data:`SCENARIO`'s turns
@@ -26,6 +26,14 @@ What the release wrote is copied as it is, except what a second run could not re
   repository), lock files, empty folders, and the namespace's empty WebUI index
   (``.webui_session_index.json``: sessionkit's loader takes it for a session file today).
 
+``data/nanobot-0.3.5-claude`` (``--run claude``, :data:`CLAUDE`) is the same kind of run with a
+Claude model behind OpenRouter, so 0.3.5 sends its ``cache_control`` markers, and a stub whose
+prompt cache follows Anthropic's documented rule (``tests/support/provider_caches.py``
+``BreakpointCache``, 5 minutes, writes reported): its reported reads and writes come from the
+requests 0.3.5 sent.  The release's clock and the stub's jump by each turn's idle gap
+(``gateway_035.py``), some under the 5 minutes and some over; on the fixed clock a turn then
+starts ``START + k s + the gaps so far`` (the default run: 7 minutes before each turn).
+
 The log is checkpointed into ``llm_usage.sqlite3`` (no ``-wal``/``-shm``) and vacuumed; its rows,
 not its bytes, are what a second run reproduces (the file header names the SQLite library).
 ``tests/test_usage_sample.py`` counts the result exactly and compares a fresh generation.
@@ -34,6 +42,7 @@ not its bytes, are what a second run reproduces (the file header names the SQLit
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import sqlite3
@@ -50,6 +59,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # the tests' support package
 from support import e2e  # noqa: E402
+from support.provider_caches import BreakpointCache  # noqa: E402
 
 OUT = ROOT / "data" / "nanobot-0.3.5"
 MODEL = "gpt-4o-mini"
@@ -148,13 +158,99 @@ three agent calls), ``telegram:gov`` (e2e's governor turns: a summary before ste
 second turn and at the start of its third), ``slack:C42`` (3 turns, parallel tool calls)."""
 
 
-def _run(scenario: dict[str, Any], scratch: Path) -> e2e.GatewayRun:
+_CLAUDE_TURNS = [
+    ("telegram:bob", "Hi, I am Bob. What can you do? (claude-1)", "I read files and keep notes."),
+    ("telegram:bob", "What is in my notes folder? (claude-2)", None),
+    ("slack:C77", "Read notes/todo.md for the team, please. (claude-3)", "todo"),
+    ("telegram:bob", "Open notes/ideas.txt too. (claude-4)", "ideas"),
+    ("slack:C77", "Which errand comes first? (claude-5)", "Watering the plants."),
+    ("telegram:bob", "Thanks. Anything else? (claude-6)", "No, that is all."),
+    ("slack:C77", "And after that? (claude-7)", "Calling the bank."),
+    ("telegram:bob", "Bye for now. (claude-8)", "Bye, Bob."),
+]
+
+
+def _claude_replies(answer: str | None) -> list[dict[str, Any]]:
+    """A turn's replies: a text answer, or a tool round first (None: a bare list_dir, no
+    text; a file name: "Opening it." with a read_file)."""
+    if answer is None:
+        call = {"name": "list_dir", "arguments": {"path": "notes"}}
+        return [
+            {"tool_calls": [call], "usage": _u(1, 12)},
+            {"text": "Two notes.", "usage": _u(1, 4)},
+        ]
+    if answer in ("todo", "ideas"):
+        path = {"todo": "notes/todo.md", "ideas": "notes/ideas.txt"}[answer]
+        call = {"name": "read_file", "arguments": {"path": path}}
+        first = {"text": "Opening it.", "tool_calls": [call], "usage": _u(1, 16)}
+        return [first, {"text": f"Read {path}.", "usage": _u(1, 6)}]
+    return [{"text": answer, "usage": _u(1, len(answer) // 4)}]
+
+
+CLAUDE_SCENARIO: dict[str, Any] = {
+    "provider": "openrouter",
+    "model": "anthropic/claude-sonnet-4.5",
+    "files": {
+        ".nanobot/workspace-id": "c1a0de035ca0e5e55101c0575a3b9d2e\n",
+        "notes/todo.md": e2e._TODO,
+        "notes/ideas.txt": "a garden of herbs\nshelves\n",
+    },
+    "summary": {"text": "Summary.", "usage": _u(1, 2)},
+    "gaps": [0, 40, 30, 90, 400, 150, 60, 500],
+    "turns": [
+        {"session": key, "text": text, "replies": _claude_replies(answer)}
+        for key, text, answer in _CLAUDE_TURNS
+    ],
+}
+"""Two sessions interleaved, the clock jumping 40 s to 8 min 20 s between turns (each
+session idle at most 10 minutes: nanobot's idle compaction waits 15); the stub's numbers
+other than completion tokens are its cache's."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One bundled data dir: where it goes, what runs, and the stub's prompt cache."""
+
+    out: Path
+    scenario: dict[str, Any]
+    workspace_id: str
+    start: datetime
+    cache_ttl: float | None = None
+    scratch: Path | None = None
+    """Where the run happens, when its prompt must be the same on every run: the stub's cache
+    counts the prompt, which names the workspace's absolute path (else a fresh temporary
+    folder)."""
+
+    def gaps(self) -> list[float]:
+        """Seconds between turns on the fixed clock (the scenario's, else 7 minutes)."""
+        n = len(self.scenario["turns"])
+        found = self.scenario.get("gaps")
+        return [float(g) for g in found] if found else [0.0] + [TURN_GAP.total_seconds()] * (n - 1)
+
+
+USAGE = Run(OUT, SCENARIO, WORKSPACE_ID, START)
+CLAUDE = Run(
+    ROOT / "data" / "nanobot-0.3.5-claude",
+    CLAUDE_SCENARIO,
+    "c1a0de035ca0e5e55101c0575a3b9d2e",
+    datetime(2025, 6, 3, 9, 0, tzinfo=UTC),
+    cache_ttl=300.0,
+    scratch=Path("/tmp/sessionkit-0.3.5-claude"),
+)
+CLAUDE_WORKSPACE = "/tmp/sessionkit-0.3.5-claude/gateway/workspace"
+"""The workspace path the Claude run's prompts named: ``runtime={"workspace_path": ...}``
+rebuilds them as sent."""
+RUNS = {"usage": USAGE, "claude": CLAUDE}
+
+
+def _run(run: Run, scratch: Path) -> e2e.GatewayRun:
     """Run the scenario with the priced model name, the release's clock in UTC."""
     environment = e2e._environment
     e2e.MODEL = MODEL
     e2e._environment = lambda home: {**environment(home), "TZ": "UTC"}
+    cache = None if run.cache_ttl is None else BreakpointCache(run.cache_ttl)
     try:
-        return e2e.run_gateway(scratch, scenario)
+        return e2e.run_gateway(scratch, run.scenario, cache)
     finally:
         e2e._environment = environment
 
@@ -169,12 +265,15 @@ def _iso(us: int) -> str:
     return datetime.fromtimestamp(us / 1_000_000, UTC).replace(tzinfo=None).isoformat()
 
 
-def _clock(instants: set[int], turn_starts: list[int]) -> Callable[[int], int]:
-    """Order-keeping map of the run's instants (epoch µs) onto the fixed clock."""
-    base = int(START.timestamp()) * 1_000_000
-    gap = int(TURN_GAP.total_seconds()) * 1_000_000
+def _clock(
+    instants: set[int], turn_starts: list[int], start: datetime, gaps: list[float]
+) -> Callable[[int], int]:
+    """Order-keeping map of the run's instants (epoch µs) onto the fixed clock: the k-th
+    instant at ``start + k s`` plus the gaps before its turn."""
+    base = int(start.timestamp()) * 1_000_000
+    before = [int(sum(gaps[1 : i + 1]) * 1_000_000) for i in range(len(gaps))]
     moved = {
-        t: base + rank * 1_000_000 + max(bisect_right(turn_starts, t) - 1, 0) * gap
+        t: base + rank * 1_000_000 + before[max(bisect_right(turn_starts, t) - 1, 0)]
         for rank, t in enumerate(sorted(instants))
     }
     return moved.__getitem__
@@ -274,23 +373,37 @@ def _replace_paths(path: Path, workspace: Path, url: str) -> None:
     path.write_text(text.replace(str(workspace), "workspace").replace(url, STUB_URL), "utf-8")
 
 
-def generate(out: Path, scratch: Path) -> e2e.GatewayRun:
-    """Run the scenario in ``scratch`` and write the data dir to ``out`` (replaced)."""
-    run = _run(SCENARIO, scratch)
-    if run.sessions_dir.name != WORKSPACE_ID:
+def generate(out: Path, scratch: Path, which: Run = USAGE) -> e2e.GatewayRun:
+    """Run ``which`` in ``scratch`` (or its own, made here and removed) and write its data
+    dir to ``out`` (replaced)."""
+    if which.scratch is not None:
+        which.scratch.mkdir(mode=0o700)  # refuses a folder left by another run
+        try:
+            return _generate(out, which.scratch, which)
+        finally:
+            shutil.rmtree(which.scratch)
+    return _generate(out, scratch, which)
+
+
+def _generate(out: Path, scratch: Path, which: Run) -> e2e.GatewayRun:
+    run = _run(which, scratch)
+    workspace_id = which.workspace_id
+    if run.sessions_dir.name != workspace_id:
         raise RuntimeError(f"the release chose workspace id {run.sessions_dir.name}")
     if out.exists():
         shutil.rmtree(out)
     _copy_tree(run.data_dir, out)
     _copy_tree(run.workspace, out / "workspace", _templates())
-    url = json.loads(run.config.read_text())["providers"]["custom"]["apiBase"]
-    sessions = sorted((out / "sessions" / WORKSPACE_ID).glob("*.jsonl"))
+    provider = which.scenario.get("provider", "custom")
+    url = json.loads(run.config.read_text())["providers"][provider]["apiBase"]
+    sessions = sorted((out / "sessions" / workspace_id).glob("*.jsonl"))
     records = {p: _read_lines(p) for p in sessions}
     rows = _log_rows(out / LOG)
     instants = set().union(*(_session_instants(r) for r in records.values()))
     instants |= {start * 1000 for _, start, _, _ in rows}
     instants |= {(start + duration) * 1000 for _, start, duration, _ in rows}
-    move = _clock(instants, sorted(t["started_ns"] // 1000 for t in run.output["turns"]))
+    starts = sorted(t["started_ns"] // 1000 for t in run.output["turns"])
+    move = _clock(instants, starts, which.start, which.gaps())
     for path, lines in records.items():
         _move_session(lines, move)
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in lines), "utf-8")
@@ -303,7 +416,7 @@ def generate(out: Path, scratch: Path) -> e2e.GatewayRun:
     for entry, end in zip(entries, summaries, strict=True):
         entry["timestamp"] = datetime.fromtimestamp(move(end) / 1e6, UTC).strftime("%Y-%m-%d %H:%M")
     journal.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries), "utf-8")
-    for path in [out / "config.json", out / "sessions" / WORKSPACE_ID / ".workspace", *sessions]:
+    for path in [out / "config.json", out / "sessions" / workspace_id / ".workspace", *sessions]:
         _replace_paths(path, run.workspace, url)
     return run
 
@@ -311,10 +424,15 @@ def generate(out: Path, scratch: Path) -> e2e.GatewayRun:
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, generate, print one line per file written."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=OUT, help=f"target (default: {OUT})")
+    parser.add_argument(
+        "--run", choices=sorted(RUNS), default="usage", help="which data dir (default: usage)"
+    )
+    parser.add_argument("--out", type=Path, help="target (default: the run's folder in data/)")
     args = parser.parse_args(argv)
+    which = RUNS[args.run]
+    args.out = args.out or which.out
     with tempfile.TemporaryDirectory(prefix="sk-usage-") as scratch:
-        run = generate(args.out, Path(scratch))
+        run = generate(args.out, Path(scratch), which)
     print(f"{len(run.requests)} calls ({run.kinds.count('default')} summary calls)")
     for path in sorted(p for p in args.out.rglob("*") if p.is_file()):
         print(f"{path.stat().st_size:>9,}  {path.relative_to(args.out)}")

@@ -587,9 +587,10 @@ def test_problems_of_the_bundled_data_notes_the_folders_it_did_not_load(capsys) 
     out, err = capsys.readouterr()
     assert out == "no problems found\n"
     assert err == (
-        f"note: {default_data_dir()}: 2 sessions folders below not loaded (damaged, "
-        "nanobot-0.3.5/sessions/5e551011c0575a3b9d2e7f4a6c8b0d1e); load with recursive=True "
-        "(--recursive) to read them too\n"
+        f"note: {default_data_dir()}: 3 sessions folders below not loaded (damaged, "
+        "nanobot-0.3.5/sessions/5e551011c0575a3b9d2e7f4a6c8b0d1e, "
+        "nanobot-0.3.5-claude/sessions/c1a0de035ca0e5e55101c0575a3b9d2e); load with "
+        "recursive=True (--recursive) to read them too\n"
     )
     assert main(["problems", "--recursive", "--format", "csv"]) == 1
     out, err = capsys.readouterr()

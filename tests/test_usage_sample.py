@@ -1,7 +1,9 @@
 """The bundled 0.3.5 data dir (``data/nanobot-0.3.5``, written by nanobot 0.3.5's own gateway
 loop against the stub: ``scripts/generate_usage_workspace.py``): every logged call attributed
 to the turn and step the scenario ran it in, tokens as the stub reported them, costs as
-genai-prices calculates them; nanobot 0.3.5 loads its files; a fresh generation equals it."""
+genai-prices calculates them; nanobot 0.3.5 loads its files; a fresh generation equals it.
+``data/nanobot-0.3.5-claude`` (the stub with a prompt cache): its logged reads and writes, the
+cache calibration on them, a fresh generation."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import pandas as pd
 import pytest
 from genai_prices import Usage, calc_price
 
+import sessionkit as sk
 from sessionkit.accounting.ledger import usage
 from sessionkit.store.loading import load
 
@@ -234,3 +237,96 @@ def test_usage_of_a_session_folder_reads_its_own_data_dir(
     whole = usage(SAMPLE, tz="UTC", estimate=False, cache=False)
     pd.testing.assert_frame_equal(own, whole)
     assert own.summary["calls"] == 19
+
+
+CLAUDE = REPO / "data" / "nanobot-0.3.5-claude"
+CLAUDE_NAMESPACE = f"sessions/{SCRIPT['CLAUDE'].workspace_id}"
+CLAUDE_FILES = [
+    "config.json",
+    "llm_usage.sqlite3",
+    f"{CLAUDE_NAMESPACE}/.workspace",
+    f"{CLAUDE_NAMESPACE}/c2xhY2s6Qzc3.jsonl",
+    f"{CLAUDE_NAMESPACE}/dGVsZWdyYW06Ym9i.jsonl",
+    "workspace/.nanobot/workspace-id",
+    "workspace/memory/history.jsonl",
+    "workspace/notes/ideas.txt",
+    "workspace/notes/todo.md",
+]
+
+
+def test_the_claude_run_logged_its_stub_cache_s_reads_and_writes() -> None:
+    """``data/nanobot-0.3.5-claude``: a Claude model behind OpenRouter (0.3.5 sends its
+    cache_control markers), the stub's Anthropic-style cache reporting reads and writes."""
+    assert _files(CLAUDE) == CLAUDE_FILES
+    config = json.loads((CLAUDE / "config.json").read_text(encoding="utf-8"))
+    assert config["agents"]["defaults"] == {
+        "workspace": "workspace",
+        "model": "anthropic/claude-sonnet-4.5",
+        "provider": "openrouter",
+        "timezone": "UTC",
+    }
+    frame = usage(CLAUDE, tz="UTC", estimate=False, cache=False)
+    assert (frame.summary["calls"], frame.summary["unattributed"]) == (11, 0)
+    columns = ["session_key", "turn", "step", "prompt_tokens", "cached_tokens"]
+    rows = [tuple(r) for r in frame[[*columns, "cache_write_tokens"]].itertuples(index=False)]
+    assert rows == [
+        ("telegram:bob", 0, 0, 7806, 0, 7785),
+        ("telegram:bob", 1, 0, 7834, 7785, 32),
+        ("telegram:bob", 1, 1, 7902, 7785, 0),
+        ("slack:C77", 0, 0, 7768, 5834, 1914),
+        ("slack:C77", 0, 1, 7872, 7748, 68),
+        ("telegram:bob", 2, 0, 7926, 7817, 92),
+        ("telegram:bob", 2, 1, 8008, 7909, 66),
+        ("slack:C77", 1, 0, 7897, 0, 7881),
+        ("telegram:bob", 3, 0, 8033, 5834, 2184),
+        ("slack:C77", 2, 0, 7920, 7881, 25),
+        ("telegram:bob", 4, 0, 8058, 0, 8043),
+    ]
+    assert frame["time"].min() == datetime(2025, 6, 3, 9, 0, 2, tzinfo=UTC)
+    assert frame["time"].max() == datetime(2025, 6, 3, 9, 21, 54, tzinfo=UTC)
+    assert round(frame["cost_usd"].sum(), 7) == 0.1251684
+    assert frame.problems.empty and frame.notes.empty
+
+
+@pytest.mark.conformance
+def test_the_claude_run_calibrates_the_cache() -> None:
+    """Predicted against reported cached tokens on the log 0.3.5 wrote: the 300 s the stub
+    kept entries lies in the fitted range; the errors are what the frame cannot see (the
+    template files' 103 tokens of system prompt not shipped, the tools another session
+    cached, the tool call 0.3.5 could not mark)."""
+    calls = usage(CLAUDE, tz="UTC", cache=False)
+    corpus = load(CLAUDE / "workspace", config_dir=CLAUDE, cache=False)
+    frame = sk.requests(corpus, config_dir=CLAUDE, usage=calls, tz="UTC")
+    calibration = sk.calibrate(calls, frame)
+    assert calibration.cache_report.iloc[0].to_dict() == {
+        "model": "anthropic/claude-sonnet-4.5",
+        "cache_rules": "openai-marked",
+        "calls": 11,
+        "reported_read": 58593,
+        "predicted_read": 46400,
+        "read_median": 103.0,
+        "read_p90": 5834.0,
+        "write_calls": 11,
+        "reported_write": 28090,
+        "predicted_write": 39243,
+        "write_median": 61.0,
+        "write_p90": 5731.0,
+        "ttl": 300.0,
+        "ttl_low": 218.0,
+        "ttl_high": 504.0,
+    }
+    assert calibration.report.iloc[0]["intercept"] == pytest.approx(103.0)
+
+
+@pytest.mark.sampled
+@pytest.mark.conformance
+def test_a_fresh_generation_equals_the_claude_folder(tmp_path: Path) -> None:
+    """The Claude run again (its fixed scratch folder): the same files and log rows."""
+    release("0.3.5")
+    out = tmp_path / "out"
+    SCRIPT["generate"](out, tmp_path / "scratch", SCRIPT["CLAUDE"])
+    assert _files(out) == CLAUDE_FILES
+    for name in CLAUDE_FILES:
+        if name != "llm_usage.sqlite3":
+            assert (out / name).read_bytes() == (CLAUDE / name).read_bytes(), name
+    assert _log(out / "llm_usage.sqlite3") == _log(CLAUDE / "llm_usage.sqlite3")

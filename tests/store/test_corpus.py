@@ -344,8 +344,9 @@ def test_the_bundled_load_notes_the_damaged_and_0_3_5_folders() -> None:
         [
             str(data),
             pd.NA,
-            "2 sessions folders below not loaded (damaged, "
-            "nanobot-0.3.5/sessions/5e551011c0575a3b9d2e7f4a6c8b0d1e); load with "
+            "3 sessions folders below not loaded (damaged, "
+            "nanobot-0.3.5/sessions/5e551011c0575a3b9d2e7f4a6c8b0d1e, "
+            "nanobot-0.3.5-claude/sessions/c1a0de035ca0e5e55101c0575a3b9d2e); load with "
             "recursive=True (--recursive) to read them too",
         ]
     ]
