@@ -8,6 +8,8 @@
 - :mod:`~sessionkit.testing.agreement_snapshots`: pin an experiment's agreement rate per
   setting in a JSON file; fail when a setting's rate moves beyond a tolerance
   (:func:`assert_agreement_snapshot`, :func:`agreement_data`).
+- :mod:`~sessionkit.testing.stub_server`: an OpenAI-compatible endpoint on 127.0.0.1 whose
+  answers follow a rule of the request, to try experiments offline (:func:`stub_server`).
 - :mod:`~sessionkit.testing.figures`: the data a figure draws, as a frame to snapshot
   (:func:`figure_data`, :func:`assert_figure_snapshot`).
 - :mod:`~sessionkit.testing.invariants`: properties every history window of nanobot 0.2.2's
@@ -29,6 +31,7 @@ from sessionkit.testing.snapshots import (
     SnapshotMismatch,
     assert_frame_snapshot,
 )
+from sessionkit.testing.stub_server import stub_server
 
 __all__ = [
     "FLOAT_DIGITS",
@@ -45,4 +48,5 @@ __all__ = [
     "check_window_invariants",
     "figure_data",
     "requests_data",
+    "stub_server",
 ]
