@@ -13,6 +13,8 @@ index folder of its own, each phase in a fresh process (imports not timed):
   0/8k/32k); the first keeps the replays, the second is the fresh-process time;
 - ``cold_none``: ``sk.load(tokens=None)`` plus the frames with an empty index folder of its
   own (the first open without token counts);
+- ``uncached``: ``sk.load(cache=False)`` plus the frames (tokens counted; nothing read from
+  or kept on disk);
 - ``nanobot`` (0.2.2's own ``SessionManager._load`` of every key plus one DataFrame),
   ``orjson`` (every line parsed, nothing kept), ``tokens`` (cold ``count_tokens`` on all
   cores, empty cache), ``tiktoken`` (single-threaded ``encode_ordinary``) and ``floor``
@@ -98,6 +100,23 @@ def phase_open_none(folder: Path) -> dict[str, Any]:
     return {**timed, "messages": len(messages), "sessions": len(sessions), **_peak_rss()}
 
 
+def phase_uncached(folder: Path) -> dict[str, Any]:
+    """``sk.load(cache=False)`` plus the sessions and messages frames, tokens counted: no
+    index read or written (a huge file is streamed all the same)."""
+    sessionkit = _imported()
+    start = _clock()
+    corpus = sessionkit.load(folder, cache=False)
+    messages, sessions = corpus.messages, corpus.sessions
+    timed = _since(start)
+    return {
+        **timed,
+        "messages": len(messages),
+        "sessions": len(sessions),
+        "tokens": int(messages["tokens"].sum()),
+        **_peak_rss(),
+    }
+
+
 def phase_recount(folder: Path) -> dict[str, Any]:
     """``count_tokens`` of every message, from the counts persisted by earlier processes."""
     import sessionkit
@@ -132,6 +151,7 @@ PHASES = {
     "warm": phase_open,
     "changed": phase_open,
     "cold_none": phase_open_none,
+    "uncached": phase_uncached,
     "recount": phase_recount,
     "grid_cold": phase_grid,
     "grid": phase_grid,
@@ -178,6 +198,7 @@ def measure(source: Path, work: Path, pairs: int = 1) -> dict[str, Any]:
         if name == "warm":  # the index of an open, before any grid adds replays
             results["index_bytes_open"] = _bytes_under(cache)
     results["cold_none"] = run_phase("cold_none", folder, work / "cache-none")
+    results["uncached"] = run_phase("uncached", folder, work / "unused-cache")
     pair_runs = [(results["floor"], results["cold"])]
     for n in range(1, pairs):
         again = work / f"cache-pair-{n}"
@@ -282,6 +303,11 @@ def cold_targets(r: dict[str, Any]) -> list[dict[str, Any]]:
             1.0,
         ),
         row("first open peak RSS (parent + worker) / nanobot's", rss, 1.0),
+        row(
+            "cache=False load peak RSS (parent + worker) / nanobot's",
+            (r["uncached"]["peak_rss"] + r["uncached"]["peak_rss_worker"]) / nanobot["peak_rss"],
+            1.0,
+        ),
         row("index after an open / store bytes", r["index_bytes_open"] / r["store_bytes"], 0.5),
         row("first 3x3 windows grid (s)", r["grid_cold"]["seconds"], 5.0),
         row(
@@ -311,6 +337,7 @@ def against_floor(r: dict[str, Any]) -> str:
         ("floor", "the floor: orjson + bpe-openai, all cores"),
         ("cold", "first open, exact tokens"),
         ("cold_none", "first open, tokens=None"),
+        ("uncached", "cache=False load, exact tokens"),
         ("nanobot", "nanobot's load + DataFrame"),
     ):
         p = r[name]

@@ -95,7 +95,8 @@ def load(
         ``None`` (default) or ``True``: use the index and token counts in
         :func:`sessionkit.store.index.default_cache_dir`; a path: those in that folder;
         ``False``: read every file, count every token and read or keep nothing on disk, for
-        this corpus and everything computed from it.  ``SESSIONKIT_CACHE=off`` in the
+        this corpus and everything computed from it (a huge file is streamed all the same:
+        its session parses the file again on first use).  ``SESSIONKIT_CACHE=off`` in the
         environment means ``False`` for every load (sessionkit's one persistence switch).
         A folder owned by another user or writable by others (no sticky bit), or one that
         lies (symlinks resolved) inside what is loaded, is refused with a warning: nothing
