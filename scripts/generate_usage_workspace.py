@@ -60,6 +60,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))  # the tests' support package
 from support import e2e  # noqa: E402
 from support.provider_caches import BreakpointCache  # noqa: E402
+from support.stub_openai import Cache  # noqa: E402
 
 OUT = ROOT / "data" / "nanobot-0.3.5"
 MODEL = "gpt-4o-mini"
@@ -237,18 +238,58 @@ CLAUDE = Run(
     cache_ttl=300.0,
     scratch=Path("/tmp/sessionkit-0.3.5-claude"),
 )
-CLAUDE_WORKSPACE = "/tmp/sessionkit-0.3.5-claude/gateway/workspace"
-"""The workspace path the Claude run's prompts named: ``runtime={"workspace_path": ...}``
-rebuilds them as sent."""
+CLAUDE_RUNTIME = {
+    "workspace_path": "/tmp/sessionkit-0.3.5-claude/gateway/workspace",
+    "release_path": "/usr/lib/python3/dist-packages/nanobot",
+    "system": "Linux",
+    "machine": "x86_64",
+    "python_version": "3.11.7",
+    "path": "/usr/bin:/bin",
+}
+"""What the Claude run's prompts name, as the stub counted them (``sk.requests(...,
+runtime=CLAUDE_RUNTIME)`` rebuilds them so): the run happens in that workspace with that
+``PATH``, the stub reads the release's install folder as ``release_path``, and the release
+must run on that system, machine and Python (checked)."""
 RUNS = {"usage": USAGE, "claude": CLAUDE}
 
 
+def _release_facts() -> tuple[str, dict[str, str]]:
+    """The release's install folder, and its system, machine and Python version."""
+    code = (
+        "import json, os, platform, nanobot; print(json.dumps([os.path.dirname(nanobot.__file__),"
+        " {'system': platform.system(), 'machine': platform.machine(),"
+        " 'python_version': platform.python_version()}]))"
+    )
+    python = e2e.release("0.3.5").python
+    answer = subprocess.run([str(python), "-I", "-c", code], capture_output=True, text=True)
+    folder, facts = json.loads(answer.stdout)
+    return folder, facts
+
+
+def _shown_as_pinned(cache: BreakpointCache, folder: str) -> Cache:
+    """``cache`` counting each body with the release's install folder read as
+    :data:`CLAUDE_RUNTIME`'s ``release_path`` (as ``sk.requests``' runtime shows it)."""
+    pinned = CLAUDE_RUNTIME["release_path"]
+
+    def counted(body: Any, now: float) -> tuple[int, int, int | None]:
+        return cache(json.loads(json.dumps(body).replace(folder, pinned)), now)
+
+    return counted
+
+
 def _run(run: Run, scratch: Path) -> e2e.GatewayRun:
-    """Run the scenario with the priced model name, the release's clock in UTC."""
+    """Run the scenario with the priced model name, the release's clock in UTC (a run with a
+    cache: on :data:`CLAUDE_RUNTIME`'s ``PATH``, the release's folder shown as pinned)."""
     environment = e2e._environment
     e2e.MODEL = MODEL
-    e2e._environment = lambda home: {**environment(home), "TZ": "UTC"}
-    cache = None if run.cache_ttl is None else BreakpointCache(run.cache_ttl)
+    path = {} if run.cache_ttl is None else {"PATH": CLAUDE_RUNTIME["path"]}
+    e2e._environment = lambda home: {**environment(home), "TZ": "UTC", **path}
+    cache = None
+    if run.cache_ttl is not None:
+        folder, facts = _release_facts()
+        if any(CLAUDE_RUNTIME[k] != v for k, v in facts.items()):
+            raise RuntimeError(f"the release runs on {facts}, the data names {CLAUDE_RUNTIME}")
+        cache = _shown_as_pinned(BreakpointCache(run.cache_ttl), folder)
     try:
         return e2e.run_gateway(scratch, run.scenario, cache)
     finally:

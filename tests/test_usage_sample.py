@@ -294,9 +294,10 @@ def test_the_claude_run_calibrates_the_cache() -> None:
     kept entries lies in the fitted range; the errors are what the frame cannot see (the
     template files' 103 tokens of system prompt not shipped, the tools another session
     cached, the tool call 0.3.5 could not mark)."""
-    calls = usage(CLAUDE, tz="UTC", cache=False)
+    runtime = SCRIPT["CLAUDE_RUNTIME"]  # what the prompts named: the same on any machine
+    calls = usage(CLAUDE, tz="UTC", cache=False, runtime=runtime)
     corpus = load(CLAUDE / "workspace", config_dir=CLAUDE, cache=False)
-    frame = sk.requests(corpus, config_dir=CLAUDE, usage=calls, tz="UTC")
+    frame = sk.requests(corpus, config_dir=CLAUDE, usage=calls, tz="UTC", runtime=runtime)
     calibration = sk.calibrate(calls, frame)
     assert calibration.cache_report.iloc[0].to_dict() == {
         "model": "anthropic/claude-sonnet-4.5",
