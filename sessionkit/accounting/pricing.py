@@ -106,7 +106,7 @@ def _apply(rates: tuple[Decimal, ...], counts: np.ndarray) -> np.ndarray:
     ints = [int(r * factor) for r in rates]
     largest = max(abs(i) for i in ints) * int(counts.max(initial=0)) * len(ints)
     if factor <= 10**22 and largest < 2**62:
-        totals = counts.astype(np.int64) @ np.array(ints, dtype=np.int64)
+        totals = counts.astype(np.int64, copy=False) @ np.array(ints, dtype=np.int64)
         if int(np.abs(totals).max(initial=0)) < _EXACT:
             return totals.astype(np.float64) / float(factor)
     return np.array(
@@ -143,7 +143,7 @@ def _moments(model_info: Any, ms: np.ndarray) -> tuple[np.ndarray, list[int]]:
     """Rows grouped by the price in force at their time: group per row, a time per group."""
     if not isinstance(model_info.prices, list):
         return np.zeros(len(ms), dtype=np.int64), [int(ms[0])]
-    seconds, where = np.unique(ms // 1000, return_inverse=True)
+    where, seconds = pd.factorize(ms // 1000, sort=True)
     by_price: dict[int, int] = {}
     groups = np.empty(len(seconds), dtype=np.int64)
     times: list[int] = []
@@ -168,12 +168,28 @@ def _price_group(
         when = datetime.fromtimestamp(at / 1000, UTC)
         rows = np.flatnonzero(groups == g)
         starts = _tier_starts(found.model.get_prices(when))
-        segment = np.searchsorted(np.array(starts, dtype=np.int64), counts[rows, 0], side="left")
-        for s in np.unique(segment):
+        segment = np.searchsorted(np.array(starts, dtype=np.int64), counts[rows, 0])
+        present = np.flatnonzero(np.bincount(segment))
+        for s in present:
             t = 1 if s == 0 else starts[s - 1] + 1
-            part = rows[segment == s]
+            whole = len(times) == 1 and len(present) == 1  # every row: no copy of them
+            part = slice(None) if whole else rows[segment == s]
             out[part] = _apply(_rates(model, provider_id, when, t), counts[part])
     return out, [note] if note else []
+
+
+def _factorized(values: Iterable[str | None]) -> tuple[np.ndarray, pd.Index]:
+    """Codes (-1: None) and names of per-call ``values``; a Categorical's own, not re-read."""
+    if isinstance(values, pd.Categorical):
+        return values.codes, values.categories
+    return pd.factorize(pd.Series(list(values), dtype=object))
+
+
+def _uniform(value: str | None, n: int) -> pd.Categorical:
+    """``value`` for each of ``n`` calls (a Categorical: :func:`price_calls` reads no list)."""
+    if value is None:
+        return pd.Categorical.from_codes(np.full(n, -1, dtype=np.int8), pd.Index([], dtype=object))
+    return pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), [value])
 
 
 def price_calls(
@@ -185,29 +201,34 @@ def price_calls(
     """Price calls: ``ms`` UTC epoch milliseconds, ``counts`` rows of (input incl. cache
     reads and writes, cache read, cache write, output) tokens, -1 where unknown (an unknown
     input or output count leaves the cost NaN; unknown cache counts are taken as 0)."""
-    models, model_names = pd.factorize(pd.Series(list(model), dtype=object))
-    providers, provider_names = pd.factorize(pd.Series(list(provider), dtype=object))
+    models, model_names = _factorized(model)
+    providers, provider_names = _factorized(provider)
     cost = np.full(len(ms), np.nan)
     problems: list[str] = []
     noted: list[str] = []
     known = (counts[:, 0] >= 0) & (counts[:, 3] >= 0) & (models >= 0)
-    counts = np.where(counts < 0, 0, counts)
+    counts = np.maximum(counts, 0)
     pair = models.astype(np.int64) * (len(provider_names) + 1) + providers + 1
-    pairs, where = np.unique(pair[known], return_inverse=True)
     rows_known = np.flatnonzero(known)
+    pair = pair[rows_known]
+    if len(pair) and pair.min() == pair.max():  # one model and provider (sk.cost's)
+        where, pairs = np.zeros(len(pair), dtype=np.int64), pair[:1]
+    else:
+        where, pairs = pd.factorize(pair)
     named = []
     for i, code in enumerate(pairs):
         slot = int(code % (len(provider_names) + 1)) - 1
         name = str(model_names[int(code // (len(provider_names) + 1))])
         named.append((name, None if slot < 0 else str(provider_names[slot]), i))
     for name, recorded, i in sorted(named, key=lambda p: (p[0], str(p[1]))):
-        index = rows_known[where == i]
+        chosen = rows_known if len(pairs) == 1 else rows_known[where == i]
+        index: np.ndarray | slice = slice(None) if len(chosen) == len(ms) else chosen  # no copy
         try:
             cost[index], notes = _price_group(name, recorded, ms[index], counts[index])
         except (LookupError, ArithmeticError, ValueError) as exc:
             problems.append(
                 f"no price for model {name!r} (provider {recorded!r}) in genai-prices: "
-                f"cost_usd NaN for {len(index)} call(s) ({exc})"
+                f"cost_usd NaN for {len(chosen)} call(s) ({exc})"
             )
             continue
         noted.extend(notes)
@@ -262,10 +283,13 @@ def cost(
     rows = requests_frame.reset_index(drop=True)
     total = rows["total_tokens"].to_numpy(dtype=np.int64)
     if cache_rules is None:
-        family = rows["cache_rules"].astype(str).to_numpy(dtype=object)
+        family = _named(rows["cache_rules"])
     else:
-        family = np.full(len(rows), resolve_rules(cache_rules, None)[0], dtype=object)
-    least = np.array([minimum_tokens(f, model) for f in family], dtype=np.int64)
+        family = pd.Categorical.from_codes(
+            np.zeros(len(rows), np.int8), [resolve_rules(cache_rules, None)[0]]
+        ).remove_unused_categories()
+    least = np.array([minimum_tokens(f, model) for f in family.categories], dtype=np.int64)
+    least = least[np.maximum(family.codes, 0)]
     cached = cache_columns(rows, family, least, cache_ttl, cache_scope)
     prompt = total
     if calibration is not None:
@@ -285,14 +309,15 @@ def cost(
     n = len(total)
     at = np.full(n, int(price_moment(date).timestamp() * 1000), dtype=np.int64)
     counts = np.stack([prompt, read, write, completion], axis=1)
-    priced = price_calls([model] * n, [provider] * n, at, counts)
+    priced = price_calls(_uniform(model, n), _uniform(provider, n), at, counts)
     premium = write_premium(cache_ttl) / write_premium(None) - 1
     total_cost = priced.cost
-    if premium and write.any():
-        writes = np.stack([write, np.zeros_like(write), write, np.zeros_like(write)], axis=1)
-        total_cost = (
-            total_cost + premium * price_calls([model] * n, [provider] * n, at, writes).cost
-        )
+    wrote = np.flatnonzero(write)  # a call that writes nothing pays no premium
+    if premium and len(wrote):
+        m, none = len(wrote), np.zeros(len(wrote), dtype=np.int64)
+        writes = np.stack([write[wrote], none, write[wrote], none], axis=1)
+        extra = price_calls(_uniform(model, m), _uniform(provider, m), at[wrote], writes).cost
+        total_cost[wrote] += premium * extra
     added = frame(
         REQUEST_COSTS,
         {
@@ -303,9 +328,20 @@ def cost(
             "cost_usd": total_cost,
         },
     )
-    rows = rows.assign(cache_rules=pd.Categorical(family), **cached)
+    rows = rows.assign(cache_rules=family, **cached)
     out = pd.concat([rows, added], axis=1)
     return Reported.of(out, _from_prices(priced.problems), notes=_from_prices(priced.notes))
+
+
+def _named(rules: pd.Series) -> pd.Categorical:
+    """A ``cache_rules`` column as a Categorical of its values' names (missing: ``"nan"``),
+    read off its categories rather than row by row."""
+    found = pd.Categorical(rules)
+    names = np.array([*(str(c) for c in found.categories), "nan"], dtype=object)
+    unique, code = np.unique(names, return_inverse=True)
+    codes = code[np.where(found.codes >= 0, found.codes, len(names) - 1)]
+    used = np.bincount(codes, minlength=len(unique)) > 0
+    return pd.Categorical.from_codes((np.cumsum(used) - 1)[codes], unique[used].tolist())
 
 
 def _from_prices(reasons: list[str]) -> pd.DataFrame:

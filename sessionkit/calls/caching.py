@@ -132,7 +132,7 @@ def write_premium(cache_ttl: float | None) -> float:
 
 def _rounded(tokens: np.ndarray) -> np.ndarray:
     """OpenAI's cached tokens of a shared prefix: 128-token steps from 1,024 on."""
-    return np.where(tokens >= OPENAI_MINIMUM, tokens - tokens % OPENAI_STEP, 0)
+    return np.where(tokens >= OPENAI_MINIMUM, tokens & -OPENAI_STEP, 0)  # a power of 2
 
 
 def _ms(times: pd.Series) -> np.ndarray:
@@ -140,44 +140,78 @@ def _ms(times: pd.Series) -> np.ndarray:
     return values.astype("int64").where(values.notna(), -1).to_numpy(dtype=np.int64)
 
 
-def _shared_warm(rows: pd.DataFrame, t: np.ndarray, ttl_ms: float, order: np.ndarray) -> np.ndarray:
+def _alike(values: pd.Series) -> np.ndarray:
+    """Per row after the first: it holds the previous row's value (missing ones alike); False
+    where that is not cheap to tell (a column of objects)."""
+    if isinstance(values.dtype, pd.CategoricalDtype):
+        codes = values.cat.codes.to_numpy()
+        return codes[1:] == codes[:-1]
+    if values.dtype.kind not in "iubf":
+        return np.zeros(max(len(values) - 1, 0), dtype=bool)
+    kind = np.dtype(getattr(values.dtype, "numpy_dtype", values.dtype))
+    data = values.to_numpy(dtype=kind, na_value=kind.type(0))
+    missing = values.isna().to_numpy()
+    return (data[1:] == data[:-1]) & (missing[1:] == missing[:-1])
+
+
+def _grouped(rows: pd.DataFrame, keys: list[str]) -> np.ndarray:
+    """``rows.groupby(keys, observed=True, sort=False, dropna=False).ngroup()``, grouping only
+    the first row of each run of rows alike in ``keys`` (a requests frame's are long)."""
+    n = len(rows)
+    starts = np.ones(n, dtype=bool)
+    if n > 1:
+        starts[1:] = ~np.logical_and.reduce([_alike(rows[k]) for k in keys])
+    first = np.flatnonzero(starts)
+    runs = rows[keys].take(first).groupby(keys, observed=True, sort=False, dropna=False)
+    return np.repeat(runs.ngroup().to_numpy(np.int64), np.diff(np.append(first, n)))
+
+
+def _shared_warm(
+    rows: pd.DataFrame, t: np.ndarray, ttl_ms: float, order: np.ndarray | slice
+) -> np.ndarray:
     """Per row (in ``order``): another call of its deployment (release, setting, system and
     tools alike) was made within the TTL before it, so their shared head is cached."""
     keys = ["policy", *REQUEST_SETTINGS, "system_tokens", "tools_tokens"]
-    deployment = rows.groupby(keys, observed=True, sort=False, dropna=False).ngroup().to_numpy()
-    d, tt = deployment[order], t[order]
+    d, tt = _grouped(rows, keys)[order], t[order]
     by_time = np.lexsort((tt, d))
     ds, ts = d[by_time], tt[by_time]
-    warm = np.zeros(len(order), dtype=bool)
+    warm = np.zeros(len(d), dtype=bool)
     if len(ds) > 1:
         same = (ds[1:] == ds[:-1]) & (ts[:-1] >= 0) & (ts[1:] >= 0)
         warm[by_time[1:]] = same & (ts[1:] - ts[:-1] <= ttl_ms)
     return warm
 
 
+def _session_order(group: np.ndarray, turn: np.ndarray, step: np.ndarray) -> np.ndarray | slice:
+    """The rows sorted by group, turn and step (stable): all of them as they are when they
+    already are (a requests frame's own order)."""
+    later = (turn[1:] > turn[:-1]) | ((turn[1:] == turn[:-1]) & (step[1:] >= step[:-1]))
+    if ((group[1:] > group[:-1]) | ((group[1:] == group[:-1]) & later)).all():
+        return slice(None)
+    return np.lexsort((step, turn, group))
+
+
 def cache_columns(
     rows: pd.DataFrame,
-    family: np.ndarray,
+    family: np.ndarray | pd.Categorical,
     minimum: np.ndarray,
     cache_ttl: float | None,
     cache_scope: str,
 ) -> dict[str, Any]:
     """``cache_read_tokens``, ``cache_write_tokens`` and ``cache_break`` (a Categorical of
     :data:`~sessionkit.schema.CACHE_BREAKS`) of a requests frame's rows, under each row's
-    ``family`` and ``minimum`` cacheable prefix."""
-    unknown = sorted(set(family.tolist()) - set(FAMILIES))
+    ``family`` (names, or a Categorical of them: faster) and ``minimum`` cacheable prefix."""
+    families = pd.Categorical(family)
+    names = [str(c) for c in families.categories]
+    used = np.bincount(families.codes + 1, minlength=len(names) + 1) > 0
+    present = {name for name, u in zip(names, used[1:], strict=True) if u}
+    unknown = sorted(present - set(FAMILIES)) + (["nan"] if used[0] else [])
     if unknown:
         raise ValueError(f"cache_rules {unknown} unknown: a family is one of {', '.join(FAMILIES)}")
     n = len(rows)
-    group = (
-        rows.groupby(
-            ["session_key", "policy", *REQUEST_SETTINGS], observed=True, sort=False, dropna=False
-        )
-        .ngroup()
-        .to_numpy(np.int64)
-    )
+    group = _grouped(rows, ["session_key", "policy", *REQUEST_SETTINGS])
     turn, step = (rows[c].to_numpy(np.int64) for c in ("turn", "step"))
-    order = np.lexsort((step, turn, group))
+    order = _session_order(group, turn, step)
 
     def col(name: str) -> np.ndarray:
         return rows[name].to_numpy(np.int64)[order]
@@ -186,7 +220,7 @@ def cache_columns(
     ts, g, st = t[order], group[order], step[order]
     total, prefix, tools = col("total_tokens"), col("prefix_tokens"), col("tools_tokens")
     head = tools + col("system_tokens") + col("summary_tokens")
-    fam, least = np.asarray(family, dtype=object)[order], np.asarray(minimum, np.int64)[order]
+    fam, least = families.codes[order], np.asarray(minimum, np.int64)[order]
     first = np.ones(n, dtype=bool)
     first[1:] = g[1:] != g[:-1]
     prev = np.maximum(np.arange(n) - 1, 0)
@@ -203,22 +237,19 @@ def cache_columns(
     read = np.maximum(read, np.where(shared, _rounded(tools + col("system_tokens")), 0))
     read = np.where(read >= least, read, 0)
     write = np.zeros(n, dtype=np.int64)
-    marked = fam != "openai"
+    marked = np.isin(fam, [i for i, name in enumerate(names) if name != "openai"])
     if marked.any():
         history = col("history_messages")
-        anthropic = fam == "anthropic"
+        anthropic = fam == (names.index("anthropic") if "anthropic" in names else -1)
         messages = np.where(anthropic, history + 1 + 2 * st, history + 2 + 2 * st)
         last = np.where(anthropic, col("last_results_tokens"), col("last_tokens"))
-        points = np.stack(
-            [
-                np.where(tools > 0, tools, 0),
-                np.where(head > tools, head, 0),
-                np.where(marks_second_to_last(messages), total - last, 0),
-            ],
-            axis=1,
-        )
-        points = np.where(points >= least[:, None], points, 0)
-        top = points.max(axis=1)
+        points = [
+            np.where(tools > 0, tools, 0),
+            np.where(head > tools, head, 0),
+            np.where(marks_second_to_last(messages), total - last, 0),
+        ]
+        points = [np.where(p >= least, p, 0) for p in points]
+        top = np.maximum.reduce(points)
         hits = _breakpoint_reads(points, top, prefix, warm, np.where(shared, shared_head, 0), least)
         read = np.where(marked, hits, read)
         write = np.where(marked, np.maximum(top - hits, 0), 0)
@@ -233,36 +264,44 @@ def cache_columns(
 
 
 def _breakpoint_reads(
-    points: np.ndarray,
+    points: list[np.ndarray],
     top: np.ndarray,
     prefix: np.ndarray,
     warm: np.ndarray,
     shared: np.ndarray,
     least: np.ndarray,
 ) -> np.ndarray:
-    """Each call's read under breakpoints (rows in session order): the longest entry alive —
-    one the previous call wrote or read at its breakpoints, or the deployment's shared head
-    — that this request repeats (within ``prefix``) and reaches with a breakpoint (within
-    ``top``).  The read a call carries on depends on the one before, so the recurrence is
-    iterated over whole arrays until no read changes (as many rounds as the longest run of
-    calls carrying one read on)."""
+    """Each call's read under its breakpoints ``points`` (one array per breakpoint, rows in
+    session order): the longest entry alive — one the previous call wrote or read at its
+    breakpoints, or the deployment's shared head — that this request repeats (within
+    ``prefix``) and reaches with a breakpoint (within ``top``).  The read a call carries on
+    depends on the one before, so the recurrence is iterated until no read changes (as many
+    rounds as the longest run of calls carrying one read on), each round over the rows just
+    after a read the round before changed."""
     bound = np.minimum(prefix, top)
-    before = np.roll(points, 1, axis=0)
-    marked = np.where(warm[:, None] & (before <= bound[:, None]), before, 0).max(axis=1)
+    marked = np.maximum.reduce(
+        [
+            np.where(warm & (before <= bound), before, 0)
+            for before in (np.roll(p, 1) for p in points)
+        ]
+    )
     head = np.where((least <= shared) & (shared <= top), shared, 0)
     fresh = np.maximum(marked, head)
-    reads = fresh
-    while True:
-        carried = np.roll(reads, 1)
-        found = np.maximum(fresh, np.where(warm & (carried <= bound), carried, 0))
-        if np.array_equal(found, reads):
-            return reads
-        reads = found
+    reads = fresh.copy()
+    i = np.flatnonzero(warm)  # a session's first call carries nothing on
+    while len(i):
+        carried = reads[i - 1]
+        found = np.maximum(fresh[i], np.where(warm[i] & (carried <= bound[i]), carried, 0))
+        changed = found != reads[i]
+        i = i[changed]
+        reads[i] = found[changed]
+        i = i[i + 1 < len(reads)] + 1
+    return reads
 
 
 def _breaks(
     rows: pd.DataFrame,
-    order: np.ndarray,
+    order: np.ndarray | slice,
     first: np.ndarray,
     idle: np.ndarray,
     prefix: np.ndarray,
@@ -272,7 +311,7 @@ def _breaks(
     total: np.ndarray,
 ) -> np.ndarray:
     """Each call's :data:`~sessionkit.schema.CACHE_BREAKS` code (rows in session order)."""
-    n = len(order)
+    n = len(first)
     prev = np.maximum(np.arange(n) - 1, 0)
     start = rows["history_start"].to_numpy(np.int64)[order]
     conditions = [

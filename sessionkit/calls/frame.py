@@ -680,9 +680,10 @@ def _cached(
             read[config] = resolve_rules(cache_rules, config)
         chosen.append(read[config])
     codes = keys.codes.to_numpy(np.int64)
-    family = np.array([f for f, _ in chosen] or ["openai"], dtype=object)[np.maximum(codes, 0)]
+    per_key = pd.Categorical([f for f, _ in chosen] or ["openai"])
+    family = per_key.take(np.maximum(codes, 0)).remove_unused_categories()
     least = np.array([minimum_tokens(f, m) for f, m in chosen] or [0], dtype=np.int64)
-    rows["cache_rules"] = pd.Categorical(family)
+    rows["cache_rules"] = family
     found = cache_columns(rows, family, least[np.maximum(codes, 0)], cache_ttl, cache_scope)
     for name, values in found.items():
         rows[name] = values
