@@ -54,7 +54,7 @@ _SUMMARY_COLUMNS = [
     "last_message_at",
     "title",
 ]
-_PLAN_COLUMNS = ["setting", "calls", "estimated_prompt_tokens", "worst_cost_usd"]
+_PLAN_COLUMNS = ["setting", "calls", "tokens_per_call", "worst_cost_usd"]
 _AGREEMENT_COLUMNS = [
     "setting",
     "calls",
@@ -577,13 +577,10 @@ def _experiment(args: argparse.Namespace) -> int:
     table = agreement_by_setting(out)
     summary = out.summary
     if args.dry_run:
-        plan = table.assign(
-            estimated_prompt_tokens=(table["tokens_per_call"] * table["calls"]).round().astype(int)
-        )[_PLAN_COLUMNS]
-        _write(plan, args.format)
+        _write(table[_PLAN_COLUMNS], args.format)
         print(
-            f"plan: {int(plan['calls'].sum())} call(s), "
-            f"{int(plan['estimated_prompt_tokens'].sum()):,} prompt tokens (estimated), worst "
+            f"plan: {summary['planned']} call(s), "
+            f"{int(out['estimated_prompt_tokens'].sum()):,} prompt tokens (estimated), worst "
             f"case ${summary['worst_cost_usd']:.4f}, to {shown(summary['host'])}; "
             f"{summary['stored']} answer(s) already kept; nothing sent",
             file=sys.stderr,

@@ -829,7 +829,8 @@ AGREEMENT: tuple[Column, ...] = (
     Column(
         "tokens_per_call",
         "float64",
-        "mean of estimated_prompt_tokens over the calls: what this setting sends per call",
+        "mean of estimated_prompt_tokens over the calls whose request was rebuilt (a call "
+        "that could not be, with no estimate, left out): what this setting sends per call",
     ),
     Column("prompt_tokens", "Int64", "input tokens the endpoint reported, summed (<NA>: none)"),
     Column(
@@ -839,8 +840,8 @@ AGREEMENT: tuple[Column, ...] = (
     Column(
         "worst_cost_usd",
         "float64",
-        "worst_cost_usd summed over the calls: what budget_usd reserves to ask them all "
-        "(NaN: one not priced)",
+        "worst_cost_usd summed over the calls whose request was rebuilt: what budget_usd "
+        "reserves to ask them all (NaN: one not priced)",
     ),
 )
 """Columns of an experiment's agreement per setting

@@ -71,7 +71,7 @@ def test_a_dry_run_prints_the_plan_and_sends_nothing(
     out, err = capsys.readouterr()
     assert stub.received == []
     lines = out.splitlines()
-    assert lines[0].split() == ["setting", "calls", "estimated_prompt_tokens", "worst_cost_usd"]
+    assert lines[0].split() == ["setting", "calls", "tokens_per_call", "worst_cost_usd"]
     plan = sk.experiment(
         sk.requests(sk.load(workspace), KEY, grid={"max_messages": [4, 0]}).query("turn < 4"),
         sk.load(workspace),
@@ -80,8 +80,8 @@ def test_a_dry_run_prints_the_plan_and_sends_nothing(
     )
     tokens = plan.groupby("max_messages", sort=False)["estimated_prompt_tokens"].sum()
     assert [line.split()[:4] for line in lines[1:]] == [
-        ["max_messages", "4", "9", str(tokens[4])],
-        ["max_messages", "none", "9", str(tokens[0])],
+        ["max_messages", "4", "9", f"{tokens[4] / 9:.6f}"],
+        ["max_messages", "none", "9", f"{tokens[0] / 9:.6f}"],
     ]
     host = stub.url.split("/")[2]
     assert err == (

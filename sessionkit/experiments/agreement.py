@@ -82,10 +82,13 @@ def agreement_by_setting(results: pd.DataFrame) -> pd.DataFrame:
         counts["answered"].append(len(answered))
         counts["compared"].append(len(compared))
         counts["agreed"].append(int(compared.astype(bool).sum()))
-        counts["tokens_per_call"].append(float(rows["estimated_prompt_tokens"].iloc[at].mean()))
+        estimates = rows["estimated_prompt_tokens"].to_numpy()[at]
+        rebuilt = estimates[estimates > 0]
+        counts["tokens_per_call"].append(float(rebuilt.mean()) if len(rebuilt) else np.nan)
         counts["prompt_tokens"].append(int(reported.sum()) if len(reported) else None)
         counts["cost_usd"].append(float(costs.sum()) if len(costs) else np.nan)
-        counts["worst_cost_usd"].append(float(rows["worst_cost_usd"].to_numpy()[at].sum()))
+        worst = rows["worst_cost_usd"].to_numpy()[at][estimates > 0]
+        counts["worst_cost_usd"].append(float(worst.sum()))
     compared_n = np.array(counts["compared"], dtype=np.float64)
     answered_n = np.array(counts["answered"], dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -30,12 +30,22 @@ def test_each_setting_counts_its_answers_and_the_share_agreeing() -> None:
                 "prompt_tokens": None,
                 "cost_usd": NAN,
             },
+            {  # a request that could not be rebuilt: no estimate, left out of tokens per call
+                "max_messages": 120,
+                "call": 2,
+                "outcome": "failed",
+                "estimated_prompt_tokens": 0,
+                "worst_cost_usd": NAN,
+                "same_action": None,
+                "prompt_tokens": None,
+                "cost_usd": NAN,
+            },
         )
     )
     assert {c: str(t) for c, t in frame.dtypes.items()} == {c.name: c.dtype for c in AGREEMENT}
     assert list(frame["setting"]) == ["max_messages 20", "max_messages 120"]
     assert list(frame["max_messages"]) == [20, 120]
-    assert list(frame["calls"]) == [3, 2]
+    assert list(frame["calls"]) == [3, 3]
     assert list(frame["answered"]) == [3, 1]
     assert list(frame["compared"]) == [2, 1]
     assert list(frame["agreed"]) == [1, 1]
