@@ -10,7 +10,10 @@ index folder of its own, each phase in a fresh process (imports not timed):
 - ``recount``: ``count_tokens`` of every message with the persisted counts (nothing may be
   tokenized);
 - ``grid_cold`` then ``grid``: load plus the 3 x 3 windows grid (three releases x max_tokens
-  0/8k/32k); the first keeps the replays, the second is the fresh-process time;
+  0/8k/32k); the first keeps the replays, the second is the fresh-process time; then two
+  grids of other entry settings (``grid_stamps``: 0.2.2 with and without time stamps;
+  ``grid_context``: 0.3.x without runtime context), after which the index holds what three
+  different grids keep;
 - ``cold_none``: ``sk.load(tokens=None)`` plus the frames with an empty index folder of its
   own (the first open without token counts);
 - ``uncached``: ``sk.load(cache=False)`` plus the frames (tokens counted; nothing read from
@@ -40,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +150,29 @@ def phase_grid(folder: Path) -> dict[str, Any]:
     return {**_since(start), "windows": len(frame), "sessions_parsed": parsed, **_peak_rss()}
 
 
+OTHER_GRIDS: dict[str, dict[str, Any]] = {
+    "grid_stamps": {
+        "policy": RELEASES[0],
+        "include_timestamps": [True, False],
+        "max_tokens": [0, 8000],
+    },
+    "grid_context": {
+        "policy": RELEASES[1:],
+        "include_runtime_context": [False],
+        "max_messages": [50, 500],
+    },
+}
+"""Grids whose entry settings the 3 x 3 grid does not replay, so each keeps replays of its own."""
+
+
+def phase_other_grid(folder: Path, name: str) -> dict[str, Any]:
+    """Load plus one of :data:`OTHER_GRIDS`."""
+    sessionkit = _imported()
+    start = _clock()
+    frame = sessionkit.windows(sessionkit.load(folder), **OTHER_GRIDS[name])
+    return {**_since(start), "windows": len(frame), **_peak_rss()}
+
+
 PHASES = {
     "cold": phase_open,
     "warm": phase_open,
@@ -160,6 +187,7 @@ PHASES = {
     "tokens": lambda folder: phase_tokens(folder, os.cpu_count() or 1),
     "tiktoken": lambda folder: phase_tiktoken(folder, 1),
     "floor": lambda folder: {**phase_floor(folder, os.cpu_count() or 1), **_peak_rss()},
+    **{name: partial(phase_other_grid, name=name) for name in OTHER_GRIDS},
 }
 
 
@@ -197,6 +225,10 @@ def measure(source: Path, work: Path, pairs: int = 1) -> dict[str, Any]:
         results[name] = run_phase(name, folder, cache)
         if name == "warm":  # the index of an open, before any grid adds replays
             results["index_bytes_open"] = _bytes_under(cache)
+    results["index_bytes_grid"] = _bytes_under(cache)
+    for name in OTHER_GRIDS:
+        results[name] = run_phase(name, folder, cache)
+    results["index_bytes_grids"] = _bytes_under(cache)
     results["cold_none"] = run_phase("cold_none", folder, work / "cache-none")
     results["uncached"] = run_phase("uncached", folder, work / "unused-cache")
     pair_runs = [(results["floor"], results["cold"])]
@@ -310,6 +342,9 @@ def cold_targets(r: dict[str, Any]) -> list[dict[str, Any]]:
         ),
         row("index after an open / store bytes", r["index_bytes_open"] / r["store_bytes"], 0.5),
         row("first 3x3 windows grid (s)", r["grid_cold"]["seconds"], 5.0),
+        row(
+            "index after three grids / store bytes", r["index_bytes_grids"] / r["store_bytes"], 1.0
+        ),
         row(
             "first open, exact tokens / the floor (medians)",
             r["vs_floor"]["ratio_of_medians"],

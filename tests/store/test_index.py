@@ -582,6 +582,28 @@ def test_arrays_equal_across_derived_values_are_kept_once(tmp_path: Path) -> Non
     assert index.read_arrays("t-a", "v1") is None
 
 
+def test_derived_arrays_kept_before_they_were_shared_are_derived_again_silently(
+    tmp_path: Path,
+) -> None:
+    import numpy as np
+
+    from sessionkit.store.cachedir import write_ipc
+
+    index = sessionkit.store.index.Index(tmp_path)
+    index.write_arrays("s-a", "v1", {"x": np.arange(3)})
+    target = next(tmp_path.glob("index-*/derived/s-*.arrow"))
+    described = {"format": sessionkit.store.index.FORMAT, "name": "s-a", "stamp": "v1"}
+    described |= {"arrays": [["x", "<i8"]]}  # the layout before: the bytes in the file
+    table = pa.table({"data": pa.array([np.arange(3).tobytes()], pa.large_binary())})
+    write_ipc(target, table.schema.with_metadata({"sessionkit": json.dumps(described)}), [table])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert index.read_arrays("s-a", "v1") is None
+    index.write_arrays("s-a", "v1", {"x": np.arange(3)})
+    again = index.read_arrays("s-a", "v1")
+    assert again is not None and again["x"].tolist() == [0, 1, 2]
+
+
 def test_an_index_that_cannot_be_written_costs_speed_only(
     store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
