@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -126,3 +127,30 @@ def test_a_cjk_model_draws_without_missing_glyphs() -> None:
         warnings.simplefilter("always")
         ax.figure.savefig(io.BytesIO(), format="png", bbox_inches=None)
     assert [str(w.message) for w in caught if "missing from font" in str(w.message)] == []
+
+
+def test_it_shows_in_a_fresh_kernel(tmp_path) -> None:
+    """As every sk.plot function: one PNG per cell in a new IPython kernel."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    cells = [
+        "import sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "import sessionkit as sk\n"
+        "from test_plot_experiments import RESULTS",
+        "sk.plot.agreement_frontier(RESULTS)",
+        "sk.plot.agreement_frontier(RESULTS, x='cost')",
+    ]
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    NotebookClient(
+        notebook,
+        timeout=300,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(tmp_path)}},
+    ).execute()
+    shown = [
+        [o for o in cell.outputs if "image/png" in o.get("data", {})] for cell in notebook.cells
+    ]
+    assert [len(images) for images in shown] == [0, 1, 1]
+    assert [o for cell in notebook.cells for o in cell.outputs if o.output_type == "error"] == []
