@@ -147,6 +147,7 @@ def test_a_budget_stops_the_run_and_is_told(
             "release's), e.g. 20,120; not '20,many'",
         ),
         (["--dry-run", "--turns", "3-"], "--turns takes turns and ranges such as 0-3,7; not '3-'"),
+        (["--dry-run", "--key", "cli:nobody"], "no session with key cli:nobody in WORKSPACE"),
         (
             ["--dry-run", "--api-key-env", "SK_TEST_NO_SUCH_VARIABLE"],
             "--api-key-env names SK_TEST_NO_SUCH_VARIABLE, which is not set in the environment",
@@ -172,7 +173,7 @@ def test_usage_errors_say_what_to_pass(
         assert "no-such-model-anywhere" in err
     else:
         assert status == 2
-        assert err == f"sessionkit: error: {message}\n"
+        assert err == f"sessionkit: error: {message.replace('WORKSPACE', str(workspace))}\n"
 
 
 def test_the_key_from_the_environment_goes_in_the_header_only(
