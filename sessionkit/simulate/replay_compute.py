@@ -121,12 +121,15 @@ def compute(
     targets: list[Target],
     cache: TokenCache | None,
     stored: np.ndarray | None = None,
+    messages: list[dict[str, Any]] | None = None,
 ) -> list[Replay]:
     """The session's :class:`Replay` under each target: what does not depend on the release
     is read from the messages once, and each entry is counted once per counting rule
     (``stored``: the messages' own counts by
-    :data:`~sessionkit.simulate.replay_counts.STORED_POLICY`, -1 where none)."""
-    return assembled([part(session.messages, 0, targets, cache, stored)], targets)
+    :data:`~sessionkit.simulate.replay_counts.STORED_POLICY`, -1 where none; ``messages``:
+    the session's, read by the caller, default :attr:`Session.messages`)."""
+    own = session.messages if messages is None else messages
+    return assembled([part(own, 0, targets, cache, stored)], targets)
 
 
 @dataclass

@@ -111,14 +111,29 @@ def _compute_chunk(indices: list[int]) -> tuple[list[int], list[list[Replay]], l
     parsed once for all of them)."""
     sessions, jobs, missing = SHARED["sessions"], SHARED["jobs"], SHARED["missing"]
     delta = ReadThroughCache(SHARED["cache"])
-    with no_gc(kept=True):  # the sessions keep their parsed messages
+    with no_gc(kept=True):  # sessions parsed before the fork keep their messages
         replays = [
             replay_compute.compute(
-                sessions[i], _targets(sessions[i], jobs, missing[i]), delta, SHARED["stored"][i]
+                sessions[i],
+                _targets(sessions[i], jobs, missing[i]),
+                delta,
+                SHARED["stored"][i],
+                _read_once(sessions[i]),
             )
             for i in indices
         ]
     return indices, replays, delta.fresh
+
+
+def _read_once(session: Session) -> list[dict[str, Any]]:
+    """In a worker: the session's messages, read from its file and dropped once replayed
+    when it is not read yet (its parse kept by the worker's copy of the session, with the
+    digest a first use takes, would serve nothing: the worker ends), else the ones it holds."""
+    if not (isinstance(session, IndexedSession) and session.streamable):
+        return session.messages
+    messages: list[dict[str, Any]] = []
+    session.stream(messages.extend)
+    return messages
 
 
 def _compute_split(

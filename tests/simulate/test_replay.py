@@ -312,10 +312,10 @@ def test_replays_for_several_releases_parse_each_indexed_session_once(
     log = tmp_path / "parsed.log"  # appended to by forked workers too
     real = sessionkit.store.index.read_session_file
 
-    def counted(path: Any) -> Any:
+    def counted(path: Any, *sink: Any) -> Any:  # a worker streams the file to a sink
         with log.open("a") as f:
             f.write(os.fspath(path) + "\n")
-        return real(path)
+        return real(path, *sink)
 
     monkeypatch.setattr(sessionkit.store.index, "read_session_file", counted)
     memo.clear()
