@@ -221,8 +221,8 @@ def _loaded(
             counting: bool,
         ) -> None:
             """One run's entries into ``found``, with the counts ``pending`` for it; with
-            more than one run, indexed sessions drop their parsed messages (see
-            :attr:`~sessionkit.tuning.Tuning.run_bytes`)."""
+            more than one run, the sessions of settled files drop their parsed messages,
+            with or without the index (see :attr:`~sessionkit.tuning.Tuning.run_bytes`)."""
             built = build_entries(
                 fresh,
                 problems_by_path(read),
@@ -233,7 +233,7 @@ def _loaded(
             )
             for i, entry in zip(where, built, strict=True):
                 found[i] = entry
-                if index is not None and len(runs) > 1:
+                if len(runs) > 1:
                     _unparsed(entry, files[i], identities[i], index, store, now)
 
         waiting = None  # the run read last, built once the next is read and sent
@@ -385,10 +385,10 @@ def _keep_catalog(index: Index, store: str, served: Served) -> None:
 
 
 def _unparsed(
-    entry: Entry, file: Path, identity: Identity | None, index: Index, store: str, now: int
+    entry: Entry, file: Path, identity: Identity | None, index: Index | None, store: str, now: int
 ) -> None:
-    """Let ``entry``'s session drop its parsed messages when the index can stand for them
-    (:func:`indexable`)."""
+    """Let ``entry``'s session drop its parsed messages when its file, as read, can stand for
+    them (:func:`indexable`), with or without the index."""
     if indexable(file, identity, now):
         entry.session = IndexedSession.restored(
             entry.meta, file, cast("Identity", identity), index, store

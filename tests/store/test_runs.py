@@ -256,7 +256,7 @@ def test_a_load_without_the_cache_streams_huge_files_too(
     jsonl = sorted(f.name for f in folder.iterdir() if f.suffix == ".jsonl")
     assert sorted(streamed) == jsonl
     restored = [s for s in ran if type(s) is IndexedSession]
-    assert len(restored) == 26 and all(s._messages is None for s in restored)
+    assert len(restored) == 27 and all(s._messages is None for s in restored)  # .json: a run
     assert all(s.replay_home is None for s in restored)  # its replays are kept nowhere
     for name in ("messages", "sessions", "problems"):
         pd.testing.assert_frame_equal(getattr(ran, name), getattr(expected, name))
@@ -265,4 +265,30 @@ def test_a_load_without_the_cache_streams_huge_files_too(
         (s.messages, s.line_numbers, s.held_lines) for s in expected
     ]
     assert not (tmp_path / "never").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sessions"]
+
+
+def test_a_load_without_the_cache_in_runs_keeps_no_parsed_messages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``cache=False`` in runs of one file each: each settled file's session drops its parsed
+    messages as an indexed one does (parsed again on first use), the frames equal a load in
+    one run, and nothing is written anywhere."""
+    folder = tmp_path / "sessions"
+    shutil.copytree(sk.load().loaded_from[0] / "sessions", folder)
+    shutil.copytree(sk.load().loaded_from[0] / "damaged", folder, dirs_exist_ok=True)
+    expected = sk.load(folder, cache=False, progress=False)
+    assert not any(type(s) is IndexedSession for s in expected)  # one run: all kept parsed
+    monkeypatch.setenv("SESSIONKIT_CACHE_DIR", str(tmp_path / "never"))
+    monkeypatch.setattr(TUNING, "racy_ns", 0)
+    monkeypatch.setattr(TUNING, "run_bytes", 1)
+    ran = sk.load(folder, cache=False, progress=False)
+    restored = [s for s in ran if type(s) is IndexedSession]
+    assert len(restored) == len(ran) == len(expected) == 27
+    assert all(s._messages is None and s.replay_home is None for s in restored)
+    for name in ("messages", "sessions", "problems"):
+        pd.testing.assert_frame_equal(getattr(ran, name), getattr(expected, name))
+    assert [(s.messages, s.line_numbers, s.held_lines) for s in ran] == [
+        (s.messages, s.line_numbers, s.held_lines) for s in expected
+    ]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sessions"]
