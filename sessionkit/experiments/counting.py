@@ -11,19 +11,24 @@ from sessionkit.calls.assembly import count_text
 
 __all__ = ["piece_counter"]
 
-_CUT = re.compile(r"(?<=[^\W_])(?=\n)")
-"""Before a newline that follows a letter or digit (``[^\\W_]`` is exactly Unicode's L and N
+_CUT = re.compile(r"\n(?<=[^\W_]\n)")
+"""At a newline that follows a letter or digit (``[^\\W_]`` is exactly Unicode's L and N
 categories).  No pre-token of cl100k_base's pattern holds both a letter or digit and a newline,
 none looks behind, and the one looking ahead (``\\s+(?!\\S)``) sees no further than a
-whitespace run's next character: so the tokens of ``a + b`` are those of ``a`` then those of
-``b``.  No special token holds a newline, so a text with one still raises."""
+whitespace run's next character: so the tokens of ``a + "\\n" + b`` are those of ``a`` then
+those of ``"\\n" + b``.  No special token holds a newline, so a text with one still raises.
+(The pattern starts with the newline, which ``re`` finds fast, and looks behind it.)"""
 
 
 class _Pieces(dict[str, int]):
-    """Counts by piece, each counted on first use."""
+    """Counts by piece, each counted on first use, of ``lead + piece``."""
+
+    def __init__(self, lead: str) -> None:
+        super().__init__()
+        self.lead = lead
 
     def __missing__(self, piece: str) -> int:
-        counted = count_text(piece)
+        counted = count_text(self.lead + piece)
         self[piece] = counted
         return counted
 
@@ -31,9 +36,10 @@ class _Pieces(dict[str, int]):
 def piece_counter() -> Callable[[str], int]:
     """A counter equal to :func:`sessionkit.calls.assembly.count_text` on every text, that
     counts each piece of text (see :data:`_CUT`) only the first time it meets it."""
-    pieces = _Pieces()
+    first, later = _Pieces(""), _Pieces("\n")
 
     def count(text: str) -> int:
-        return sum(map(pieces.__getitem__, _CUT.split(text)))
+        pieces = _CUT.split(text)
+        return first[pieces[0]] + sum(map(later.__getitem__, pieces[1:]))
 
     return count

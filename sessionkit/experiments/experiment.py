@@ -100,9 +100,19 @@ def _send(
             store.put(planned[job.at].digest, result)
         return result
 
+    prices: dict[tuple[str, tuple[int, ...]], float] = {}
+
     def cost_of(job: Job, answer: Answer) -> float:
-        counts = np.array([usage_counts(answer)], dtype=np.int64)
-        return float(priced([planned[job.at]], chosen.provider, counts)[0][0])
+        """The answer's price: what a dollar budget settles at (none: not needed), priced
+        once per model and usage."""
+        if budget.usd is None:
+            return float("nan")
+        counts = usage_counts(answer)
+        key = (planned[job.at].model, tuple(counts))
+        if key not in prices:
+            found = priced([planned[job.at]], chosen.provider, np.array([counts], dtype=np.int64))
+            prices[key] = float(found[0][0])
+        return prices[key]
 
     shown = progress if progress is not None else len(todo) >= TUNING.experiment_progress_calls
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
