@@ -166,14 +166,18 @@ def _price_group(
     out = np.empty(len(ms), dtype=np.float64)
     for g, at in enumerate(times):
         when = datetime.fromtimestamp(at / 1000, UTC)
-        rows = np.flatnonzero(groups == g)
+        rows = np.flatnonzero(groups == g) if len(times) > 1 else None  # None: every row
         starts = _tier_starts(found.model.get_prices(when))
-        segment = np.searchsorted(np.array(starts, dtype=np.int64), counts[rows, 0])
+        inputs = counts[:, 0] if rows is None else counts[rows, 0]
+        segment = np.searchsorted(np.array(starts, dtype=np.int64), inputs)
         present = np.flatnonzero(np.bincount(segment))
         for s in present:
             t = 1 if s == 0 else starts[s - 1] + 1
-            whole = len(times) == 1 and len(present) == 1  # every row: no copy of them
-            part = slice(None) if whole else rows[segment == s]
+            part: np.ndarray | slice = slice(None)  # one tier: every row, no copy of them
+            if len(present) > 1:
+                part = np.flatnonzero(segment == s)
+            if rows is not None:
+                part = rows[part]
             out[part] = _apply(_rates(model, provider_id, when, t), counts[part])
     return out, [note] if note else []
 

@@ -160,7 +160,10 @@ def _grouped(rows: pd.DataFrame, keys: list[str]) -> np.ndarray:
     n = len(rows)
     starts = np.ones(n, dtype=bool)
     if n > 1:
-        starts[1:] = ~np.logical_and.reduce([_alike(rows[k]) for k in keys])
+        alike = np.ones(n - 1, dtype=bool)
+        for key in keys:
+            alike &= _alike(rows[key])
+        starts[1:] = ~alike
     first = np.flatnonzero(starts)
     runs = rows[keys].take(first).groupby(keys, observed=True, sort=False, dropna=False)
     return np.repeat(runs.ngroup().to_numpy(np.int64), np.diff(np.append(first, n)))
@@ -180,6 +183,13 @@ def _shared_warm(
         same = (ds[1:] == ds[:-1]) & (ts[:-1] >= 0) & (ts[1:] >= 0)
         warm[by_time[1:]] = same & (ts[1:] - ts[:-1] <= ttl_ms)
     return warm
+
+
+def _previous(values: np.ndarray) -> np.ndarray:
+    """Each row's predecessor's value (the first row's own): ``values[max(i - 1, 0)]``."""
+    out = np.empty_like(values)
+    out[:1], out[1:] = values[:1], values[:-1]
+    return out
 
 
 def _session_order(group: np.ndarray, turn: np.ndarray, step: np.ndarray) -> np.ndarray | slice:
@@ -223,25 +233,26 @@ def cache_columns(
     fam, least = families.codes[order], np.asarray(minimum, np.int64)[order]
     first = np.ones(n, dtype=bool)
     first[1:] = g[1:] != g[:-1]
-    prev = np.maximum(np.arange(n) - 1, 0)
+    ts_before = _previous(ts)
     ttl_ms = np.inf if cache_ttl is None else cache_ttl * 1000
-    known = (ts >= 0) & (ts[prev] >= 0)
-    idle = ~first & known & (ts - ts[prev] > ttl_ms)
+    known = (ts >= 0) & (ts_before >= 0)
+    idle = ~first & known & (ts - ts_before > ttl_ms)
     warm = ~first & ~idle
     shared = np.zeros(n, dtype=bool)
     if cache_scope == "deployment":
         shared = _shared_warm(rows, t, ttl_ms, order)
     summary = col("summary_tokens")
     shared_head = np.where(summary == 0, head, tools)
-    read = np.where(warm, _rounded(prefix), 0)
-    read = np.maximum(read, np.where(shared, _rounded(tools + col("system_tokens")), 0))
-    read = np.where(read >= least, read, 0)
-    write = np.zeros(n, dtype=np.int64)
+    read, write = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     marked = np.isin(fam, [i for i, name in enumerate(names) if name != "openai"])
+    if not marked.all():  # some rows under "openai"
+        read = np.where(warm, _rounded(prefix), 0)
+        read = np.maximum(read, np.where(shared, _rounded(tools + col("system_tokens")), 0))
+        read = np.where(read >= least, read, 0)
     if marked.any():
         history = col("history_messages")
         anthropic = fam == (names.index("anthropic") if "anthropic" in names else -1)
-        messages = np.where(anthropic, history + 1 + 2 * st, history + 2 + 2 * st)
+        messages = history + 2 + 2 * st - anthropic  # one fewer under "anthropic"
         last = np.where(anthropic, col("last_results_tokens"), col("last_tokens"))
         points = [
             np.where(tools > 0, tools, 0),
@@ -279,16 +290,18 @@ def _breakpoint_reads(
     rounds as the longest run of calls carrying one read on), each round over the rows just
     after a read the round before changed."""
     bound = np.minimum(prefix, top)
-    marked = np.maximum.reduce(
-        [
-            np.where(warm & (before <= bound), before, 0)
-            for before in (np.roll(p, 1) for p in points)
-        ]
-    )
+    marked = np.zeros(len(bound), dtype=np.int64)  # a session's first row is never warm
+    for p in points:
+        before = p[:-1]
+        np.maximum(
+            marked[1:], np.where(warm[1:] & (before <= bound[1:]), before, 0), out=marked[1:]
+        )
     head = np.where((least <= shared) & (shared <= top), shared, 0)
     fresh = np.maximum(marked, head)
-    reads = fresh.copy()
-    i = np.flatnonzero(warm)  # a session's first call carries nothing on
+    carried = _previous(fresh)  # the first round over whole arrays, later ones sparse
+    reads = np.maximum(fresh, np.where(warm & (carried <= bound), carried, 0))
+    i = np.flatnonzero(reads != fresh) + 1
+    i = i[i < len(reads)]
     while len(i):
         carried = reads[i - 1]
         found = np.maximum(fresh[i], np.where(warm[i] & (carried <= bound[i]), carried, 0))
@@ -311,17 +324,15 @@ def _breaks(
     total: np.ndarray,
 ) -> np.ndarray:
     """Each call's :data:`~sessionkit.schema.CACHE_BREAKS` code (rows in session order)."""
-    n = len(first)
-    prev = np.maximum(np.arange(n) - 1, 0)
     start = rows["history_start"].to_numpy(np.int64)[order]
     conditions = [
         first,
         idle,
-        prefix >= total[prev],
+        prefix >= _previous(total),
         prefix < tools,
-        summary != summary[prev],
+        summary != _previous(summary),
         prefix < head,
-        start != start[prev],
+        start != _previous(start),
     ]
     labels = ["first call", "idle past the TTL", "none", "tools changed", "summary"]
     labels += ["system prompt changed", "window slid"]

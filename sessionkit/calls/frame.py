@@ -680,8 +680,11 @@ def _cached(
             read[config] = resolve_rules(cache_rules, config)
         chosen.append(read[config])
     codes = keys.codes.to_numpy(np.int64)
-    per_key = pd.Categorical([f for f, _ in chosen] or ["openai"])
-    family = per_key.take(np.maximum(codes, 0)).remove_unused_categories()
+    names = [f for f, _ in chosen] or ["openai"]
+    seen = np.bincount(np.maximum(codes, 0), minlength=len(names)) > 0
+    used = sorted({names[i] for i in np.flatnonzero(seen)})  # the families of these rows
+    per_key = np.array([used.index(f) if f in used else -1 for f in names], dtype=np.int64)
+    family = pd.Categorical.from_codes(per_key[np.maximum(codes, 0)], used)
     least = np.array([minimum_tokens(f, m) for f, m in chosen] or [0], dtype=np.int64)
     rows["cache_rules"] = family
     found = cache_columns(rows, family, least[np.maximum(codes, 0)], cache_ttl, cache_scope)
