@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from sessionkit.calls.frame import requests
     from sessionkit.experiments.continuation import continue_fork
     from sessionkit.experiments.experiment import experiment
+    from sessionkit.experiments.judging import ModelJudge
     from sessionkit.nanobot.policies import POLICIES, get_policy
     from sessionkit.nanobot.session import Session
     from sessionkit.nanobot.settings import HistorySettings
@@ -47,6 +48,7 @@ _HOMES = {
     "POLICIES": "sessionkit.nanobot.policies",
     "Corpus": "sessionkit.store.corpus",
     "HistorySettings": "sessionkit.nanobot.settings",
+    "ModelJudge": "sessionkit.experiments.judging",
     "Request": "sessionkit.calls.assembly",
     "Session": "sessionkit.nanobot.session",
     "count_tokens": "sessionkit.store.counting",
@@ -72,6 +74,7 @@ __all__ = [
     "Calibration",
     "Corpus",
     "HistorySettings",
+    "ModelJudge",
     "Request",
     "Session",
     "calibrate",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import numpy as np
@@ -20,9 +20,16 @@ from sessionkit.experiments.asking import ask
 from sessionkit.experiments.bodies import Edit, calls_checked
 from sessionkit.experiments.budget import Budget
 from sessionkit.experiments.endpoint import Target, target
+from sessionkit.experiments.judging import (
+    ModelJudge,
+    judge_calls,
+    judge_target,
+    model_judge,
+    score_of,
+)
 from sessionkit.experiments.plan import Planned, plan, priced, worst_costs
 from sessionkit.experiments.pool import Job, Sent, send_all
-from sessionkit.experiments.results import OUTCOMES, Judge, results_frame
+from sessionkit.experiments.results import OUTCOMES, Judge, Scorer, results_frame
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.workspace import config_file
 from sessionkit.schema import PROBLEMS, REQUEST_SETTINGS, Reported, frame
@@ -124,6 +131,49 @@ def _send(
         return send_all(jobs, send, cost_of, budget, concurrency, lambda: bar.update(1))
 
 
+def _model_judged(
+    out: pd.DataFrame,
+    judge: ModelJudge,
+    chosen: Target,
+    budget: Budget,
+    concurrency: int,
+    store: AnswerStore,
+    progress: bool | None,
+    dry_run: bool,
+) -> tuple[list[str], list[str]]:
+    """Ask ``judge`` about each answered or stored result, after the answers, under the same
+    budget, its answers kept like theirs; ``judge_score`` set in place.  Returns the problems
+    (no prompt, a failed call, no score in its answer) and notes (results not judged)."""
+    asked = judge_target(judge, chosen)
+    calls, problems = judge_calls(judge, out, asked)
+    worst, unpriced = worst_costs(calls, asked.provider)
+    results: dict[int, Answer | Failure] = {}
+    for at, call in enumerate(calls):
+        kept = store.get(call.digest)
+        if kept is not None:
+            results[at] = kept
+    todo = [at for at in range(len(calls)) if at not in results]
+    if todo and not dry_run:
+        results.update(
+            _send(calls, todo, worst, asked, budget, concurrency, store, progress).results
+        )
+    scores = out["judge_score"].to_numpy(copy=True)
+    for at, call in enumerate(calls):
+        result = results.get(at)
+        if isinstance(result, Failure):
+            problems.append(f"judge call failed on result {call.call}: {result.error}")
+        elif isinstance(result, Answer):
+            scores[call.call] = score_of(result.text)
+            if np.isnan(scores[call.call]):
+                shown = (result.text or "")[:80]
+                problems.append(f"judge gave no score in [0, 1] on result {call.call}: {shown!r}")
+    out["judge_score"] = scores
+    missing = sum(1 for at in range(len(calls)) if at not in results)
+    why = "a dry run asks no judge" if dry_run else "over budget"
+    notes = [f"{missing} result(s) not judged ({why})"] if missing else []
+    return [*unpriced, *problems], notes
+
+
 def _reasons(where: str, reasons: Sequence[str]) -> pd.DataFrame:
     """``reasons`` as a :data:`~sessionkit.schema.PROBLEMS` frame, all found at ``where``."""
     n = len(reasons)
@@ -175,14 +225,18 @@ def experiment(
         the ``Authorization`` header only: never in the frame, a file or an error.
     budget_calls, budget_usd
         Nothing is sent without one: at most this many calls sent (retries, stored answers
-        and calls the endpoint refused cost nothing; 0: stored answers only), at most this
+        and calls the endpoint refused cost nothing, a model judge's calls count; 0: stored answers only), at most this
         many dollars (each call reserves its worst case, ``worst_cost_usd``, before it goes;
         a model genai-prices cannot price is refused).  Calls go in plan order.
     samples, concurrency, dry_run
         Answers per call; calls in flight at once; True: the plan (calls, tokens, worst-case
         cost, host) and the answers already kept, nothing sent.
     judge
-        A function scoring a results row (``judge_score``).
+        Scores each answered or stored result (``judge_score``): a function of its results
+        row, or a model with a prompt, :class:`sessionkit.ModelJudge` (or a dict of its
+        fields): the prompt formatted with the row's columns is asked after all answers, under
+        the same budget (each new judge answer is a call) and kept like answers; the score is
+        the first number in the judge's answer when in [0, 1], else none (a problem).
     workspace, config_dir, nanobot, runtime
         As :func:`sessionkit.request` takes them.
     cache, progress
@@ -198,8 +252,7 @@ def experiment(
     """
     calls_checked(calls, REQUEST_SETTINGS)
     _checked(samples, concurrency, budget_calls, budget_usd)
-    if judge is not None and not callable(judge):
-        raise TypeError(f"judge must be a function of a results row, not {type(judge).__name__}")
+    model = model_judge(judge)
     rows = calls.reset_index(drop=True)
     keys = list(dict.fromkeys(str(k) for k in rows["session_key"]))
     sessions = {k: resolve_session(source, k, key_name="session_key") for k in keys}
@@ -258,9 +311,13 @@ def experiment(
         chosen.host,
         chosen.provider,
         sessions,
-        judge,
+        None if model is not None else cast(Scorer | None, judge),
         dry_run,
     )
+    if model is not None:
+        judged = _model_judged(out, model, chosen, budget, concurrency, store, progress, dry_run)
+        found += judged[0]
+        notes += judged[1]
     counts = out["outcome"].value_counts()
     summary = {
         "host": chosen.host,

@@ -18,17 +18,22 @@ from sessionkit.experiments.compare import (
     stored_answers,
     text_similarity,
 )
+from sessionkit.experiments.judging import ModelJudge
 from sessionkit.experiments.plan import Planned, priced
 from sessionkit.nanobot.session import Session
 from sessionkit.schema import EXPERIMENTS, REQUEST_SETTINGS, frame
 
-__all__ = ["OUTCOMES", "Judge", "results_frame"]
+__all__ = ["OUTCOMES", "Judge", "Scorer", "results_frame"]
 
 OUTCOMES = ("planned", "stored", "answered", "failed", "over budget")
 """The categories of ``outcome``, in this order."""
 
-Judge = Callable[[Mapping[str, Any]], float]
-"""A judge: a results row (its columns by name) to a score."""
+Scorer = Callable[[Mapping[str, Any]], float]
+"""A judge that is a function: a results row (its columns by name) to a score."""
+
+Judge = Scorer | ModelJudge | Mapping[str, Any]
+"""A judge: a function of a results row, or a model asked with a prompt (a
+:class:`~sessionkit.experiments.judging.ModelJudge` or a dict of its fields)."""
 
 _COPIED = ("session_key", "policy", "turn", "step", *REQUEST_SETTINGS)
 """The columns each result takes from its row of the calls frame."""
@@ -42,7 +47,7 @@ def _outcome(item: Planned, result: Answer | Failure | None, stored: bool, dry_r
     return "stored" if stored else "answered"
 
 
-def _judged(out: pd.DataFrame, judge: Judge | None) -> tuple[list[float], list[str]]:
+def _judged(out: pd.DataFrame, judge: Scorer | None) -> tuple[list[float], list[str]]:
     """Each row's judge score (NaN: no judge, no answer, or the judge failed), and the
     failures."""
     scores, failures = [float("nan")] * len(out), list[str]()
@@ -67,7 +72,7 @@ def results_frame(
     host: str,
     provider: str | None,
     sessions: Mapping[str, Session],
-    judge: Judge | None,
+    judge: Scorer | None,
     dry_run: bool,
 ) -> tuple[pd.DataFrame, list[str]]:
     """The :data:`~sessionkit.schema.EXPERIMENTS` frame, and the problems met (prices
