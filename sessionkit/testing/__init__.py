@@ -10,6 +10,8 @@
   (:func:`assert_agreement_snapshot`, :func:`agreement_data`).
 - :mod:`~sessionkit.testing.stub_server`: an OpenAI-compatible endpoint on 127.0.0.1 whose
   answers follow a rule of the request, to try experiments offline (:func:`stub_server`).
+- :mod:`~sessionkit.testing.local_server`: the base of that stub and the test suite's: a
+  threaded server on 127.0.0.1 for a ``with`` block, with JSON and server-sent-event answers.
 - :mod:`~sessionkit.testing.figures`: the data a figure draws, as a frame to snapshot
   (:func:`figure_data`, :func:`assert_figure_snapshot`).
 - :mod:`~sessionkit.testing.invariants`: properties every history window of nanobot 0.2.2's

@@ -20,12 +20,18 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from email.message import Message
 from typing import Any
 
 from sessionkit.experiments.compare import Stored, stored_answers
 from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.session import Session
+from sessionkit.testing.local_server import (
+    LocalServer,
+    Response,
+    chat_completion,
+    json_response,
+)
 
 __all__ = ["FORGOT", "NEED", "UNPLACED", "Recall", "StubServer", "stub_server"]
 
@@ -128,87 +134,37 @@ def _completion(index: int, model: str, messages: list[Any], answer: Stored) -> 
         ]
     sent = len(json.dumps(messages, ensure_ascii=False)) // 4
     said = (len(text) + len(json.dumps(tool_calls))) // 4 + 1
-    return {
-        "id": f"chatcmpl-{index}",
-        "object": "chat.completion",
-        "created": 0,
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": message,
-                "finish_reason": "tool_calls" if tool_calls else "stop",
-            }
-        ],
-        "usage": {
-            "prompt_tokens": sent,
-            "completion_tokens": said,
-            "total_tokens": sent + said,
-            "prompt_tokens_details": {"cached_tokens": 0},
-        },
+    usage = {
+        "prompt_tokens": sent,
+        "completion_tokens": said,
+        "total_tokens": sent + said,
+        "prompt_tokens_details": {"cached_tokens": 0},
     }
+    return chat_completion(index, model, 0, message, usage)
 
 
-class StubServer:
+class StubServer(LocalServer):
     """The running stub: ``url`` (the base URL, ``http://127.0.0.1:<port>/v1``) and
     ``received`` (how many chat-completion requests it answered)."""
 
     def __init__(self, rule: Recall, model: str) -> None:
+        super().__init__()
         self.rule, self.model, self.received = rule, model, 0
         self._count = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
-    def __enter__(self) -> StubServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    @property
-    def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
-
-    def _answer(self, raw: bytes) -> tuple[int, bytes]:
-        """The status and body for one request's bytes."""
+    def chat(self, raw: bytes, headers: Message) -> Response:
+        """The answer to one request's bytes: 400 unless it is a chat completions request."""
         try:
             body = json.loads(raw)
             messages = body["messages"]
             assert isinstance(messages, list)
         except (ValueError, KeyError, TypeError, AssertionError):
-            return 400, b'{"error": {"message": "not a chat completions request"}}'
+            return Response(400, b'{"error": {"message": "not a chat completions request"}}')
         with self._count:
             index = self.received
             self.received += 1
         completion = _completion(index, self.model, messages, self.rule(messages))
-        return 200, json.dumps(completion, ensure_ascii=False).encode()
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        stub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *_args: object) -> None:
-                return
-
-            def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                if self.path.rstrip("/").endswith("/chat/completions"):
-                    status, payload = stub._answer(raw)
-                else:
-                    status, payload = 404, b'{"error": {"message": "not found"}}'
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-        return Handler
+        return json_response(completion, ensure_ascii=False)
 
 
 @contextmanager

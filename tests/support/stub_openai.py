@@ -1,4 +1,5 @@
-"""An OpenAI-compatible chat-completions stub on 127.0.0.1 that records every request (stdlib only).
+"""An OpenAI-compatible chat-completions stub on 127.0.0.1 that records every request (its
+HTTP plumbing is :class:`sessionkit.testing.local_server.LocalServer`).
 
 ``StubServer(turns, default=...)`` listens on a free port of 127.0.0.1 in a daemon thread;
 ``url`` is the base URL to configure (``http://127.0.0.1:<port>/v1``).  ``turns`` are the
@@ -38,11 +39,19 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from email.message import Message
 from itertools import accumulate
 from typing import Any, Protocol
 
-__all__ = ["Call", "Reply", "ScriptedTurn", "StubServer", "ToolCall", "Usage"]
+from sessionkit.testing.local_server import (
+    LocalServer,
+    Response,
+    chat_completion,
+    json_response,
+    sse_response,
+)
+
+__all__ = ["Call", "Reply", "ScriptedTurn", "StubServer", "ToolCall", "Usage", "completion"]
 
 
 @dataclass(frozen=True)
@@ -132,8 +141,28 @@ def _last_text(message: Mapping[str, Any]) -> str:
     return ""
 
 
-class StubServer:
+def completion(call: Call, model: str) -> dict[str, Any]:
+    """The ``chat.completion`` object answering ``call`` with its reply (not None)."""
+    reply = call.reply
+    assert reply is not None
+    message: dict[str, Any] = {"role": "assistant", "content": reply.text}
+    if reply.tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": cid,
+                "type": "function",
+                "function": {"name": tc.name, "arguments": json.dumps(dict(tc.arguments))},
+            }
+            for cid, tc in zip(call.tool_call_ids, reply.tool_calls, strict=True)
+        ]
+    created = call.received_ns // 1_000_000_000
+    return chat_completion(call.index, model, created, message, reply.usage.wire())
+
+
+class StubServer(LocalServer):
     """The stub: ``with StubServer(...) as stub: ... stub.calls``."""
+
+    not_found = Response(404, b"not found", "text/plain")
 
     def __init__(
         self,
@@ -144,6 +173,7 @@ class StubServer:
         gaps: Sequence[float] | None = None,
         cache: Cache | None = None,
     ) -> None:
+        super().__init__()
         self._script = [(i, reply) for i, turn in enumerate(turns) for reply in turn.replies]
         self._offsets = list(accumulate(gaps or [0.0] * len(turns)))
         self._cache = cache
@@ -153,23 +183,26 @@ class StubServer:
         self.calls: list[Call] = []
         self._lock = threading.Lock()
         self._next = 0
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
-    @property
-    def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/v1"
+    def models(self) -> Response:
+        """``GET /v1/models``: the one model."""
+        listing = {
+            "object": "list",
+            "data": [{"id": self.model, "object": "model", "owned_by": "stub"}],
+        }
+        return json_response(listing)
 
-    def __enter__(self) -> StubServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=30)
+    def chat(self, raw: bytes, headers: Message) -> Response:
+        """The scripted answer (see the module docstring), streamed when asked."""
+        body = json.loads(raw)
+        call = self._answer(body)
+        if call.reply is None:
+            error = {"error": {"message": "stub script exhausted", "type": "stub"}}
+            return json_response(error, 500)
+        if not body.get("stream"):
+            return json_response(completion(call, self.model))
+        include = bool((body.get("stream_options") or {}).get("include_usage"))
+        return sse_response(self._chunks(call, include))
 
     def _is_agent_call(self, body: Mapping[str, Any]) -> bool:
         """Whether a request takes the next scripted reply (see the module docstring)."""
@@ -209,28 +242,6 @@ class StubServer:
             self.calls.append(call)
             return call
 
-    def _completion(self, call: Call) -> dict[str, Any]:
-        reply = call.reply
-        assert reply is not None
-        message: dict[str, Any] = {"role": "assistant", "content": reply.text}
-        if reply.tool_calls:
-            message["tool_calls"] = [
-                {
-                    "id": cid,
-                    "type": "function",
-                    "function": {"name": tc.name, "arguments": json.dumps(dict(tc.arguments))},
-                }
-                for cid, tc in zip(call.tool_call_ids, reply.tool_calls, strict=True)
-            ]
-        return {
-            "id": f"chatcmpl-{call.index}",
-            "object": "chat.completion",
-            "created": call.received_ns // 1_000_000_000,
-            "model": self.model,
-            "choices": [{"index": 0, "message": message, "finish_reason": reply.finish_reason}],
-            "usage": reply.usage.wire(),
-        }
-
     def _chunks(self, call: Call, include_usage: bool) -> Iterator[dict[str, Any]]:
         reply = call.reply
         assert reply is not None
@@ -268,51 +279,3 @@ class StubServer:
         yield chunk({}, reply.finish_reason)
         if include_usage:
             yield {**head, "choices": [], "usage": reply.usage.wire()}
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        stub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *_args: object) -> None:
-                return
-
-            def _send(self, status: int, content_type: str, payload: bytes) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def do_GET(self) -> None:
-                if self.path.rstrip("/").endswith("/models"):
-                    listing = {
-                        "object": "list",
-                        "data": [{"id": stub.model, "object": "model", "owned_by": "stub"}],
-                    }
-                    self._send(200, "application/json", json.dumps(listing).encode())
-                else:
-                    self._send(404, "text/plain", b"not found")
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length", "0"))
-                raw = self.rfile.read(length)
-                if not self.path.rstrip("/").endswith("/chat/completions"):
-                    self._send(404, "text/plain", b"not found")
-                    return
-                body = json.loads(raw)
-                call = stub._answer(body)
-                if call.reply is None:
-                    error = {"error": {"message": "stub script exhausted", "type": "stub"}}
-                    self._send(500, "application/json", json.dumps(error).encode())
-                    return
-                if not body.get("stream"):
-                    self._send(200, "application/json", json.dumps(stub._completion(call)).encode())
-                    return
-                include = bool((body.get("stream_options") or {}).get("include_usage"))
-                events = [f"data: {json.dumps(c)}\n\n" for c in stub._chunks(call, include)]
-                events.append("data: [DONE]\n\n")
-                self._send(200, "text/event-stream", "".join(events).encode())
-
-        return Handler
