@@ -18,7 +18,7 @@ import pyarrow as pa
 from sessionkit.nanobot.session import Session
 from sessionkit.simulate.replay_compute import Replay, ReplayKey
 from sessionkit.store.cachedir import name_digest
-from sessionkit.store.index import REPLAY_TABLE, Index, IndexedSession, Item
+from sessionkit.store.index import REPLAY_PER_ENTRY, Index, IndexedSession, Item
 from sessionkit.tuning import TUNING
 
 __all__ = [
@@ -31,7 +31,6 @@ __all__ = [
 ]
 
 _PER_MESSAGE = ("is_user", "delivery", "command", "checkpoint", "turn", "declared")
-_PER_ENTRY = ("kept", "entry_declared", "tokens")
 
 
 def _index_name(key: ReplayKey) -> str:
@@ -52,24 +51,27 @@ def _homes(sessions: list[Session], todo: list[int]) -> dict[tuple[Index, str], 
 def read_replays(
     sessions: list[Session], keys: list[ReplayKey], todo: list[int]
 ) -> dict[int, Replay]:
-    """Replays the persistent index keeps for indexed sessions still as indexed: each pack's
-    columns read once, each replay a view into them."""
+    """Replays the persistent index keeps for indexed sessions still as indexed: each
+    setting's columns read once (memory-mapped), each replay a view into them (its token
+    counts widened to int64, as computed)."""
     found: dict[int, Replay] = {}
     for (index, store), members in _homes(sessions, todo).items():
         by_name: dict[str, list[int]] = {}
         for i in members:
             by_name.setdefault(_index_name(keys[i]), []).append(i)
         for name, group in by_name.items():
-            table, items = index.read_replays(store, name)
-            columns = {c: table.column(c).to_numpy() for c in (*_PER_MESSAGE, *_PER_ENTRY)}
+            columns, listed = index.read_replays(store, name)
+            items = {item.path: item for item in listed}
             for i in group:
                 item = items.get(os.fsdecode(sessions[i].path))  # type: ignore[arg-type]  # _homes: indexed sessions only, each from its file
                 if item is None or item.identity != sessions[i].identity:  # type: ignore[attr-defined]  # _homes: IndexedSessions only
                     continue
-                start, stop = item.start, item.start + item.n_rows
+                start, stop = item.start, item.start + item.rows
                 arrays = {c: columns[c][start:stop] for c in _PER_MESSAGE}
-                end = start + item.extra["entries"]
-                arrays |= {c: columns[c][start:end] for c in _PER_ENTRY}
+                first = item.extra["entry_start"]
+                end = first + item.extra["entries"]
+                arrays |= {c: columns[c][first:end] for c in REPLAY_PER_ENTRY}
+                arrays["tokens"] = arrays["tokens"].astype(np.int64, copy=False)
                 found[i] = Replay(**arrays)
     return found
 
@@ -78,45 +80,41 @@ def write_replays(
     sessions: list[Session], keys: list[ReplayKey], computed: dict[int, Replay]
 ) -> None:
     """Keep computed replays of indexed sessions in the persistent index, one write per store
-    and setting (all its replays joined into one table); a cache that cannot be written
-    costs speed only."""
+    and setting (all its replays' columns end to end, see :func:`_replay_columns`); a cache
+    that cannot be written costs speed only."""
     for (index, store), members in _homes(sessions, list(computed)).items():
         by_name: dict[str, list[int]] = {}
         for i in members:
             by_name.setdefault(_index_name(keys[i]), []).append(i)
         for name, group in by_name.items():
-            table = _replay_table([computed[i] for i in group])
-            items, start = [], 0
+            items = []
             for i in group:
                 n, entries = len(computed[i].is_user), len(computed[i].kept)
                 path = os.fsdecode(sessions[i].path)  # type: ignore[arg-type]  # _homes: indexed sessions only, each from its file
                 identity = sessions[i].identity  # type: ignore[attr-defined]  # _homes: IndexedSessions only, identity set
-                items.append(Item(path, identity, {"entries": entries}, None, start, n, table))
-                start += n
+                items.append(Item(path, identity, {"entries": entries}, None, 0, n))
+            columns = _replay_columns([computed[i] for i in group])
             with suppress(OSError, pa.ArrowException):
-                index.write_replays(store, name, items)
+                index.write_replays(store, name, items, columns)
 
 
-def _replay_table(replays: list[Replay]) -> pa.Table:
-    """Replays end to end as :data:`REPLAY_TABLE` rows: each one's per-message columns, and
-    its per-entry ones padded with zeros to its message count."""
-    sizes = [len(r.is_user) for r in replays]
-    starts = np.cumsum([0, *sizes])
+def _replay_columns(replays: list[Replay]) -> dict[str, np.ndarray]:
+    """Replays' columns end to end, in the narrowest type their values take (flags as bool,
+    indices as int32, token counts as int32 where they fit): equal columns of two settings
+    are equal bytes, kept once (:meth:`~sessionkit.store.index.Index.write_replays`)."""
     columns = {}
-    for column in REPLAY_TABLE:
-        dtype = column.type.to_pandas_dtype()
-        if column.name in _PER_MESSAGE:
-            parts = [getattr(r, column.name) for r in replays]
-            columns[column.name] = np.concatenate([*parts, np.zeros(0, dtype)]).astype(
-                dtype, copy=False
-            )
-            continue
-        values = np.zeros(int(starts[-1]), dtype=dtype)
-        for r, start in zip(replays, starts.tolist(), strict=False):
-            part = getattr(r, column.name)
-            values[start : start + len(part)] = part
-        columns[column.name] = values
-    return pa.table(columns, schema=REPLAY_TABLE)
+    for name in (*_PER_MESSAGE, *REPLAY_PER_ENTRY):
+        values = np.concatenate([getattr(r, name) for r in replays])
+        if values.dtype.kind == "b":
+            columns[name] = values
+        elif (
+            not len(values)
+            or np.iinfo(np.int32).min <= values.min() <= values.max() <= np.iinfo(np.int32).max
+        ):
+            columns[name] = values.astype(np.int32)
+        else:
+            columns[name] = values.astype(np.int64)
+    return columns
 
 
 DerivedHome = tuple[Index, str, str]

@@ -13,7 +13,8 @@ changes ctime.  A
 file changed within :attr:`~sessionkit.tuning.Tuning.racy_ns` of being read is not indexed (a later change could keep
 every timestamp), so it is simply read next time.  Replays (:mod:`sessionkit.simulate.replay`) are
 kept per store and setting under the same identities, and what windows derive from a large
-store's replays under a stamp of them.  Writes are atomic (:func:`~sessionkit.store.cachedir.write_ipc`)
+store's replays under a stamp of them; both name their columns by digest, each distinct one
+kept once per store.  Writes are atomic (:func:`~sessionkit.store.cachedir.write_ipc`)
 and sealed with a checksum that is checked before pyarrow reads a byte
 (:mod:`sessionkit.store.integrity`); anything damaged is removed with a warning and rebuilt,
 anything of another format or for another identity is never trusted.  Entries and replays
@@ -64,7 +65,7 @@ from sessionkit.tuning import TUNING
 
 __all__ = [
     "FORMAT",
-    "REPLAY_TABLE",
+    "REPLAY_PER_ENTRY",
     "Identity",
     "Index",
     "IndexedSession",
@@ -362,14 +363,6 @@ class Served(NamedTuple):
     checksum: int | None
 
 
-REPLAY_TABLE = pa.schema(
-    [(name, pa.bool_()) for name in ("is_user", "delivery", "command", "checkpoint", "turn")]
-    + [("declared", pa.int32()), ("kept", pa.int32()), ("entry_declared", pa.int32())]
-    + [("tokens", pa.int64())]
-)
-"""A replay as kept: per-message columns, then per-entry ones padded to the message count."""
-
-
 @dataclass(frozen=True)
 class Index:
     """The entries kept under one cache folder (one sub-folder per format and version): a
@@ -549,19 +542,40 @@ class Index:
         kinds = ("stores", "catalogs", "files", "replays", "derived")
         return sum(remove_dead_temp_files(self.folder / kind) for kind in kinds)
 
-    def read_replays(self, store: str, name: str) -> tuple[pa.Table, dict[str, Item]]:
-        """The replays kept for a store under ``name`` (a policy and entry setting): the
-        pack's whole table, and each file's item by path."""
-        return _read_pack(self._replay_path(store, name), REPLAY_TABLE)
+    def read_replays(self, store: str, name: str) -> tuple[dict[str, np.ndarray], list[Item]]:
+        """The replays kept for a store under ``name`` (a policy and entry setting): their
+        columns end to end (memory-mapped, read-only; per-message columns over the items'
+        ``start``/``rows``, per-entry ones over their ``extra`` ``entry_start``/``entries``)
+        and each file's item; nothing when none are kept, when they are of an older layout
+        (replayed again, silently) or when a column they name is gone."""
+        nothing: tuple[dict[str, np.ndarray], list[Item]] = ({}, [])
+        found = read_sealed_checked(self._replay_path(store, name), _replay_description)
+        if found is None:
+            return nothing
+        described, shared = found
+        columns = self._shared_arrays(store, shared)
+        if columns is None:
+            return nothing
+        items = _replay_items(described, columns, self._replay_path(store, name))
+        return (columns, items) if items is not None else nothing
 
-    def write_replays(self, store: str, name: str, items: list[Item]) -> None:
-        """Add replays to the store's pack under ``name`` (replacing those of the same files,
-        and dropping those of files gone or changed since they were replayed)."""
+    def write_replays(
+        self, store: str, name: str, items: list[Item], columns: dict[str, np.ndarray]
+    ) -> None:
+        """Add replays to the store's under ``name`` (``items`` over ``columns`` as
+        :meth:`read_replays` gives them), replacing those of the same files and dropping
+        those of files gone or changed since they were replayed.  Each column is kept once
+        per store by the digest of its bytes (the replays of settings that replay alike
+        share theirs, and the window stacks derived from them), as derived arrays are."""
+        kept_columns, kept_items = self.read_replays(store, name)
+        new = {item.path for item in items}
+        kept_items = [
+            i for i in kept_items if i.path not in new and file_identity(Path(i.path)) == i.identity
+        ]
+        joined = _joined_replays(kept_columns, kept_items, columns, items)
         target = self._replay_path(store, name)
-        _, kept = _read_pack(target, REPLAY_TABLE)
-        kept = {p: i for p, i in kept.items() if file_identity(Path(p)) == i.identity}
-        kept.update((item.path, item) for item in items)
-        _write_pack(target, list(kept.values()), REPLAY_TABLE)
+        self._keep_shared(target, store, {"name": name, **_replay_lists(joined[1])}, joined[0])
+        self._forget_arrays(store)
 
     def read_arrays(self, name: str, stamp: str) -> dict[str, np.ndarray] | None:
         """Arrays kept under ``name`` for ``stamp`` (the versions of what they were derived
@@ -584,10 +598,47 @@ class Index:
         described = read_sealed_checked(self._derived_path(name), checked)
         if described is None:
             return None
+        return self._shared_arrays(name.partition("-")[0], described)
+
+    def write_arrays(self, name: str, stamp: str, arrays: dict[str, np.ndarray]) -> None:
+        """Keep numpy arrays under ``name`` for ``stamp``, replacing any kept before; a
+        store keeps its :data:`DERIVED_KEPT` latest (older ones are for sets of files or
+        versions no longer asked for).  Each distinct array is kept once per store, by
+        the digest of its bytes, whichever values hold it (the stacks of releases that
+        replay alike share most of theirs), and removed once no kept value names it."""
         store = name.partition("-")[0]
+        target = self._derived_path(name)
+        self._keep_shared(target, store, {"name": name, "stamp": stamp}, arrays)
+        prefix = target.name.partition("-")[0] + "-"
+        kept = [e for e in os.scandir(target.parent) if e.name.startswith(prefix)]
+        kept.sort(key=lambda e: e.stat().st_mtime_ns, reverse=True)
+        for old in kept[DERIVED_KEPT:]:
+            Path(old.path).unlink(missing_ok=True)
+        self._forget_arrays(store)
+
+    def _keep_shared(
+        self, target: Path, store: str, values: dict[str, Any], arrays: dict[str, np.ndarray]
+    ) -> None:
+        """Write ``target``: ``values`` and the digests of ``arrays``, each array kept in a
+        file of its own named by its digest unless the store keeps it already."""
+        described = []
+        for key, array in arrays.items():
+            data = np.ascontiguousarray(array)
+            digest = _array_digest(data)
+            path = self._array_path(store, digest)
+            if not path.exists():
+                _write_array(path, data, digest)
+            described.append([key, data.dtype.str, digest])
+        metadata = {"format": FORMAT, **values, "shared": described}
+        schema = pa.schema([("data", pa.large_binary())], metadata={_KEY: json.dumps(metadata)})
+        write_ipc(target, schema, [])
+
+    def _shared_arrays(self, store: str, shared: list[list[str]]) -> dict[str, np.ndarray] | None:
+        """The store's kept arrays ``shared`` names (key, dtype, digest), memory-mapped and
+        read-only; None when one is gone (a concurrent write removed it) or unreadable."""
         opened: dict[str, pa.Buffer] = {}
         arrays: dict[str, np.ndarray] = {}
-        for key, dtype, digest in described:
+        for key, dtype, digest in shared:
             if digest not in opened:
                 path = self._array_path(store, digest)
                 found = read_sealed_checked(path, partial(_array_bytes, digest=digest))
@@ -601,40 +652,16 @@ class Index:
             arrays[key].flags.writeable = False  # the cache's own bytes, mapped
         return arrays
 
-    def write_arrays(self, name: str, stamp: str, arrays: dict[str, np.ndarray]) -> None:
-        """Keep numpy arrays under ``name`` for ``stamp``, replacing any kept before; a
-        store keeps its :data:`DERIVED_KEPT` latest (older ones are for sets of files or
-        versions no longer asked for).  Each distinct array is kept once per store, by
-        the digest of its bytes, whichever values hold it (the stacks of releases that
-        replay alike share most of theirs), and removed once no kept value names it."""
-        store = name.partition("-")[0]
-        described = []
-        for key, values in arrays.items():
-            data = np.ascontiguousarray(values)
-            digest = _array_digest(data)
-            target = self._array_path(store, digest)
-            if not target.exists():
-                _write_array(target, data, digest)
-            described.append([key, data.dtype.str, digest])
-        metadata = {"format": FORMAT, "name": name, "stamp": stamp, "shared": described}
-        schema = pa.schema([("data", pa.large_binary())], metadata={_KEY: json.dumps(metadata)})
-        target = self._derived_path(name)
-        write_ipc(target, schema, [])
-        prefix = target.name.partition("-")[0] + "-"
-        kept = [e for e in os.scandir(target.parent) if e.name.startswith(prefix)]
-        kept.sort(key=lambda e: e.stat().st_mtime_ns, reverse=True)
-        for old in kept[DERIVED_KEPT:]:
-            Path(old.path).unlink(missing_ok=True)
-        self._forget_arrays(store, [Path(e.path) for e in kept[:DERIVED_KEPT]])
-
-    def _forget_arrays(self, store: str, described: list[Path]) -> None:
-        """Remove the store's kept arrays that none of the values ``described`` names."""
+    def _forget_arrays(self, store: str) -> None:
+        """Remove the store's kept arrays that none of its derived values or replays names."""
         named: set[str] = set()
-        for path in described:
-            found = read_sealed_checked(path, _named_digests)
-            named.update(found or ())
-        folder = self.folder / "derived"
-        for entry in os.scandir(folder):
+        for kind in ("derived", "replays"):
+            with suppress(OSError), os.scandir(self.folder / kind) as found:
+                for entry in found:
+                    if entry.name.startswith(f"{store}-"):
+                        digests = read_sealed_checked(Path(entry.path), _named_digests)
+                        named.update(digests or ())
+        for entry in os.scandir(self.folder / "derived"):
             store_part, marked, rest = entry.name.partition(_ARRAY_MARK)
             if marked and store_part == store and rest.removesuffix(".arrow") not in named:
                 Path(entry.path).unlink(missing_ok=True)
@@ -717,11 +744,107 @@ def _array_bytes(table: pa.Table, digest: str) -> pa.Buffer:
 
 
 def _named_digests(table: pa.Table) -> list[str] | None:
-    """The digests of the arrays a values' file names (None: another format)."""
-    found = json.loads(table.schema.metadata[_KEY])
-    if found["format"] != FORMAT:
+    """The digests of the arrays a values' or replays' file names (None: another format or
+    layout)."""
+    found = json.loads((table.schema.metadata or {}).get(_KEY, b"{}"))
+    if found.get("format") != FORMAT:
         return None
     return [digest for _, _, digest in found.get("shared", ())]
+
+
+_REPLAY_LISTS = ("paths", "identities", "rows", "entries")
+"""What a replays' file lists per item (its columns named apart, see :meth:`Index.write_replays`)."""
+REPLAY_PER_ENTRY = ("kept", "entry_declared", "tokens")
+"""The replay columns with a row per replayed entry; the others have one per message."""
+
+
+def _replay_description(table: pa.Table) -> tuple[dict[str, Any], list[list[str]]] | None:
+    """A replays' file's lists and the arrays it names (None: another format, or the layout
+    before replays' columns were kept apart, whose file holds them: replayed again)."""
+    found = json.loads((table.schema.metadata or {}).get(_KEY, b"{}"))
+    if found.get("format") != FORMAT or "shared" not in found:
+        return None
+    shared = found["shared"]
+    if type(shared) is not list or not all(
+        type(row) is list and len(row) == 3 and all(type(v) is str for v in row) for row in shared
+    ):
+        raise IntegrityError("arrays named wrongly")
+    return found, shared
+
+
+def _replay_items(
+    described: dict[str, Any], columns: dict[str, np.ndarray], path: Path
+) -> list[Item] | None:
+    """The items a replays' file lists, checked against its columns (None: they disagree,
+    the file removed with a warning)."""
+    try:
+        lists = [described[name] for name in _REPLAY_LISTS]
+        if len({len(values) for values in lists}) != 1:
+            raise IntegrityError("a description whose lists disagree in length")
+        items, start, entry_start = [], 0, 0
+        for path_text, identity, n, entries in zip(*lists, strict=True):
+            if type(path_text) is not str or type(n) is not int or type(entries) is not int:
+                raise IntegrityError("an item with a bad path or row count")
+            if n < 0 or not 0 <= entries <= n:
+                raise IntegrityError("an item with a bad row count")
+            if type(identity) is not list or len(identity) != 5 or set(map(type, identity)) != _INT:
+                raise IntegrityError("an item with a bad file identity")
+            extra = {"entries": entries, "entry_start": entry_start}
+            items.append(Item(path_text, Identity._make(identity), extra, None, start, n))
+            start, entry_start = start + n, entry_start + entries
+        for name, values in columns.items():
+            if len(values) != (entry_start if name in REPLAY_PER_ENTRY else start):
+                raise IntegrityError(f"a column {name} of another length than its items")
+    except (IntegrityError, KeyError, TypeError) as exc:
+        discard(path, exc)
+        return None
+    return items
+
+
+def _joined_replays(
+    kept: dict[str, np.ndarray],
+    kept_items: list[Item],
+    columns: dict[str, np.ndarray],
+    items: list[Item],
+) -> tuple[dict[str, np.ndarray], list[Item]]:
+    """The kept items' spans of ``kept`` followed by ``columns`` (all of ``items``), as
+    columns end to end and their items (``extra``: ``entries`` and ``entry_start``)."""
+    if not kept_items or set(kept) != set(columns):
+        return columns, _restarted(items)
+    joined = {}
+    for name, values in columns.items():
+        spans = [_replay_span(kept[name], item, name) for item in kept_items]
+        joined[name] = np.concatenate([*spans, values])
+    return joined, _restarted([*kept_items, *items])
+
+
+def _replay_span(values: np.ndarray, item: Item, name: str) -> np.ndarray:
+    """An item's rows of one replay column."""
+    if name in REPLAY_PER_ENTRY:
+        start = item.extra["entry_start"]
+        return values[start : start + item.extra["entries"]]
+    return values[item.start : item.start + item.rows]
+
+
+def _restarted(items: list[Item]) -> list[Item]:
+    """``items`` laid end to end from row 0 (their spans in the joined columns)."""
+    laid, start, entry_start = [], 0, 0
+    for item in items:
+        entries = item.extra["entries"]
+        extra = {"entries": entries, "entry_start": entry_start}
+        laid.append(Item(item.path, item.identity, extra, None, start, item.rows))
+        start, entry_start = start + item.rows, entry_start + entries
+    return laid
+
+
+def _replay_lists(items: list[Item]) -> dict[str, list[Any]]:
+    """The lists a replays' file describes its items by (:data:`_REPLAY_LISTS`)."""
+    return {
+        "paths": [item.path for item in items],
+        "identities": [list(item.identity) for item in items],
+        "rows": [item.rows for item in items],
+        "entries": [item.extra["entries"] for item in items],
+    }
 
 
 def _entry(item: Item, file: Path, identity: Identity, index: Index, store: str) -> Entry:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from sessionkit.simulate.replay import (
     replay_jobs,
     stored_tokens,
 )
+from sessionkit.simulate.replay_compute import Replay
 from sessionkit.simulate.states import message_states
 from sessionkit.simulate.windowing import windows
 from sessionkit.store import memo
@@ -161,7 +163,6 @@ def test_a_long_session_replayed_in_ranges_by_workers_equals_one_replayed_whole(
     """Ranges of 2 messages: calls declared in one range and answered in later ones (or
     never, or twice), a line without a role, a command, a hidden checkpoint and stamped
     turns all give the replays, under every release, one process gives."""
-    import sessionkit.simulate.replay_store as replay_store
 
     call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
     messages = [
@@ -186,7 +187,7 @@ def test_a_long_session_replayed_in_ranges_by_workers_equals_one_replayed_whole(
     monkeypatch.setattr(TUNING, "split_messages", 4)
     split = replay_jobs([session], jobs, workers=2, progress=False, cache=None, stored=[stored])
     for (a,), (b,) in zip(split, whole, strict=True):
-        for name in (*replay_store._PER_MESSAGE, *replay_store._PER_ENTRY):
+        for name in (f.name for f in fields(Replay)):
             np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
     assert (whole[0][0].declared == UNREPLAYABLE).sum() == 1
     assert whole[0][0].declared[[3, 5, 6]].tolist() == [1, 1, -1]
@@ -199,7 +200,6 @@ def test_a_long_indexed_session_is_read_by_each_worker_up_to_its_range(
     end of its range and replays that range; the replays equal one process's, the session
     stays unread, and a file changed since the load fails as reading it would."""
     import sessionkit.nanobot.reader as reader_module
-    import sessionkit.simulate.replay_store as replay_store
     import sessionkit.simulate.replay_workers as replay_workers
     import sessionkit.store.index
 
@@ -233,7 +233,7 @@ def test_a_long_indexed_session_is_read_by_each_worker_up_to_its_range(
     split = replay_jobs([session], jobs, workers=2, progress=False, cache=None)
     assert session.streamable
     for (a,), (b,) in zip(split, whole, strict=True):
-        for name in (*replay_store._PER_MESSAGE, *replay_store._PER_ENTRY):
+        for name in (f.name for f in fields(Replay)):
             np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
     assert replay_workers._streamed_bounds(241, 2, 3) == [0, 138, 241]
     session = unread("three")

@@ -192,8 +192,8 @@ def test_entries_and_replays_of_a_deleted_file_are_dropped(
     sessionkit.windows(load(store), grid={"max_tokens": [0, 20]})
     assert len(list(own.iterdir())) == 2
     (replays,) = folder.glob("index-*/replays/*.arrow")
-    _, items = sessionkit.store.index._read_pack(replays, sessionkit.store.index.REPLAY_TABLE)
-    kept = [Path(path).name for path in items]
+    table, _ = read_sealed(replays)
+    kept = [Path(path).name for path in json.loads(table.schema.metadata[b"sessionkit"])["paths"]]
     assert sorted(kept) == ["cli_0.jsonl", "cli_1.jsonl"]
 
 
