@@ -722,25 +722,31 @@ def _count_batch(fields: list[list[Any]]) -> tuple[ReleaseCounts, list[tuple[int
     batch = [dict(zip(KEY_FIELDS, row, strict=True)) for row in zip(*fields, strict=True)]
     base = SHARED.get("cache")
     delta = None if base is None else ReadThroughCache(base)
-    pairs = counts_or_missing(batch, partial(_both_counts, cache=delta, policy=DEFAULT_POLICY))
+    built: list[list[str]] = []
+    count = partial(_both_counts, cache=delta, policy=DEFAULT_POLICY, built=built)
+    pairs = counts_or_missing(batch, count)
     exact = [None if pair is None else pair[0] for pair in pairs]
     estimates = [None if pair is None else pair[1] for pair in pairs]
-    counted = every_release(batch, (exact, estimates), delta, exact=True, workers=1)
+    whole = built[-1] if built and len(built[-1]) == len(batch) else None  # none uncountable
+    counted = every_release(batch, (exact, estimates), delta, exact=True, workers=1, payloads=whole)
     return counted, [] if delta is None else delta.fresh
 
 
 def _both_counts(
-    messages: list[dict[str, Any]], cache: TokenCache | None, policy: str
+    messages: list[dict[str, Any]], cache: TokenCache | None, policy: str, built: list[list[str]]
 ) -> list[tuple[int, int]]:
     """Each message's exact count (through ``cache``) and no-tiktoken estimate, both from the
-    one payload built for it."""
+    one payload built for it; the payloads join ``built`` (the other releases' estimates of
+    plain messages are taken from them)."""
     release = get_policy(policy)
     payloads = list(map(release.message_payload, messages))
     if cache is None:
         exact = _counts_of(payloads, release)
     else:
         exact = _cached_counts(messages, cache, 1, policy, payloads=payloads)
-    return list(zip(exact, map(release.fallback_tokens, payloads), strict=True))
+    found = list(zip(exact, map(release.fallback_tokens, payloads), strict=True))
+    built.append(payloads)
+    return found
 
 
 _CANNOT = (TypeError, RecursionError, ValueError)
@@ -755,6 +761,7 @@ def every_release(
     *,
     exact: bool,
     workers: int | None = None,
+    payloads: list[str] | None = None,
 ) -> ReleaseCounts:
     """Every release's counts of ``messages`` (:data:`ReleaseCounts`), given ``reference``,
     :data:`~sessionkit.nanobot.policies.DEFAULT_POLICY`'s exact counts (all None unless
@@ -762,19 +769,27 @@ def every_release(
 
     A message every release counts alike (:func:`_alike`) takes the reference's exact count
     under each release naming the same ``plain_count`` rule; only the others are counted
-    again, through ``cache`` (keys name the release).  Estimates are each release's own.
+    again, through ``cache`` (keys name the release).  Estimates are each release's own;
+    given ``payloads`` (the reference release's payload of every message), those of plain
+    messages under such a release come from them, once per estimate rule, instead of from
+    payloads built again per release (a plain message's payload is the same under each).
     """
     first = get_policy(DEFAULT_POLICY)
     found: ReleaseCounts = {first.name: reference}
     alike: list[bool] | None = None
+    by_rule: dict[object, list[int | None]] = {}  # plain messages' estimates, by rule
     for release in POLICIES.values():
         if release.name in found:
             continue
-        estimates = _each_or_missing(messages, partial(map, release.fallback_message_tokens))
+        shared = release.plain_count == first.plain_count
+        if payloads is None or not shared:
+            estimates = _each_or_missing(messages, partial(map, release.fallback_message_tokens))
+        else:
+            alike = _alike(messages) if alike is None else alike
+            estimates = _estimates_from(messages, (payloads, alike), release, by_rule)
         counts = list(reference[0])
         if exact:
             alike = _alike(messages) if alike is None else alike
-            shared = release.plain_count == first.plain_count
             rest = [i for i, plain in enumerate(alike) if not (plain and shared)]
             count = partial(counts_through, cache=cache, policy=release.name, workers=workers)
             own = _each_or_missing([messages[i] for i in rest], count)
@@ -784,8 +799,29 @@ def every_release(
     return found
 
 
+def _estimates_from(
+    messages: Sequence[dict[str, Any]],
+    plain: tuple[list[str], list[bool]],
+    release: ReplayPolicy,
+    by_rule: dict[object, list[int | None]],
+) -> list[int | None]:
+    """``release``'s no-tiktoken estimate of each message: a plain one's from its payload in
+    ``plain`` (every message's payload under a release sharing ``release``'s counting rule,
+    and whether each is plain), each estimate rule's once (``by_rule``); the others' from
+    payloads of their own."""
+    payloads, alike = plain
+    rule = type(release).fallback_tokens
+    if rule not in by_rule:
+        texts = list(compress(payloads, alike))
+        by_rule[rule] = _each_or_missing(texts, partial(map, release.fallback_tokens))
+    estimates = iter(by_rule[rule])
+    rest = [m for m, plain in zip(messages, alike, strict=True) if not plain]
+    own = iter(_each_or_missing(rest, partial(map, release.fallback_message_tokens)))
+    return [next(estimates) if plain else next(own) for plain in alike]
+
+
 def _each_or_missing(
-    messages: Sequence[dict[str, Any]], count: Callable[[list[dict[str, Any]]], Iterable[int]]
+    messages: Sequence[T], count: Callable[[list[T]], Iterable[int]]
 ) -> list[int | None]:
     """``count`` of every message, None for each one it raises on (:data:`_CANNOT`): the batch
     at once, message by message only when it fails."""
