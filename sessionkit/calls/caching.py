@@ -146,6 +146,9 @@ def _alike(values: pd.Series) -> np.ndarray:
     if isinstance(values.dtype, pd.CategoricalDtype):
         codes = values.cat.codes.to_numpy()
         return codes[1:] == codes[:-1]
+    if isinstance(values.dtype, np.dtype) and values.dtype.kind in "iubf":
+        data = values.to_numpy()  # nothing missing but NaN, never alike: a run split, no harm
+        return data[1:] == data[:-1]
     if values.dtype.kind not in "iubf":
         return np.zeros(max(len(values) - 1, 0), dtype=bool)
     kind = np.dtype(getattr(values.dtype, "numpy_dtype", values.dtype))
@@ -255,7 +258,7 @@ def cache_columns(
         messages = history + 2 + 2 * st - anthropic  # one fewer under "anthropic"
         last = np.where(anthropic, col("last_results_tokens"), col("last_tokens"))
         points = [
-            np.where(tools > 0, tools, 0),
+            np.maximum(tools, 0),
             np.where(head > tools, head, 0),
             np.where(marks_second_to_last(messages), total - last, 0),
         ]
@@ -336,5 +339,7 @@ def _breaks(
     ]
     labels = ["first call", "idle past the TTL", "none", "tools changed", "summary"]
     labels += ["system prompt changed", "window slid"]
-    choices = [CACHE_BREAKS.index(label) for label in labels]
-    return np.select(conditions, choices, CACHE_BREAKS.index("clean-up or compaction"))
+    codes = np.full(len(first), CACHE_BREAKS.index("clean-up or compaction"), dtype=np.int64)
+    for condition, label in reversed(list(zip(conditions, labels, strict=True))):
+        codes[condition] = CACHE_BREAKS.index(label)  # the first condition that holds wins
+    return codes
