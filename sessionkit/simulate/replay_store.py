@@ -18,7 +18,13 @@ import pyarrow as pa
 from sessionkit.nanobot.session import Session
 from sessionkit.simulate.replay_compute import Replay, ReplayKey
 from sessionkit.store.cachedir import name_digest
-from sessionkit.store.index import REPLAY_PER_ENTRY, Index, IndexedSession, Item
+from sessionkit.store.index import (
+    REPLAY_COLUMNS,
+    REPLAY_PER_ENTRY,
+    Index,
+    IndexedSession,
+    Item,
+)
 from sessionkit.tuning import TUNING
 
 __all__ = [
@@ -30,7 +36,7 @@ __all__ = [
     "write_replays",
 ]
 
-_PER_MESSAGE = ("is_user", "delivery", "command", "checkpoint", "turn", "declared")
+_PER_MESSAGE = tuple(c for c in REPLAY_COLUMNS if c not in REPLAY_PER_ENTRY)
 
 
 def _index_name(key: ReplayKey) -> str:
@@ -103,7 +109,7 @@ def _replay_columns(replays: list[Replay]) -> dict[str, np.ndarray]:
     indices as int32, token counts as int32 where they fit): equal columns of two settings
     are equal bytes, kept once (:meth:`~sessionkit.store.index.Index.write_replays`)."""
     columns = {}
-    for name in (*_PER_MESSAGE, *REPLAY_PER_ENTRY):
+    for name in REPLAY_COLUMNS:
         values = np.concatenate([getattr(r, name) for r in replays])
         if values.dtype.kind == "b":
             columns[name] = values

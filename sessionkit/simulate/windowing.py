@@ -82,6 +82,14 @@ def _orphan_jumps(
         orphan = tools[np.minimum(pos, len(tools) - 1)]
         found = (pos < len(tools)) & (orphan < bounds)
         step0[: size + 1] = np.where(found, orphan + 1, end)
+    return _levels(step0)
+
+
+def _levels(step0: np.ndarray) -> list[np.ndarray]:
+    """Jump tables from level 0 (``size + 2`` long): level ``k + 1`` takes two of level
+    ``k``'s jumps, up to the first level that jumps from no start (or ``size``'s bit length)."""
+    size = len(step0) - 2
+    end = size + 1
     jumps = [step0]
     while (jumps[-1][: size + 1] != end).any() and len(jumps) <= size.bit_length():
         jumps.append(jumps[-1][jumps[-1]])
@@ -199,16 +207,34 @@ def _stack(replays: list[replay.Replay], shared: _Shared | None = None) -> _Stac
     )
 
 
+_DERIVED = ("users", "rank", "entry_user", "entry_users")
+"""Stack fields not kept in the index: each is one pass over the kept ones (:func:`_stack_of`),
+as is each jump table past level 0 (:func:`_levels`)."""
+
+
 def _stack_arrays(stack: _Stack) -> dict[str, np.ndarray]:
-    """A stack as named arrays (jump tables as ``name.level``), to keep in the index; its
-    integer arrays (all int64) as int32 where their values fit, half the bytes to write."""
+    """A stack as named arrays (a jump table's level 0 as ``name.0``), to keep in the index; its
+    integer arrays (all int64) as int32 where their values fit, half the bytes to write.
+    What one pass rebuilds is left out (:data:`_DERIVED`), and the entries are kept as the
+    replays hold them (each session's own indices, the token counts, flags unpadded), so the
+    index keeps those bytes once for both (:meth:`~sessionkit.store.index.Index.write_arrays`)."""
     arrays: dict[str, np.ndarray] = {}
+    n = int(stack.offsets[-1])
+    kept = stack.kept[:-1]
+    entry_sizes = np.diff(stack.rank[stack.offsets])
     for field in fields(_Stack):
         value = getattr(stack, field.name)
         if isinstance(value, list):
-            arrays |= {f"{field.name}.{level}": table for level, table in enumerate(value)}
-        else:
+            arrays[f"{field.name}.0"] = value[0]
+        elif field.name not in _DERIVED:
             arrays[field.name] = value
+    arrays |= {
+        "delivery": stack.delivery[:n],
+        "command": stack.command[:n],
+        "kept": kept - np.repeat(stack.offsets[:-1], entry_sizes),
+        "entry_sizes": entry_sizes,
+        "prefix": np.diff(stack.prefix),
+    }
     return {name: _narrowed(values) for name, values in arrays.items()}
 
 
@@ -223,18 +249,35 @@ def _narrowed(values: np.ndarray) -> np.ndarray:
 
 
 def _stack_of(arrays: dict[str, np.ndarray]) -> _Stack:
-    """The stack :func:`_stack_arrays` took apart (int32 arrays widened back to int64)."""
+    """The stack :func:`_stack_arrays` took apart (int32 arrays widened back to int64, what
+    it left out made again)."""
     arrays = {
         name: values.astype(np.int64) if values.dtype == np.int32 else values
         for name, values in arrays.items()
     }
-    values: dict[str, Any] = {}
+    offsets, is_user = arrays["offsets"], arrays["is_user"]
+    n = int(offsets[-1])
+    kept = arrays.pop("kept") + np.repeat(offsets[:-1], arrays.pop("entry_sizes"))
+    mask = np.zeros(n, dtype=np.int64)
+    mask[kept] = 1
+    entry_user = np.append(is_user[kept], False)
+    values: dict[str, Any] = {
+        "delivery": np.append(arrays.pop("delivery"), [False, False]),
+        "command": np.append(arrays.pop("command"), False),
+        "prefix": np.concatenate([[0], np.cumsum(arrays.pop("prefix"))]),
+        "kept": np.append(kept, n),
+        "users": np.flatnonzero(is_user),
+        "rank": np.concatenate([[0], np.cumsum(mask)]),
+        "entry_user": entry_user,
+        "entry_users": np.flatnonzero(entry_user[:-1]),
+    }
     for field in fields(_Stack):
+        if field.name in values:
+            continue
         if field.name in arrays:
             values[field.name] = arrays[field.name]
         else:
-            levels = sum(name.startswith(f"{field.name}.") for name in arrays)
-            values[field.name] = [arrays[f"{field.name}.{level}"] for level in range(levels)]
+            values[field.name] = _levels(arrays[f"{field.name}.0"])
     return _Stack(**values)
 
 
@@ -693,7 +736,7 @@ last_consolidated
             requests,
             partial(_stack, shared=[]),
             (_stack_arrays, _stack_of),
-            kind="windows-stack",
+            kind="windows-stack2",  # 2: what one pass rebuilds is not kept
             workers=workers,
             progress=progress,
             cache=cache,

@@ -65,6 +65,7 @@ from sessionkit.tuning import TUNING
 
 __all__ = [
     "FORMAT",
+    "REPLAY_COLUMNS",
     "REPLAY_PER_ENTRY",
     "Identity",
     "Index",
@@ -552,11 +553,10 @@ class Index:
         found = read_sealed_checked(self._replay_path(store, name), _replay_description)
         if found is None:
             return nothing
-        described, shared = found
-        columns = self._shared_arrays(store, shared)
+        columns = self._shared_arrays(store, found)
         if columns is None:
             return nothing
-        items = _replay_items(described, columns, self._replay_path(store, name))
+        items = _replay_items(columns, self._replay_path(store, name))
         return (columns, items) if items is not None else nothing
 
     def write_replays(
@@ -574,7 +574,7 @@ class Index:
         ]
         joined = _joined_replays(kept_columns, kept_items, columns, items)
         target = self._replay_path(store, name)
-        self._keep_shared(target, store, {"name": name, **_replay_lists(joined[1])}, joined[0])
+        self._keep_shared(target, store, {"name": name}, joined[0] | _replay_lists(joined[1]))
         self._forget_arrays(store)
 
     def read_arrays(self, name: str, stamp: str) -> dict[str, np.ndarray] | None:
@@ -752,15 +752,25 @@ def _named_digests(table: pa.Table) -> list[str] | None:
     return [digest for _, _, digest in found.get("shared", ())]
 
 
-_REPLAY_LISTS = ("paths", "identities", "rows", "entries")
-"""What a replays' file lists per item (its columns named apart, see :meth:`Index.write_replays`)."""
 REPLAY_PER_ENTRY = ("kept", "entry_declared", "tokens")
 """The replay columns with a row per replayed entry; the others have one per message."""
+REPLAY_COLUMNS = (
+    "is_user",
+    "delivery",
+    "command",
+    "checkpoint",
+    "turn",
+    "declared",
+    *REPLAY_PER_ENTRY,
+)
+"""Every column of a kept replay."""
+_REPLAY_LISTS = ("items", "entries")
+"""The arrays that describe a replays' file's items (:func:`_replay_lists`)."""
 
 
-def _replay_description(table: pa.Table) -> tuple[dict[str, Any], list[list[str]]] | None:
-    """A replays' file's lists and the arrays it names (None: another format, or the layout
-    before replays' columns were kept apart, whose file holds them: replayed again)."""
+def _replay_description(table: pa.Table) -> list[list[str]] | None:
+    """The arrays a replays' file names (None: another format, or the layout before
+    replays' columns were kept apart, whose file holds them: replayed again)."""
     found = json.loads((table.schema.metadata or {}).get(_KEY, b"{}"))
     if found.get("format") != FORMAT or "shared" not in found:
         return None
@@ -769,16 +779,19 @@ def _replay_description(table: pa.Table) -> tuple[dict[str, Any], list[list[str]
         type(row) is list and len(row) == 3 and all(type(v) is str for v in row) for row in shared
     ):
         raise IntegrityError("arrays named wrongly")
-    return found, shared
+    names = [row[0] for row in shared]
+    if sorted(names) != sorted([*_REPLAY_LISTS, *REPLAY_COLUMNS]):
+        raise IntegrityError("other arrays than a replay's")
+    return cast("list[list[str]]", shared)
 
 
-def _replay_items(
-    described: dict[str, Any], columns: dict[str, np.ndarray], path: Path
-) -> list[Item] | None:
-    """The items a replays' file lists, checked against its columns (None: they disagree,
-    the file removed with a warning)."""
+def _replay_items(columns: dict[str, np.ndarray], path: Path) -> list[Item] | None:
+    """The items a replays' file lists (:func:`_replay_lists`, taken out of ``columns``),
+    checked against its columns (None: they disagree, the file removed with a warning)."""
     try:
-        lists = [described[name] for name in _REPLAY_LISTS]
+        listed = orjson.loads(columns.pop("items").tobytes())
+        lists = [listed["paths"], listed["identities"], listed["rows"]]
+        lists.append(columns.pop("entries").tolist())
         if len({len(values) for values in lists}) != 1:
             raise IntegrityError("a description whose lists disagree in length")
         items, start, entry_start = [], 0, 0
@@ -795,7 +808,7 @@ def _replay_items(
         for name, values in columns.items():
             if len(values) != (entry_start if name in REPLAY_PER_ENTRY else start):
                 raise IntegrityError(f"a column {name} of another length than its items")
-    except (IntegrityError, KeyError, TypeError) as exc:
+    except (IntegrityError, KeyError, TypeError, orjson.JSONDecodeError) as exc:
         discard(path, exc)
         return None
     return items
@@ -837,13 +850,18 @@ def _restarted(items: list[Item]) -> list[Item]:
     return laid
 
 
-def _replay_lists(items: list[Item]) -> dict[str, list[Any]]:
-    """The lists a replays' file describes its items by (:data:`_REPLAY_LISTS`)."""
-    return {
+def _replay_lists(items: list[Item]) -> dict[str, np.ndarray]:
+    """What describes replays' items, as two more of their arrays: their paths, identities
+    and message counts as JSON bytes, and their entry counts (the same for the replays of
+    one set of files under each setting, so kept once)."""
+    listed = {
         "paths": [item.path for item in items],
         "identities": [list(item.identity) for item in items],
         "rows": [item.rows for item in items],
-        "entries": [item.extra["entries"] for item in items],
+    }
+    return {
+        "items": np.frombuffer(orjson.dumps(listed), dtype=np.uint8),
+        "entries": np.array([item.extra["entries"] for item in items], dtype=np.int32),
     }
 
 

@@ -55,10 +55,10 @@ def test_replays_of_two_settings_share_their_equal_columns(tmp_path: Path) -> No
     index = Index(tmp_path / "cache")
     items = _items(tmp_path)
     index.write_replays("s", "plain", items, COLUMNS)
-    assert _columns_files(tmp_path / "cache") == 5  # 9 columns: 3 alike, 2 and 2 alike
+    assert _columns_files(tmp_path / "cache") == 7  # 9 columns: 3 alike, 2 and 2; 2 lists
     stamped = COLUMNS | {"tokens": np.array([6, 8, 10], dtype=np.int32)}
     index.write_replays("s", "stamped", items, stamped)
-    assert _columns_files(tmp_path / "cache") == 6  # only the token counts differ
+    assert _columns_files(tmp_path / "cache") == 8  # only the token counts differ
     columns, read = index.read_replays("s", "stamped")
     assert {k: v.tolist() for k, v in columns.items()} == {
         k: v.tolist() for k, v in stamped.items()
@@ -73,7 +73,7 @@ def test_replays_of_two_settings_share_their_equal_columns(tmp_path: Path) -> No
     columns, read = index.read_replays("s", "stamped")  # b's replaced, a's kept first
     assert [Path(i.path).name for i in read] == ["a.jsonl", "b.jsonl"]
     assert columns["tokens"].tolist() == [6, 8, 1]
-    assert _columns_files(tmp_path / "cache") == 6  # the old tokens of stamped removed
+    assert _columns_files(tmp_path / "cache") == 8  # the old tokens of stamped removed
 
 
 def test_replays_of_files_changed_since_are_dropped_on_the_next_write(tmp_path: Path) -> None:
@@ -90,12 +90,16 @@ def test_replays_of_files_changed_since_are_dropped_on_the_next_write(tmp_path: 
 def test_replays_whose_columns_disagree_with_their_files_are_removed(tmp_path: Path) -> None:
     index = Index(tmp_path / "cache")
     items = _items(tmp_path)
-    index.write_replays("s", "plain", items, COLUMNS)
+    index.write_replays("s", "plain", items, {k: v[:2] for k, v in COLUMNS.items()})
     (target,) = (tmp_path / "cache").glob("index-*/replays/*.arrow")
     table, _ = read_sealed(target)
-    described = json.loads(table.schema.metadata[b"sessionkit"])
-    described["rows"] = [2, 2]
-    write_ipc(target, table.schema.with_metadata({"sessionkit": json.dumps(described)}), [])
+    index.write_replays("s", "other", items, COLUMNS)  # 3 rows: its lists differ
+    other = next(p for p in target.parent.glob("*.arrow") if p != target)
+    described = json.loads(read_sealed(other)[0].schema.metadata[b"sessionkit"])
+    listed = {row[0]: row for row in described["shared"]}
+    mixed = json.loads(table.schema.metadata[b"sessionkit"])
+    mixed["shared"] = [listed["items"] if row[0] == "items" else row for row in mixed["shared"]]
+    write_ipc(target, table.schema.with_metadata({"sessionkit": json.dumps(mixed)}), [])
     with pytest.warns(UserWarning, match="another length"):
         assert index.read_replays("s", "plain") == ({}, [])
     assert not target.exists()
