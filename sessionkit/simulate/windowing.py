@@ -248,9 +248,15 @@ def _narrowed(values: np.ndarray) -> np.ndarray:
     return values.astype(np.int32)
 
 
-def _stack_of(arrays: dict[str, np.ndarray]) -> _Stack:
+_Levels = list[tuple[np.ndarray, list[np.ndarray]]]
+"""Jump tables a grid's stacks made again from their level 0 (:func:`_stack_of`)."""
+
+
+def _stack_of(arrays: dict[str, np.ndarray], built: _Levels | None = None) -> _Stack:
     """The stack :func:`_stack_arrays` took apart (int32 arrays widened back to int64, what
-    it left out made again)."""
+    it left out made again; ``built``: jump tables the other stacks of one grid made, reused
+    for an equal level 0, as the stacks of releases that replay alike have)."""
+    built = [] if built is None else built
     arrays = {
         name: values.astype(np.int64) if values.dtype == np.int32 else values
         for name, values in arrays.items()
@@ -277,8 +283,18 @@ def _stack_of(arrays: dict[str, np.ndarray]) -> _Stack:
         if field.name in arrays:
             values[field.name] = arrays[field.name]
         else:
-            values[field.name] = _levels(arrays[f"{field.name}.0"])
+            values[field.name] = _levels_of(arrays[f"{field.name}.0"], built)
     return _Stack(**values)
+
+
+def _levels_of(step0: np.ndarray, built: _Levels) -> list[np.ndarray]:
+    """:func:`_levels` of ``step0``, or those ``built`` holds for an equal level 0 (kept there)."""
+    for before, levels in built:
+        if np.array_equal(before, step0):
+            return levels
+    levels = _levels(step0)
+    built[:] = [(step0, levels), *built[:3]]
+    return levels
 
 
 def _next(positions: np.ndarray, at: np.ndarray, none: int) -> np.ndarray:
@@ -735,7 +751,7 @@ last_consolidated
         replay.prepared_each(
             requests,
             partial(_stack, shared=[]),
-            (_stack_arrays, _stack_of),
+            (_stack_arrays, partial(_stack_of, built=[])),
             kind="windows-stack2",  # 2: what one pass rebuilds is not kept
             workers=workers,
             progress=progress,

@@ -43,6 +43,10 @@ def test_a_stack_taken_apart_and_made_again_is_equal() -> None:
         for a, b in zip(*(v if isinstance(v, list) else [v] for v in (before, after)), strict=True):
             assert a.dtype == b.dtype, field.name
             np.testing.assert_array_equal(a, b, err_msg=field.name)
+    built: list = []
+    first, second = _stack_of(arrays, built), _stack_of(dict(arrays), built)
+    assert second.raw_jumps is first.raw_jumps and second.entry_jumps is first.entry_jumps
+    assert _stack_of(arrays).raw_jumps is not first.raw_jumps  # made again without ``built``
 
 
 def test_a_kept_stack_shares_its_entries_with_the_replays(
