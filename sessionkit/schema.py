@@ -327,6 +327,13 @@ REQUESTS: tuple[Column, ...] = (
         "tokens of the step's trailing tool results, the one user message Anthropic's API "
         "merges them into (the current message at a turn's first call)",
     ),
+    Column(
+        "marker_dropped",
+        "bool",
+        "the request's second-to-last message has no text (an assistant tool call without "
+        "text, sent with null content): nanobot 0.3.5's cache marker on it never reaches an "
+        "OpenAI-compatible gateway, so that request has no message breakpoint",
+    ),
     Column("total_tokens", "int64", "sum of the parts (per-message estimates, as windows count)"),
     Column(
         "answer_tokens",

@@ -20,17 +20,18 @@ Each family is the wire form nanobot 0.3.5 sends (:mod:`sessionkit.nanobot.promp
   hour), reads 0.1x; nothing below the model's minimum is cached (4,096 tokens for Claude
   Opus 4.5 and later and Haiku 4.5, 2,048 for Haiku 3 and 3.5, 1,024 for the others).
   Breakpoints as 0.3.5 places them: end of the tools, end of the system prompt, end of the
-  second-to-last message once a request holds three.
+  second-to-last message once a request holds three, unless (``"openai-marked"``) that
+  message has no text (``marker_dropped``: an assistant tool call sent with null content);
+  the calls after such a one still read the last message entry written before it.
 
 The default lifetime is 300 seconds: nanobot's markers carry no ``ttl`` (Anthropic's 5
 minutes), and the low end of OpenAI's 5-10 idle minutes.  ``None``: nothing expires (the
 model before 0.4: every shared prefix read).  What the frame cannot tell: a cache entry older
-than the previous call (only the previous call's breakpoints and hit are looked up, not
+than the previous call but for the message entry written before calls without a message
+breakpoint (otherwise only the previous call's breakpoints and hit are looked up, not
 Anthropic's 20-block lookback), the boundary between built-in and MCP tools (one tools
-breakpoint), for ``"openai-marked"`` a second-to-last message 0.3.5 cannot mark (an assistant
-tool call without text, sent with null content: no message breakpoint, the frame assumes one),
-and, for ``"deployment"`` scope, which sessions share a prompt (those of one release and setting
-whose system prompt and tools count alike).  tests/calls/test_caching_e2e.py holds these
+breakpoint), and, for ``"deployment"`` scope, which sessions share a prompt (those of one
+release and setting whose system prompt and tools count alike).  tests/calls/test_caching_e2e.py holds these
 columns against a stub provider's cache written from the same documentation, call by call.
 """
 
@@ -78,6 +79,8 @@ _ANTHROPIC_LARGER = (
 _WRITE_5M, _WRITE_1H = 1.25, 2.0
 """Anthropic's cache-write price, in base input prices, for the 5-minute and 1-hour TTL."""
 _FIVE_MINUTES = 300.0
+_LOOKBACK = 20
+"""Blocks before a breakpoint Anthropic looks back through for a cached prefix."""
 
 
 def checked(cache_ttl: float | None, cache_scope: str) -> None:
@@ -257,14 +260,18 @@ def cache_columns(
         anthropic = fam == (names.index("anthropic") if "anthropic" in names else -1)
         messages = history + 2 + 2 * st - anthropic  # one fewer under "anthropic"
         last = np.where(anthropic, col("last_results_tokens"), col("last_tokens"))
+        dropped = rows["marker_dropped"].to_numpy(bool)[order] & ~anthropic  # blocks: never
         points = [
             np.maximum(tools, 0),
             np.where(head > tools, head, 0),
-            np.where(marks_second_to_last(messages), total - last, 0),
+            np.where(marks_second_to_last(messages) & ~dropped, total - last, 0),
         ]
         points = [np.where(p >= least, p, 0) for p in points]
         top = np.maximum.reduce(points)
-        hits = _breakpoint_reads(points, top, prefix, warm, np.where(shared, shared_head, 0), least)
+        bound = np.minimum(prefix, top)
+        older = _older_entries(points[2], messages, bound, g, ts, ttl_ms)
+        head_entry = np.where(shared, shared_head, 0)
+        hits = _breakpoint_reads(points, top, prefix, warm, head_entry, least, older)
         read = np.where(marked, hits, read)
         write = np.where(marked, np.maximum(top - hits, 0), 0)
     codes = _breaks(rows, order, first, idle, prefix, head, tools, summary, total)
@@ -284,11 +291,13 @@ def _breakpoint_reads(
     warm: np.ndarray,
     shared: np.ndarray,
     least: np.ndarray,
+    older: np.ndarray,
 ) -> np.ndarray:
     """Each call's read under its breakpoints ``points`` (one array per breakpoint, rows in
     session order): the longest entry alive — one the previous call wrote or read at its
-    breakpoints, or the deployment's shared head — that this request repeats (within
-    ``prefix``) and reaches with a breakpoint (within ``top``).  The read a call carries on
+    breakpoints, an ``older`` one (:func:`_older_entries`), or the deployment's shared head —
+    that this request repeats (within ``prefix``) and reaches with a breakpoint (within
+    ``top``).  The read a call carries on
     depends on the one before, so the recurrence is iterated until no read changes (as many
     rounds as the longest run of calls carrying one read on), each round over the rows just
     after a read the round before changed."""
@@ -300,7 +309,7 @@ def _breakpoint_reads(
             marked[1:], np.where(warm[1:] & (before <= bound[1:]), before, 0), out=marked[1:]
         )
     head = np.where((least <= shared) & (shared <= top), shared, 0)
-    fresh = np.maximum(marked, head)
+    fresh = np.maximum(np.maximum(marked, head), older)
     carried = _previous(fresh)  # the first round over whole arrays, later ones sparse
     reads = np.maximum(fresh, np.where(warm & (carried <= bound), carried, 0))
     i = np.flatnonzero(reads != fresh) + 1
@@ -313,6 +322,31 @@ def _breakpoint_reads(
         reads[i] = found[changed]
         i = i[i + 1 < len(reads)] + 1
     return reads
+
+
+def _older_entries(
+    message: np.ndarray,
+    messages: np.ndarray,
+    bound: np.ndarray,
+    group: np.ndarray,
+    t: np.ndarray,
+    ttl_ms: float,
+) -> np.ndarray:
+    """Per call (rows in session order), the message entry an earlier call of its session
+    wrote before calls without a message breakpoint (``message`` 0: a marker 0.3.5 dropped)
+    came between: still alive, repeated by this request (within ``bound``) and within
+    Anthropic's 20-block lookback of this call's second-to-last message; else 0."""
+    n = len(message)
+    index = np.arange(n)
+    latest = np.maximum.accumulate(np.where(message > 0, index, -1))
+    j = _previous(latest)
+    j[:1] = -1
+    found = (j >= 0) & (j < index - 1)
+    j = np.maximum(j, 0)
+    unknown = (t < 0) | (t[j] < 0)
+    found &= (group[j] == group) & (unknown | (t - t[j] <= ttl_ms))
+    found &= (messages - messages[j] < _LOOKBACK) & (message[j] <= bound)
+    return np.where(found, message[j], 0)
 
 
 def _breaks(

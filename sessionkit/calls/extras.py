@@ -63,6 +63,9 @@ class SessionExtras:
     user: np.ndarray
     """Per stored message, whether the release would merge a current message into it were it
     the history's last (a user message under a modelled clean-up; never without one)."""
+    blank: np.ndarray
+    """Per stored message, whether its text is empty (an assistant tool call without text, sent
+    with null content): 0.3.5's cache marker on it does not reach an OpenAI-compatible wire."""
     keep: int
     budget: int
     regular: bool
@@ -124,6 +127,22 @@ def _per_call(
             tokens.append(after if summarised else before)
             inferred.append(after_inferred if summarised else bool(plan.last_summary_inferred))
     return tokens, inferred, lengths
+
+
+_TEXT_BLOCKS = ("text", "input_text", "output_text")
+
+
+def _blank(message: dict[str, Any]) -> bool:
+    """Whether 0.3.5's marker on ``message`` is dropped before it is sent: its content is empty
+    or null, or ends with an empty text block (``_sanitize_empty_content`` removes it, the
+    marker with it; ``providers/openai_compat_provider.py``)."""
+    content = message.get("content")
+    if isinstance(content, str) or content is None:
+        return not content
+    if not isinstance(content, list) or not content:
+        return True
+    last = content[-1]
+    return isinstance(last, dict) and last.get("type") in _TEXT_BLOCKS and not last.get("text")
 
 
 def _run_start(messages: Sequence[dict[str, Any]]) -> np.ndarray:
@@ -201,6 +220,7 @@ def _build(
         user=np.array(
             [forms is not None and m.get("role") == "user" for m in messages] + [False], dtype=bool
         ),
+        blank=np.array([_blank(m) for m in messages] + [False], dtype=bool),
         keep=forms.keep if forms is not None else 0,
         budget=(forms.budget or 0) if forms is not None else 0,
         regular=forms.regular if forms is not None else True,

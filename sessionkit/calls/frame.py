@@ -244,6 +244,7 @@ class _Extras:
     budget: np.ndarray
     regular: np.ndarray
     user: np.ndarray
+    blank: np.ndarray
 
     @classmethod
     def of(cls, parts: list[SessionExtras]) -> _Extras:
@@ -289,6 +290,7 @@ class _Extras:
             budget=np.array([p.budget for p in parts], dtype=np.int64),
             regular=np.array([p.regular for p in parts], dtype=bool),
             user=joined("user", False),
+            blank=joined("blank", False),
         )
 
 
@@ -570,6 +572,7 @@ def _calls(
     if block:
         prefix -= prefix % block
     last, results = _last(x, c, step, current)
+    dropped = _marker_dropped(x, c, step)
     answer = np.where(x.assistant[c.se], x.step_raw[c.se + 1] - x.step_raw[c.se], 0)
     ms = call_times(spans[g[call]], n_steps[call], step)
     zeros = np.zeros(len(call), dtype=np.int64)
@@ -590,6 +593,7 @@ def _calls(
         "steps_tokens": steps,
         "last_tokens": last,
         "last_results_tokens": results,
+        "marker_dropped": dropped,
         "total_tokens": total,
         "answer_tokens": answer,
         "prefix_tokens": prefix,
@@ -639,6 +643,18 @@ def _last(
     run = np.clip(x.run_start[end], c.ss, end)
     later = step > 0
     return np.where(later, tokens(at, end), current), np.where(later, tokens(run, end), current)
+
+
+def _marker_dropped(x: _Extras, c: _Cleaned, step: np.ndarray) -> np.ndarray:
+    """Per call, whether its second-to-last message as sent is blank (:attr:`SessionExtras.blank`):
+    a step's message before its last, else the history's last unless results were backfilled
+    after it or it is a user message the current one is merged into (never blank then)."""
+    later = step > 0
+    at = np.where(later, c.se - 2, c.e - 1)
+    held = np.where(later, at >= c.ss, c.e > c.s)
+    at = np.maximum(at, 0)
+    plain = later | ((x.fillers[at + 1] == x.fillers[at]) & ~x.user[at])
+    return held & plain & x.blank[at]
 
 
 def _logged(rows: pd.DataFrame, usage: pd.DataFrame) -> None:

@@ -132,6 +132,32 @@ def test_a_session_within_the_ttl_and_after_it_exact_values() -> None:
     assert _columns(slid, "openai", None)["cache_break"].tolist()[3] == "window slid"
 
 
+def test_a_dropped_marker_leaves_the_entry_written_before_it_to_the_next_call() -> None:
+    session = {
+        "tools_tokens": 2000,
+        "system_tokens": 3000,
+        "turn": [0, 1, 2, 3],
+        "history_messages": [0, 2, 4, 6],
+        "total_tokens": [5100, 5400, 5700, 6000],
+        "prefix_tokens": [0, 5100, 5400, 5700],
+        "last_tokens": 100,
+        "last_results_tokens": 100,
+        "marker_dropped": [False, False, True, False],  # call 2: a tool call without text
+        "time": [START + pd.Timedelta(seconds=s) for s in (0, 60, 120, 180)],
+    }
+    marked = _columns(session, "openai-marked", 300.0)
+    # call 2 marks tools and system only; call 3 reads what call 1 marked (5,300), alive
+    assert marked["cache_read_tokens"].tolist() == [0, 5000, 5000, 5300]
+    assert marked["cache_write_tokens"].tolist() == [5000, 300, 0, 600]
+    expired = _columns(session, "openai-marked", 100.0)  # 120 s after call 1: gone
+    assert expired["cache_read_tokens"].tolist() == [0, 5000, 5000, 5000]
+    assert expired["cache_write_tokens"].tolist() == [5000, 300, 0, 900]
+    far = dict(session, history_messages=[0, 2, 4, 26])  # 22 blocks on: past the lookback
+    assert _columns(far, "openai-marked", 300.0)["cache_read_tokens"].tolist()[3] == 5000
+    native = _columns(session, "anthropic", 300.0)  # its blocks always carry the marker
+    assert native["cache_read_tokens"].tolist() == [0, 5000, 5300, 5600]
+
+
 def test_deployment_scope_shares_tools_and_system_across_sessions() -> None:
     two = {
         "session_key": ["cli:a", "cli:b"],

@@ -9,6 +9,9 @@ The release's clock and the stub's jump by the same idle gaps between turns, som
 
 from __future__ import annotations
 
+import copy
+from typing import Any
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -17,16 +20,33 @@ from support.provider_caches import BreakpointCache, OpenAIPrefixCache
 from support.releases import release
 
 import sessionkit as sk
+from sessionkit.calls.caching import cache_columns, minimum_tokens
 
 pytestmark = pytest.mark.conformance
 
 TTL = 300.0
 
 
+def _without_text(scenario: dict[str, Any], calls: list[tuple[int, int]]) -> dict[str, Any]:
+    """``scenario`` with the replies of ``calls`` ((turn, step)) tool calls without text:
+    0.3.5 sends those assistant messages with null content and marks none of them."""
+    turns = copy.deepcopy(scenario["turns"])
+    for turn, step in calls:
+        del turns[turn]["replies"][step]["text"]
+    return scenario | {"turns": turns}
+
+
+OPENROUTER = {"provider": "openrouter", "model": "anthropic/claude-sonnet-4.5"}
+BARE_CALLS = [(1, 0), (1, 1), (2, 0)]
+"""Tool calls without text: turn 1's two (two calls in a row without a message breakpoint),
+and turn 2's, whose next call (turn 3's first, within the TTL) reads the entry turn 2's first
+call wrote, two calls back."""
 RULES = {
-    "openai": ({"provider": "custom", "model": "gpt-4o-mini"}, OpenAIPrefixCache),
-    "openai-marked": (
-        {"provider": "openrouter", "model": "anthropic/claude-sonnet-4.5"},
+    "openai": ("openai", {"provider": "custom", "model": "gpt-4o-mini"}, OpenAIPrefixCache),
+    "openai-marked": ("openai-marked", OPENROUTER, BreakpointCache),
+    "openai-marked-null-content": (
+        "openai-marked",
+        _without_text(SCENARIO_CACHE, BARE_CALLS) | OPENROUTER,
         BreakpointCache,
     ),
 }
@@ -38,9 +58,9 @@ IDLE_TURNS = [2, 5]
 def case(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[str, GatewayRun]:
-    overrides, rule = RULES[request.param]
+    family, overrides, rule = RULES[request.param]
     run = run_gateway(tmp_path_factory.mktemp(request.param), SCENARIO_CACHE | overrides, rule(TTL))
-    return request.param, run
+    return family, run
 
 
 def _frame(run: GatewayRun) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -70,6 +90,13 @@ def test_predicted_reads_and_writes_are_the_stub_s(case: tuple[str, GatewayRun])
     writes = [pd.NA if u.cache_write_tokens is None else u.cache_write_tokens for u in run.usage]
     assert logged["cache_write_tokens"].tolist() == writes
     assert (frame["cache_write_tokens"] > 0).any() == (family == "openai-marked")
+    null = [len(b["messages"]) >= 3 and b["messages"][-2]["content"] is None for b in run.requests]
+    assert frame["marker_dropped"].tolist() == null  # told from the stored messages
+    if any(null):  # a marker assumed on each of those messages would miss the stub's reads
+        assumed = frame.assign(marker_dropped=False)
+        least = np.full(len(frame), minimum_tokens(family, OPENROUTER["model"]))
+        found = cache_columns(assumed, frame["cache_rules"], least, TTL, "session")
+        assert found["cache_read_tokens"].tolist() != [r for _, r, _ in reported]
 
 
 def test_the_gaps_over_the_ttl_break_the_cache(case: tuple[str, GatewayRun]) -> None:
