@@ -292,8 +292,8 @@ def test_the_claude_run_logged_its_stub_cache_s_reads_and_writes() -> None:
 def test_the_claude_run_calibrates_the_cache() -> None:
     """Predicted against reported cached tokens on the log 0.3.5 wrote: the 300 s the stub
     kept entries lies in the fitted range; the errors are what the frame cannot see (the
-    template files' 103 tokens of system prompt not shipped, the tools another session
-    cached, the tool call 0.3.5 could not mark)."""
+    template files' 103 tokens of system prompt not shipped, and per session the tools
+    another session cached, which the deployment scope reads)."""
     runtime = SCRIPT["CLAUDE_RUNTIME"]  # what the prompts named: the same on any machine
     calls = usage(CLAUDE, tz="UTC", cache=False, runtime=runtime)
     corpus = load(CLAUDE / "workspace", config_dir=CLAUDE, cache=False)
@@ -304,19 +304,28 @@ def test_the_claude_run_calibrates_the_cache() -> None:
         "cache_rules": "openai-marked",
         "calls": 11,
         "reported_read": 58593,
-        "predicted_read": 46400,
+        "predicted_read": 46307,
         "read_median": 103.0,
         "read_p90": 5834.0,
         "write_calls": 11,
         "reported_write": 28090,
         "predicted_write": 39243,
-        "write_median": 61.0,
+        "write_median": 0.0,
         "write_p90": 5731.0,
         "ttl": 300.0,
         "ttl_low": 218.0,
         "ttl_high": 504.0,
     }
     assert calibration.report.iloc[0]["intercept"] == pytest.approx(103.0)
+    shared = sk.requests(
+        corpus, config_dir=CLAUDE, usage=calls, tz="UTC", runtime=runtime, cache_scope="deployment"
+    )
+    keys = ["session_key", "turn", "step"]
+    agent = calls[calls["kind"] == "agent"].astype({"session_key": str}).set_index(keys)
+    side = shared.astype({"session_key": str}).set_index(keys).join(agent["cached_tokens"])
+    tools_only = side[side["cached_tokens"] == side["tools_tokens"]]  # another session's tools
+    assert tools_only.index.tolist() == [("slack:C77", 0, 0), ("telegram:bob", 3, 0)]
+    assert (tools_only["cache_read_tokens"] == tools_only["tools_tokens"]).all()
 
 
 @pytest.mark.sampled

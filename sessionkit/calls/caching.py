@@ -30,8 +30,10 @@ model before 0.4: every shared prefix read).  What the frame cannot tell: a cach
 than the previous call but for the message entry written before calls without a message
 breakpoint (otherwise only the previous call's breakpoints and hit are looked up, not
 Anthropic's 20-block lookback), the boundary between built-in and MCP tools (one tools
-breakpoint), and, for ``"deployment"`` scope, which sessions share a prompt (those of one
-release and setting whose system prompt and tools count alike).  tests/calls/test_caching_e2e.py holds these
+breakpoint), and, for ``"deployment"`` scope, which sessions share a prompt: those of one
+release and setting whose tools count alike share the tools (first in the prefix, for OpenAI
+as for Anthropic's tools breakpoint, whatever the system prompt), and their system prompt too
+when it counts alike.  tests/calls/test_caching_e2e.py holds these
 columns against a stub provider's cache written from the same documentation, call by call.
 """
 
@@ -176,11 +178,12 @@ def _grouped(rows: pd.DataFrame, keys: list[str]) -> np.ndarray:
 
 
 def _shared_warm(
-    rows: pd.DataFrame, t: np.ndarray, ttl_ms: float, order: np.ndarray | slice
+    rows: pd.DataFrame, t: np.ndarray, ttl_ms: float, order: np.ndarray | slice, keys: list[str]
 ) -> np.ndarray:
-    """Per row (in ``order``): another call of its deployment (release, setting, system and
-    tools alike) was made within the TTL before it, so their shared head is cached."""
-    keys = ["policy", *REQUEST_SETTINGS, "system_tokens", "tools_tokens"]
+    """Per row (in ``order``): another call of its deployment (release and setting) alike in
+    ``keys`` (the tools, or the tools and system prompt) was made within the TTL before it, so
+    the prefix they share is cached."""
+    keys = ["policy", *REQUEST_SETTINGS, *keys]
     d, tt = _grouped(rows, keys)[order], t[order]
     by_time = np.lexsort((tt, d))
     ds, ts = d[by_time], tt[by_time]
@@ -244,16 +247,20 @@ def cache_columns(
     known = (ts >= 0) & (ts_before >= 0)
     idle = ~first & known & (ts - ts_before > ttl_ms)
     warm = ~first & ~idle
-    shared = np.zeros(n, dtype=bool)
-    if cache_scope == "deployment":
-        shared = _shared_warm(rows, t, ttl_ms, order)
+    shared, shared_tools = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+    if cache_scope == "deployment":  # the prefix runs tools, system, messages
+        shared = _shared_warm(rows, t, ttl_ms, order, ["tools_tokens", "system_tokens"])
+        shared_tools = _shared_warm(rows, t, ttl_ms, order, ["tools_tokens"])
     summary = col("summary_tokens")
-    shared_head = np.where(summary == 0, head, tools)
+    shared_head = np.maximum(
+        np.where(shared, np.where(summary == 0, head, tools), 0), np.where(shared_tools, tools, 0)
+    )
     read, write = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     marked = np.isin(fam, [i for i, name in enumerate(names) if name != "openai"])
     if not marked.all():  # some rows under "openai"
         read = np.where(warm, _rounded(prefix), 0)
         read = np.maximum(read, np.where(shared, _rounded(tools + col("system_tokens")), 0))
+        read = np.maximum(read, np.where(shared_tools, _rounded(tools), 0))
         read = np.where(read >= least, read, 0)
     if marked.any():
         history = col("history_messages")
@@ -270,8 +277,7 @@ def cache_columns(
         top = np.maximum.reduce(points)
         bound = np.minimum(prefix, top)
         older = _older_entries(points[2], messages, bound, g, ts, ttl_ms)
-        head_entry = np.where(shared, shared_head, 0)
-        hits = _breakpoint_reads(points, top, prefix, warm, head_entry, least, older)
+        hits = _breakpoint_reads(points, top, prefix, warm, shared_head, least, older)
         read = np.where(marked, hits, read)
         write = np.where(marked, np.maximum(top - hits, 0), 0)
     codes = _breaks(rows, order, first, idle, prefix, head, tools, summary, total)

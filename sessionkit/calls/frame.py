@@ -114,7 +114,8 @@ def requests(
     the provider the config file runs with, as nanobot 0.3.5 chooses it; without one
     ``"openai"``), ``cache_ttl`` seconds a prefix lives after its last use (default 300;
     None: forever), ``cache_scope`` ``"session"`` (each session's own cache) or
-    ``"deployment"`` (sessions of one release and setting share the tools and system prompt).
+    ``"deployment"`` (sessions of one release and setting share the tools, and the system
+    prompt where it counts alike).
     """
     checked(cache_ttl, cache_scope)
     given = swept(

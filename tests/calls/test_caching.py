@@ -178,6 +178,30 @@ def test_deployment_scope_shares_tools_and_system_across_sessions() -> None:
     assert _columns(late, "openai", 300.0, "deployment")["cache_read_tokens"].tolist() == [0, 0]
 
 
+def test_deployment_scope_shares_the_tools_whatever_the_system_prompt() -> None:
+    """Tools come first in the prefix (Anthropic: tools, system, messages): another session's
+    system prompt leaves the tools entry, and the tools breakpoint's, to share."""
+    two = {
+        "session_key": ["cli:a", "cli:b"],
+        "tools_tokens": 2000,
+        "system_tokens": [3000, 3100],
+        "total_tokens": [5100, 5200],
+        "time": [START, START + pd.Timedelta(seconds=60)],
+    }
+    assert _columns(two, "openai", 300.0, "deployment")["cache_read_tokens"].tolist() == [0, 1920]
+    for family in ("anthropic", "openai-marked"):
+        found = _columns(two, family, 300.0, "deployment")
+        assert found["cache_read_tokens"].tolist() == [0, 2000]
+        assert found["cache_write_tokens"].tolist() == [5000, 3100]
+        alone = _columns(two, family, 300.0)
+        assert alone["cache_read_tokens"].tolist() == [0, 0]
+    other = dict(two, tools_tokens=[2000, 2100])  # other tools: nothing shared
+    assert _columns(other, "anthropic", 300.0, "deployment")["cache_read_tokens"].tolist() == [
+        0,
+        0,
+    ]
+
+
 def test_rules_minimums_and_premiums() -> None:
     assert resolve_rules("anthropic", None) == ("anthropic", None)
     assert resolve_rules(None, None) == ("openai", None)
