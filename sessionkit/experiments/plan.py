@@ -55,7 +55,8 @@ def plan(
     """Every call to ask, in order: each row, model, edit and sample (``rebuild``: the
     keywords :func:`sessionkit.request` takes besides the row's own)."""
     planned = []
-    builder, count = Rebuilder(sessions, rebuild), piece_counter()
+    count = piece_counter()
+    builder = Rebuilder(sessions, rebuild, count)
     for call, row in enumerate(rows.to_dict("records")):
         try:
             built = builder.request(

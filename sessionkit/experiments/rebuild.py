@@ -6,7 +6,7 @@ context governor) and a session without a kit are rebuilt by :func:`sessionkit.r
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -34,10 +34,16 @@ class Rebuilt(NamedTuple):
 class Rebuilder:
     """Rebuild rows' requests from ``sessions`` by key (``rebuild``: the keywords
     :func:`sessionkit.request` takes besides a row's own: workspace, config_dir, nanobot,
-    runtime)."""
+    runtime; ``count``: the cl100k_base count the releases' loops trim by, shared across rows,
+    such as :func:`~sessionkit.experiments.counting.piece_counter`'s; None: their own)."""
 
-    def __init__(self, sessions: Mapping[str, Session], rebuild: Mapping[str, Any]) -> None:
-        self.sessions, self.rebuild = sessions, rebuild
+    def __init__(
+        self,
+        sessions: Mapping[str, Session],
+        rebuild: Mapping[str, Any],
+        count: Callable[[str], int] | None = None,
+    ) -> None:
+        self.sessions, self.rebuild, self.count = sessions, rebuild, count
         folder, config = rebuild.get("workspace"), rebuild.get("config_dir")
         self.kits = StoreKits(
             None if folder is None else Path(folder),
@@ -78,7 +84,13 @@ class Rebuilder:
             self.systems[at[:3]] = chosen.system_prompt(kit, session.before_user(turn))
         stepped = copy.deepcopy(calls.steps[step])
         loop = chosen.loop_messages(
-            kit, session.key, self.systems[at[:3]], calls.history, calls.current, stepped
+            kit,
+            session.key,
+            self.systems[at[:3]],
+            calls.history,
+            calls.current,
+            stepped,
+            self.count,
         )
         tools = [dict(t) for t in kit.tools]
         return Rebuilt(chosen.name, chosen.wire_messages(kit, loop), tools)

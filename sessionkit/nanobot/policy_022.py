@@ -86,10 +86,11 @@ class Policy(CappedPolicy):
         history: list[Message],
         current: Message,
         steps: list[Message],
+        count: Callable[[str], int] | None = None,
     ) -> list[Message]:
         """0.2.2's per-call clean-up of [system, history, current, steps]."""
         return request_022.loop_messages(
-            system, history, current, steps, kit=kit.raw, session_key=session_key
+            system, history, current, steps, kit=kit.raw, session_key=session_key, count=count
         )
 
     def wire_messages(self, kit: Kit, loop: list[Message]) -> list[Message]:

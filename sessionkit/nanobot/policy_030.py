@@ -144,10 +144,11 @@ class Policy030(CappedPolicy):
         history: list[Message],
         current: Message,
         steps: list[Message],
+        count: Callable[[str], int] | None = None,
     ) -> list[Message]:
         """0.3.0's runner clean-up and context governor for one call."""
         settings = request_030.LoopSettings.from_kit(
-            kit.raw, session_key=session_key, count=tokens.count_cl100k
+            kit.raw, session_key=session_key, count=count or tokens.count_cl100k
         )
         return request_030.loop_messages(system, history, current, steps, settings)
 

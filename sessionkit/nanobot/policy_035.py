@@ -142,8 +142,9 @@ class Policy035(ReplayPolicy):
         history: list[Message],
         current: Message,
         steps: list[Message],
+        count: Callable[[str], int] | None = None,
     ) -> list[Message]:
-        """0.3.5's runner clean-up for one call."""
+        """0.3.5's runner clean-up for one call (it counts nothing: ``count`` is unused)."""
         return request_035.loop_messages(
             system, history, current, steps, kit=kit.raw, session_key=session_key
         )

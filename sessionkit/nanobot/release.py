@@ -277,8 +277,10 @@ class ReplayPolicy:
         history: list[Message],
         current: Message,
         steps: list[Message],
+        count: Callable[[str], int] | None = None,
     ) -> list[Message]:
-        """The list the agent loop handed its provider for one call."""
+        """The list the agent loop handed its provider for one call (``count``: a cl100k_base
+        count for the loop's own estimates, such as a plan's shared one; None: the release's)."""
         raise NotImplementedError(f"{self.label} has no request rules")
 
     def wire_messages(self, kit: Kit, loop: list[Message]) -> list[Message]:

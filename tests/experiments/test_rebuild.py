@@ -11,6 +11,7 @@ import pytest
 
 import sessionkit as sk
 from sessionkit.calls.frame import row_settings
+from sessionkit.experiments.counting import piece_counter
 from sessionkit.experiments.rebuild import Rebuilder
 
 
@@ -41,3 +42,37 @@ def test_every_row_is_sk_requests_request(data_dir: Path) -> None:
         )
         checked += 1
     assert checked == len(rows) and len(builder.turns) > 0
+
+
+def test_a_shared_count_trims_as_sk_request_does(data_dir: Path, tmp_path: Path) -> None:
+    # A tight block limit makes 0.2.2's loop trim nearly every request by its own estimate,
+    # here counted by a plan's shared piece counter.
+    (tmp_path / "config.json").write_text('{"agents": {"defaults": {"contextBlockLimit": 1500}}}')
+    corpus = sk.load(data_dir / "sessions", progress=False)
+    keys = ["cli:direct", "webui:def456"]
+    rows = sk.requests([corpus[k] for k in keys], config_dir=tmp_path)
+    rows = rows[(rows["turn"] < 8) & (rows["policy"] == "nanobot-0.2")]
+    rebuild = {"workspace": None, "config_dir": tmp_path, "nanobot": None, "runtime": None}
+    counted: list[str] = []
+    shared = piece_counter()
+
+    def count(text: str) -> int:
+        counted.append(text)
+        return shared(text)
+
+    builder = Rebuilder({k: corpus[k] for k in keys}, rebuild, count)
+    trimmed = 0
+    for row in rows.to_dict("records"):
+        where = (str(row["session_key"]), str(row["policy"]), int(row["turn"]), int(row["step"]))
+        expected = sk.request(
+            corpus, where[0], turn=where[2], step=where[3], policy=where[1], config_dir=tmp_path
+        )
+        built = builder.request(*where, row_settings(row))
+        assert (built.release, built.messages, built.tools) == (
+            expected.release,
+            expected.messages,
+            expected.tools,
+        )
+        whole = sk.request(corpus, where[0], turn=where[2], step=where[3], policy=where[1])
+        trimmed += len(built.messages) < len(whole.messages)
+    assert trimmed > 0 and len(counted) >= len(rows) > 0
