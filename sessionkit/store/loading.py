@@ -237,7 +237,9 @@ def _loaded(
                     _unparsed(entry, files[i], identities[i], index, store, now)
 
         waiting = None  # the run read last, built once the next is read and sent
+        read_bytes, trim_from = 0, sum(sizes) * TUNING.trim_after
         for run in [] if spread else runs:
+            read_bytes += sum(size for _, size in run)
             if streams(run, files, identities, now):
                 if waiting is not None:
                     waiting()
@@ -257,7 +259,8 @@ def _loaded(
                 waiting()
             waiting = partial(build, fresh, where, read, pending, counting)
             del fresh
-            release_freed()  # the run built above was dropped with its partial
+            if read_bytes >= trim_from:
+                release_freed()  # the run built above was dropped with its partial
         if waiting is not None:
             waiting()
             del waiting

@@ -292,3 +292,27 @@ def test_a_load_without_the_cache_in_runs_keeps_no_parsed_messages(
         (s.messages, s.line_numbers, s.held_lines) for s in expected
     ]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sessions"]
+
+
+@pytest.mark.parametrize(("trim_after", "trims"), [(0.0, 6), (0.5, 4), (1.0, 1)])
+def test_freed_heap_pages_are_returned_once_trim_after_of_the_bytes_are_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trim_after: float, trims: int
+) -> None:
+    """Six files of equal size, a run each: the heap's freed pages are returned after each
+    run once ``trim_after`` of the bytes are read (every run, from the third, after the last
+    only), and the frames are the same whichever."""
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    line = b'{"role": "user", "content": "%s", "timestamp": "2026-01-01T00:00:00"}\n'
+    for n in range(6):
+        lines = [line % (b"x" * (10 + k)) for k in range(8)]
+        (folder / f"cli_{n}.jsonl").write_bytes(b"".join(lines))
+    expected = sk.load(folder, cache=False, tokens=None, progress=False)
+    returned: list[int] = []
+    monkeypatch.setattr(loading_module, "release_freed", lambda: returned.append(1) or True)
+    monkeypatch.setattr(TUNING, "run_bytes", 1)
+    monkeypatch.setattr(TUNING, "trim_after", trim_after)
+    ran = sk.load(folder, cache=False, tokens=None, progress=False)
+    assert len(returned) == trims
+    for name in ("messages", "sessions", "problems"):
+        pd.testing.assert_frame_equal(getattr(ran, name), getattr(expected, name))
