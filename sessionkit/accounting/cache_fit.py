@@ -122,7 +122,7 @@ def _fit(
     wrote = ~np.isnan(written)
     predictions = []
     for ttl in candidates:
-        cached = cache_columns(rows, family, least, float(ttl), scope)
+        cached = cache_columns(rows, family, least, float(ttl), scope, breaks=False)
         predictions.append((cached["cache_read_tokens"][at], cached["cache_write_tokens"][at]))
     missed = [
         np.abs(r - read).sum() + np.abs(w[wrote] - written[wrote]).sum() for r, w in predictions

@@ -141,8 +141,9 @@ def _rounded(tokens: np.ndarray) -> np.ndarray:
 
 
 def _ms(times: pd.Series) -> np.ndarray:
-    values = times.dt.tz_convert("UTC").dt.as_unit("ms")
-    return values.astype("int64").where(values.notna(), -1).to_numpy(dtype=np.int64)
+    """UTC epoch milliseconds of aware times, -1 where missing."""
+    values = pd.DatetimeIndex(times).as_unit("ms").asi8  # UTC whatever the zone shown
+    return np.where(values == np.iinfo(np.int64).min, -1, values)
 
 
 def _alike(values: pd.Series) -> np.ndarray:
@@ -216,10 +217,13 @@ def cache_columns(
     minimum: np.ndarray,
     cache_ttl: float | None,
     cache_scope: str,
+    *,
+    breaks: bool = True,
 ) -> dict[str, Any]:
     """``cache_read_tokens``, ``cache_write_tokens`` and ``cache_break`` (a Categorical of
-    :data:`~sessionkit.schema.CACHE_BREAKS`) of a requests frame's rows, under each row's
-    ``family`` (names, or a Categorical of them: faster) and ``minimum`` cacheable prefix."""
+    :data:`~sessionkit.schema.CACHE_BREAKS`; left out when not ``breaks``: a price needs
+    only the tokens) of a requests frame's rows, under each row's ``family`` (names, or a
+    Categorical of them: faster) and ``minimum`` cacheable prefix."""
     families = pd.Categorical(family)
     names = [str(c) for c in families.categories]
     used = np.bincount(families.codes + 1, minlength=len(names) + 1) > 0
@@ -248,15 +252,17 @@ def cache_columns(
     idle = ~first & known & (ts - ts_before > ttl_ms)
     warm = ~first & ~idle
     shared, shared_tools = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+    summary = col("summary_tokens")
+    shared_head = np.zeros(n, dtype=np.int64)  # the entry another session left to read
     if cache_scope == "deployment":  # the prefix runs tools, system, messages
         shared = _shared_warm(rows, t, ttl_ms, order, ["tools_tokens", "system_tokens"])
         shared_tools = _shared_warm(rows, t, ttl_ms, order, ["tools_tokens"])
-    summary = col("summary_tokens")
-    shared_head = np.maximum(
-        np.where(shared, np.where(summary == 0, head, tools), 0), np.where(shared_tools, tools, 0)
-    )
+        shared_head = np.maximum(
+            np.where(shared, np.where(summary == 0, head, tools), 0),
+            np.where(shared_tools, tools, 0),
+        )
     read, write = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    marked = np.isin(fam, [i for i, name in enumerate(names) if name != "openai"])
+    marked = np.array([name != "openai" for name in names] + [False])[fam]  # code -1: none
     if not marked.all():  # some rows under "openai"
         read = np.where(warm, _rounded(prefix), 0)
         read = np.maximum(read, np.where(shared, _rounded(tools + col("system_tokens")), 0))
@@ -276,18 +282,24 @@ def cache_columns(
         points = [np.where(p >= least, p, 0) for p in points]
         top = np.maximum.reduce(points)
         bound = np.minimum(prefix, top)
-        older = _older_entries(points[2], messages, bound, g, ts, ttl_ms)
+        older = None
+        if dropped.any():
+            older = _older_entries(points[2], dropped, messages, bound, g, ts, ttl_ms)
         hits = _breakpoint_reads(points, top, prefix, warm, shared_head, least, older)
-        read = np.where(marked, hits, read)
-        write = np.where(marked, np.maximum(top - hits, 0), 0)
-    codes = _breaks(rows, order, first, idle, prefix, head, tools, summary, total)
-    out_read, out_write, out_codes = (np.empty(n, np.int64) for _ in range(3))
-    out_read[order], out_write[order], out_codes[order] = read, write, codes
-    return {
-        "cache_read_tokens": out_read,
-        "cache_write_tokens": out_write,
-        "cache_break": pd.Categorical.from_codes(out_codes, CACHE_BREAKS),
-    }
+        everywhere = marked.all()
+        read = hits if everywhere else np.where(marked, hits, read)
+        write = np.maximum(top - hits, 0)
+        write = write if everywhere else np.where(marked, write, 0)
+    out: dict[str, Any] = {"cache_read_tokens": read, "cache_write_tokens": write}
+    if not isinstance(order, slice):  # back to the frame's order
+        for name, values in list(out.items()):
+            out[name] = np.empty(n, np.int64)
+            out[name][order] = values
+    if breaks:
+        codes = np.empty(n, np.int8)
+        codes[order] = _breaks(rows, order, first, idle, prefix, head, tools, summary, total)
+        out["cache_break"] = pd.Categorical.from_codes(codes, CACHE_BREAKS)
+    return out
 
 
 def _breakpoint_reads(
@@ -297,25 +309,26 @@ def _breakpoint_reads(
     warm: np.ndarray,
     shared: np.ndarray,
     least: np.ndarray,
-    older: np.ndarray,
+    older: np.ndarray | None,
 ) -> np.ndarray:
     """Each call's read under its breakpoints ``points`` (one array per breakpoint, rows in
     session order): the longest entry alive — one the previous call wrote or read at its
-    breakpoints, an ``older`` one (:func:`_older_entries`), or the deployment's shared head —
-    that this request repeats (within ``prefix``) and reaches with a breakpoint (within
-    ``top``).  The read a call carries on
-    depends on the one before, so the recurrence is iterated until no read changes (as many
-    rounds as the longest run of calls carrying one read on), each round over the rows just
-    after a read the round before changed."""
+    breakpoints, an ``older`` one (:func:`_older_entries`; None: none), or the deployment's
+    shared head — that this request repeats (within ``prefix``) and reaches with a breakpoint
+    (within ``top``).  The read a call carries on depends on the one before, so the
+    recurrence is iterated until no read changes (as many rounds as the longest run of calls
+    carrying one read on), each round over the rows just after a read the round before
+    changed."""
     bound = np.minimum(prefix, top)
     marked = np.zeros(len(bound), dtype=np.int64)  # a session's first row is never warm
     for p in points:
         before = p[:-1]
-        np.maximum(
-            marked[1:], np.where(warm[1:] & (before <= bound[1:]), before, 0), out=marked[1:]
-        )
-    head = np.where((least <= shared) & (shared <= top), shared, 0)
-    fresh = np.maximum(np.maximum(marked, head), older)
+        np.maximum(marked[1:], np.where(before <= bound[1:], before, 0), out=marked[1:])
+    fresh = np.where(warm, marked, 0)
+    if shared.any():
+        np.maximum(fresh, np.where((least <= shared) & (shared <= top), shared, 0), out=fresh)
+    if older is not None:
+        np.maximum(fresh, older, out=fresh)
     carried = _previous(fresh)  # the first round over whole arrays, later ones sparse
     reads = np.maximum(fresh, np.where(warm & (carried <= bound), carried, 0))
     i = np.flatnonzero(reads != fresh) + 1
@@ -332,22 +345,23 @@ def _breakpoint_reads(
 
 def _older_entries(
     message: np.ndarray,
+    dropped: np.ndarray,
     messages: np.ndarray,
     bound: np.ndarray,
     group: np.ndarray,
     t: np.ndarray,
     ttl_ms: float,
 ) -> np.ndarray:
-    """Per call (rows in session order), the message entry an earlier call of its session
-    wrote before calls without a message breakpoint (``message`` 0: a marker 0.3.5 dropped)
-    came between: still alive, repeated by this request (within ``bound``) and within
-    Anthropic's 20-block lookback of this call's second-to-last message; else 0."""
+    """Per call after one whose marker 0.3.5 ``dropped`` (rows in session order), the message
+    entry (``message``) the last call of its session with a message breakpoint wrote: when
+    still alive, repeated by this request (within ``bound``) and within Anthropic's 20-block
+    lookback of this call's second-to-last message; else 0."""
     n = len(message)
     index = np.arange(n)
     latest = np.maximum.accumulate(np.where(message > 0, index, -1))
     j = _previous(latest)
     j[:1] = -1
-    found = (j >= 0) & (j < index - 1)
+    found = (j >= 0) & (j < index - 1) & _previous(dropped)
     j = np.maximum(j, 0)
     unknown = (t < 0) | (t[j] < 0)
     found &= (group[j] == group) & (unknown | (t - t[j] <= ttl_ms))
@@ -379,7 +393,7 @@ def _breaks(
     ]
     labels = ["first call", "idle past the TTL", "none", "tools changed", "summary"]
     labels += ["system prompt changed", "window slid"]
-    codes = np.full(len(first), CACHE_BREAKS.index("clean-up or compaction"), dtype=np.int64)
+    codes = np.full(len(first), CACHE_BREAKS.index("clean-up or compaction"), dtype=np.int8)
     for condition, label in reversed(list(zip(conditions, labels, strict=True))):
-        codes[condition] = CACHE_BREAKS.index(label)  # the first condition that holds wins
+        np.putmask(codes, condition, CACHE_BREAKS.index(label))  # the first that holds wins
     return codes

@@ -687,12 +687,16 @@ def _cached(
     keys = rows["session_key"].cat
     chosen = []
     read: dict[Path | None, tuple[str, str | None]] = {}
+    configs: dict[Path | None, Path | None] = {}  # per session folder: one lookup for them all
     for key in keys.categories:
         session = by_key[str(key)]
         config = kits.config
         if config is None:
-            root = kits.workspace if kits.workspace is not None else workspace_of(session)
-            config = config_of(root, session) if root is not None else None
+            folder = session.path.parent if session.path else None
+            if folder not in configs:
+                root = kits.workspace if kits.workspace is not None else workspace_of(session)
+                configs[folder] = config_of(root, session) if root is not None else None
+            config = configs[folder]
         if config not in read:
             read[config] = resolve_rules(cache_rules, config)
         chosen.append(read[config])
