@@ -280,7 +280,7 @@ def cache_columns(
             np.where(marks_second_to_last(messages) & ~dropped, total - last, 0),
         ]
         points = [np.where(p >= least, p, 0) for p in points]
-        top = np.maximum.reduce(points)
+        top = np.maximum(np.maximum(points[0], points[1]), points[2])
         bound = np.minimum(prefix, top)
         older = None
         if dropped.any():
@@ -382,18 +382,17 @@ def _breaks(
 ) -> np.ndarray:
     """Each call's :data:`~sessionkit.schema.CACHE_BREAKS` code (rows in session order)."""
     start = rows["history_start"].to_numpy(np.int64)[order]
-    conditions = [
-        first,
-        idle,
-        prefix >= _previous(total),
-        prefix < tools,
-        summary != _previous(summary),
-        prefix < head,
-        start != _previous(start),
-    ]
-    labels = ["first call", "idle past the TTL", "none", "tools changed", "summary"]
-    labels += ["system prompt changed", "window slid"]
     codes = np.full(len(first), CACHE_BREAKS.index("clean-up or compaction"), dtype=np.int8)
-    for condition, label in reversed(list(zip(conditions, labels, strict=True))):
-        np.putmask(codes, condition, CACHE_BREAKS.index(label))  # the first that holds wins
+    later = codes[1:]  # each row against the one before; the first row is a first call
+    conditions = [
+        (idle[1:], "idle past the TTL"),
+        (prefix[1:] >= total[:-1], "none"),
+        (prefix[1:] < tools[1:], "tools changed"),
+        (summary[1:] != summary[:-1], "summary"),
+        (prefix[1:] < head[1:], "system prompt changed"),
+        (start[1:] != start[:-1], "window slid"),
+    ]
+    for condition, label in reversed(conditions):  # the first condition that holds wins
+        np.putmask(later, condition, CACHE_BREAKS.index(label))
+    np.putmask(codes, first, CACHE_BREAKS.index("first call"))
     return codes
