@@ -840,9 +840,7 @@ AGREEMENT: tuple[Column, ...] = (
         "that could not be, with no estimate, left out): what this setting sends per call",
     ),
     Column("prompt_tokens", "Int64", "input tokens the endpoint reported, summed (<NA>: none)"),
-    Column(
-        "cost_usd", "float64", "cost_usd of the answers summed (NaN: none, or one not priced)"
-    ),
+    Column("cost_usd", "float64", "cost_usd of the answers summed (NaN: none, or one not priced)"),
     Column("cost_per_call", "float64", "cost_usd / answered (NaN: as cost_usd)"),
     Column(
         "worst_cost_usd",
