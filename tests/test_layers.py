@@ -248,3 +248,13 @@ def test_the_private_check_finds_each_kind_of_reach(tmp_path: Path) -> None:
         ]
     finally:
         del MODULES["sessionkit._reach"]
+
+
+def test_test_files_have_unique_names() -> None:
+    """pytest imports test modules by their file name (no ``__init__.py`` in tests/), so two
+    ``test_x.py`` in different folders stop the whole collection: every name is used once."""
+    tests = Path(__file__).resolve().parent
+    seen: dict[str, list[str]] = {}
+    for path in sorted(tests.rglob("test_*.py")):
+        seen.setdefault(path.name, []).append(str(path.relative_to(tests)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}

@@ -61,7 +61,7 @@ def body_of(
     """The body sent (keys in the order nanobot's OpenAI-compatible provider writes them:
     model, messages, parameters, tools, tool_choice) and the release's token estimate of its
     messages and tools (``count``: a cl100k_base count, such as
-    :func:`~sessionkit.experiments.counting.piece_counter`'s)."""
+    :func:`~sessionkit.experiments.piece_counts.piece_counter`'s)."""
     messages = edited(request.messages, edit)
     body: dict[str, Any] = {"model": model, "messages": messages, **params}
     if request.tools:

@@ -17,8 +17,8 @@ from sessionkit.accounting.pricing import price_calls
 from sessionkit.calls.frame import row_settings
 from sessionkit.experiments.answers import answer_key
 from sessionkit.experiments.bodies import Edit, body_of
-from sessionkit.experiments.counting import piece_counter
 from sessionkit.experiments.endpoint import Target
+from sessionkit.experiments.piece_counts import piece_counter
 from sessionkit.experiments.rebuild import Rebuilder
 from sessionkit.nanobot.session import Session
 from sessionkit.tuning import TUNING

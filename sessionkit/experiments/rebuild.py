@@ -35,7 +35,7 @@ class Rebuilder:
     """Rebuild rows' requests from ``sessions`` by key (``rebuild``: the keywords
     :func:`sessionkit.request` takes besides a row's own: workspace, config_dir, nanobot,
     runtime; ``count``: the cl100k_base count the releases' loops trim by, shared across rows,
-    such as :func:`~sessionkit.experiments.counting.piece_counter`'s; None: their own)."""
+    such as :func:`~sessionkit.experiments.piece_counts.piece_counter`'s; None: their own)."""
 
     def __init__(
         self,

@@ -11,7 +11,7 @@ import pytest
 
 import sessionkit as sk
 from sessionkit.calls.frame import row_settings
-from sessionkit.experiments.counting import piece_counter
+from sessionkit.experiments.piece_counts import piece_counter
 from sessionkit.experiments.rebuild import Rebuilder
 
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sessionkit.calls.assembly import count_text
-from sessionkit.experiments.counting import piece_counter
+from sessionkit.experiments.piece_counts import piece_counter
 
 _ALPHABET = st.sampled_from(list("ab Z9é中'sx.,!-_\n\r\t ") + ["\n\n", "  \n", "ll", "123"])
 
