@@ -11,21 +11,20 @@ the share agreeing.  Accept a new result with ``update=True`` or by setting
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from sessionkit.experiments.agreement import SETTING_KEYS, agreement_by_setting
 from sessionkit.testing.snapshots import (
-    FLOAT_DIGITS,
     UPDATE_ENV,
     Snapshot,
     SnapshotMismatch,
+    json_value,
+    stored_float,
     update_requested,
 )
 
@@ -34,32 +33,16 @@ __all__ = ["agreement_data", "assert_agreement_snapshot"]
 _FORMAT = "sessionkit agreement snapshot 1"
 
 
-def _plain(value: Any) -> Any:
-    """A setting value as JSON: numbers, booleans and text; missing as None."""
-    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
-        return None
-    if isinstance(value, np.bool_ | bool):
-        return bool(value)
-    if isinstance(value, np.integer | int):
-        return int(value)
-    return str(value)
-
-
-def _rate(value: float) -> float | None:
-    """A rate as stored: ``FLOAT_DIGITS`` significant digits, None for NaN (none compared)."""
-    return None if math.isnan(value) else float(format(value, f".{FLOAT_DIGITS}g"))
-
-
 def agreement_data(results: pd.DataFrame) -> list[dict[str, Any]]:
     """What an agreement snapshot pins, per setting of a :func:`sessionkit.experiment` frame:
     the setting (as JSON values), its label, the answers compared and the agreement rate."""
     table = agreement_by_setting(results)
     return [
         {
-            "setting": {name: _plain(row[name]) for name in SETTING_KEYS},
+            "setting": {name: json_value(row[name]) for name in SETTING_KEYS},
             "label": str(row["setting"]),
             "compared": int(row["compared"]),
-            "agreement_rate": _rate(float(row["agreement_rate"])),
+            "agreement_rate": stored_float(float(row["agreement_rate"])),
         }
         for _, row in table.iterrows()
     ]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,10 +23,11 @@ from sessionkit.accounting.pricing import COST_MODEL_CHANGES, COST_MODEL_VERSION
 from sessionkit.nanobot.policies import get_policy
 from sessionkit.schema import REQUEST_SETTINGS
 from sessionkit.testing.snapshots import (
-    FLOAT_DIGITS,
     UPDATE_ENV,
     Snapshot,
     SnapshotMismatch,
+    json_value,
+    stored_float,
     update_requested,
 )
 
@@ -67,11 +67,6 @@ def _price_date(date: dt.datetime | dt.date | str) -> str:
     return moment.isoformat()
 
 
-def _cost(value: float) -> float | None:
-    """A cost as stored: ``FLOAT_DIGITS`` significant digits, None for NaN."""
-    return None if math.isnan(value) else float(format(value, f".{FLOAT_DIGITS}g"))
-
-
 def requests_data(
     frame: pd.DataFrame,
     *,
@@ -99,21 +94,10 @@ def requests_data(
             "turn": priced["turn"].astype("int64"),
             "step": priced["step"].astype("int64"),
             **{m: priced[m].astype("int64") for m in MEASURES[:-1]},
-            "cost_usd": [_cost(float(v)) for v in priced["cost_usd"]],
+            "cost_usd": [stored_float(float(v)) for v in priced["cost_usd"]],
         }
     )
     return table.sort_values(list(KEYS), ignore_index=True)
-
-
-def _plain(value: Any) -> Any:
-    """A setting value as JSON: numbers, booleans and text; missing as None."""
-    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
-        return None
-    if isinstance(value, np.bool_ | bool):
-        return bool(value)
-    if isinstance(value, np.integer | int):
-        return int(value)
-    return str(value)
 
 
 def _settings(frame: pd.DataFrame) -> dict[str, Any]:
@@ -122,7 +106,7 @@ def _settings(frame: pd.DataFrame) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in _SETTINGS:
         if name in frame:
-            values = sorted({_plain(v) for v in frame[name].tolist()}, key=repr)
+            values = sorted({json_value(v) for v in frame[name].tolist()}, key=repr)
             out[name] = values[0] if len(values) == 1 else values
     candidates = _candidates(frame)
     return out | ({"candidates": candidates} if candidates else {})

@@ -20,7 +20,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-__all__ = ["FLOAT_DIGITS", "UPDATE_ENV", "Snapshot", "SnapshotMismatch", "assert_frame_snapshot"]
+__all__ = [
+    "FLOAT_DIGITS",
+    "UPDATE_ENV",
+    "Snapshot",
+    "SnapshotMismatch",
+    "assert_frame_snapshot",
+    "json_value",
+    "stored_float",
+]
 
 UPDATE_ENV = "SESSIONKIT_UPDATE_SNAPSHOTS"
 """Set to ``1`` to rewrite every snapshot that differs instead of failing."""
@@ -54,6 +62,22 @@ class _Table:
     columns: list[str]
     dtypes: list[str]
     rows: list[list[str]]
+
+
+def json_value(value: Any) -> Any:
+    """A setting value as JSON: numbers, booleans and text; missing as None."""
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if isinstance(value, np.bool_ | bool):
+        return bool(value)
+    if isinstance(value, np.integer | int):
+        return int(value)
+    return str(value)
+
+
+def stored_float(value: float) -> float | None:
+    """A figure as a snapshot stores it: ``FLOAT_DIGITS`` significant digits, None for NaN."""
+    return None if math.isnan(value) else float(format(value, f".{FLOAT_DIGITS}g"))
 
 
 def update_requested(update: bool | None) -> bool:
