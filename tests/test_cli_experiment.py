@@ -5,13 +5,12 @@ errors (exit 2), and the API key printed and written nowhere."""
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from support.stub_openai import Reply, Usage
-from support.stub_rules import RuleServer
+from support.stub_rules import RuleServer, stub_workspace
 
 import sessionkit as sk
 from sessionkit.cli import main
@@ -32,14 +31,9 @@ def stub() -> Iterator[RuleServer]:
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory, data_dir: Path, stub: RuleServer) -> Path:
-    root = tmp_path_factory.mktemp("cli-experiment")
-    shutil.copytree(data_dir / "sessions", root / "workspace" / "sessions")
-    config = {
-        "agents": {"defaults": {"model": MODEL}},
-        "providers": {"custom": {"apiKey": API_KEY, "apiBase": stub.url}},
-    }
-    (root / "config.json").write_text(json.dumps(config))
-    return root / "workspace"
+    return stub_workspace(
+        tmp_path_factory.mktemp("cli-experiment"), data_dir, stub.url, model=MODEL, api_key=API_KEY
+    )
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,6 @@ import difflib
 import json
 import logging
 import math
-import shutil
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +19,7 @@ import pytest
 from genai_prices import Usage as PriceUsage
 from genai_prices import calc_price
 from support.stub_openai import Reply, ToolCall, Usage
-from support.stub_rules import Misbehave, RuleServer
+from support.stub_rules import Misbehave, RuleServer, message_text, stub_workspace
 
 import sessionkit as sk
 from sessionkit.calls.assembly import count_text
@@ -32,11 +31,6 @@ API_KEY = "sk-test-4f1b-NEVER-WRITTEN-9c2e"
 FACT = "perfect, ship it"
 """The session's first user message: out of a 4-message window by turn 2."""
 USAGE = Usage(prompt_tokens=1000, completion_tokens=20, cached_tokens=200)
-
-
-def _text(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    return content if isinstance(content, str) else json.dumps(content)
 
 
 def _toronto_call(corpus: sk.Corpus) -> ToolCall:
@@ -53,8 +47,8 @@ def answer(body: dict[str, Any], toronto: ToolCall) -> Reply:
     last = messages[-1]
     if last["role"] == "tool":
         return Reply(USAGE, text="done")
-    if "Toronto" in _text(last):
-        if any(FACT in _text(m) for m in messages[1:-1]):
+    if "Toronto" in message_text(last):
+        if any(FACT in message_text(m) for m in messages[1:-1]):
             return Reply(USAGE, text=None, tool_calls=(toronto,))
         return Reply(USAGE, text="I do not know")
     return Reply(USAGE, text="hello")
@@ -68,14 +62,9 @@ def stub() -> Iterator[RuleServer]:
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory, data_dir: Path, stub: RuleServer) -> Path:
-    root = tmp_path_factory.mktemp("experiment")
-    shutil.copytree(data_dir / "sessions", root / "workspace" / "sessions")
-    config = {
-        "agents": {"defaults": {"model": MODEL}},
-        "providers": {"custom": {"apiKey": API_KEY, "apiBase": stub.url}},
-    }
-    (root / "config.json").write_text(json.dumps(config))
-    return root / "workspace"
+    return stub_workspace(
+        tmp_path_factory.mktemp("experiment"), data_dir, stub.url, model=MODEL, api_key=API_KEY
+    )
 
 
 @pytest.fixture(scope="module")

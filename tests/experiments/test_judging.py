@@ -4,9 +4,7 @@ asked again), and its score is the first number of its answer when in [0, 1]."""
 
 from __future__ import annotations
 
-import json
 import math
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +12,7 @@ from typing import Any
 import pandas as pd
 import pytest
 from support.stub_openai import Reply, Usage
-from support.stub_rules import RuleServer
+from support.stub_rules import RuleServer, stub_workspace
 
 import sessionkit as sk
 from sessionkit.experiments.judging import score_of
@@ -43,14 +41,11 @@ def stub() -> Iterator[RuleServer]:
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory, data_dir: Path, stub: RuleServer) -> sk.Corpus:
-    root = tmp_path_factory.mktemp("judging")
-    shutil.copytree(data_dir / "sessions", root / "workspace" / "sessions")
-    config = {
-        "agents": {"defaults": {"model": MODEL}},
-        "providers": {"custom": {"apiKey": API_KEY, "apiBase": stub.url}},
-    }
-    (root / "config.json").write_text(json.dumps(config))
-    return sk.load(root / "workspace")
+    return sk.load(
+        stub_workspace(
+            tmp_path_factory.mktemp("judging"), data_dir, stub.url, model=MODEL, api_key=API_KEY
+        )
+    )
 
 
 @pytest.fixture(scope="module")

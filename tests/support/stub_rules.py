@@ -13,11 +13,13 @@ object), or a :class:`Misbehave` (a status, headers and raw bytes, after a delay
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from email.message import Message
+from pathlib import Path
 from typing import Any
 
 from sessionkit.testing.local_server import LocalServer, Response, json_response
@@ -81,3 +83,22 @@ class RuleServer(LocalServer):
         ids = tuple(f"call_{index}_{i}" for i in range(len(answer.tool_calls)))
         call = Call(index, time.time_ns(), json.loads(raw), "ruled", answer, ids)
         return json_response(completion(call, self.model))
+
+
+def message_text(message: Mapping[str, Any]) -> str:
+    """A request message's content as text (a list of blocks as its JSON), for rules to match."""
+    content = message.get("content")
+    return content if isinstance(content, str) else json.dumps(content)
+
+
+def stub_workspace(root: Path, data_dir: Path, url: str, *, model: str, api_key: str) -> Path:
+    """The bundled sessions copied to ``root/workspace``, with a nanobot config beside it whose
+    custom provider is the stub at ``url`` (``api_key``, default ``model``): experiments on
+    the sample data ask the stub as they would ask a configured endpoint."""
+    shutil.copytree(data_dir / "sessions", root / "workspace" / "sessions")
+    config = {
+        "agents": {"defaults": {"model": model}},
+        "providers": {"custom": {"apiKey": api_key, "apiBase": url}},
+    }
+    (root / "config.json").write_text(json.dumps(config))
+    return root / "workspace"

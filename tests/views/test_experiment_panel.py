@@ -10,7 +10,6 @@ import difflib
 import html
 import json
 import re
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ import pytest
 from genai_prices import Usage as PriceUsage
 from genai_prices import calc_price
 from support.stub_openai import Reply, ToolCall, Usage
-from support.stub_rules import RuleServer
+from support.stub_rules import RuleServer, message_text, stub_workspace
 
 import sessionkit as sk
 from sessionkit.views.experiment_panel import experiment_html
@@ -42,11 +41,6 @@ STEP0 = "Let me check."
 """The text the session stored with its tool call at turn 2, step 0."""
 
 
-def _text(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    return content if isinstance(content, str) else json.dumps(content)
-
-
 def _stored_call(corpus: sk.Corpus) -> ToolCall:
     """The tool call the session made at turn 2, step 0."""
     function = corpus[KEY].messages[9]["tool_calls"][0]["function"]
@@ -61,8 +55,8 @@ def answer(body: dict[str, Any], stored: ToolCall) -> Reply:
     last = messages[-1]
     if last["role"] == "tool":
         return Reply(USAGE, text="done <b>&")
-    if "Toronto" in _text(last):
-        if any(FACT in _text(m) for m in messages[1:-1]):
+    if "Toronto" in message_text(last):
+        if any(FACT in message_text(m) for m in messages[1:-1]):
             return Reply(USAGE, tool_calls=(stored,))
         return Reply(USAGE, text="I do not know")
     return Reply(USAGE, text="hello")
@@ -76,14 +70,11 @@ def stub() -> Iterator[RuleServer]:
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory, data_dir: Path, stub: RuleServer) -> sk.Corpus:
-    root = tmp_path_factory.mktemp("panel")
-    shutil.copytree(data_dir / "sessions", root / "workspace" / "sessions")
-    config = {
-        "agents": {"defaults": {"model": MODEL}},
-        "providers": {"custom": {"apiKey": API_KEY, "apiBase": stub.url}},
-    }
-    (root / "config.json").write_text(json.dumps(config))
-    return sk.load(root / "workspace")
+    return sk.load(
+        stub_workspace(
+            tmp_path_factory.mktemp("panel"), data_dir, stub.url, model=MODEL, api_key=API_KEY
+        )
+    )
 
 
 @pytest.fixture(autouse=True)
