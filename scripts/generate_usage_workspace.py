@@ -217,10 +217,6 @@ class Run:
     workspace_id: str
     start: datetime
     cache_ttl: float | None = None
-    scratch: Path | None = None
-    """Where the run happens, when its prompt must be the same on every run: the stub's cache
-    counts the prompt, which names the workspace's absolute path (else a fresh temporary
-    folder)."""
 
     def gaps(self) -> list[float]:
         """Seconds between turns on the fixed clock (the scenario's, else 7 minutes)."""
@@ -236,7 +232,6 @@ CLAUDE = Run(
     "c1a0de035ca0e5e55101c0575a3b9d2e",
     datetime(2025, 6, 3, 9, 0, tzinfo=UTC),
     cache_ttl=300.0,
-    scratch=Path("/tmp/sessionkit-0.3.5-claude"),
 )
 CLAUDE_RUNTIME = {
     "workspace_path": "/tmp/sessionkit-0.3.5-claude/gateway/workspace",
@@ -247,9 +242,9 @@ CLAUDE_RUNTIME = {
     "path": "/usr/bin:/bin",
 }
 """What the Claude run's prompts name, as the stub counted them (``sk.requests(...,
-runtime=CLAUDE_RUNTIME)`` rebuilds them so): the run happens in that workspace with that
-``PATH``, the stub reads the release's install folder as ``release_path``, and the release
-must run on that system, machine and Python (checked)."""
+runtime=CLAUDE_RUNTIME)`` rebuilds them so): the run happens with that ``PATH``, the stub reads
+the run's private workspace as ``workspace_path`` and the release's install folder as
+``release_path``, and the release must run on that system, machine and Python (checked)."""
 RUNS = {"usage": USAGE, "claude": CLAUDE}
 
 
@@ -266,13 +261,20 @@ def _release_facts() -> tuple[str, dict[str, str]]:
     return folder, facts
 
 
-def _shown_as_pinned(cache: BreakpointCache, folder: str) -> Cache:
-    """``cache`` counting each body with the release's install folder read as
-    :data:`CLAUDE_RUNTIME`'s ``release_path`` (as ``sk.requests``' runtime shows it)."""
-    pinned = CLAUDE_RUNTIME["release_path"]
+def _shown_as_pinned(cache: BreakpointCache, folder: str, workspace: Path) -> Cache:
+    """``cache`` counting each body with the release's install folder and the run's workspace
+    read as :data:`CLAUDE_RUNTIME`'s ``release_path`` and ``workspace_path`` (as
+    ``sk.requests``' runtime shows them), so every run counts the same prompt wherever it runs."""
+    shown = {
+        folder: CLAUDE_RUNTIME["release_path"],
+        str(workspace): CLAUDE_RUNTIME["workspace_path"],
+    }
 
     def counted(body: Any, now: float) -> tuple[int, int, int | None]:
-        return cache(json.loads(json.dumps(body).replace(folder, pinned)), now)
+        text = json.dumps(body)
+        for real, pinned in shown.items():
+            text = text.replace(real, pinned)
+        return cache(json.loads(text), now)
 
     return counted
 
@@ -289,7 +291,8 @@ def _run(run: Run, scratch: Path) -> e2e.GatewayRun:
         folder, facts = _release_facts()
         if any(CLAUDE_RUNTIME[k] != v for k, v in facts.items()):
             raise RuntimeError(f"the release runs on {facts}, the data names {CLAUDE_RUNTIME}")
-        cache = _shown_as_pinned(BreakpointCache(run.cache_ttl), folder)
+        workspace = scratch / "gateway" / "workspace"  # where run_gateway makes it
+        cache = _shown_as_pinned(BreakpointCache(run.cache_ttl), folder, workspace)
     try:
         return e2e.run_gateway(scratch, run.scenario, cache)
     finally:
@@ -415,18 +418,7 @@ def _replace_paths(path: Path, workspace: Path, url: str) -> None:
 
 
 def generate(out: Path, scratch: Path, which: Run = USAGE) -> e2e.GatewayRun:
-    """Run ``which`` in ``scratch`` (or its own, made here and removed) and write its data
-    dir to ``out`` (replaced)."""
-    if which.scratch is not None:
-        which.scratch.mkdir(mode=0o700)  # refuses a folder left by another run
-        try:
-            return _generate(out, which.scratch, which)
-        finally:
-            shutil.rmtree(which.scratch)
-    return _generate(out, scratch, which)
-
-
-def _generate(out: Path, scratch: Path, which: Run) -> e2e.GatewayRun:
+    """Run ``which`` in ``scratch`` and write its data dir to ``out`` (replaced)."""
     run = _run(which, scratch)
     workspace_id = which.workspace_id
     if run.sessions_dir.name != workspace_id:

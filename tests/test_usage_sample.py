@@ -331,7 +331,7 @@ def test_the_claude_run_calibrates_the_cache() -> None:
 @pytest.mark.sampled
 @pytest.mark.conformance
 def test_a_fresh_generation_equals_the_claude_folder(tmp_path: Path) -> None:
-    """The Claude run again (its fixed scratch folder): the same files and log rows."""
+    """The Claude run again, in a private folder of its own: the same files and log rows."""
     release("0.3.5")
     out = tmp_path / "out"
     SCRIPT["generate"](out, tmp_path / "scratch", SCRIPT["CLAUDE"])
