@@ -5,8 +5,6 @@ exact request, under sessionkit's persistence switch."""
 from __future__ import annotations
 
 import json
-import os
-import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -15,9 +13,9 @@ from typing import Any
 from sessionkit.store.cachedir import (
     cache_dir_problem,
     default_cache_dir,
-    make_private_dir,
     name_digest,
     persistence_on,
+    write_private,
 )
 
 __all__ = [
@@ -156,17 +154,10 @@ class AnswerStore:
         self._memory[digest] = answer
         if self.folder is None:
             return
-        target = self.folder / f"{digest}.json"
-        temp = target.with_name(f".{target.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
-        payload = json.dumps(asdict(answer), ensure_ascii=False).encode()
         try:
-            make_private_dir(self.folder)
-            descriptor = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(descriptor, "wb") as sink:
-                if os.name != "nt":
-                    os.fchmod(descriptor, 0o600)  # no umask decides who reads an answer
-                sink.write(payload)
-            os.replace(temp, target)
+            write_private(
+                self.folder / f"{digest}.json",
+                json.dumps(asdict(answer), ensure_ascii=False).encode(),
+            )
         except OSError as exc:
-            temp.unlink(missing_ok=True)
             self.why_not = f"answers could not be written to {self.folder} ({exc.strerror})"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from difflib import SequenceMatcher
 from typing import Any
 
@@ -36,9 +36,12 @@ def _text(content: Any) -> str:
     return content if isinstance(content, str) else ""
 
 
-def stored_answers(session: Session) -> dict[tuple[int, int], Stored]:
+def stored_answers(
+    session: Session, calls: Collection[tuple[int, int]] | None = None
+) -> dict[tuple[int, int], Stored]:
     """Each agent call's answer as the session stored it, by (turn, step): the step-th
-    assistant message after the turn's user message, before the next one."""
+    assistant message after the turn's user message, before the next one (``calls``: only
+    those (turn, step) pairs; None: all)."""
     is_turn = get_policy(session.policy).is_user_turn
     found: dict[tuple[int, int], Stored] = {}
     turn, step = -1, 0
@@ -46,7 +49,8 @@ def stored_answers(session: Session) -> dict[tuple[int, int], Stored]:
         if is_turn(message):
             turn, step = turn + 1, 0
         elif turn >= 0 and message.get("role") == "assistant":
-            found[(turn, step)] = (_text(message.get("content")), _tool_calls(message))
+            if calls is None or (turn, step) in calls:
+                found[(turn, step)] = (_text(message.get("content")), _tool_calls(message))
             step += 1
     return found
 

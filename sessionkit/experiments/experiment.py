@@ -27,7 +27,7 @@ from sessionkit.experiments.judging import (
     model_judge,
     score_of,
 )
-from sessionkit.experiments.plan import Planned, plan, priced, worst_costs
+from sessionkit.experiments.plan import Planned, Planner, priced, worst_costs
 from sessionkit.experiments.pool import Job, Sent, send_all
 from sessionkit.experiments.results import OUTCOMES, Judge, Scorer, results_frame
 from sessionkit.nanobot.session import Session
@@ -265,7 +265,8 @@ def experiment(
         "nanobot": nanobot,
         "runtime": runtime,
     }
-    planned = plan(rows, sessions, chosen, models_asked, variants, samples, rebuild)
+    planner = Planner(rows, sessions, chosen, models_asked, variants, samples, rebuild, cache)
+    planned = planner.plan()
     worst, problems = worst_costs(planned, chosen.provider)
     store = AnswerStore(cache)
     results: dict[int, Answer | Failure] = {}
@@ -290,6 +291,7 @@ def experiment(
                 f"budget_usd cannot bound calls to {', '.join(map(repr, unpriced))}: "
                 "genai-prices has no price for them; pass budget_calls= instead"
             )
+        planned = planner.with_payloads(planned, todo)
         sent = _send(planned, todo, worst, chosen, budget, concurrency, store, progress)
         results.update(sent.results)
         if store.why_not is not None:

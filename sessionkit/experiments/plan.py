@@ -7,7 +7,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import orjson
@@ -19,18 +19,21 @@ from sessionkit.experiments.answers import answer_key
 from sessionkit.experiments.bodies import Edit, body_of
 from sessionkit.experiments.endpoint import Target
 from sessionkit.experiments.piece_counts import piece_counter
+from sessionkit.experiments.plan_store import Entry, PlanStore, entry_key
 from sessionkit.experiments.rebuild import Rebuilder
 from sessionkit.nanobot.session import Session
+from sessionkit.store import memo
 from sessionkit.tuning import TUNING
 
-__all__ = ["Planned", "plan", "priced", "worst_costs"]
+__all__ = ["Planned", "Planner", "priced", "worst_costs"]
 
 
 @dataclass(frozen=True)
 class Planned:
     """One call to ask: the row (its position in the calls frame), model, edit and sample;
-    the body's bytes, the answer's digest, the token estimate and allowed output; or why the
-    row's request could not be rebuilt (``error``; no body)."""
+    the answer's digest, the token estimate and allowed output; the body's bytes (empty until
+    :meth:`Planner.with_payloads` builds them for a plan kept from an earlier run); or why the
+    row's request could not be rebuilt (``error``; no digest)."""
 
     call: int
     model: str
@@ -43,23 +46,46 @@ class Planned:
     error: str | None = None
 
 
-def plan(
-    rows: pd.DataFrame,
-    sessions: Mapping[str, Session],
-    chosen: Target,
-    models: Sequence[str],
-    variants: Sequence[tuple[str | None, Edit]],
-    samples: int,
-    rebuild: Mapping[str, Any],
-) -> list[Planned]:
-    """Every call to ask, in order: each row, model, edit and sample (``rebuild``: the
-    keywords :func:`sessionkit.request` takes besides the row's own)."""
-    planned = []
-    count = piece_counter()
-    builder = Rebuilder(sessions, rebuild, count)
-    for call, row in enumerate(rows.to_dict("records")):
+class Planner:
+    """Every call to ask of ``rows``: each row, model, edit and sample (``rebuild``: the
+    keywords :func:`sessionkit.request` takes besides the row's own); with persistence on
+    (``cache``), what an earlier run planned for the same calls is taken from the cache
+    instead of rebuilt (rows of a governed release, whose kit sessionkit does not build, and
+    edits that are functions are always rebuilt)."""
+
+    def __init__(
+        self,
+        rows: pd.DataFrame,
+        sessions: Mapping[str, Session],
+        chosen: Target,
+        models: Sequence[str],
+        variants: Sequence[tuple[str | None, Edit]],
+        samples: int,
+        rebuild: Mapping[str, Any],
+        cache: object,
+    ) -> None:
+        self.records = rows.to_dict("records")
+        self.sessions, self.chosen = sessions, chosen
+        self.models, self.variants, self.samples = models, variants, samples
+        self.count = piece_counter()
+        self.builder = Rebuilder(sessions, rebuild, self.count)
+        self.kept = PlanStore(cache)
+        self.target = (chosen.url, sorted(chosen.params.items()), samples)
+        self.keepable = all(edit is None or isinstance(edit, str) for _, edit in variants)
+        """Whether the plan may be kept: no edit is a function, which no key can name."""
+
+    def _file(self, key: str, policy: str) -> str | None:
+        """The kept file of a row's session and release (None: not kept)."""
+        digest = self.builder.kit_digest(key, policy)
+        version = memo.version(self.sessions[key])
+        if digest is None or version is None or not self.keepable:
+            return None
+        return self.kept.file_of(version, policy, digest, self.target)
+
+    def _row(self, call: int, row: Mapping[str, Any]) -> list[Planned]:
+        """The row's calls, rebuilt."""
         try:
-            built = builder.request(
+            built = self.builder.request(
                 str(row["session_key"]),
                 str(row["policy"]),
                 int(row["turn"]),
@@ -68,16 +94,16 @@ def plan(
             )
         except (IndexError, ValueError) as exc:
             error = f"the request cannot be rebuilt: {exc}"
-            planned += [
+            return [
                 Planned(call, model, name, sample, error=error)
-                for model in models
-                for name, _ in variants
-                for sample in range(samples)
+                for model in self.models
+                for name, _ in self.variants
+                for sample in range(self.samples)
             ]
-            continue
-        for model in models:
-            for name, edit in variants:
-                body, estimate = body_of(built, model, chosen.params, edit, count)
+        planned = []
+        for model in self.models:
+            for name, edit in self.variants:
+                body, estimate = body_of(built, model, self.chosen.params, edit, self.count)
                 payload = orjson.dumps(body)
                 limit = body.get("max_completion_tokens", body.get("max_tokens"))
                 allowed = int(limit) if isinstance(limit, int) else -1
@@ -88,13 +114,95 @@ def plan(
                         name,
                         sample,
                         payload,
-                        answer_key(chosen.url, body, sample),
+                        answer_key(self.chosen.url, body, sample),
                         estimate,
                         allowed,
                     )
-                    for sample in range(samples)
+                    for sample in range(self.samples)
                 ]
-    return planned
+        return planned
+
+    def _kept_row(self, call: int, entries: Mapping[str, Any], keys: list[str]) -> list[Planned]:
+        """The row's calls as kept (none: one is missing or not a kept entry)."""
+        planned = []
+        at = 0
+        for model in self.models:
+            for name, _ in self.variants:
+                entry = entries.get(keys[at])
+                at += 1
+                if not _is_entry(entry):
+                    return []
+                digest, estimate, allowed, error = cast(Entry, entry)
+                if error is None and len(digest) != self.samples:
+                    return []
+                planned += [
+                    Planned(call, model, name, sample, b"", digest[sample], estimate, allowed)
+                    if error is None
+                    else Planned(call, model, name, sample, error=error)
+                    for sample in range(self.samples)
+                ]
+        return planned
+
+    def plan(self) -> list[Planned]:
+        """Every call, in order; what was rebuilt is kept for the next run."""
+        planned: list[Planned] = []
+        for call, row in enumerate(self.records):
+            key, policy = str(row["session_key"]), str(row["policy"])
+            name = self._file(key, policy)
+            if name is None:
+                planned += self._row(call, row)
+                continue
+            settings = row_settings(row)
+            keys = [
+                entry_key(int(row["turn"]), int(row["step"]), settings, model, cast(str, edit))
+                for model in self.models
+                for _, edit in self.variants
+            ]
+            found = self._kept_row(call, self.kept.entries(name), keys)
+            if not found:
+                found = self._row(call, row)
+                self._keep(name, keys, found)
+            planned += found
+        self.kept.flush()
+        return planned
+
+    def _keep(self, name: str, keys: list[str], planned: list[Planned]) -> None:
+        """Keep a rebuilt row's calls: one entry per model and edit, its samples' digests."""
+        for at, key in enumerate(keys):
+            first = planned[at * self.samples]
+            digests = [p.digest for p in planned[at * self.samples : (at + 1) * self.samples]]
+            self.kept.put(name, key, [digests, first.estimate, first.max_output, first.error])
+
+    def with_payloads(self, planned: list[Planned], todo: Sequence[int]) -> list[Planned]:
+        """``planned`` with the bodies of the calls ``todo`` names built (those kept from an
+        earlier run have none); a body that no longer matches its kept digest replaces it."""
+        missing = sorted({planned[at].call for at in todo if not planned[at].payload})
+        out = list(planned)
+        fresh = {call: self._row(call, self.records[call]) for call in missing}
+        for at in todo:
+            item = out[at]
+            if item.payload or item.call not in fresh:
+                continue
+            out[at] = next(
+                p
+                for p in fresh[item.call]
+                if (p.model, p.edit, p.sample) == (item.model, item.edit, item.sample)
+            )
+        return out
+
+
+def _is_entry(entry: Any) -> bool:
+    """Whether a kept value is an entry :class:`PlanStore` wrote (a damaged file's is not)."""
+    if not (isinstance(entry, list) and len(entry) == 4):
+        return False
+    digests, estimate, allowed, error = entry
+    return (
+        isinstance(digests, list)
+        and all(isinstance(d, str) for d in digests)
+        and isinstance(estimate, int)
+        and isinstance(allowed, int)
+        and (error is None or isinstance(error, str))
+    )
 
 
 def priced(
@@ -114,10 +222,7 @@ def worst_costs(planned: Sequence[Planned], provider: str | None) -> tuple[np.nd
     allowed output (NaN: no body, no limit or no price)."""
     margin = 1 + TUNING.experiment_prompt_margin
     counts = np.array(
-        [
-            [math.ceil(p.estimate * margin) if p.payload else -1, 0, 0, p.max_output]
-            for p in planned
-        ],
+        [[math.ceil(p.estimate * margin) if p.digest else -1, 0, 0, p.max_output] for p in planned],
         dtype=np.int64,
     ).reshape(-1, 4)
     return priced(planned, provider, counts)

@@ -80,17 +80,16 @@ def results_frame(
     at = np.array([p.call for p in planned], dtype=np.int64)
     got = [results.get(i) for i in range(len(planned))]
     answers = [r if isinstance(r, Answer) else None for r in got]
-    originals: dict[str, dict[tuple[int, int], Stored]] = {}
-    found: list[Stored | None] = []
-    for key, turn, step in zip(
-        rows["session_key"].to_numpy()[at],
-        rows["turn"].to_numpy()[at],
-        rows["step"].to_numpy()[at],
-        strict=True,
-    ):
-        if str(key) not in originals:
-            originals[str(key)] = stored_answers(sessions[str(key)])
-        found.append(originals[str(key)].get((int(turn), int(step))))
+    keys = rows["session_key"].to_numpy()[at]
+    turns, steps = rows["turn"].to_numpy()[at], rows["step"].to_numpy()[at]
+    wanted: dict[str, set[tuple[int, int]]] = {}
+    for key, turn, step in zip(keys, turns, steps, strict=True):
+        wanted.setdefault(str(key), set()).add((int(turn), int(step)))
+    originals = {key: stored_answers(sessions[key], calls) for key, calls in wanted.items()}
+    found: list[Stored | None] = [
+        originals[str(key)].get((int(turn), int(step)))
+        for key, turn, step in zip(keys, turns, steps, strict=True)
+    ]
     counts = np.array([usage_counts(r) for r in got], dtype=np.int64).reshape(-1, 4)
     cost, problems = priced(planned, provider, counts)
     values: dict[str, Any] = {
@@ -135,10 +134,12 @@ def results_frame(
     out = frame(EXPERIMENTS, values, categories={"outcome": OUTCOMES})
     scores, failures = _judged(out, judge)
     out["judge_score"] = np.array(scores, dtype=np.float64)
-    actions = pd.Series([action_of(a.tool_calls) if a else None for a in answers], dtype=object)
-    groups = out.groupby(["call", "model", "edit"], dropna=False, sort=False).indices
+    actions = [action_of(a.tool_calls) if a else None for a in answers]
+    groups: dict[tuple[int, str, str | None], list[int]] = {}
+    for position, item in enumerate(planned):
+        groups.setdefault((item.call, item.model, item.edit), []).append(position)
     shares = np.full(len(out), np.nan)
     for positions in groups.values():
-        shares[positions] = agreement(list(actions.iloc[positions]))
+        shares[positions] = agreement([actions[p] for p in positions])
     out["agreement"] = shares
     return out, [*problems, *failures]

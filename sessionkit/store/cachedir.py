@@ -29,6 +29,7 @@ __all__ = [
     "private_dir_problem",
     "remove_dead_temp_files",
     "write_ipc",
+    "write_private",
 ]
 
 
@@ -195,11 +196,29 @@ def write_ipc(
     return checksum
 
 
-_OWN_FOLDERS = re.compile(r"(index|tokens|kits|answers)-\d+(-.*)?")
+def write_private(target: Path, data: bytes) -> None:
+    """Write ``data`` to ``target`` atomically (a temp file beside it, created 0600, the
+    user's only, then a rename), making its folder 0700 when missing; raises ``OSError``."""
+    make_private_dir(target.parent)
+    temp = target.with_name(f".{target.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
+    try:
+        descriptor = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "wb") as sink:
+            if os.name != "nt":
+                os.fchmod(descriptor, 0o600)  # no umask decides who reads the cache
+            sink.write(data)
+        os.replace(temp, target)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+
+
+_OWN_FOLDERS = re.compile(r"(index|tokens|kits|plans|answers)-\d+(-.*)?")
 """sessionkit's own folders in a cache folder: the index (``index-<format>-<version>``), the
-token counts (``tokens-<format>``), the kits the releases gave (``kits-<format>``) and the
-models' answers to experiments (``answers-<format>``), of this version or older ones.
-Installed releases (``releases/``) and forks are not among them."""
+token counts (``tokens-<format>``), the kits the releases gave (``kits-<format>``), the
+experiments' plans (``plans-<format>-<version>``) and the models' answers to experiments
+(``answers-<format>``), of this version or older ones.  Installed releases (``releases/``)
+and forks are not among them."""
 _KIND_OF_FOLDER = {
     "stores": "entries",
     "catalogs": "entries",
@@ -210,8 +229,8 @@ _KIND_OF_FOLDER = {
 
 def _own_files(root: Path) -> list[tuple[str, Path]]:
     """Every file sessionkit wrote in cache folder ``root``, with its kind: ``entries``,
-    ``replays``, ``derived`` (window stacks), ``tokens``, ``kits``, ``answers`` or ``temp`` (a
-    writer's temp file).
+    ``replays``, ``derived`` (window stacks), ``tokens``, ``kits``, ``plans``, ``answers`` or
+    ``temp`` (a writer's temp file).
     Symlinks are not followed; anything else in ``root`` is not sessionkit's."""
     found = []
     try:
@@ -226,7 +245,7 @@ def _own_files(root: Path) -> list[tuple[str, Path]]:
                 path = Path(folder, name)
                 if name.startswith(".") and name.endswith(".tmp"):
                     kind = "temp"
-                elif child.name.startswith(("tokens", "kits", "answers")):
+                elif child.name.startswith(("tokens", "kits", "plans", "answers")):
                     kind = child.name.split("-", 1)[0]
                 else:
                     kind = _KIND_OF_FOLDER.get(path.parent.name, path.parent.name)
