@@ -51,6 +51,7 @@ OPTIONS = (
     "nanobot",
     "runtime",
     "cache",
+    "judge",
 )
 """What ``explore(experiment={...})`` takes: :func:`sessionkit.experiment`'s keywords of the
 same names, and ``grid``, the history settings swept besides the explorer's own (as
@@ -76,6 +77,7 @@ class ExperimentOptions:
     nanobot: Any = None
     runtime: Mapping[str, Any] | None = None
     cache: bool | None = None
+    judge: Any = None
 
 
 def experiment_options(given: Mapping[str, Any]) -> ExperimentOptions:
@@ -176,8 +178,9 @@ def _similarity(value: float) -> str:
 
 def experiment_html(results: pd.DataFrame, key: str, turn: int) -> str:
     """Turn ``turn``'s experiment as the panel shows it: for each step, the answer the session
-    stored beside each setting's answer, with its same-action mark, text similarity,
-    outcome and price (all text escaped)."""
+    stored beside each setting's answer, with its same-action mark, text similarity, judge
+    score (a column only when a judge scored some answer), outcome and price (all text
+    escaped)."""
     where = f"turn {turn} of <b>{_text(key)}</b>"
     if results.empty:
         return (
@@ -192,12 +195,16 @@ def experiment_html(results: pd.DataFrame, key: str, turn: int) -> str:
         f"this run spent <span class='sk-exp-spent'>{_dollars(float(spent))}</span></div>"
     )
     labels = pd.Series(_labels(results), index=results.index)
-    widths = "".join(f"<col style='width:{w}%'>" for w in (30, 15, 30, 7, 7, 11))
+    judged = bool(results["judge_score"].notna().any())
+    shares = (28, 14, 28, 7, 7, 6, 10) if judged else (30, 15, 30, 7, 7, 11)
+    widths = "".join(f"<col style='width:{w}%'>" for w in shares)
     header = (
         f"<colgroup>{widths}</colgroup>"
         "<tr><th>the session's answer</th><th>setting</th><th>answer</th>"
         "<th title='the same tool calls with JSON-equal arguments, or both text'>same action</th>"
-        '<th title="difflib\'s ratio of the two texts">similarity</th><th>outcome</th></tr>'
+        '<th title="difflib\'s ratio of the two texts">similarity</th>'
+        + ("<th title='the score the judge gave, in [0, 1]'>judge</th>" if judged else "")
+        + "<th>outcome</th></tr>"
     )
     tables = []
     for step, group in results.groupby("step", sort=True):
@@ -221,7 +228,12 @@ def experiment_html(results: pd.DataFrame, key: str, turn: int) -> str:
                 f"{_answer(row['answer_text'], row['tool_calls']) if answered else ''}"
                 f"</td>{_mark(row['same_action'])}"
                 f"<td class='sk-exp-similarity'>{_similarity(row['text_similarity'])}</td>"
-                f"<td class='sk-exp-outcome'>{_outcome(row)}</td></tr>"
+                + (
+                    f"<td class='sk-exp-judge'>{_similarity(row['judge_score'])}</td>"
+                    if judged
+                    else ""
+                )
+                + f"<td class='sk-exp-outcome'>{_outcome(row)}</td></tr>"
             )
         tables.append(
             f"<div class='sk-exp-step'>step {int(step)}</div>"
@@ -398,6 +410,7 @@ class ExperimentPanel(widgets.VBox):
                 nanobot=o.nanobot,
                 runtime=o.runtime,
                 cache=o.cache,
+                judge=o.judge,
                 progress=False,
             )
         except Exception as exc:  # shown in the panel, where the user can act on it

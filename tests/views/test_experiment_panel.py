@@ -204,6 +204,7 @@ def test_run_shows_each_settings_answer_beside_the_sessions(
     )
     assert _cells(view, "sk-exp-same") == ["✗✓✓✓"[i] for i in SHOWN]
     assert _cells(view, "sk-exp-similarity") == [f"{ratios[i]:.2f}" for i in SHOWN]
+    assert _cells(view, "sk-exp-judge") == []  # no judge, no column
     assert _cells(view, "sk-exp-outcome") == [f"answered, ${_price(1):,.6f}"] * 4
     originals = _cells(view, "sk-exp-original")
     call = _stored_call(corpus)
@@ -248,6 +249,23 @@ def test_the_budget_bounds_every_run_and_kept_answers_are_not_sent_again(
     assert len(stub.received) == 4  # the three kept answers are free; the fourth is sent
     assert list(fresh.experiment_panel.results["outcome"]) == ["stored"] * 3 + ["answered"]
     assert fresh.experiment_panel.used_calls == 1
+
+
+def test_a_judge_given_scores_each_answer_in_its_own_column(
+    corpus: sk.Corpus, stub: RuleServer, tmp_path: Path
+) -> None:
+    def judge(row: dict[str, Any]) -> float:
+        return 1.0 if row["same_action"] else 0.25
+
+    app = _app(corpus, tmp_path, grid=GRID, budget_calls=10, judge=judge)
+    panel = app.experiment_panel
+    panel.run_button.click()
+    scores = [1.0 if same else 0.25 for same in panel.results["same_action"]]
+    assert list(panel.results["judge_score"]) == scores
+    assert scores == [0.25, 1.0, 1.0, 1.0]
+    view = panel.view.value
+    assert _cells(view, "sk-exp-judge") == [f"{scores[i]:.2f}" for i in SHOWN]
+    assert "<th title='the score the judge gave, in [0, 1]'>judge</th>" in view
 
 
 def _states(widget: widgets.Widget) -> Iterator[dict[str, Any]]:
