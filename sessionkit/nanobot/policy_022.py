@@ -14,6 +14,7 @@ from typing import Any
 
 from sessionkit.nanobot import call_forms_022, request_022, tokens
 from sessionkit.nanobot.call_forms import CallForms
+from sessionkit.nanobot.entry_changes import EntryFacts, changed_022
 from sessionkit.nanobot.history import Message, rewritten_entry
 from sessionkit.nanobot.kit import Kit
 from sessionkit.nanobot.release import CappedPolicy
@@ -117,6 +118,13 @@ class Policy(CappedPolicy):
     def estimate_message_tokens(self, message: Message) -> int:
         """0.2.2's estimate: cl100k_base tokens + 4, characters // 4 + 4 on special tokens."""
         return tokens.estimate_message_tokens(message)
+
+    def changed_entries(self, facts: EntryFacts, settings: HistorySettings) -> set[int] | None:
+        """0.2.2's (:func:`~sessionkit.nanobot.entry_changes.changed_022`); None for a
+        release with a rewrite of its own."""
+        if type(self).replay_entry is not Policy.replay_entry:
+            return None
+        return changed_022(facts, bool(self.resolve(settings).include_timestamps))
 
     def replay_entry(self, message: Message, include_timestamps: bool = False) -> Message | None:
         """The dict one stored message becomes in the model's history, or None if skipped.

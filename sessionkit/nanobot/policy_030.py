@@ -16,6 +16,7 @@ from typing import Any
 
 from sessionkit.nanobot import call_forms_03x, request_030, tokens
 from sessionkit.nanobot.call_forms import CallForms
+from sessionkit.nanobot.entry_changes import EntryFacts, changed_03x
 from sessionkit.nanobot.history import (
     RUNTIME_CONTEXT_KEY,
     Trim,
@@ -189,6 +190,13 @@ class Policy030(CappedPolicy):
     def fork_copy(self, message: Message) -> Message:
         """0.3.0 forks keep each message's public form (runtime context stripped)."""
         return public_message(message)
+
+    def changed_entries(self, facts: EntryFacts, settings: HistorySettings) -> set[int] | None:
+        """0.3.0's (:func:`~sessionkit.nanobot.entry_changes.changed_03x`); None for a
+        release with a rewrite of its own."""
+        if type(self).replay_entry is not Policy030.replay_entry:
+            return None
+        return changed_03x(facts, bool(self.resolve(settings).include_runtime_context))
 
     def replay_entry(
         self, message: Message, *, include_runtime_context: bool = True

@@ -22,6 +22,7 @@ from typing import Any
 
 from sessionkit.nanobot import call_forms_03x, governor_035, request_035, tokens
 from sessionkit.nanobot.call_forms import CallForms
+from sessionkit.nanobot.entry_changes import EntryFacts, changed_03x
 from sessionkit.nanobot.history import (
     CONTINUATION_TEXT,
     FORK_VOLATILE_METADATA_KEYS,
@@ -306,6 +307,13 @@ class Policy035(ReplayPolicy):
     def message_payload(self, message: Message) -> str:
         """0.3.5's payload: text blocks whose text is not a string are skipped."""
         return message_payload(message)
+
+    def changed_entries(self, facts: EntryFacts, settings: HistorySettings) -> set[int] | None:
+        """0.3.5's (:func:`~sessionkit.nanobot.entry_changes.changed_03x`); None for a
+        release with a rewrite of its own."""
+        if type(self).replay_entry is not Policy035.replay_entry:
+            return None
+        return changed_03x(facts, bool(self.resolve(settings).include_runtime_context))
 
     def replay_entry(
         self, message: Message, include_runtime_context: bool = True

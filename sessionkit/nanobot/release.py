@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Protocol
 
 from sessionkit.nanobot import tokens
 from sessionkit.nanobot.call_forms import CallForms
+from sessionkit.nanobot.entry_changes import EntryFacts
 from sessionkit.nanobot.history import (
     FORK_VOLATILE_METADATA_KEYS,
     Message,
@@ -405,6 +406,13 @@ class ReplayPolicy:
         """The rewrite of one stored message into its replayed entry under ``settings``."""
         value = getattr(self.resolve(settings), self.entry_setting)
         return partial(self.replay_entry, **{self.entry_setting: value})  # type: ignore[attr-defined]  # replay_entry is each release's own (its keyword differs)
+
+    def changed_entries(self, facts: EntryFacts, settings: HistorySettings) -> set[int] | None:
+        """The messages of ``facts`` whose replayed entry under ``settings`` may not hold
+        their own role, content and replayed fields (:mod:`~sessionkit.nanobot.entry_changes`):
+        only those need rewriting.  None: any may (this default, and a release with a
+        rewrite of its own)."""
+        return None
 
     def entry_key(self, settings: HistorySettings) -> tuple[Any, ...]:
         """The settings that change replayed entries (what a replay cache is keyed by)."""

@@ -9,7 +9,6 @@ long session can be replayed range by range in workers
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import repeat
 from operator import eq, is_
@@ -23,6 +22,7 @@ from sessionkit.nanobot.policies import ReplayPolicy, get_policy, tool_call_ids,
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.settings import HistorySettings
 from sessionkit.simulate.replay_counts import EntryCounter
+from sessionkit.simulate.replay_entries import replayed_entries
 from sessionkit.store.counting import TokenCache
 from sessionkit.store.fields import hidden_flags, message_field, truthy_flags, user_turn_flags
 
@@ -184,8 +184,8 @@ def part(
     )
     counter = EntryCounter(messages, stored, cache)
     hidden = hidden_flags(messages)
-    for policy, settings in targets:
-        entries, raised = _rewritten(messages, policy.entry_function(settings))
+    rewritten = replayed_entries(messages, roles, targets)
+    for (policy, _), (entries, raised) in zip(targets, rewritten, strict=True):
         kept = [i for i, entry in enumerate(entries) if entry is not None]
         part.turns.append(user_turn_flags(messages, roles, hidden, policy))
         part.tokens.append(counter.counts(policy, entries, kept))
@@ -231,26 +231,6 @@ def assembled(parts: list[Part], targets: list[Target]) -> list[Replay]:
 def _joined(arrays: list[np.ndarray]) -> np.ndarray:
     """The arrays end to end (the one array itself when there is one)."""
     return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
-
-
-def _rewritten(
-    messages: list[dict[str, Any]], rewrite: Callable[[dict[str, Any]], dict[str, Any] | None]
-) -> tuple[list[dict[str, Any] | None], list[int]]:
-    """Each message's replayed entry (None: skipped, or unreplayable) and the messages the
-    rewrite raised ``KeyError`` on (no role: the release's ``get_history`` raises there)."""
-    try:
-        return list(map(rewrite, messages)), []
-    except KeyError:
-        pass
-    entries: list[dict[str, Any] | None] = []
-    raised = []
-    for i, message in enumerate(messages):
-        try:
-            entries.append(rewrite(message))
-        except KeyError:
-            entries.append(None)
-            raised.append(i)
-    return entries, raised
 
 
 def _declared(answered: list[str | None], declares: list[tuple[str, ...]]) -> np.ndarray:

@@ -43,6 +43,7 @@ class EntryCounter:
         self, messages: list[dict[str, Any]], stored: np.ndarray | None, cache: TokenCache | None
     ) -> None:
         self.cache = cache
+        self.messages = messages
         n = len(messages)
         self.stored = np.full(n, -1, np.int64) if stored is None else stored.astype(np.int64)
         self.contents = message_field(messages, "content")
@@ -68,16 +69,22 @@ class EntryCounter:
         replayed = cast("list[dict[str, Any]]", list(map(entries.__getitem__, kept)))
         contents = message_field(replayed, "content")
         at = np.array(kept, dtype=np.int64)
-        own = self._own_fields(replayed, kept)
-        ours = map(self.contents.__getitem__, kept)
-        same_text = np.fromiter(
-            (
-                c is m or (type(c) is str and type(m) is str and c == m)
-                for c, m in zip(contents, ours, strict=True)
-            ),
-            dtype=bool,
-            count=len(kept),
-        )
+        # a message standing for its own entry (replay_entries) holds its own fields and text
+        own = np.fromiter(map(is_, replayed, map(self.messages.__getitem__, kept)), bool, len(kept))
+        same_text = own.copy()
+        others = np.flatnonzero(~own).tolist()
+        if others:
+            at_others = [kept[j] for j in others]
+            own[others] = self._own_fields([replayed[j] for j in others], at_others)
+            ours = map(self.contents.__getitem__, at_others)
+            same_text[others] = np.fromiter(
+                (
+                    c is m or (type(c) is str and type(m) is str and c == m)
+                    for c, m in zip(map(contents.__getitem__, others), ours, strict=True)
+                ),
+                dtype=bool,
+                count=len(others),
+            )
         same_rule = np.where(
             self.plain_messages[at],
             policy.plain_count == self.stored_policy.plain_count,
