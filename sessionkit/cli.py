@@ -264,7 +264,7 @@ def _doctor(args: argparse.Namespace) -> int:
 def _cache(args: argparse.Namespace) -> int:
     """``cache info``: the cache folder, its size, the index's bytes and files per kind, the
     installed releases; ``cache clear``: remove sessionkit's own files there (index, token
-    counts, kits; answers with ``--answers``), nothing else."""
+    counts, kits, experiment plans; answers with ``--answers``), nothing else."""
     from sessionkit.calls.installs import installed, releases_dir
     from sessionkit.store.cachedir import (
         cache_contents,

@@ -486,11 +486,14 @@ def test_cache_info_and_clear_touch_only_sessionkits_files(
     (cache / "forks" / "sessions" / "cli_fork.jsonl").write_text("{}\n")
     (cache / "kits-1").mkdir()
     (cache / "kits-1" / "0123.json").write_text("{}")
+    (cache / "plans-1-0.1.0").mkdir()
+    (cache / "plans-1-0.1.0" / "4567.json").write_text("{}")
     assert main(["cache", "info", "--cache-dir", str(cache)]) == 0
     shown = capsys.readouterr().out
     assert f"folder: {cache}\n" in shown
     assert "tokens" in shown and "1 file(s); `cache clear` leaves them" in shown
     assert "  kits           1 file(s)               2 bytes\n" in shown
+    assert "  plans          1 file(s)               2 bytes\n" in shown
     assert "releases: " in shown and "`sessionkit releases remove VERSION` removes one" in shown
     assert main(["cache", "clear", "--cache-dir", str(cache)]) == 0
     assert capsys.readouterr().out.startswith("removed ")
