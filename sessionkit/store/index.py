@@ -25,7 +25,6 @@ platform's user cache folder, and never a workspace.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -41,6 +40,7 @@ from typing import Any, NamedTuple, cast
 import numpy as np
 import orjson
 import pyarrow as pa
+import xxhash
 
 from sessionkit.nanobot.jsontext import dumps_exact, loads_exact
 from sessionkit.nanobot.naming import SessionPathError
@@ -714,8 +714,9 @@ values' files (``<store>-<digest of name>``)."""
 
 
 def _array_digest(values: np.ndarray) -> str:
-    """The digest a kept array is named by: of its dtype and bytes (32 hex digits of BLAKE2b)."""
-    digest = hashlib.blake2b(values.dtype.str.encode(), digest_size=16)
+    """The digest a kept array is named by: of its dtype and bytes (32 hex digits of XXH3-128,
+    tens of times faster than BLAKE2b over a first grid's replays and stacks)."""
+    digest = xxhash.xxh3_128(values.dtype.str.encode())
     digest.update(values.view(np.uint8).data if values.size else b"")
     return digest.hexdigest()
 
