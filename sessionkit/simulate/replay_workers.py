@@ -19,7 +19,7 @@ import numpy as np
 from sessionkit.nanobot.session import Session
 from sessionkit.simulate import replay_compute
 from sessionkit.simulate.replay_compute import Job, Part, Replay, Target
-from sessionkit.store.counting import ReadThroughCache, TokenCache
+from sessionkit.store.counting import ReadThroughCache, TokenCache, ready_to_fork
 from sessionkit.store.forked import SHARED, can_fork, forked_pool
 from sessionkit.store.index import IndexedSession
 from sessionkit.store.nogc import no_gc
@@ -89,7 +89,8 @@ def _compute_in_workers(
     chunks: list[list[int]],
     workers: int,
 ) -> Iterator[tuple[list[int], list[list[Replay]]]]:
-    """Replay chunks of sessions in forked workers; their new token counts join ``cache``."""
+    """Replay chunks of sessions in forked workers (the BPE ranks and ``cache``'s files loaded
+    here first, once, not by each); their new token counts join ``cache``."""
     shared: dict[str, Any] = {
         "sessions": sessions,
         "jobs": jobs,
@@ -97,6 +98,7 @@ def _compute_in_workers(
         "cache": cache,
         "stored": stored,
     }
+    ready_to_fork(cache)
     with forked_pool(workers, **shared) as pool:
         futures = [pool.submit(_compute_chunk, chunk) for chunk in chunks]
         for future in as_completed(futures):
@@ -158,6 +160,7 @@ def _compute_split(
         task = _compute_range
         shared = {"messages": session.messages}
     shared |= {"targets": targets, "cache": cache, "stored": stored}
+    ready_to_fork(cache)
     parts: list[Part] = []
     with forked_pool(workers, **shared) as pool:
         futures = [pool.submit(task, a, b) for a, b in zip(bounds, bounds[1:], strict=False)]
