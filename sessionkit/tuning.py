@@ -30,7 +30,15 @@ class Tuning:
     fork_bytes: int = 16 << 20
     """A cold load with exact counts forks its counting workers before reading once the files
     it reads hold this many bytes (about 13,000 messages), and sends them each run's messages
-    while it reads the next (:func:`~sessionkit.store.counting.counting_workers`)."""
+    while it reads the next (:func:`~sessionkit.store.counting.counting_workers`), when it
+    cannot have forked workers read, build and count whole runs instead (see
+    :attr:`spread_run_bytes`): no index, one run, or a file it streams."""
+    spread_run_bytes: int = 2 << 20
+    """A cold load with exact counts and an index, in more than one run of this many bytes
+    and streaming no file, has forked workers read, build and count each run
+    (:func:`~sessionkit.store.runs.built_apart`): nothing is parsed twice or sent as
+    batches, and a worker holds one run's dicts (2 MB: 126 MiB at its peak on the 123 MB
+    store, 168 MiB in 8 MB runs; the CPU seconds alike)."""
     run_bytes: int = 8 << 20
     """A cold load reads, builds and counts files in runs of about this many bytes; when there
     is more than one run, an indexed file's session keeps its columns but not its parsed

@@ -154,7 +154,8 @@ def byte_fallback_tokens(payload: str) -> int:
     """
     if not payload:
         return FRAMING_TOKENS
-    return max(FRAMING_TOKENS, len(payload.encode("utf-8")) + FRAMING_TOKENS)
+    size = len(payload) if payload.isascii() else len(payload.encode("utf-8"))  # no copy
+    return max(FRAMING_TOKENS, size + FRAMING_TOKENS)
 
 
 def byte_fallback_estimate(payload: str) -> int:

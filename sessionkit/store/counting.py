@@ -23,9 +23,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager, suppress
 from functools import lru_cache, partial
-from hashlib import blake2b
 from itertools import compress, repeat
-from operator import is_not
+from operator import contains, is_not
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal, TypeVar, cast
@@ -33,6 +32,7 @@ from typing import Any, Literal, TypeVar, cast
 import numpy as np
 import orjson
 import pyarrow as pa
+import xxhash
 
 from sessionkit.conventions import entry_point
 from sessionkit.nanobot.policies import DEFAULT_POLICY, POLICIES, ReplayPolicy, get_policy
@@ -65,6 +65,7 @@ __all__ = [
     "counting_workers",
     "every_release",
     "ready_to_fork",
+    "release_counts",
     "text_tokens",
     "token_cache_in",
     "token_cache_of",
@@ -84,8 +85,8 @@ T = TypeVar("T")
 
 
 class TokenCache:
-    """Token counts keyed by a stable digest of each message's payload fields (and release),
-    so recounts skip tokenizing.
+    """Token counts keyed by a stable digest of each message's payload (and release or counting
+    rule), so recounts skip tokenizing.
 
     A cache given a ``folder`` (``DEFAULT_CACHE``: ``<cache dir>/tokens-<format>``) keeps its
     counts there between processes: files of keys sorted for binary search, memory-mapped on
@@ -264,7 +265,7 @@ def _write_counts(folder: Path, keys: np.ndarray, counts: np.ndarray) -> None:
     write_ipc(folder / name, _COUNTS, [table])
 
 
-TOKENS_FORMAT = 3
+TOKENS_FORMAT = 4
 """The layout of persisted counts and their keys; another format lives in another folder."""
 
 DEFAULT_CACHE = TokenCache(lambda: default_cache_dir() / f"tokens-{TOKENS_FORMAT}")
@@ -313,95 +314,33 @@ def token_cache_in(root: Path) -> TokenCache:
 
 
 KEY_FIELDS = ("content", "tool_calls", "name", "tool_call_id", "reasoning_content")
-"""The message fields a payload is built from, so a count depends on (and a key digests)."""
-_NO_KEY = object()
+"""The message fields a payload is built from (what a counting worker is sent of each)."""
 
 
-def _dumped(values: list[Any]) -> list[Any]:
-    """Compact JSON of non-string fields; ``_NO_KEY`` where JSON null would be ambiguous
-    (orjson writes NaN as null) or the value is not JSON."""
-    try:
-        dumped: list[Any] = list(map(orjson.dumps, values))
-    except (orjson.JSONEncodeError, TypeError):
-        if len(values) == 1:
-            return [_NO_KEY]
-        return [_dumped([v])[0] for v in values]
-    if b"null" in b"".join(dumped):
-        return [_NO_KEY if b"null" in d else d for d in dumped]
-    return dumped
+def _seed(name: str) -> int:
+    """The XXH3 seed of a release's (or a counting rule's) keys: its name's own hash."""
+    return xxhash.xxh3_64_intdigest(name.encode())
 
 
-def _text(value: str | None) -> str:
-    return "-" if value is None else f"{len(value)}:{value}"
+def _payload_keys(payloads: Sequence[str], release: ReplayPolicy) -> list[int]:
+    """Cache keys of payloads ``release`` built: a stable 64-bit XXH3 of each payload's UTF-8
+    (lone surrogates passed through), seeded by the release's name, or for a payload with no
+    ``<|`` (so no special-token text) by its plain counting rule
+    (:attr:`~sessionkit.nanobot.release.ReplayPolicy.plain_count`), which every release naming
+    it counts alike.
 
-
-def _key_text(
-    policy: str,
-    plain: str,
-    content: str | tuple[bytes] | None,
-    calls: bytes | None,
-    name: str | None,
-    call_id: str | None,
-    reasoning: str | None,
-) -> str:
-    """The fields a key digests, each length-prefixed (so no two field tuples share a text),
-    after the release's name, or for a plain message (content not JSON of a non-string, no
-    ``<|`` anywhere, so no special-token text in the payload) the rule every release
-    counting it alike names (``plain``: :attr:`~sessionkit.nanobot.release.ReplayPolicy.plain_count`)."""
-    head = f"s{len(content)}:{content}" if type(content) is str else f"j{content!r}"
-    fields = f"{head}|{calls!r}|{_text(name)}|{_text(call_id)}|{_text(reasoning)}"
-    shared = type(content) is not tuple and not has_marker(fields)
-    return f"{plain if shared else policy}|{fields}"
-
-
-def _digest(text: str) -> int:
-    raw = text.encode("utf-8", "surrogatepass")
-    return int.from_bytes(blake2b(raw, digest_size=8).digest(), "little")
-
-
-def _message_keys(messages: Sequence[dict[str, Any]], policy: str) -> list[int | None]:
-    """Cache keys of many messages under release ``policy`` (its name: a key hashes the
-    release in, or for a plain message the counting rule releases share, see
-    :func:`_key_text`, so each caller names the one whose counts it keys), from the fields
-    their payloads are built from.
-
-    A key is a stable 64-bit BLAKE2 digest of (release, content, tool calls, name,
-    tool_call_id, reasoning), the same in every process: non-string content as
-    a 1-tuple of compact JSON (so it never equals a string), tool calls as compact JSON when
-    truthy, and names, ids and reasoning only when they are strings (only strings reach the
-    payload).  Equal keys mean equal fields (a 64-bit hash: a ~2**-64 chance per pair of
-    being wrong), and equal fields mean equal payloads.  A message whose fields have no
-    faithful JSON form gets ``None`` and is counted without the cache.  Each field is read
-    for all messages by one C-level ``map``; only odd values take a Python step.
+    A count is a function of the payload and that rule or release, so equal keys mean equal
+    counts (a 64-bit hash: a ~2**-64 chance per pair of being wrong, as any 64-bit digest);
+    hashing the payload a count needs anyway costs about a fifth of digesting each message's
+    fields, and every payload has a key, whatever its fields hold.
     """
-    contents, calls, names, ids, reasonings = (
-        message_field(messages, field) for field in KEY_FIELDS
-    )
-    no_key: list[int] = []
-    if not STR_OR_NONE.issuperset(map(type, contents)):
-        odd = [i for i, v in enumerate(contents) if type(v) not in STR_OR_NONE]
-        for i, dumped in zip(odd, _dumped([contents[i] for i in odd]), strict=True):
-            contents[i] = (dumped,)
-            if dumped is _NO_KEY:
-                no_key.append(i)
-    present = list(compress(range(len(calls)), map(is_not, calls, repeat(None))))
-    truthy = [i for i in present if calls[i]]
-    dumped_calls = _dumped([calls[i] for i in truthy])
-    for i in present:
-        calls[i] = None
-    for i, dumped in zip(truthy, dumped_calls, strict=True):
-        calls[i] = dumped
-        if dumped is _NO_KEY:
-            no_key.append(i)
-    for column in (names, ids, reasonings):
-        if not STR_OR_NONE.issuperset(map(type, column)):
-            column[:] = [v if type(v) is str else None for v in column]
-    plain = f"*{get_policy(policy).plain_count}"
-    texts = map(_key_text, repeat(policy), repeat(plain), contents, calls, names, ids, reasonings)
-    keys: list[int | None] = list(map(_digest, texts))
-    for i in no_key:
-        keys[i] = None
-    return keys
+    raw = list(map(str.encode, payloads, repeat("utf-8"), repeat("surrogatepass")))
+    marked = list(map(has_marker, payloads))
+    plain = _seed(f"*{release.plain_count}")
+    if not any(marked):
+        return list(map(xxhash.xxh3_64_intdigest, raw, repeat(plain)))
+    seeds = [_seed(release.name) if m else plain for m in marked]
+    return list(map(xxhash.xxh3_64_intdigest, raw, seeds))
 
 
 @lru_cache(maxsize=1)
@@ -569,8 +508,9 @@ def _cached_counts(
     progress: Progress | None = None,
     payloads: list[str] | None = None,
 ) -> list[int]:
-    """Counts looked up by key; each missing distinct key tokenized once and recorded
-    (from ``payloads``, the messages' own, when the caller has built them).
+    """Counts looked up by their payloads' keys (:func:`_payload_keys`); each missing distinct
+    key tokenized once and recorded (``payloads``: the messages' own under ``policy``, when the
+    caller has built them).
 
     Keys hash the release in, so one cache never serves one release's count for another,
     except for plain messages, which every release sharing a counting rule counts alike.
@@ -583,26 +523,27 @@ def _cached_counts(
             cache.update((k for k, _ in fresh), (n for _, n in fresh))
         cache.flush_soon()
         return [n for counts, _ in parts for n in counts]
-    keys = _message_keys(messages, policy)
-    counts = cache.get_many(keys)
+    release = get_policy(policy)
+    if payloads is None:
+        payloads = list(map(release.message_payload, messages))
+    keys = _payload_keys(payloads, release)
+    counts = cache.get_many(cast("list[int | None]", keys))
     todo = [i for i, n in enumerate(counts) if n is None]
-    first: dict[int | None, int] = {}  # only int keys are set (a None key is never a repeat)
-    fresh = [i for i in todo if keys[i] is None or first.setdefault(keys[i], i) == i]
+    first: dict[int, int] = {}
+    fresh = [i for i in todo if first.setdefault(keys[i], i) == i]
     if progress is not None:
         progress(len(messages) - len(fresh))  # found in the cache, or a repeat of a fresh one
     if not todo:
         return cast("list[int]", counts)  # no count missing (todo is empty)
-    if payloads is None:
-        fresh_counts = _uncached_counts([messages[i] for i in fresh], workers, policy, progress)
-    else:
-        fresh_counts = _counts_of([payloads[i] for i in fresh], get_policy(policy))
+    fresh_counts = _counts_of([payloads[i] for i in fresh], release)
+    if progress is not None:
+        progress(len(fresh))
     for i, n in zip(fresh, fresh_counts, strict=True):
         counts[i] = n
     for i in todo:
         if counts[i] is None:
             counts[i] = counts[first[keys[i]]]
-    known = [(keys[i], n) for i, n in zip(fresh, fresh_counts, strict=True) if keys[i] is not None]
-    cache.update((k for k, _ in known), (n for _, n in known))
+    cache.update(map(keys.__getitem__, fresh), fresh_counts)
     cache.flush_soon()
     return cast("list[int]", counts)  # every missing count was filled in above
 
@@ -722,18 +663,32 @@ def _count_batch(fields: list[list[Any]]) -> tuple[ReleaseCounts, list[tuple[int
     batch = [dict(zip(KEY_FIELDS, row, strict=True)) for row in zip(*fields, strict=True)]
     base = SHARED.get("cache")
     delta = None if base is None else ReadThroughCache(base)
+    return release_counts(batch, delta), [] if delta is None else delta.fresh
+
+
+def release_counts(
+    messages: Sequence[dict[str, Any]], cache: TokenCache | None, progress: Progress | None = None
+) -> ReleaseCounts:
+    """Every release's exact counts and estimates of ``messages`` (:data:`ReleaseCounts`), in
+    this process, through ``cache`` (None: none): one payload built per message for the
+    reference release's count, key and estimate, from which the other releases' plain
+    messages' estimates come too (:func:`every_release`); ``progress`` as
+    :func:`count_tokens`'."""
     built: list[list[str]] = []
-    count = partial(_both_counts, cache=delta, policy=DEFAULT_POLICY, built=built)
-    pairs = counts_or_missing(batch, count)
+    count = partial(_both_counts, cache=cache, policy=DEFAULT_POLICY, built=built)
+    pairs = counts_or_missing(messages, partial(count, progress=progress))
     exact = [None if pair is None else pair[0] for pair in pairs]
     estimates = [None if pair is None else pair[1] for pair in pairs]
-    whole = built[-1] if built and len(built[-1]) == len(batch) else None  # none uncountable
-    counted = every_release(batch, (exact, estimates), delta, exact=True, workers=1, payloads=whole)
-    return counted, [] if delta is None else delta.fresh
+    whole = built[-1] if built and len(built[-1]) == len(messages) else None  # none uncountable
+    return every_release(messages, (exact, estimates), cache, exact=True, workers=1, payloads=whole)
 
 
 def _both_counts(
-    messages: list[dict[str, Any]], cache: TokenCache | None, policy: str, built: list[list[str]]
+    messages: list[dict[str, Any]],
+    cache: TokenCache | None,
+    policy: str,
+    built: list[list[str]],
+    progress: Progress | None = None,
 ) -> list[tuple[int, int]]:
     """Each message's exact count (through ``cache``) and no-tiktoken estimate, both from the
     one payload built for it; the payloads join ``built`` (the other releases' estimates of
@@ -742,8 +697,10 @@ def _both_counts(
     payloads = list(map(release.message_payload, messages))
     if cache is None:
         exact = _counts_of(payloads, release)
+        if progress is not None:
+            progress(len(messages))
     else:
-        exact = _cached_counts(messages, cache, 1, policy, payloads=payloads)
+        exact = _cached_counts(messages, cache, 1, policy, progress, payloads)
     found = list(zip(exact, map(release.fallback_tokens, payloads), strict=True))
     built.append(payloads)
     return found
@@ -844,21 +801,39 @@ def _alike(messages: Sequence[dict[str, Any]]) -> list[bool]:
     text or missing, tool calls JSON, and no ``<|`` in any of them.  Its payload is then the
     same for every release and holds no special-token text, so a release counts it by its
     plain rule alone."""
-    columns = [message_field(messages, name) for name in KEY_FIELDS]
-    texts = [i for i, name in enumerate(KEY_FIELDS) if name != "tool_calls"]
-    calls = columns[KEY_FIELDS.index("tool_calls")]
-    found = []
-    for row, call in zip(zip(*columns, strict=True), calls, strict=True):
-        plain = all(
-            row[i] is None or (type(row[i]) is str and not has_marker(row[i])) for i in texts
-        )
-        if plain and call:
-            try:
-                plain = b"<|" not in orjson.dumps(call)
-            except (orjson.JSONEncodeError, TypeError):
-                plain = False
-        found.append(plain)
-    return found
+    n = len(messages)
+    odd: set[int] = set()  # the rows that are not plain
+    for name in KEY_FIELDS:
+        values = message_field(messages, name)
+        if name == "tool_calls":
+            odd.update(i for i in compress(range(n), values) if not _plain_json(values[i]))
+        elif values.count(None) == n:
+            continue
+        elif STR_OR_NONE.issuperset(map(type, values)):
+            texts = list(compress(range(n), map(is_not, values, repeat(None))))
+            odd.update(_marked(texts, values))
+        else:
+            odd.update(i for i, v in enumerate(values) if v is not None and not _plain_text(v))
+    return [i not in odd for i in range(n)]
+
+
+def _marked(rows: list[int], texts: list[Any]) -> Iterator[int]:
+    """Those of ``rows`` whose text holds ``<|``: C-level searches for ``<`` first (one
+    ``memchr`` each), then for ``<|`` in the few that hold it."""
+    found = list(compress(rows, map(contains, map(texts.__getitem__, rows), repeat("<"))))
+    return compress(found, map(contains, map(texts.__getitem__, found), repeat("<|")))
+
+
+def _plain_text(value: Any) -> bool:
+    return type(value) is str and not has_marker(value)
+
+
+def _plain_json(calls: Any) -> bool:
+    """Whether truthy tool calls are JSON holding no ``<|``."""
+    try:
+        return b"<|" not in orjson.dumps(calls)
+    except (orjson.JSONEncodeError, TypeError):
+        return False
 
 
 @entry_point(method="tokens")
@@ -890,7 +865,7 @@ def count_tokens(
         (``method=`` is its deprecated spelling).
     cache
         Where exact counts are remembered, keyed by a hash of each message's payload
-        fields (and the release): None or True the default cache (on disk unless
+        (and the release): None or True the default cache (on disk unless
         ``SESSIONKIT_CACHE=off``), ``False`` none, or a ``TokenCache``.
     workers
         Processes used for large batches (default: every core).

@@ -48,6 +48,7 @@ from sessionkit.store.counting import (
     TokenCache,
     counts_through,
     every_release,
+    release_counts,
     token_cache_of,
 )
 from sessionkit.store.fields import (
@@ -505,6 +506,8 @@ def built_rows(
         found: ReleaseCounts | None = None
         if pending is not None and counts:
             found = pending(bar.update)
+        elif counted and workers == 1:  # one payload per message for every release's counts
+            found = release_counts(msgs, cache, bar.update)
         elif counts:
             fallback = partial(counts_through, cache=cache, tokens="fallback")
             exact: list[int | None] = counts_or_missing(msgs, count) if counted else [None] * total

@@ -174,8 +174,8 @@ def _loaded(
     store = store_key(files)
     identities = [file_identity(f) for f in files]  # a huge file streams without an index too
     now = time.time_ns()
+    counted = tokens == "tiktoken"
     if index is not None:
-        counted = tokens == "tiktoken"
         served = index.read_entries(store, files, identities, counted=counted)
         found, from_pack, stale = served.found, served.from_pack, served.stale
     else:
@@ -184,9 +184,13 @@ def _loaded(
     todo = [i for i, entry in enumerate(found) if entry is None]
     sizes = [_size(files[i], identities[i]) for i in todo]
     shown = sum(sizes) >= TUNING.read_progress_bytes if progress is None else progress
-    runs = cut_runs(list(zip(todo, sizes, strict=True)), TUNING.run_bytes, TUNING.run_files)
-    forking = tokens == "tiktoken" and sum(sizes) >= TUNING.fork_bytes
-    spread = index is not None and not forking and len(runs) > 1 and can_fork()
+    big = counted and sum(sizes) >= TUNING.fork_bytes
+    huge = big and any(size >= TUNING.stream_bytes for size in sizes)
+    runs = _runs(list(zip(todo, sizes, strict=True)), counted)
+    spread = index is not None and not huge and len(runs) > 1 and can_fork()
+    if not spread:
+        runs = cut_runs(list(zip(todo, sizes, strict=True)), TUNING.run_bytes, TUNING.run_files)
+    forking = big and not spread
     kept_in = (index, store, now)
     entry: Entry | None
     with (
@@ -274,6 +278,15 @@ def _loaded(
     problems.extend(leftover_temp_files(source, config_dir, recursive))
     names = workspace_names(source, {f.parent for f in files}, config_dir, recursive)
     return Corpus.of_entries(entries, problems, tokens, counts, workspaces=names)
+
+
+def _runs(files: list[tuple[int, int]], counted: bool) -> list[list[tuple[int, int]]]:
+    """``files`` (position, bytes) cut into the runs forked workers each read, build and
+    count (:func:`~sessionkit.store.runs.built_apart`): of
+    :attr:`~sessionkit.tuning.Tuning.spread_run_bytes` with exact counts, else of
+    :attr:`~sessionkit.tuning.Tuning.run_bytes`."""
+    limit = TUNING.spread_run_bytes if counted else TUNING.run_bytes
+    return cut_runs(files, limit, TUNING.run_files)
 
 
 def _size(file: Path, identity: Identity | None) -> int:

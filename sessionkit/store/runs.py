@@ -25,6 +25,7 @@ from sessionkit.store.counting import (
 )
 from sessionkit.store.forked import SHARED, forked_pool
 from sessionkit.store.frames import Entry, build_entries
+from sessionkit.store.heap import release_freed
 from sessionkit.store.index import Identity, Index, IndexedSession, file_identity
 from sessionkit.store.streamed import streamed_entry
 from sessionkit.tuning import TUNING
@@ -198,6 +199,7 @@ def built_apart(
                 yield i, Entry(session, None, meta, (table, start))
             yield from whole
             bar.update(sum(size for _, size in run))
+    release_freed()  # before the index is written, what this load keeps at its largest
     counts.flush_soon()
 
 

@@ -11,8 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from support.reference import require
 
+from sessionkit.nanobot.policies import get_policy
 from sessionkit.nanobot.tokens import estimate_message_tokens, fallback_message_tokens
-from sessionkit.store.counting import TokenCache, _message_keys, count_tokens
+from sessionkit.store.counting import TokenCache, _payload_keys, count_tokens
 
 pytestmark = pytest.mark.conformance
 
@@ -172,8 +173,10 @@ def test_counts_from_one_cache_shared_by_all_examples_equal_nanobot(
 
 
 @given(batch=st.lists(messages, max_size=12))
-def test_message_keys_do_not_depend_on_the_batch(batch: list[dict[str, Any]]) -> None:
-    assert _message_keys(batch, RELEASE) == [_message_keys([m], RELEASE)[0] for m in batch]
+def test_payload_keys_do_not_depend_on_the_batch(batch: list[dict[str, Any]]) -> None:
+    release = get_policy(RELEASE)
+    payloads = [p for m in batch if type(p := _outcome(release.message_payload, m)) is str]
+    assert _payload_keys(payloads, release) == [_payload_keys([p], release)[0] for p in payloads]
 
 
 @given(batch=st.lists(messages, max_size=12))

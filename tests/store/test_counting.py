@@ -148,42 +148,65 @@ def test_equal_payloads_in_one_batch_are_tokenized_once(encoded: list[str]) -> N
     assert encoded == ["hello world", "hi"]
 
 
+def _keys(messages: list[dict[str, Any]], policy: str = RELEASE) -> list[int]:
+    """The cache keys of ``messages``' payloads under ``policy``."""
+    release = get_policy(policy)
+    return counting._payload_keys([release.message_payload(m) for m in messages], release)
+
+
 @pytest.mark.parametrize(
     ("one", "other"),
     [
         ({"content": "[1]"}, {"content": [1]}),  # a string is not its JSON look-alike
-        ({"content": "a", "name": "b"}, {"content": "a", "tool_call_id": "b"}),
+        ({"content": "a", "name": "b"}, {"content": "a\nb"}),  # name joins: "a\nb" either way
         ({"content": "a", "tool_calls": [{"id": "x"}]}, {"content": "a"}),
     ],
 )
-def test_different_payloads_get_different_keys(one: dict[str, Any], other: dict[str, Any]) -> None:
-    first, second = counting._message_keys([one, other], RELEASE)
-    assert first is not None and second is not None and first != second
+def test_keys_are_equal_exactly_when_payloads_are(
+    one: dict[str, Any], other: dict[str, Any]
+) -> None:
+    release = get_policy(RELEASE)
+    first, second = _keys([one, other])
+    assert (first == second) == (release.message_payload(one) == release.message_payload(other))
+    assert first != _keys([{"content": "[2]"}])[0]
+
+
+def test_marker_free_payloads_share_keys_across_releases_sharing_a_rule() -> None:
+    plain = {"content": "hello world"}
+    special = {"content": "a <|endoftext|> b"}
+    assert len({_keys([plain], name)[0] for name in POLICIES}) == 1
+    assert len({_keys([special], name)[0] for name in POLICIES}) == len(POLICIES)
+    assert _keys([plain])[0] != _keys([special])[0]
 
 
 @pytest.mark.parametrize(
     "message",
     [
-        {"content": [{"type": "text", "text": float("nan")}]},
+        {"content": [{"type": "image", "detail": float("nan")}]},
         {"content": "a", "tool_calls": [{"id": "x", "arguments": float("nan")}]},
-        {"content": [None]},
-        {"content": {1, 2}},
     ],
 )
-def test_fields_without_faithful_json_get_no_key(message: dict[str, Any]) -> None:
-    assert counting._message_keys([{"content": "ok"}, message], RELEASE)[1] is None
+def test_fields_without_faithful_json_are_counted_through_the_cache(
+    message: dict[str, Any],
+) -> None:
+    cache = TokenCache()
+    assert count_tokens([message], cache=cache) == [estimate_message_tokens(message)]
+    assert len(cache) == 1
 
 
-def test_equal_fields_get_equal_keys_and_non_strings_count_as_absent() -> None:
-    keys = counting._message_keys(
+def test_equal_payloads_get_equal_keys_and_non_strings_count_as_absent() -> None:
+    keys = _keys(
         [
             {"role": "user", "content": "x", "name": 3, "reasoning_content": None},
             {"role": "assistant", "content": "x", "tool_calls": []},
             {"content": "x", "tool_call_id": ["id"]},
-        ],
-        RELEASE,
+        ]
     )
-    assert len(set(keys)) == 1 and keys[0] is not None
+    assert len(set(keys)) == 1
+
+
+def test_a_lone_surrogate_gets_a_key_of_its_own() -> None:
+    assert len(set(_keys([{"content": "\ud800"}, {"content": "\udfff"}, {"content": "?"}]))) == 3
 
 
 def test_parallel_path_equals_single_path(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -204,7 +227,7 @@ def test_parallel_path_equals_single_path(monkeypatch: pytest.MonkeyPatch) -> No
     assert pools == [2]
     cache = TokenCache()
     assert count_tokens(messages, cache=cache, workers=2) == single
-    assert len(cache) == len(set(counting._message_keys(messages, RELEASE))) == 47
+    assert len(cache) == len(set(_keys(messages))) == 47
     assert count_tokens(messages, cache=cache, workers=1) == single
     assert single == [estimate_message_tokens(m) for m in messages]
 
@@ -315,17 +338,19 @@ def test_one_cache_never_serves_one_releases_count_for_another() -> None:
 
 def test_a_plain_message_is_tokenized_once_for_every_release(encoded: list[str]) -> None:
     """Releases sharing a counting rule share plain messages' counts: a grid over releases
-    tokenizes each once; special-token text and non-string content stay per release."""
+    tokenizes each once; payloads holding special-token text stay per release."""
     cache = TokenCache()
     plain = [{"role": "user", "content": "hello world"}, {"content": "x", "name": "read"}]
     for policy in RELEASES:
         assert count_tokens(plain, cache=cache, workers=1, policy=policy) == [6, 7]
     assert encoded == ["hello world", "x\nread"]
     assert len(cache) == 2
-    special = [{"content": "a <|endoftext|>"}, {"content": "a <", "name": "|b"}]  # "<|" in the key
+    special = [{"content": "a <|endoftext|>"}, {"content": "a <", "name": "|b"}]
     for policy in RELEASES:
         count_tokens(special, cache=cache, workers=1, policy=policy)
-    assert len(cache) == 2 + 2 * 3
+    # "<|" in the payload: a key per release; "a <\n|b" holds none, so is counted once
+    assert len(cache) == 2 + 3 + 1
+    assert encoded == ["hello world", "x\nread", "a <\n|b"]
 
 
 @pytest.mark.sampled
@@ -555,7 +580,8 @@ def test_counting_batches_cut_by_characters_and_count_as_count_tokens(
     # sizes with 64 each: 100, 100 | 164, 364 | 64 (close) | 320 | 100 | (close: nothing)
     assert sent == [2, 2, 1, 1, 1, 0]
     assert told == [2, 2, 1]
-    assert len(cache) == 5  # the first two messages are one payload; the odd one 0.3.5's
+    # the first two messages are one payload; the odd one's under 0.3.5 is the last one's, ""
+    assert len(cache) == 4
 
 
 @pytest.mark.parametrize("merged_keys", [0, 1 << 22])

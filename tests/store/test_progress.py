@@ -126,6 +126,7 @@ import sessionkit.store.corpus as corpus_module
 from sessionkit.tuning import TUNING
 TUNING.fork_bytes = int(sys.argv[3])
 TUNING.run_bytes = 1 << 30  # one run: read here, then counted by workers forked for it
+TUNING.spread_run_bytes = 1 << 30  # not read, built and counted by workers run by run
 sk.load(sys.argv[1], cache=Path(sys.argv[2]), progress=True)
 print("finished", flush=True)
 """

@@ -40,6 +40,7 @@ def test_a_load_in_runs_equals_one_in_a_single_run(
     shutil.copytree(sk.load().loaded_from[0] / "damaged", folder, dirs_exist_ok=True)
     monkeypatch.setattr(TUNING, "racy_ns", 0)  # index the files just copied
     monkeypatch.setattr(TUNING, "run_bytes", 1)
+    monkeypatch.setattr(TUNING, "spread_run_bytes", 1)
     cache = tmp_path / "cache"
     expected = sk.load(folder, cache=False, tokens=tokens, progress=False)
     apart: list[int] = []
@@ -103,6 +104,39 @@ def test_a_run_too_deep_to_send_back_is_built_by_the_load_itself(
     assert [[i for i, _ in run] for run in here] == [[1], [1]]  # the deep file, once per load
 
 
+@pytest.mark.parametrize(("tokens", "limit"), [("tiktoken", 300_000), (None, 1_000_000)])
+def test_a_cold_load_is_spread_in_runs_of_spread_run_bytes_with_exact_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tokens: str | None, limit: int
+) -> None:
+    """With an index, a load large enough to fork counting workers has forked workers read,
+    build and count its runs instead, cut at ``spread_run_bytes`` with exact counts (at
+    ``run_bytes`` without): no batch is sent to counting workers, and the frames equal an
+    uncached load's."""
+    folder = tmp_path / "sessions"
+    shutil.copytree(sk.load().loaded_from[0] / "sessions", folder)
+    expected = sk.load(folder, cache=False, tokens=tokens, progress=False)
+    monkeypatch.setattr(TUNING, "racy_ns", 0)
+    monkeypatch.setattr(TUNING, "fork_bytes", 0)
+    monkeypatch.setattr(TUNING, "spread_run_bytes", 300_000)
+    monkeypatch.setattr(TUNING, "run_bytes", 1_000_000)
+    apart: list[list[list[tuple[int, int]]]] = []
+    real = loading_module.built_apart
+
+    def spied(runs, *args):  # type: ignore[no-untyped-def]
+        apart.append(runs)
+        return real(runs, *args)
+
+    monkeypatch.setattr(loading_module, "built_apart", spied)
+    sent: list[int] = []
+    monkeypatch.setattr(CountingBatches, "_send", _spied(CountingBatches._send, sent))
+    ran = sk.load(folder, cache=tmp_path / "cache", tokens=tokens, progress=False)
+    [runs] = apart
+    assert len(runs) > 1 and sent == []
+    assert runs == cut_runs([item for run in runs for item in run], limit)
+    for name in ("messages", "sessions", "problems"):
+        pd.testing.assert_frame_equal(getattr(ran, name), getattr(expected, name))
+
+
 @pytest.mark.parametrize("cached", [True, False], ids=["cache", "no-cache"])
 def test_workers_forked_before_reading_count_as_one_batch_does(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cached: bool
@@ -119,6 +153,7 @@ def test_workers_forked_before_reading_count_as_one_batch_does(
     monkeypatch.setattr(TUNING, "racy_ns", 0)
     monkeypatch.setattr(TUNING, "fork_bytes", 0)
     monkeypatch.setattr(TUNING, "run_bytes", 500_000)
+    monkeypatch.setattr(TUNING, "spread_run_bytes", 1 << 30)  # one run: not spread
     monkeypatch.setattr(TUNING, "batch_chars", 20_000)
     started = []
     monkeypatch.setattr(CountingBatches, "_send", _spied(CountingBatches._send, started))
