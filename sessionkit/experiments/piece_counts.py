@@ -1,6 +1,7 @@
 """Token counts of many overlapping request texts, exact and fast: each text is cut where
-cl100k_base's pre-tokenizer surely cuts it, and each piece is counted once per plan, since an
-experiment's requests repeat the same history again and again."""
+cl100k_base's pre-tokenizer surely cuts it, and each piece is counted once per plan (by the
+fastest exact counter installed), since an experiment's requests repeat the same history
+again and again."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import re
 from collections.abc import Callable
 
 from sessionkit.calls.assembly import count_text
+from sessionkit.nanobot.tokens import has_marker
+from sessionkit.store.counting import text_tokens
 
 __all__ = ["piece_counter"]
 
@@ -28,7 +31,10 @@ class _Pieces(dict[str, int]):
         self.lead = lead
 
     def __missing__(self, piece: str) -> int:
-        counted = count_text(self.lead + piece)
+        text = self.lead + piece
+        # Text without "<|" holds no special token: the fastest exact counter counts it;
+        # text with it goes to count_text, which raises on special-token text as tiktoken does.
+        counted = count_text(text) if has_marker(text) else text_tokens([text])[0]
         self[piece] = counted
         return counted
 

@@ -19,6 +19,25 @@ def test_the_count_of_any_text_is_count_texts(text: str) -> None:
     assert piece_counter()(text) == count_text(text)
 
 
+_MARKED = st.sampled_from(["a", "\n", "<", "|", "<|", "<|endoftext|>", "\ud800", "é", " "])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_MARKED, max_size=30).map("".join))
+def test_special_token_text_raises_and_lone_surrogates_count_as_count_texts(text: str) -> None:
+    """Pieces holding "<|" go to count_text (special-token text raises, as tiktoken does);
+    the rest to the fastest exact counter, which repairs a lone surrogate as tiktoken does."""
+    try:
+        expected: int | type = count_text(text)
+    except ValueError:
+        expected = ValueError
+    try:
+        found: int | type = piece_counter()(text)
+    except ValueError:
+        found = ValueError
+    assert found == expected
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
