@@ -334,7 +334,7 @@ def _payload_keys(payloads: Sequence[str], release: ReplayPolicy) -> list[int]:
     hashing the payload a count needs anyway costs about a fifth of digesting each message's
     fields, and every payload has a key, whatever its fields hold.
     """
-    raw = list(map(str.encode, payloads, repeat("utf-8"), repeat("surrogatepass")))
+    raw = map(str.encode, payloads, repeat("utf-8"), repeat("surrogatepass"))  # one at a time
     marked = list(map(has_marker, payloads))
     plain = _seed(f"*{release.plain_count}")
     if not any(marked):
