@@ -1,11 +1,11 @@
-"""An endpoint's answer (or why there is none), read from a chat-completions response, and
-where answers are kept between runs: files in the private cache, keyed by a digest of the
+"""An endpoint's answer (or why there is none), read from a chat-completions or Messages API
+response, and where answers are kept between runs: files in the private cache, keyed by a digest of the
 exact request, under sessionkit's persistence switch."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,8 @@ __all__ = [
     "Failure",
     "answer_key",
     "read_answer",
+    "read_messages_answer",
+    "reader",
     "usage_counts",
 ]
 
@@ -35,7 +37,8 @@ ANSWERS_FOLDER = "answers-1"
 @dataclass(frozen=True)
 class Answer:
     """One answer: text, tool calls (``{"name", "arguments"}``), finish reason, the usage
-    reported (None: not reported), the model that answered and the seconds it took."""
+    reported (None: not reported; ``prompt_tokens`` counts the cached and cache-written ones),
+    the model that answered and the seconds it took."""
 
     text: str | None
     tool_calls: list[dict[str, str]]
@@ -45,6 +48,7 @@ class Answer:
     completion_tokens: int | None
     model: str | None
     latency_s: float
+    cache_write_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,7 @@ def usage_counts(result: Answer | Failure | None) -> list[int]:
     return [
         -1 if prompt is None else prompt,
         result.cached_tokens or 0,
-        0,
+        result.cache_write_tokens or 0,
         -1 if completion is None else completion,
     ]
 
@@ -111,6 +115,50 @@ def read_answer(data: Any, latency_s: float) -> Answer | Failure:
         model=model if isinstance(model, str) else None,
         latency_s=latency_s,
     )
+
+
+_STOPS = {"tool_use": "tool_calls", "end_turn": "stop", "max_tokens": "length"}
+"""Messages API stop reasons under the names 0.3.5's Anthropic provider gives them (any other
+kept as it is)."""
+
+
+def read_messages_answer(data: Any, latency_s: float) -> Answer | Failure:
+    """The answer in a parsed Messages API response: its text blocks joined, its
+    ``tool_use`` blocks as tool calls (the input as JSON), the stop reason as 0.3.5 names
+    it, and the usage (input counting cache reads and writes, as 0.3.5 counts it)."""
+    content = data.get("content") if isinstance(data, Mapping) else None
+    if not isinstance(content, list):
+        return Failure("the answer holds no content list", billed=True)
+    texts, calls = [], []
+    for block in content:
+        kind = block.get("type") if isinstance(block, Mapping) else None
+        if kind == "text":
+            texts.append(str(block.get("text", "")))
+        elif kind == "tool_use":
+            arguments = json.dumps(block.get("input"), ensure_ascii=False)
+            calls.append({"name": str(block.get("name")), "arguments": arguments})
+    usage = data.get("usage")
+    usage = usage if isinstance(usage, Mapping) else {}
+    fresh, output = _int(usage.get("input_tokens")), _int(usage.get("output_tokens"))
+    read = _int(usage.get("cache_read_input_tokens"))
+    written = _int(usage.get("cache_creation_input_tokens"))
+    stop, model = data.get("stop_reason"), data.get("model")
+    return Answer(
+        text="".join(texts) or None,
+        tool_calls=calls,
+        finish_reason=_STOPS.get(stop, stop) if isinstance(stop, str) and stop else "stop",
+        prompt_tokens=None if fresh is None else fresh + (read or 0) + (written or 0),
+        cached_tokens=read,
+        completion_tokens=output,
+        model=model if isinstance(model, str) else None,
+        latency_s=latency_s,
+        cache_write_tokens=written,
+    )
+
+
+def reader(wire: str) -> Callable[[Any, float], Answer | Failure]:
+    """How answers of a wire form (:data:`~sessionkit.experiments.endpoint.WIRES`) are read."""
+    return read_messages_answer if wire == "anthropic" else read_answer
 
 
 def answer_key(url: str, body: Mapping[str, Any], sample: int) -> str:

@@ -10,7 +10,7 @@ from email.utils import parsedate_to_datetime
 
 import httpx
 
-from sessionkit.experiments.answers import Answer, Failure, read_answer
+from sessionkit.experiments.answers import Answer, Failure, reader
 from sessionkit.tuning import TUNING
 
 __all__ = ["ask"]
@@ -41,10 +41,11 @@ def _shown(text: str, key: str | None) -> str:
 
 
 def ask(
-    client: httpx.Client, url: str, headers: dict[str, str], payload: bytes
+    client: httpx.Client, url: str, headers: dict[str, str], payload: bytes, wire: str = "openai"
 ) -> Answer | Failure:
-    """POST ``payload`` to ``url`` and read the answer (see the module docstring)."""
-    key = headers.get("Authorization", "").removeprefix("Bearer ") or None
+    """POST ``payload`` to ``url`` and read the answer in its ``wire`` form (see the module
+    docstring)."""
+    key = headers.get("x-api-key") or headers.get("Authorization", "").removeprefix("Bearer ")
     attempts = TUNING.experiment_retries + 1
     attempt = 0
     while True:
@@ -77,4 +78,4 @@ def ask(
             data = json.loads(response.content)
         except ValueError:
             return Failure(f"the answer is not JSON: {_shown(response.text, key)!r}", billed=True)
-        return read_answer(data, latency)
+        return reader(wire)(data, latency)

@@ -1,6 +1,7 @@
 """The HTTP body of each experiment call: the exact request sessionkit rebuilds for a row of a
 requests frame (its release and setting), the model and parameters asked, and an edit of
-its current message."""
+its current message; in the OpenAI-compatible form, or as 0.3.5's Anthropic provider sends
+it (:mod:`sessionkit.nanobot.anthropic_wire_035`)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from typing import Any
 import pandas as pd
 
 from sessionkit.experiments.rebuild import Rebuilt
+from sessionkit.nanobot.anthropic_wire_035 import messages_body
 from sessionkit.nanobot.policies import get_policy
 
-__all__ = ["IDENTITY", "Edit", "body_of", "calls_checked", "edited"]
+__all__ = ["IDENTITY", "Edit", "anthropic_body_of", "body_of", "calls_checked", "edited"]
 
 Message = dict[str, Any]
 Edit = str | Callable[[list[Message]], list[Message]] | None
@@ -51,17 +53,52 @@ def edited(messages: list[Message], edit: Edit) -> list[Message]:
     return copied
 
 
-def body_of(
+_ANTHROPIC_RELEASE = "nanobot-0.3.5"
+"""The release whose Anthropic provider's body sessionkit builds."""
+_AGENT_PARAMS = ("max_tokens", "temperature", "reasoning_effort", "tool_choice")
+"""The parameters 0.3.5's Anthropic provider turns into its body itself."""
+
+
+def anthropic_body_of(
     request: Rebuilt,
     model: str,
     params: Mapping[str, Any],
     edit: Edit,
     count: Callable[[str], int],
 ) -> tuple[dict[str, Any], int]:
+    """The Messages API body 0.3.5's Anthropic provider sends for the loop's messages
+    (edited) with ``model`` and the agent's ``max_tokens``, ``temperature``,
+    ``reasoning_effort`` and ``tool_choice`` (any other parameter added to the body as it
+    is), and the release's estimate of the loop's messages and tools; raises ValueError
+    where the body is not known (another release, a random tool id)."""
+    if request.release != _ANTHROPIC_RELEASE:
+        raise ValueError(
+            f"Anthropic's Messages API body is known for {_ANTHROPIC_RELEASE} only, "
+            f"not {request.release}"
+        )
+    loop = edited(request.loop, edit)
+    given = {k: params[k] for k in _AGENT_PARAMS if k in params}
+    body = messages_body(loop, request.tools, model, **given)
+    body.update({k: v for k, v in params.items() if k not in _AGENT_PARAMS})
+    estimate = get_policy(request.release).estimate_request(loop, request.tools, count)
+    return body, estimate
+
+
+def body_of(
+    request: Rebuilt,
+    model: str,
+    params: Mapping[str, Any],
+    edit: Edit,
+    count: Callable[[str], int],
+    wire: str = "openai",
+) -> tuple[dict[str, Any], int]:
     """The body sent (keys in the order nanobot's OpenAI-compatible provider writes them:
-    model, messages, parameters, tools, tool_choice) and the release's token estimate of its
-    messages and tools (``count``: a cl100k_base count, such as
+    model, messages, parameters, tools, tool_choice; ``wire="anthropic"``:
+    :func:`anthropic_body_of`'s) and the release's token estimate of its messages and tools
+    (``count``: a cl100k_base count, such as
     :func:`~sessionkit.experiments.piece_counts.piece_counter`'s)."""
+    if wire == "anthropic":
+        return anthropic_body_of(request, model, params, edit, count)
     messages = edited(request.messages, edit)
     body: dict[str, Any] = {"model": model, "messages": messages, **params}
     if request.tools:

@@ -30,6 +30,7 @@ from sessionkit.experiments.judging import (
 from sessionkit.experiments.plan import Planned, Planner, priced, worst_costs
 from sessionkit.experiments.pool import Job, Sent, send_all
 from sessionkit.experiments.results import OUTCOMES, Judge, Scorer, results_frame
+from sessionkit.nanobot.anthropic_wire_035 import model_name
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.workspace import config_file
 from sessionkit.schema import PROBLEMS, REQUEST_SETTINGS, Reported, frame
@@ -73,7 +74,8 @@ def _config(
 def _variants(
     models: str | Sequence[str] | None, edits: Mapping[str, Edit] | None, chosen: Target
 ) -> tuple[list[str], list[tuple[str | None, Edit]]]:
-    """The models asked and the edits (name and edit; unnamed: as stored)."""
+    """The models asked (as the body names them: Anthropic's API without an ``anthropic/``
+    prefix) and the edits (name and edit; unnamed: as stored)."""
     if models is None:
         if chosen.model is None:
             raise ValueError("the nanobot config names no model: pass models=['<model>']")
@@ -81,6 +83,8 @@ def _variants(
     named = [models] if isinstance(models, str) else list(models)
     if not named or not all(isinstance(m, str) and m for m in named):
         raise ValueError(f"models must be a model name or a list of them, not {models!r}")
+    if chosen.wire == "anthropic":
+        named = list(dict.fromkeys(model_name(m) for m in named))
     if edits is None:
         return named, [(None, None)]
     if not isinstance(edits, Mapping) or not edits:
@@ -102,7 +106,7 @@ def _send(
     headers = chosen.headers()
 
     def send(job: Job) -> Answer | Failure:
-        result = ask(client, chosen.url, headers, planned[job.at].payload)
+        result = ask(client, chosen.url, headers, planned[job.at].payload, chosen.wire)
         if isinstance(result, Answer):
             store.put(planned[job.at].digest, result)
         return result
@@ -203,8 +207,8 @@ def experiment(
     cache: bool | None = None,
     progress: bool | None = None,
 ) -> Reported:
-    """Ask an OpenAI-compatible endpoint each selected call's exact request again and compare
-    its answers with what the session did (the columns of :data:`sessionkit.schema.EXPERIMENTS`).
+    """Ask an endpoint each selected call's exact request again and compare its answers with
+    what the session did (the columns of :data:`sessionkit.schema.EXPERIMENTS`).
 
     Parameters
     ----------
@@ -221,8 +225,13 @@ def experiment(
         An OpenAI-compatible base URL (``.../v1``), its key and request parameters
         (``temperature``, ``max_tokens``, ...); by default what the provider entry of the
         nanobot config (``config_dir``, else the workspace's) names, the key from the config
-        (``${VAR}`` read from the environment) or the provider's variable.  The key goes in
-        the ``Authorization`` header only: never in the frame, a file or an error.
+        (``${VAR}`` read from the environment) or the provider's variable.  A config whose
+        provider speaks Anthropic's own API (``anthropic``, ``kimi_coding``,
+        ``minimax_anthropic``, as 0.3.5 chooses it) is asked there, at ``<base>/v1/messages``,
+        with the Messages API body 0.3.5's provider builds (0.3.5 rows only; ``params``:
+        the agent's ``max_tokens``, ``temperature``, ``reasoning_effort``, ``tool_choice``,
+        any other added to the body).  The key goes in the ``Authorization`` (or
+        ``x-api-key``) header only: never in the frame, a file or an error.
     budget_calls, budget_usd
         Nothing is sent without one: at most this many calls sent (retries, stored answers
         and calls the endpoint refused cost nothing, a model judge's calls count; 0: stored answers only), at most this
@@ -258,6 +267,8 @@ def experiment(
     sessions = {k: resolve_session(source, k, key_name="session_key") for k in keys}
     config = _config(list(sessions.values()), workspace, config_dir) if sessions else None
     chosen = target(config, endpoint, api_key, params)
+    if model is not None:
+        judge_target(model, chosen)  # a judge that cannot be asked is refused before any call
     models_asked, variants = _variants(models, edits, chosen)
     rebuild = {
         "workspace": workspace,
@@ -266,7 +277,7 @@ def experiment(
         "runtime": runtime,
     }
     planner = Planner(rows, sessions, chosen, models_asked, variants, samples, rebuild, cache)
-    planned = planner.plan()
+    planned = planner.plan(bodies=not dry_run)
     worst, problems = worst_costs(planned, chosen.provider)
     store = AnswerStore(cache)
     results: dict[int, Answer | Failure] = {}

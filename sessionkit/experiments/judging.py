@@ -78,8 +78,15 @@ def score_of(text: str | None) -> float:
 
 def judge_target(judge: ModelJudge, chosen: Target) -> Target:
     """Where the judge is asked: its own endpoint and key, else the experiment's (its
-    provider's prices), with the judge's model and parameters."""
+    provider's prices), with the judge's model and parameters; a judge is asked in the
+    OpenAI-compatible form, so one without an endpoint of its own is refused where the
+    experiment's target speaks Anthropic's API."""
     if judge.endpoint is None:
+        if chosen.wire != "openai":
+            raise ValueError(
+                "a model judge is asked at an OpenAI-compatible endpoint, and the experiment's "
+                "speaks Anthropic's own API: give the judge its endpoint="
+            )
         return dataclasses.replace(chosen, model=judge.model, params=dict(judge.params))
     return target(None, judge.endpoint, judge.api_key, judge.params)
 

@@ -24,11 +24,13 @@ Message = dict[str, Any]
 
 
 class Rebuilt(NamedTuple):
-    """One request as sent: its release, the body's messages and its tools."""
+    """One request as sent: its release, the body's messages and its tools, and the list the
+    agent loop handed its provider (what another provider's wire form is built from)."""
 
     release: str
     messages: list[Message]
     tools: list[Message]
+    loop: list[Message]
 
 
 class Rebuilder:
@@ -78,7 +80,7 @@ class Rebuilder:
             built = request(
                 session, turn=turn, step=step, policy=policy, settings=settings, **self.rebuild
             )
-            return Rebuilt(built.release, built.messages, built.tools)
+            return Rebuilt(built.release, built.messages, built.tools, built.loop_messages)
         chosen = get_policy(policy)
         at = (key, policy, turn, settings)
         if at not in self.turns:
@@ -102,4 +104,4 @@ class Rebuilder:
             self.count,
         )
         tools = [dict(t) for t in kit.tools]
-        return Rebuilt(chosen.name, chosen.wire_messages(kit, loop), tools)
+        return Rebuilt(chosen.name, chosen.wire_messages(kit, loop), tools, loop)

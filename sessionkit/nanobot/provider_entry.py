@@ -26,8 +26,12 @@ _REGISTRY = {
     "minimax": ("MINIMAX_API_KEY", "https://api.minimax.io/v1"),
     "siliconflow": ("OPENAI_API_KEY", "https://api.siliconflow.cn/v1"),
     "huggingface": ("HF_TOKEN", "https://router.huggingface.co/v1"),
+    "anthropic": ("ANTHROPIC_API_KEY", "https://api.anthropic.com"),
+    "kimi_coding": ("KIMI_CODING_API_KEY", "https://api.kimi.com/coding/v1"),
+    "minimax_anthropic": ("MINIMAX_API_KEY", "https://api.minimax.io/anthropic"),
 }
-"""0.3.5's registry: each OpenAI-compatible provider's key variable and default base URL."""
+"""0.3.5's registry: each provider's key variable and default base URL (Anthropic's own: the
+one its SDK takes when nanobot names none)."""
 _DEFAULT_MAX_TOKENS = 8192
 _DEFAULT_TEMPERATURE = 0.1
 """0.3.5's ``AgentDefaults``."""
@@ -41,7 +45,9 @@ _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 class ProviderEntry:
     """The provider a config runs its default model with: name, wire family, base URL (None:
     neither the entry nor the registry names one), key (never in the repr) and where it
-    came from, and the request parameters in the order nanobot sends them."""
+    came from, the request parameters in the order nanobot's OpenAI-compatible provider sends
+    them, and the parameters its agent hands every provider (which Anthropic's own turns into
+    its body, :mod:`~sessionkit.nanobot.anthropic_wire_035`)."""
 
     name: str | None
     family: str
@@ -50,6 +56,7 @@ class ProviderEntry:
     key: str | None = field(repr=False)
     key_source: str
     params: dict[str, Any]
+    agent_params: dict[str, Any] = field(default_factory=dict)
 
 
 def _get(entry: Mapping[str, Any], camel: str, snake: str) -> Any:
@@ -65,6 +72,16 @@ def _expanded(value: Any) -> str | None:
     if any(name not in os.environ for name in names):
         return None
     return _ENV_REF.sub(lambda m: os.environ[m.group(1)], value)
+
+
+def _agent_params(defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """``temperature``, ``max_tokens`` and ``reasoning_effort`` (when set) as the agent hands
+    them to its provider."""
+    effort = _get(defaults, "reasoningEffort", "reasoning_effort")
+    temperature = defaults.get("temperature", _DEFAULT_TEMPERATURE)
+    max_tokens = _get(defaults, "maxTokens", "max_tokens") or _DEFAULT_MAX_TOKENS
+    given = {"temperature": temperature, "max_tokens": int(max_tokens)}
+    return given | ({"reasoning_effort": effort} if isinstance(effort, str) else {})
 
 
 def _params(defaults: Mapping[str, Any], model: str | None) -> dict[str, Any]:
@@ -109,4 +126,5 @@ def provider_entry(config: Mapping[str, Any]) -> ProviderEntry:
         key=key,
         key_source=source if key is not None else "none",
         params=_params(defaults, model),
+        agent_params=_agent_params(defaults),
     )

@@ -5,7 +5,8 @@ so that each stub holds only its rules for answering.
 A :class:`LocalServer` listens on a free port of 127.0.0.1 in a daemon thread while a ``with``
 block runs; ``url`` is its base URL (``http://127.0.0.1:<port>/v1``).  ``POST
 .../chat/completions`` is answered by :meth:`LocalServer.chat` (the raw body and the request
-headers in, a :class:`Response` out); ``GET .../models`` by :meth:`LocalServer.models` when a
+headers in, a :class:`Response` out), ``POST .../v1/messages`` (Anthropic's Messages API) by
+:meth:`LocalServer.messages` likewise; ``GET .../models`` by :meth:`LocalServer.models` when a
 subclass lists models (else every GET is 501, as for any method a handler does not have); any
 other path gets the server's ``not_found``.
 
@@ -103,6 +104,11 @@ class LocalServer:
         request's own thread (a delay here delays only this answer)."""
         raise NotImplementedError
 
+    def messages(self, raw: bytes, headers: Message) -> Response:
+        """The answer to a ``POST .../v1/messages`` with body ``raw`` (by default, none: the
+        server's ``not_found``)."""
+        return self.not_found
+
     def models(self) -> Response | None:
         """The answer to ``GET .../models``, or None when this server answers no GET."""
         return None
@@ -142,8 +148,11 @@ def _handler(server: LocalServer) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            if self.path.rstrip("/").endswith("/chat/completions"):
+            path = self.path.rstrip("/")
+            if path.endswith("/chat/completions"):
                 self._send(server.chat(raw, self.headers))
+            elif path.endswith("/v1/messages"):
+                self._send(server.messages(raw, self.headers))
             else:
                 self._send(server.not_found)
 

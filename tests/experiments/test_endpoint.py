@@ -70,8 +70,8 @@ def test_what_cannot_be_sent_to_is_refused_naming_what_to_pass(tmp_path: Path) -
             "providers": {"anthropic": {"apiKey": SECRET}},
         },
     )
-    with pytest.raises(ValueError, match=r"speaks Anthropic's own API"):
-        target(anthropic, None, None, None)
+    native = target(anthropic, None, None, None)
+    assert (native.url, native.wire) == ("https://api.anthropic.com/v1/messages", "anthropic")
     with pytest.raises(ValueError, match=r"endpoint must be an http\(s\) base URL"):
         target(None, "127.0.0.1:8000", None, None)
     nothing = target(None, "http://localhost:1/v1", None, None)

@@ -1,5 +1,5 @@
 """The stub servers' base: it serves on 127.0.0.1 while the block runs, routes chat
-completions and model listings to the subclass, answers other paths with its ``not_found``
+completions, Messages API requests and model listings to the subclass, answers other paths with its ``not_found``
 and GET with 501 when the subclass lists no models, sends JSON and server-sent events with
 their exact bytes and headers, and stops serving on exit."""
 
@@ -49,6 +49,27 @@ def test_it_routes_chat_completions_and_answers_other_paths_not_found() -> None:
     assert chat.headers["content-type"] == "application/json"
     assert (other.status_code, other.content) == (404, b'{"error": {"message": "not found"}}')
     assert listing.status_code == 501  # no models(): GET is not a method it has
+
+
+class Messages(Echo):
+    """An echo that also answers Anthropic's Messages API, with the body and its key."""
+
+    def messages(self, raw: bytes, headers: Message) -> Response:
+        return json_response({"messages": json.loads(raw), "key": headers.get("x-api-key")})
+
+
+def test_it_routes_the_messages_api_to_a_subclass_that_answers_it() -> None:
+    with Echo() as plain, Messages() as server:
+        unanswered = httpx.post(f"{plain.url}/messages", json={})
+        base = server.url.removesuffix("/v1")
+        answered = httpx.post(f"{base}/v1/messages/", json={"a": 1}, headers={"x-api-key": "k"})
+        chat = httpx.post(f"{server.url}/chat/completions", json={"b": 2})
+    assert (unanswered.status_code, unanswered.content) == (
+        404,
+        b'{"error": {"message": "not found"}}',
+    )
+    assert (answered.status_code, answered.json()) == (200, {"messages": {"a": 1}, "key": "k"})
+    assert chat.json() == {"body": {"b": 2}, "auth": None}
 
 
 def test_a_subclass_lists_models_and_sets_its_not_found_and_headers() -> None:
