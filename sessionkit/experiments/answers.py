@@ -1,6 +1,6 @@
 """An endpoint's answer (or why there is none), read from a chat-completions or Messages API
-response, and where answers are kept between runs: files in the private cache, keyed by a digest of the
-exact request, under sessionkit's persistence switch."""
+response, and where answers are kept between runs: files in the private cache, keyed by a
+digest of the exact request, under sessionkit's persistence switch."""
 
 from __future__ import annotations
 
