@@ -9,7 +9,9 @@ nowhere."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ import pytest
 from genai_prices import Usage as PriceUsage
 from genai_prices import calc_price
 from support.releases import release
-from support.stub_messages import MessagesServer
+from support.stub_messages import MessagesServer, message_object
 from support.stub_openai import Reply, ToolCall, Usage
 from support.stub_rules import Misbehave
 
@@ -173,6 +175,73 @@ def test_errors_are_rows_and_retries_behave_as_for_openai(
     ]
     assert len(list((tmp_path / "cache" / "answers-1").iterdir())) == 1
     assert [API_KEY in text for text in written] == [False] * len(written)
+
+
+_RELEASE_CHAT = """
+import asyncio, dataclasses, json, sys
+from nanobot.providers.anthropic_provider import AnthropicProvider
+case = json.load(sys.stdin)
+provider = AnthropicProvider(api_key=case["key"], api_base=case["base"])
+got = asyncio.run(provider.chat(**case["chat"]))
+calls = [{"name": c.name, "arguments": c.arguments} for c in got.tool_calls]
+usage = dataclasses.asdict(got.usage) if got.usage else None
+print(json.dumps([got.content, got.finish_reason, calls, usage]))
+"""
+
+
+@pytest.mark.conformance
+def test_the_releases_own_provider_sends_and_reads_the_same(
+    corpus: sk.Corpus, calls: pd.DataFrame, stub: MessagesServer, rebuild: dict[str, Any]
+) -> None:
+    """0.3.5's AnthropicProvider, its SDK posting to the stub from the base a config names,
+    sends the body sessionkit builds, to the same path with the same headers, and reads the
+    answer as sessionkit reads it."""
+    row = next(calls.iloc[:1].itertuples())
+    request = sk.request(corpus, row.session_key, turn=int(row.turn), step=int(row.step), **rebuild)
+    chat = {
+        "messages": request.loop_messages,
+        "tools": request.tools,
+        "model": MODEL,
+        "max_tokens": 300,
+        "temperature": 0.4,
+        "reasoning_effort": "low",
+    }
+    case = {"key": API_KEY, "base": stub.url + "/", "chat": chat}
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    done = subprocess.run(
+        [str(release("0.3.5").python), "-I", "-c", _RELEASE_CHAT],
+        input=json.dumps(case),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=True,
+    )
+    text, finish, tool_calls, usage = json.loads(done.stdout.splitlines()[-1])
+    built = messages_body(
+        request.loop_messages,
+        request.tools,
+        MODEL,
+        max_tokens=300,
+        temperature=0.4,
+        reasoning_effort="low",
+    )
+    assert [r.body for r in stub.received] == [built]
+    assert [(r.authorization, v) for r, v in zip(stub.received, stub.versions, strict=True)] == [
+        (API_KEY, "2023-06-01")
+    ]
+    reply = answer(built)
+    read = read_messages_answer(message_object(0, "stub-model", reply), 0.0)
+    assert (read.text, read.finish_reason) == (text, finish) == ("reading", "tool_calls")
+    assert read.tool_calls == [
+        {"name": c["name"], "arguments": json.dumps(c["arguments"])} for c in tool_calls
+    ]
+    assert (read.prompt_tokens, read.cached_tokens, read.cache_write_tokens) == (
+        usage["input_tokens"],
+        usage["cache_read_tokens"],
+        usage["cache_write_tokens"],
+    )
+    assert read.completion_tokens == usage["output_tokens"]
 
 
 def test_an_anthropic_config_is_asked_at_its_messages_url(tmp_path: Path) -> None:
