@@ -277,7 +277,7 @@ def experiment(
         "runtime": runtime,
     }
     planner = Planner(rows, sessions, chosen, models_asked, variants, samples, rebuild, cache)
-    planned = planner.plan()
+    planned = planner.plan(bodies=not dry_run)
     worst, problems = worst_costs(planned, chosen.provider)
     store = AnswerStore(cache)
     results: dict[int, Answer | Failure] = {}

@@ -4,9 +4,11 @@ body, the digest its answer is kept under, and its worst-case price."""
 from __future__ import annotations
 
 import math
+import os
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import as_completed
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import numpy as np
@@ -23,6 +25,7 @@ from sessionkit.experiments.plan_store import Entry, PlanStore, entry_key
 from sessionkit.experiments.rebuild import Rebuilder
 from sessionkit.nanobot.session import Session
 from sessionkit.store import memo
+from sessionkit.store.forked import SHARED, can_fork, forked_pool
 from sessionkit.tuning import TUNING
 
 __all__ = ["Planned", "Planner", "priced", "worst_costs"]
@@ -153,28 +156,51 @@ class Planner:
                 ]
         return planned
 
-    def plan(self) -> list[Planned]:
-        """Every call, in order; what was rebuilt is kept for the next run."""
-        planned: list[Planned] = []
+    def plan(self, *, bodies: bool = True) -> list[Planned]:
+        """Every call, in order; what was rebuilt is kept for the next run (``bodies``: the
+        bodies of the calls rebuilt too; a dry run needs none)."""
+        found: dict[int, list[Planned]] = {}
+        todo: list[tuple[int, str | None, list[str]]] = []
         for call, row in enumerate(self.records):
-            key, policy = str(row["session_key"]), str(row["policy"])
-            name = self._file(key, policy)
-            if name is None:
-                planned += self._row(call, row)
-                continue
-            settings = row_settings(row)
-            keys = [
-                entry_key(int(row["turn"]), int(row["step"]), settings, model, cast(str, edit))
-                for model in self.models
-                for _, edit in self.variants
-            ]
-            found = self._kept_row(call, self.kept.entries(name), keys)
-            if not found:
-                found = self._row(call, row)
-                self._keep(name, keys, found)
-            planned += found
+            name = self._file(str(row["session_key"]), str(row["policy"]))
+            keys = []
+            if name is not None:
+                settings = row_settings(row)
+                keys = [
+                    entry_key(int(row["turn"]), int(row["step"]), settings, m, cast(str, e))
+                    for m in self.models
+                    for _, e in self.variants
+                ]
+                found[call] = self._kept_row(call, self.kept.entries(name), keys)
+            if not found.get(call):
+                todo.append((call, name, keys))
+        found.update(self._rebuilt([call for call, _, _ in todo], bodies))
+        for call, name, keys in todo:
+            if name is not None:
+                self._keep(name, keys, found[call])
         self.kept.flush()
-        return planned
+        return [item for call in range(len(self.records)) for item in found[call]]
+
+    def rebuilt_rows(self, calls: Sequence[int], bodies: bool) -> list[tuple[int, list[Planned]]]:
+        """The calls of rows ``calls``, rebuilt here (without their bodies unless ``bodies``)."""
+        return [
+            (call, [p if bodies else replace(p, payload=b"") for p in self._row(call, row)])
+            for call, row in ((call, self.records[call]) for call in calls)
+        ]
+
+    def _rebuilt(self, calls: list[int], bodies: bool) -> Iterator[tuple[int, list[Planned]]]:
+        """The calls of rows ``calls``, rebuilt: in forked workers from
+        :data:`TUNING`'s ``parallel_plan_rows`` rows, each task a run of rows in frame order
+        (so mostly of one session, whose history pieces its worker counts once)."""
+        workers = os.cpu_count() or 1
+        if len(calls) < TUNING.parallel_plan_rows or workers < 2 or not can_fork():
+            yield from self.rebuilt_rows(calls, bodies)
+            return
+        runs = [run.tolist() for run in np.array_split(calls, 4 * workers) if len(run)]
+        with forked_pool(workers, large_results=bodies, planner=self) as pool:
+            tasks = [pool.submit(_rebuild_run, run, bodies) for run in runs]
+            for task in as_completed(tasks):
+                yield from task.result()
 
     def _keep(self, name: str, keys: list[str], planned: list[Planned]) -> None:
         """Keep a rebuilt row's calls: one entry per model and edit, its samples' digests."""
@@ -199,6 +225,12 @@ class Planner:
                 if (p.model, p.edit, p.sample) == (item.model, item.edit, item.sample)
             )
         return out
+
+
+def _rebuild_run(calls: list[int], bodies: bool) -> list[tuple[int, list[Planned]]]:
+    """In a forked worker: the rows ``calls`` of the planner that forked it, rebuilt."""
+    planner: Planner = SHARED["planner"]
+    return planner.rebuilt_rows(calls, bodies)
 
 
 def _is_entry(entry: Any) -> bool:
