@@ -40,3 +40,40 @@ def test_parameters_follow_the_agent_defaults() -> None:
         "temperature": 1.0,
         "max_tokens": 100,
     }
+
+
+def test_the_agent_hands_every_provider_its_three_parameters(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What a native Anthropic provider turns into its body itself: temperature, max_tokens
+    and any reasoning effort as set, whatever the model."""
+
+    def agent(defaults: dict[str, object]) -> dict[str, object]:
+        return provider_entry({"agents": {"defaults": defaults}}).agent_params
+
+    assert agent({}) == {"temperature": 0.1, "max_tokens": 8192}
+    assert agent({"model": "o3", "reasoningEffort": "none", "maxTokens": 100}) == {
+        "temperature": 0.1,
+        "max_tokens": 100,
+        "reasoning_effort": "none",
+    }
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "from-registry")
+    native = provider_entry(
+        {
+            "agents": {
+                "defaults": {
+                    "model": "claude-opus-4-7",
+                    "temperature": 0.5,
+                    "provider": "anthropic",
+                }
+            },
+            "providers": {"anthropic": {}},
+        }
+    )
+    assert (native.name, native.family, native.api_base) == (
+        "anthropic",
+        "anthropic",
+        "https://api.anthropic.com",
+    )
+    assert (native.key, native.key_source) == ("from-registry", "$ANTHROPIC_API_KEY")
+    assert native.agent_params == {"temperature": 0.5, "max_tokens": 8192}
