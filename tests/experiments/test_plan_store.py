@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import json
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from support.stub_openai import Reply, Usage
-from support.stub_rules import Received, RuleServer, stub_workspace
+from support.stub_rules import Received, RuleServer
 
 import sessionkit as sk
 from sessionkit.calls.frame import row_settings
@@ -21,24 +19,12 @@ from sessionkit.experiments.plan_store import PLANS_FORMAT, PlanStore, entry_key
 
 KEY = "cli:direct"
 MODEL = "gpt-4o-mini"
-USAGE = Usage(prompt_tokens=100, completion_tokens=5, cached_tokens=0)
+"""The model the config of ``ok_corpus`` names (``conftest.OK_MODEL``)."""
 
 
 @pytest.fixture(scope="module")
-def stub() -> Iterator[RuleServer]:
-    with RuleServer(lambda body, seen: Reply(USAGE, text="ok")) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory: pytest.TempPathFactory, data_dir: Path, stub: RuleServer) -> sk.Corpus:
-    root = tmp_path_factory.mktemp("plans")
-    return sk.load(stub_workspace(root, data_dir, stub.url, model=MODEL, api_key="sk-x"))
-
-
-@pytest.fixture(scope="module")
-def rows(corpus: sk.Corpus) -> pd.DataFrame:
-    calls = sk.requests(corpus, KEY, grid={"max_messages": [4, 0]})
+def rows(ok_corpus: sk.Corpus) -> pd.DataFrame:
+    calls = sk.requests(ok_corpus, KEY, grid={"max_messages": [4, 0]})
     return calls[calls["turn"] < 3]
 
 
@@ -54,10 +40,10 @@ def _folder(cache: Path) -> Path:
 
 
 def test_a_second_plan_is_read_from_the_cache_and_equals_a_fresh_one(
-    corpus: sk.Corpus, rows: pd.DataFrame, cache: Path
+    ok_corpus: sk.Corpus, rows: pd.DataFrame, cache: Path
 ) -> None:
-    fresh = sk.experiment(rows, corpus, dry_run=True, cache=False)
-    first = sk.experiment(rows, corpus, dry_run=True)
+    fresh = sk.experiment(rows, ok_corpus, dry_run=True, cache=False)
+    first = sk.experiment(rows, ok_corpus, dry_run=True)
     folder = _folder(cache)
     files = sorted(folder.iterdir())
     assert len(files) == 1  # one session, one release, one endpoint
@@ -65,7 +51,7 @@ def test_a_second_plan_is_read_from_the_cache_and_equals_a_fresh_one(
     assert stat.S_IMODE(files[0].stat().st_mode) == 0o600
     kept = json.loads(files[0].read_text())
     assert len(kept) == len(rows)
-    second = sk.experiment(rows, corpus, dry_run=True)
+    second = sk.experiment(rows, ok_corpus, dry_run=True)
     pd.testing.assert_frame_equal(first, fresh)
     pd.testing.assert_frame_equal(second, fresh)
     row = rows.iloc[2]
@@ -73,34 +59,34 @@ def test_a_second_plan_is_read_from_the_cache_and_equals_a_fresh_one(
     assert kept[name][1] == fresh["estimated_prompt_tokens"].iloc[2]
     kept[name][1] = 7
     files[0].write_text(json.dumps(kept))
-    altered = sk.experiment(rows, corpus, dry_run=True)
+    altered = sk.experiment(rows, ok_corpus, dry_run=True)
     assert list(altered["estimated_prompt_tokens"]) == [
         7 if i == 2 else n for i, n in enumerate(fresh["estimated_prompt_tokens"])
     ]
 
 
 def test_a_run_after_a_kept_plan_sends_the_bodies_a_fresh_run_sends(
-    corpus: sk.Corpus, rows: pd.DataFrame, stub: RuleServer, cache: Path
+    ok_corpus: sk.Corpus, rows: pd.DataFrame, ok_stub: RuleServer, cache: Path
 ) -> None:
-    stub.reset()
-    sk.experiment(rows, corpus, budget_calls=100, cache=False)
-    fresh = list(stub.received)
-    stub.reset()
-    sk.experiment(rows, corpus, dry_run=True)
-    out = sk.experiment(rows, corpus, budget_calls=100)
-    assert sorted(map(_text, stub.received)) == sorted(map(_text, fresh))
+    ok_stub.reset()
+    sk.experiment(rows, ok_corpus, budget_calls=100, cache=False)
+    fresh = list(ok_stub.received)
+    ok_stub.reset()
+    sk.experiment(rows, ok_corpus, dry_run=True)
+    out = sk.experiment(rows, ok_corpus, budget_calls=100)
+    assert sorted(map(_text, ok_stub.received)) == sorted(map(_text, fresh))
     assert list(out["outcome"]) == ["answered"] * len(rows)
 
 
 def test_another_session_endpoint_or_a_function_edit_is_planned_afresh(
-    corpus: sk.Corpus, rows: pd.DataFrame, cache: Path
+    ok_corpus: sk.Corpus, rows: pd.DataFrame, cache: Path
 ) -> None:
-    sk.experiment(rows, corpus, dry_run=True)
-    sk.experiment(rows, corpus, dry_run=True, endpoint="http://127.0.0.1:9/v1")
+    sk.experiment(rows, ok_corpus, dry_run=True)
+    sk.experiment(rows, ok_corpus, dry_run=True, endpoint="http://127.0.0.1:9/v1")
     assert len(list(_folder(cache).iterdir())) == 2
-    sk.experiment(rows, corpus, dry_run=True, edits={"alone": lambda m: [m[0], m[-1]]})
+    sk.experiment(rows, ok_corpus, dry_run=True, edits={"alone": lambda m: [m[0], m[-1]]})
     assert len(list(_folder(cache).iterdir())) == 2
-    changed = corpus[KEY].copy()
+    changed = ok_corpus[KEY].copy()
     changed.messages[0] = {**changed.messages[0], "content": "another first question"}
     out = sk.experiment(rows, changed, dry_run=True)
     assert len(list(_folder(cache).iterdir())) == 3
@@ -109,10 +95,10 @@ def test_another_session_endpoint_or_a_function_edit_is_planned_afresh(
 
 
 def test_a_damaged_plan_is_planned_again(
-    corpus: sk.Corpus, rows: pd.DataFrame, cache: Path
+    ok_corpus: sk.Corpus, rows: pd.DataFrame, cache: Path
 ) -> None:
-    fresh = sk.experiment(rows, corpus, dry_run=True, cache=False)
-    sk.experiment(rows, corpus, dry_run=True)
+    fresh = sk.experiment(rows, ok_corpus, dry_run=True, cache=False)
+    sk.experiment(rows, ok_corpus, dry_run=True)
     (kept,) = _folder(cache).iterdir()
     for damage in (
         "{not json",
@@ -120,18 +106,18 @@ def test_a_damaged_plan_is_planned_again(
         json.dumps({k: [1, 2] for k in json.loads(kept.read_text())}),
     ):
         kept.write_text(damage)
-        pd.testing.assert_frame_equal(sk.experiment(rows, corpus, dry_run=True), fresh)
+        pd.testing.assert_frame_equal(sk.experiment(rows, ok_corpus, dry_run=True), fresh)
 
 
 def test_with_persistence_off_no_plan_is_written(
-    corpus: sk.Corpus, rows: pd.DataFrame, cache: Path, monkeypatch: pytest.MonkeyPatch
+    ok_corpus: sk.Corpus, rows: pd.DataFrame, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sk.experiment(rows, corpus, dry_run=True, cache=False)
+    sk.experiment(rows, ok_corpus, dry_run=True, cache=False)
     assert not _folder_exists(cache)
     monkeypatch.setenv("SESSIONKIT_CACHE_DIR", str(cache.parent / "off"))
     monkeypatch.setenv("SESSIONKIT_CACHE", "off")
     for _ in range(2):
-        sk.experiment(rows, corpus, dry_run=True)
+        sk.experiment(rows, ok_corpus, dry_run=True)
     assert not (cache.parent / "off").exists()
     assert PlanStore(None).folder is None
 
