@@ -34,8 +34,9 @@ class Tuning:
     cannot have forked workers read, build and count whole runs instead (see
     :attr:`spread_run_bytes`): no index, one run, or a file it streams."""
     spread_run_bytes: int = 2 << 20
-    """A cold load with exact counts and an index, in more than one run of this many bytes
-    and streaming no file, has forked workers read, build and count each run
+    """A cold load with exact counts of :attr:`fork_bytes` or more and an index, in more than
+    one run of this many bytes and streaming no file, has forked workers read, build and count
+    each run
     (:func:`~sessionkit.store.runs.built_apart`): nothing is parsed twice or sent as
     batches, and a worker holds one run's dicts (2 MB: 126 MiB at its peak on the 123 MB
     store, 168 MiB in 8 MB runs; the CPU seconds alike)."""

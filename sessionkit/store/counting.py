@@ -47,6 +47,7 @@ from sessionkit.store.cachedir import (
 )
 from sessionkit.store.fields import STR_OR_NONE, message_field
 from sessionkit.store.forked import SHARED, can_fork, forked_pool
+from sessionkit.store.heap import retain_freed
 from sessionkit.store.integrity import IntegrityError, discard, read_sealed_or_none
 from sessionkit.tuning import TUNING
 
@@ -650,7 +651,10 @@ class CountingBatches:
 
 
 def _count_pickled(sent: bytes) -> tuple[ReleaseCounts, list[tuple[int, int]]]:
-    """:func:`_count_batch` of a batch's fields as pickled by :meth:`CountingBatches._send`."""
+    """:func:`_count_batch` of a batch's fields as pickled by :meth:`CountingBatches._send`, in
+    a counting worker, which keeps the memory it frees for its next batch
+    (:func:`~sessionkit.store.heap.retain_freed`)."""
+    retain_freed()
     return _count_batch(pickle.loads(sent))
 
 

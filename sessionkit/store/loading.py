@@ -186,7 +186,7 @@ def _loaded(
     shown = sum(sizes) >= TUNING.read_progress_bytes if progress is None else progress
     big = counted and sum(sizes) >= TUNING.fork_bytes
     huge = big and any(size >= TUNING.stream_bytes for size in sizes)
-    runs = _runs(list(zip(todo, sizes, strict=True)), counted)
+    runs = _runs(list(zip(todo, sizes, strict=True)), big)
     spread = index is not None and not huge and len(runs) > 1 and can_fork()
     if not spread:
         runs = cut_runs(list(zip(todo, sizes, strict=True)), TUNING.run_bytes, TUNING.run_files)
@@ -280,12 +280,13 @@ def _loaded(
     return Corpus.of_entries(entries, problems, tokens, counts, workspaces=names)
 
 
-def _runs(files: list[tuple[int, int]], counted: bool) -> list[list[tuple[int, int]]]:
+def _runs(files: list[tuple[int, int]], big: bool) -> list[list[tuple[int, int]]]:
     """``files`` (position, bytes) cut into the runs forked workers each read, build and
     count (:func:`~sessionkit.store.runs.built_apart`): of
-    :attr:`~sessionkit.tuning.Tuning.spread_run_bytes` with exact counts, else of
+    :attr:`~sessionkit.tuning.Tuning.spread_run_bytes` when ``big`` (exact counts, of
+    :attr:`~sessionkit.tuning.Tuning.fork_bytes` or more), else of
     :attr:`~sessionkit.tuning.Tuning.run_bytes`."""
-    limit = TUNING.spread_run_bytes if counted else TUNING.run_bytes
+    limit = TUNING.spread_run_bytes if big else TUNING.run_bytes
     return cut_runs(files, limit, TUNING.run_files)
 
 

@@ -25,7 +25,7 @@ from sessionkit.store.counting import (
 )
 from sessionkit.store.forked import SHARED, forked_pool
 from sessionkit.store.frames import Entry, build_entries
-from sessionkit.store.heap import release_freed
+from sessionkit.store.heap import release_freed, retain_freed
 from sessionkit.store.index import Identity, Index, IndexedSession, file_identity
 from sessionkit.store.streamed import streamed_entry
 from sessionkit.tuning import TUNING
@@ -161,6 +161,13 @@ def _built_run(
     return table, restorable, whole, met, counts.fresh
 
 
+def _built_in_worker(run: list[tuple[int, int]]) -> tuple[Any, ...]:
+    """:func:`_built_run` in a worker of :func:`built_apart`, which keeps the memory it frees
+    for its next run (:func:`~sessionkit.store.heap.retain_freed`)."""
+    retain_freed()
+    return _built_run(run)
+
+
 def built_apart(
     runs: list[list[tuple[int, int]]],
     files: list[Path],
@@ -185,7 +192,7 @@ def built_apart(
         ready_to_fork(counts)
     shared = {"files": files, "identities": identities, "now": now, "tokens": tokens}
     with forked_pool(os.cpu_count() or 1, large_results=True, cache=counts, **shared) as pool:
-        for run, future in [(run, pool.submit(_built_run, run)) for run in runs]:
+        for run, future in [(run, pool.submit(_built_in_worker, run)) for run in runs]:
             try:
                 table, restorable, whole, met, made = future.result()
             except (RecursionError, pickle.PicklingError):

@@ -40,7 +40,6 @@ def test_a_load_in_runs_equals_one_in_a_single_run(
     shutil.copytree(sk.load().loaded_from[0] / "damaged", folder, dirs_exist_ok=True)
     monkeypatch.setattr(TUNING, "racy_ns", 0)  # index the files just copied
     monkeypatch.setattr(TUNING, "run_bytes", 1)
-    monkeypatch.setattr(TUNING, "spread_run_bytes", 1)
     cache = tmp_path / "cache"
     expected = sk.load(folder, cache=False, tokens=tokens, progress=False)
     apart: list[int] = []
