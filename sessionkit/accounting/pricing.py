@@ -105,9 +105,15 @@ def _apply(rates: tuple[Decimal, ...], counts: np.ndarray) -> np.ndarray:
     factor = 10**scale
     ints = [int(r * factor) for r in rates]
     largest = max(abs(i) for i in ints) * int(counts.max(initial=0)) * len(ints)
-    if factor <= 10**22 and largest < 2**62:
-        totals = counts.astype(np.int64, copy=False) @ np.array(ints, dtype=np.int64)
-        if int(np.abs(totals).max(initial=0)) < _EXACT:
+    if factor <= 10**22 and largest < 2**62:  # no sum of products overflows, in any order
+        columns = counts.astype(np.int64, copy=False)
+        totals = np.zeros(len(counts), dtype=np.int64)
+        product = np.empty(len(counts), dtype=np.int64)
+        for k, rate in enumerate(ints):
+            if rate:  # a column at a time: a column-major ``counts`` is read straight
+                np.multiply(columns[:, k], rate, out=product)
+                totals += product
+        if max(int(totals.max(initial=0)), -int(totals.min(initial=0))) < _EXACT:
             return totals.astype(np.float64) / float(factor)
     return np.array(
         [float(sum(int(c) * r for c, r in zip(row, rates, strict=True))) for row in counts]
@@ -169,12 +175,15 @@ def _price_group(
         rows = np.flatnonzero(groups == g) if len(times) > 1 else None  # None: every row
         starts = _tier_starts(found.model.get_prices(when))
         inputs = counts[:, 0] if rows is None else counts[rows, 0]
-        segment = np.searchsorted(np.array(starts, dtype=np.int64), inputs)
-        present = np.flatnonzero(np.bincount(segment))
+        if not starts or int(inputs.max(initial=0)) <= starts[0]:  # every call in the first
+            segment, present = None, np.arange(min(len(inputs), 1))
+        else:
+            segment = np.searchsorted(np.array(starts, dtype=np.int64), inputs)
+            present = np.flatnonzero(np.bincount(segment))
         for s in present:
             t = 1 if s == 0 else starts[s - 1] + 1
             part: np.ndarray | slice = slice(None)  # one tier: every row, no copy of them
-            if len(present) > 1:
+            if segment is not None and len(present) > 1:
                 part = np.flatnonzero(segment == s)
             if rows is not None:
                 part = rows[part]
@@ -210,29 +219,38 @@ def price_calls(
     cost = np.full(len(ms), np.nan)
     problems: list[str] = []
     noted: list[str] = []
-    known = (counts[:, 0] >= 0) & (counts[:, 3] >= 0) & (models >= 0)
-    counts = np.maximum(counts, 0)
-    pair = models.astype(np.int64) * (len(provider_names) + 1) + providers + 1
-    rows_known = np.flatnonzero(known)
-    pair = pair[rows_known]
-    if len(pair) and pair.min() == pair.max():  # one model and provider (sk.cost's)
-        where, pairs = np.zeros(len(pair), dtype=np.int64), pair[:1]
+    known = counts[:, 0] >= 0
+    known &= counts[:, 3] >= 0
+    known &= models >= 0
+    if counts.min(initial=0) < 0:
+        counts = np.maximum(counts, 0)
+    every = bool(known.all())
+    n_known = len(ms) if every else int(known.sum())
+    where: np.ndarray | None = None  # None: one model and provider (sk.cost's) for every row
+    if len(model_names) <= 1 and (len(providers) == 0 or providers.min() == providers.max()):
+        pairs = np.full(min(n_known, 1), int(providers[0]) + 1 if n_known else 0)
     else:
-        where, pairs = pd.factorize(pair)
+        rows_known = np.flatnonzero(known)
+        pair = models.astype(np.int64) * (len(provider_names) + 1) + providers + 1
+        where, pairs = pd.factorize(pair[rows_known])
     named = []
     for i, code in enumerate(pairs):
         slot = int(code % (len(provider_names) + 1)) - 1
         name = str(model_names[int(code // (len(provider_names) + 1))])
         named.append((name, None if slot < 0 else str(provider_names[slot]), i))
     for name, recorded, i in sorted(named, key=lambda p: (p[0], str(p[1]))):
-        chosen = rows_known if len(pairs) == 1 else rows_known[where == i]
-        index: np.ndarray | slice = slice(None) if len(chosen) == len(ms) else chosen  # no copy
+        index: np.ndarray | slice = slice(None)  # every row: no copy of them
+        if where is not None and len(pairs) > 1:
+            index = rows_known[where == i]
+        elif not every:
+            index = np.flatnonzero(known)
+        chosen = len(ms) if isinstance(index, slice) else len(index)
         try:
             cost[index], notes = _price_group(name, recorded, ms[index], counts[index])
         except (LookupError, ArithmeticError, ValueError) as exc:
             problems.append(
                 f"no price for model {name!r} (provider {recorded!r}) in genai-prices: "
-                f"cost_usd NaN for {len(chosen)} call(s) ({exc})"
+                f"cost_usd NaN for {chosen} call(s) ({exc})"
             )
             continue
         noted.extend(notes)
@@ -292,8 +310,10 @@ def cost(
         family = pd.Categorical.from_codes(
             np.zeros(len(rows), np.int8), [resolve_rules(cache_rules, None)[0]]
         ).remove_unused_categories()
-    least = np.array([minimum_tokens(f, model) for f in family.categories], dtype=np.int64)
-    least = least[np.maximum(family.codes, 0)]
+    minimums = [minimum_tokens(f, model) for f in family.categories]
+    least: int | np.ndarray = minimums[0] if len(set(minimums)) == 1 else 0
+    if len(set(minimums)) > 1:  # one per row, by its family
+        least = np.array(minimums, dtype=np.int64)[np.maximum(family.codes, 0)]
     cached = cache_columns(rows, family, least, cache_ttl, cache_scope)
     prompt = total
     if calibration is not None:
@@ -312,7 +332,9 @@ def cost(
             completion = np.maximum(np.rint(found), 0).astype(np.int64)
     n = len(total)
     at = np.full(n, int(price_moment(date).timestamp() * 1000), dtype=np.int64)
-    counts = np.stack([prompt, read, write, completion], axis=1)
+    counts = np.empty((n, 4), dtype=np.int64, order="F")  # columns read one at a time
+    for k, column in enumerate((prompt, read, write, completion)):
+        counts[:, k] = column
     priced = price_calls(_uniform(model, n), _uniform(provider, n), at, counts)
     premium = write_premium(cache_ttl) / write_premium(None) - 1
     total_cost = priced.cost
@@ -332,15 +354,29 @@ def cost(
             "cost_usd": total_cost,
         },
     )
-    rows = rows.assign(cache_rules=family, **cached)
+    rows = rows.assign(cache_rules=family, **_columns(cached, rows.index))
     out = pd.concat([rows, added], axis=1)
     return Reported.of(out, _from_prices(priced.problems), notes=_from_prices(priced.notes))
+
+
+def _columns(arrays: dict[str, Any], index: pd.Index) -> dict[str, pd.Series]:
+    """``arrays`` (made for the frame alone) as columns on ``index``, not copied again."""
+    return {name: pd.Series(values, index=index, copy=False) for name, values in arrays.items()}
 
 
 def _named(rules: pd.Series) -> pd.Categorical:
     """A ``cache_rules`` column as a Categorical of its values' names (missing: ``"nan"``),
     read off its categories rather than row by row."""
     found = pd.Categorical(rules)
+    labels = list(found.categories)
+    if (
+        all(isinstance(c, str) and c != "nan" for c in labels)
+        and labels == sorted(set(labels))
+        and len(found)
+        and found.codes.min() >= 0
+        and (len(labels) == 1 or np.bincount(found.codes, minlength=len(labels)).all())
+    ):  # already sorted names, each used, none missing: the codes as they are
+        return pd.Categorical.from_codes(found.codes, labels)
     names = np.array([*(str(c) for c in found.categories), "nan"], dtype=object)
     unique, code = np.unique(names, return_inverse=True)
     codes = code[np.where(found.codes >= 0, found.codes, len(names) - 1)]

@@ -40,6 +40,7 @@ columns against a stub provider's cache written from the same documentation, cal
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,27 @@ _WRITE_5M, _WRITE_1H = 1.25, 2.0
 _FIVE_MINUTES = 300.0
 _LOOKBACK = 20
 """Blocks before a breakpoint Anthropic looks back through for a cached prefix."""
+_BREAK_ORDER = (
+    "first call",
+    "idle past the TTL",
+    "none",
+    "tools changed",
+    "summary",
+    "system prompt changed",
+    "window slid",
+)
+"""Why a call's cache broke, in the order the conditions are tried: the first that holds."""
+_BREAK_CODES = np.array(
+    [
+        CACHE_BREAKS.index(
+            _BREAK_ORDER[(b & -b).bit_length() - 1] if b else "clean-up or compaction"
+        )
+        for b in range(2 ** len(_BREAK_ORDER))
+    ],
+    dtype=np.int8,
+)
+"""The :data:`~sessionkit.schema.CACHE_BREAKS` code of each set of conditions that hold (bit
+``k``: the ``k``-th of :data:`_BREAK_ORDER`): the first's (none: a clean-up or compaction)."""
 
 
 def checked(cache_ttl: float | None, cache_scope: str) -> None:
@@ -135,47 +157,78 @@ def write_premium(cache_ttl: float | None) -> float:
     return _WRITE_5M if cache_ttl is None or cache_ttl <= _FIVE_MINUTES else _WRITE_1H
 
 
-def _rounded(tokens: np.ndarray) -> np.ndarray:
-    """OpenAI's cached tokens of a shared prefix: 128-token steps from 1,024 on."""
-    return np.where(tokens >= OPENAI_MINIMUM, tokens & -OPENAI_STEP, 0)  # a power of 2
+_SESSION = ["session_key", "policy", *REQUEST_SETTINGS]
+"""The columns naming one cache: a session's calls under one release and setting."""
+
+
+def _rounded(tokens: np.ndarray, where: np.ndarray) -> np.ndarray:
+    """OpenAI's cached tokens of a shared prefix where ``where`` holds (else 0): 128-token
+    steps from 1,024 on."""
+    kept = tokens >= OPENAI_MINIMUM
+    kept &= where
+    return (tokens & -OPENAI_STEP) * kept  # a power of 2; a product, faster than np.where
 
 
 def _ms(times: pd.Series) -> np.ndarray:
     """UTC epoch milliseconds of aware times, -1 where missing."""
-    values = pd.DatetimeIndex(times).as_unit("ms").asi8  # UTC whatever the zone shown
-    return np.where(values == np.iinfo(np.int64).min, -1, values)
+    index = pd.DatetimeIndex(times)
+    raw = index.asi8  # UTC whatever the zone shown
+    if index.unit != "ns":
+        raw = index.as_unit("ms").asi8
+        return np.where(raw == np.iinfo(np.int64).min, -1, raw)
+    values = raw // 1_000_000  # floored, as as_unit("ms") floors
+    np.putmask(values, raw == np.iinfo(np.int64).min, -1)
+    return values
 
 
 def _alike(values: pd.Series) -> np.ndarray:
     """Per row after the first: it holds the previous row's value (missing ones alike); False
     where that is not cheap to tell (a column of objects)."""
     if isinstance(values.dtype, pd.CategoricalDtype):
-        codes = values.cat.codes.to_numpy()
+        codes = values.array.codes  # a Categorical's
         return codes[1:] == codes[:-1]
     if isinstance(values.dtype, np.dtype) and values.dtype.kind in "iubf":
         data = values.to_numpy()  # nothing missing but NaN, never alike: a run split, no harm
         return data[1:] == data[:-1]
     if values.dtype.kind not in "iubf":
         return np.zeros(max(len(values) - 1, 0), dtype=bool)
+    missing = values.isna().to_numpy()
+    if missing.all():  # a setting no row sets (context_window, max_output): alike throughout
+        return np.ones(max(len(values) - 1, 0), dtype=bool)
     kind = np.dtype(getattr(values.dtype, "numpy_dtype", values.dtype))
     data = values.to_numpy(dtype=kind, na_value=kind.type(0))
-    missing = values.isna().to_numpy()
     return (data[1:] == data[:-1]) & (missing[1:] == missing[:-1])
+
+
+def _starts(rows: pd.DataFrame, keys: list[str]) -> np.ndarray:
+    """Per row: it begins a run of rows alike in ``keys`` (the first row always does)."""
+    starts = np.ones(len(rows), dtype=bool)
+    if len(rows) > 1:
+        alike = _alike(rows[keys[0]])
+        for key in keys[1:]:
+            alike &= _alike(rows[key])
+        np.logical_not(alike, out=starts[1:])
+    return starts
+
+
+def _run_groups(rows: pd.DataFrame, keys: list[str], first: np.ndarray) -> np.ndarray:
+    """The group of each run of rows starting at ``first``, numbered as first met (missing
+    values a group of their own): ``groupby(keys, observed=True, sort=False,
+    dropna=False).ngroup()`` of those rows, factorizing one key at a time as groupby does."""
+    group = np.zeros(len(first), dtype=np.int64)
+    for key in keys:
+        codes, uniques = pd.factorize(rows[key].take(first), use_na_sentinel=False)
+        group, found = pd.factorize(group * len(uniques) + codes)
+        if len(found) == len(first):  # every run a group of its own: the rest changes nothing
+            return np.arange(len(first))
+    return group
 
 
 def _grouped(rows: pd.DataFrame, keys: list[str]) -> np.ndarray:
     """``rows.groupby(keys, observed=True, sort=False, dropna=False).ngroup()``, grouping only
     the first row of each run of rows alike in ``keys`` (a requests frame's are long)."""
-    n = len(rows)
-    starts = np.ones(n, dtype=bool)
-    if n > 1:
-        alike = np.ones(n - 1, dtype=bool)
-        for key in keys:
-            alike &= _alike(rows[key])
-        starts[1:] = ~alike
-    first = np.flatnonzero(starts)
-    runs = rows[keys].take(first).groupby(keys, observed=True, sort=False, dropna=False)
-    return np.repeat(runs.ngroup().to_numpy(np.int64), np.diff(np.append(first, n)))
+    first = np.flatnonzero(_starts(rows, keys))
+    return np.repeat(_run_groups(rows, keys, first), np.diff(np.append(first, len(rows))))
 
 
 def _shared_warm(
@@ -202,19 +255,42 @@ def _previous(values: np.ndarray) -> np.ndarray:
     return out
 
 
-def _session_order(group: np.ndarray, turn: np.ndarray, step: np.ndarray) -> np.ndarray | slice:
-    """The rows sorted by group, turn and step (stable): all of them as they are when they
-    already are (a requests frame's own order)."""
-    later = (turn[1:] > turn[:-1]) | ((turn[1:] == turn[:-1]) & (step[1:] >= step[:-1]))
-    if ((group[1:] > group[:-1]) | ((group[1:] == group[:-1]) & later)).all():
-        return slice(None)
-    return np.lexsort((step, turn, group))
+def _session_order(
+    rows: pd.DataFrame, turn: np.ndarray, step: np.ndarray
+) -> tuple[np.ndarray | slice, np.ndarray]:
+    """The rows sorted by session (as first met), turn and step (stable) — all of them as they
+    are when they already are (a requests frame's own order) — and which of them, in that
+    order, is its session's first call."""
+    starts = _starts(rows, _SESSION)
+    first = np.flatnonzero(starts)
+    runs = _run_groups(rows, _SESSION, first)
+    if (runs == np.arange(len(runs))).all():  # no session met twice: in order within runs?
+        later = (turn[1:] > turn[:-1]) | ((turn[1:] == turn[:-1]) & (step[1:] >= step[:-1]))
+        if (starts[1:] | later).all():
+            return slice(None), starts
+    group = np.repeat(runs, np.diff(np.append(first, len(rows))))
+    order = np.lexsort((step, turn, group))
+    g = group[order]
+    starts[1:] = g[1:] != g[:-1]
+    return order, starts
+
+
+def _reaching(tokens: np.ndarray, where: np.ndarray | None, least: int | np.ndarray) -> np.ndarray:
+    """``tokens`` where ``where`` holds (None: everywhere), kept where they reach the minimum
+    ``least``, else 0."""
+    if isinstance(least, np.ndarray) or least <= 0:
+        value = tokens if where is None else np.where(where, tokens, 0)
+        return np.where(value >= least, value, 0)
+    kept = tokens >= least  # a minimum over 0: the zeros ``where`` leaves fall below it
+    if where is not None:
+        kept &= where
+    return tokens * kept
 
 
 def cache_columns(
     rows: pd.DataFrame,
     family: np.ndarray | pd.Categorical,
-    minimum: np.ndarray,
+    minimum: int | np.ndarray,
     cache_ttl: float | None,
     cache_scope: str,
     *,
@@ -223,37 +299,46 @@ def cache_columns(
     """``cache_read_tokens``, ``cache_write_tokens`` and ``cache_break`` (a Categorical of
     :data:`~sessionkit.schema.CACHE_BREAKS`; left out when not ``breaks``: a price needs
     only the tokens) of a requests frame's rows, under each row's ``family`` (names, or a
-    Categorical of them: faster) and ``minimum`` cacheable prefix."""
-    families = pd.Categorical(family)
+    Categorical of them: faster) and ``minimum`` cacheable prefix (one for every row, or one
+    per row)."""
+    families = family if isinstance(family, pd.Categorical) else pd.Categorical(family)
     names = [str(c) for c in families.categories]
-    used = np.bincount(families.codes + 1, minlength=len(names) + 1) > 0
-    present = {name for name, u in zip(names, used[1:], strict=True) if u}
-    unknown = sorted(present - set(FAMILIES)) + (["nan"] if used[0] else [])
+    n = len(rows)
+    if len(names) == 1 and n and families.codes.min() >= 0:  # one family, every row
+        used = np.array([False, True])
+    else:
+        used = np.bincount(families.codes + 1, minlength=len(names) + 1) > 0
+    present = [name for name, u in zip(names, used[1:], strict=True) if u]
+    unknown = sorted(set(present) - set(FAMILIES)) + (["nan"] if used[0] else [])
     if unknown:
         raise ValueError(f"cache_rules {unknown} unknown: a family is one of {', '.join(FAMILIES)}")
-    n = len(rows)
-    group = _grouped(rows, ["session_key", "policy", *REQUEST_SETTINGS])
     turn, step = (rows[c].to_numpy(np.int64) for c in ("turn", "step"))
-    order = _session_order(group, turn, step)
+    order, first = _session_order(rows, turn, step)
 
     def col(name: str) -> np.ndarray:
         return rows[name].to_numpy(np.int64)[order]
 
     t = _ms(rows["time"])
-    ts, g, st = t[order], group[order], step[order]
+    ts, st = t[order], step[order]
     total, prefix, tools = col("total_tokens"), col("prefix_tokens"), col("tools_tokens")
-    head = tools + col("system_tokens") + col("summary_tokens")
-    fam, least = families.codes[order], np.asarray(minimum, np.int64)[order]
-    first = np.ones(n, dtype=bool)
-    first[1:] = g[1:] != g[:-1]
-    ts_before = _previous(ts)
+    system, summary = col("system_tokens"), col("summary_tokens")
+    head = tools + system
+    head += summary
+    least: int | np.ndarray = (
+        int(minimum) if np.ndim(minimum) == 0 else np.asarray(minimum, np.int64)[order]
+    )
     ttl_ms = np.inf if cache_ttl is None else cache_ttl * 1000
-    known = (ts >= 0) & (ts_before >= 0)
-    idle = ~first & known & (ts - ts_before > ttl_ms)
-    warm = ~first & ~idle
-    shared, shared_tools = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
-    summary = col("summary_tokens")
-    shared_head = np.zeros(n, dtype=np.int64)  # the entry another session left to read
+    idle = np.zeros(n, dtype=bool)
+    if cache_ttl is not None and n > 1:
+        later = ts[1:] - ts[:-1] > (math.floor(ttl_ms) if ttl_ms < 2**53 else ttl_ms)  # ints
+        later &= ~first[1:]
+        unknown_time = ts < 0
+        if unknown_time.any():
+            later &= ~(unknown_time[1:] | unknown_time[:-1])
+        idle[1:] = later
+    warm = ~(first | idle)
+    shared: np.ndarray | None = None
+    read, write = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     if cache_scope == "deployment":  # the prefix runs tools, system, messages
         shared = _shared_warm(rows, t, ttl_ms, order, ["tools_tokens", "system_tokens"])
         shared_tools = _shared_warm(rows, t, ttl_ms, order, ["tools_tokens"])
@@ -261,35 +346,60 @@ def cache_columns(
             np.where(shared, np.where(summary == 0, head, tools), 0),
             np.where(shared_tools, tools, 0),
         )
-    read, write = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    marked = np.array([name != "openai" for name in names] + [False])[fam]  # code -1: none
-    if not marked.all():  # some rows under "openai"
-        read = np.where(warm, _rounded(prefix), 0)
-        read = np.maximum(read, np.where(shared, _rounded(tools + col("system_tokens")), 0))
-        read = np.maximum(read, np.where(shared_tools, _rounded(tools), 0))
-        read = np.where(read >= least, read, 0)
-    if marked.any():
-        history = col("history_messages")
-        anthropic = fam == (names.index("anthropic") if "anthropic" in names else -1)
-        messages = history + 2 + 2 * st - anthropic  # one fewer under "anthropic"
-        last = np.where(anthropic, col("last_results_tokens"), col("last_tokens"))
-        dropped = rows["marker_dropped"].to_numpy(bool)[order] & ~anthropic  # blocks: never
+    if len(present) > 1:  # families of their own per row
+        fam = families.codes[order]
+        marked: Any = np.array([name != "openai" for name in names] + [False])[fam]  # -1: none
+        anthropic: Any = fam == (names.index("anthropic") if "anthropic" in names else -1)
+    else:  # one family (or no row): the same for every row
+        marked = bool(present) and present[0] != "openai"
+        anthropic = present == ["anthropic"]
+    if not np.all(marked):  # some rows under "openai"
+        read = _rounded(prefix, warm)
+        if shared is not None:
+            read = np.maximum(read, _rounded(tools + system, shared))
+            read = np.maximum(read, _rounded(tools, shared_tools))
+        if isinstance(least, np.ndarray) or least > OPENAI_MINIMUM:  # else read reaches it
+            read = np.where(read >= least, read, 0)
+    if np.any(marked):
+        messages = 2 * st
+        messages += col("history_messages")
+        messages += 2
+        messages -= anthropic  # one fewer under "anthropic"
+        if anthropic is True:
+            last, dropped = col("last_results_tokens"), None  # blocks: never dropped
+        else:
+            last = col("last_tokens")
+            dropped = rows["marker_dropped"].to_numpy(bool)[order]
+            if anthropic is not False:
+                last = np.where(anthropic, col("last_results_tokens"), last)
+                dropped = dropped & ~anthropic
+        marks = marks_second_to_last(messages)
+        if dropped is not None:
+            marks &= ~dropped
+        fast = not isinstance(least, np.ndarray) and least > 0
         points = [
-            np.maximum(tools, 0),
-            np.where(head > tools, head, 0),
-            np.where(marks_second_to_last(messages) & ~dropped, total - last, 0),
+            _reaching(tools if fast else np.maximum(tools, 0), None, least),
+            _reaching(head, head > tools, least),
+            _reaching(total - last, marks, least),
         ]
-        points = [np.where(p >= least, p, 0) for p in points]
-        top = np.maximum(np.maximum(points[0], points[1]), points[2])
+        top = np.maximum(points[0], points[1])
+        np.maximum(top, points[2], out=top)
         bound = np.minimum(prefix, top)
         older = None
-        if dropped.any():
-            older = _older_entries(points[2], dropped, messages, bound, g, ts, ttl_ms)
-        hits = _breakpoint_reads(points, top, prefix, warm, shared_head, least, older)
-        everywhere = marked.all()
-        read = hits if everywhere else np.where(marked, hits, read)
-        write = np.maximum(top - hits, 0)
-        write = write if everywhere else np.where(marked, write, 0)
+        if dropped is not None and dropped.any():
+            group = np.cumsum(first)  # a session's rows run together in session order
+            older = _older_entries(points[2], dropped, messages, bound, group, ts, ttl_ms)
+        arrived = None
+        if shared is not None:
+            arrived = np.where((least <= shared_head) & (shared_head <= top), shared_head, 0)
+        hits = _breakpoint_reads(points, bound, warm, arrived, older)
+        if np.all(marked):
+            read = hits
+            write = np.subtract(top, hits, out=top)
+            np.maximum(write, 0, out=write)
+        else:
+            read = np.where(marked, hits, read)
+            write = np.where(marked, np.maximum(top - hits, 0), 0)
     out: dict[str, Any] = {"cache_read_tokens": read, "cache_write_tokens": write}
     if not isinstance(order, slice):  # back to the frame's order
         for name, values in list(out.items()):
@@ -304,33 +414,37 @@ def cache_columns(
 
 def _breakpoint_reads(
     points: list[np.ndarray],
-    top: np.ndarray,
-    prefix: np.ndarray,
+    bound: np.ndarray,
     warm: np.ndarray,
-    shared: np.ndarray,
-    least: np.ndarray,
+    arrived: np.ndarray | None,
     older: np.ndarray | None,
 ) -> np.ndarray:
     """Each call's read under its breakpoints ``points`` (one array per breakpoint, rows in
     session order): the longest entry alive — one the previous call wrote or read at its
     breakpoints, an ``older`` one (:func:`_older_entries`; None: none), or the deployment's
-    shared head — that this request repeats (within ``prefix``) and reaches with a breakpoint
-    (within ``top``).  The read a call carries on depends on the one before, so the
-    recurrence is iterated until no read changes (as many rounds as the longest run of calls
-    carrying one read on), each round over the rows just after a read the round before
+    shared head where it ``arrived`` (None: none) — that this request repeats and reaches with
+    a breakpoint (within ``bound``).  The read a call carries on depends on the one before, so
+    the recurrence is iterated until no read changes (as many rounds as the longest run of
+    calls carrying one read on), each round over the rows just after a read the round before
     changed."""
-    bound = np.minimum(prefix, top)
-    marked = np.zeros(len(bound), dtype=np.int64)  # a session's first row is never warm
-    for p in points:
-        before = p[:-1]
-        np.maximum(marked[1:], np.where(before <= bound[1:], before, 0), out=marked[1:])
-    fresh = np.where(warm, marked, 0)
-    if shared.any():
-        np.maximum(fresh, np.where((least <= shared) & (shared <= top), shared, 0), out=fresh)
+    n = len(bound)
+    fresh = np.zeros(n, dtype=np.int64)  # a session's first row is never warm
+    if n > 1:
+        within, kept = bound[1:], fresh[1:]
+        for p in points:
+            before = p[:-1]
+            np.maximum(kept, before * (before <= within), out=kept)
+    np.multiply(fresh, warm, out=fresh)
+    if arrived is not None:
+        np.maximum(fresh, arrived, out=fresh)
     if older is not None:
         np.maximum(fresh, older, out=fresh)
-    carried = _previous(fresh)  # the first round over whole arrays, later ones sparse
-    reads = np.maximum(fresh, np.where(warm & (carried <= bound), carried, 0))
+    reads = fresh.copy()  # the first round over whole arrays, later ones sparse
+    if n > 1:
+        carried = fresh[:-1]
+        taken = carried <= bound[1:]
+        taken &= warm[1:]
+        np.maximum(reads[1:], carried * taken, out=reads[1:])
     i = np.flatnonzero(reads != fresh) + 1
     i = i[i < len(reads)]
     while len(i):
@@ -380,19 +494,24 @@ def _breaks(
     summary: np.ndarray,
     total: np.ndarray,
 ) -> np.ndarray:
-    """Each call's :data:`~sessionkit.schema.CACHE_BREAKS` code (rows in session order)."""
+    """Each call's :data:`~sessionkit.schema.CACHE_BREAKS` code (rows in session order): the
+    conditions that hold as bits of one number per row, read off :data:`_BREAK_CODES`."""
     start = rows["history_start"].to_numpy(np.int64)[order]
-    codes = np.full(len(first), CACHE_BREAKS.index("clean-up or compaction"), dtype=np.int8)
-    later = codes[1:]  # each row against the one before; the first row is a first call
-    conditions = [
-        (idle[1:], "idle past the TTL"),
-        (prefix[1:] >= total[:-1], "none"),
-        (prefix[1:] < tools[1:], "tools changed"),
-        (summary[1:] != summary[:-1], "summary"),
-        (prefix[1:] < head[1:], "system prompt changed"),
-        (start[1:] != start[:-1], "window slid"),
+    codes = np.empty(len(first), dtype=np.int8)
+    if not len(first):
+        return codes
+    codes[0] = CACHE_BREAKS.index("first call")
+    conditions = [  # each row against the one before, in the order of _BREAK_ORDER
+        first[1:],
+        idle[1:],
+        prefix[1:] >= total[:-1],
+        prefix[1:] < tools[1:],
+        summary[1:] != summary[:-1],
+        prefix[1:] < head[1:],
+        start[1:] != start[:-1],
     ]
-    for condition, label in reversed(conditions):  # the first condition that holds wins
-        np.putmask(later, condition, CACHE_BREAKS.index(label))
-    np.putmask(codes, first, CACHE_BREAKS.index("first call"))
+    bits = np.zeros(len(first) - 1, dtype=np.uint8)
+    for k, condition in enumerate(conditions):
+        bits |= condition.view(np.uint8) << k
+    codes[1:] = _BREAK_CODES[bits]
     return codes

@@ -700,17 +700,23 @@ def _cached(
         if config not in read:
             read[config] = resolve_rules(cache_rules, config)
         chosen.append(read[config])
-    codes = keys.codes.to_numpy(np.int64)
+    codes = np.maximum(keys.codes.to_numpy(), 0)
     names = [f for f, _ in chosen] or ["openai"]
-    seen = np.bincount(np.maximum(codes, 0), minlength=len(names)) > 0
-    used = sorted({names[i] for i in np.flatnonzero(seen)})  # the families of these rows
-    per_key = np.array([used.index(f) if f in used else -1 for f in names], dtype=np.int64)
-    family = pd.Categorical.from_codes(per_key[np.maximum(codes, 0)], used)
-    least = np.array([minimum_tokens(f, m) for f, m in chosen] or [0], dtype=np.int64)
+    minimums = {minimum_tokens(f, m) for f, m in chosen}
+    if len(set(names)) == 1 and len(minimums) <= 1 and len(rows):  # every session alike
+        family = pd.Categorical.from_codes(np.zeros(len(rows), dtype=np.int8), names[:1])
+        least: int | np.ndarray = minimums.pop() if minimums else 0
+    else:
+        seen = np.bincount(codes, minlength=len(names)) > 0
+        used = sorted({names[i] for i in np.flatnonzero(seen)})  # the families of these rows
+        per_key = np.array([used.index(f) if f in used else -1 for f in names], dtype=np.int64)
+        family = pd.Categorical.from_codes(per_key[codes], used)
+        least = np.array([minimum_tokens(f, m) for f, m in chosen] or [0], dtype=np.int64)
+        least = least[codes]
     rows["cache_rules"] = family
-    found = cache_columns(rows, family, least[np.maximum(codes, 0)], cache_ttl, cache_scope)
-    for name, values in found.items():
-        rows[name] = values
+    found = cache_columns(rows, family, least, cache_ttl, cache_scope)
+    for name, values in found.items():  # made for these rows alone: not copied again
+        rows[name] = pd.Series(values, index=rows.index, copy=False)
     return rows
 
 

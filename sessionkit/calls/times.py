@@ -55,9 +55,16 @@ def turn_span(session: Session, at: np.ndarray, zone: tzinfo | None) -> np.ndarr
 def call_times(span: np.ndarray, n_steps: np.ndarray, step: np.ndarray) -> np.ndarray:
     """Each call's time (UTC epoch ms, -1: none) from its turn's ``span`` (rows of start and
     end) and its ``step`` of ``n_steps``: step ``k`` at start + k / n_steps of the turn."""
-    start, end = span[:, 0], np.maximum(span[:, 1], span[:, 0])
-    placed = start + (end - start) * step // np.maximum(n_steps, 1)
-    return np.where(start >= 0, placed, -1)
+    start = span[:, 0]
+    placed = span[:, 1] - start  # the turn's length (none when it ends before it starts)
+    np.maximum(placed, 0, out=placed)
+    placed *= step
+    placed //= n_steps if n_steps.min(initial=1) >= 1 else np.maximum(n_steps, 1)
+    placed += start
+    unknown = start < 0
+    if unknown.any():
+        placed[unknown] = -1
+    return placed
 
 
 def logged_times(

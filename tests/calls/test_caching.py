@@ -238,3 +238,36 @@ def test_rules_follow_the_config_files_provider(tmp_path) -> None:
 def test_wrong_ttls_and_scopes_are_refused(ttl, scope, message) -> None:
     with pytest.raises(ValueError, match=message):
         checked(ttl, scope)
+
+
+@given(
+    st.lists(sessions(), min_size=1, max_size=4),
+    st.sampled_from(["openai", "anthropic", "openai-marked"]),
+    st.sampled_from([60.0, 300.0, None]),
+    st.sampled_from(["session", "deployment"]),
+    st.randoms(use_true_random=False),
+)
+def test_columns_follow_each_session_whatever_the_row_order_and_minimums_form(
+    drawn, family, ttl, scope, rng
+) -> None:
+    """One minimum for every row or one per row give the same columns; under session scope,
+    so do sessions laid out in runs (a requests frame's order) or shuffled (deployment scope
+    orders calls made at the same moment as the rows do)."""
+    parts = []
+    for i, session in enumerate(drawn):
+        columns = {k: v for k, v in session.items() if k != "n"}
+        parts.append(request_rows(session["n"], session_key=f"cli:{i}", **columns))
+    rows = pd.concat(parts, ignore_index=True)
+    rows["session_key"] = rows["session_key"].astype("category")
+    n, least = len(rows), minimum_tokens(family, None)
+    names = np.full(n, family, dtype=object)
+    in_order = cache_columns(rows, names, np.full(n, least), ttl, scope)
+    assert in_order.keys() == cache_columns(rows, names, least, ttl, scope).keys()
+    for name, values in cache_columns(rows, names, least, ttl, scope).items():
+        assert np.asarray(values).tolist() == np.asarray(in_order[name]).tolist()
+    if scope != "session":
+        return
+    shuffled = rng.sample(range(n), n)
+    found = cache_columns(rows.take(shuffled).reset_index(drop=True), names, least, ttl, scope)
+    for name, values in found.items():
+        assert np.asarray(values).tolist() == np.asarray(in_order[name])[shuffled].tolist()
