@@ -778,6 +778,12 @@ EXPERIMENTS: tuple[Column, ...] = (
     Column("finish_reason", "string", "as the endpoint reported it"),
     Column("prompt_tokens", "Int64", "input tokens the endpoint reported"),
     Column("cached_tokens", "Int64", "of those, read from its prompt cache"),
+    Column(
+        "cache_write_tokens",
+        "Int64",
+        "of those, written to its prompt cache (Anthropic's Messages API reports them; <NA>: "
+        "not reported)",
+    ),
     Column("completion_tokens", "Int64", "output tokens it reported"),
     Column("latency_s", "float64", "seconds from sending to the whole answer (its last attempt)"),
     Column("cost_usd", "float64", "genai-prices' price of the reported usage (NaN: unknown)"),

@@ -111,6 +111,7 @@ def results_frame(
         "finish_reason": [a.finish_reason if a else None for a in answers],
         "prompt_tokens": [a.prompt_tokens if a else None for a in answers],
         "cached_tokens": [a.cached_tokens if a else None for a in answers],
+        "cache_write_tokens": [a.cache_write_tokens if a else None for a in answers],
         "completion_tokens": [a.completion_tokens if a else None for a in answers],
         "latency_s": [a.latency_s if a else np.nan for a in answers],
         "cost_usd": cost,

@@ -100,7 +100,7 @@ def expected_body(corpus: sk.Corpus, row: Any, rebuild: dict[str, Any]) -> dict[
 def test_the_stub_receives_the_releases_messages_bodies_and_answers_are_read(
     corpus: sk.Corpus, calls: pd.DataFrame, stub: MessagesServer, rebuild: dict[str, Any]
 ) -> None:
-    out = sk.experiment(calls, corpus, budget_usd=1.0, cache=False, **rebuild)
+    out = sk.experiment(calls, corpus, budget_usd=1.0, cache=False, concurrency=1, **rebuild)
     expected = [expected_body(corpus, row, rebuild) for row in calls.itertuples()]
     assert [r.body for r in stub.received] == expected
     assert [list(r.body) for r in stub.received] == [
@@ -120,6 +120,7 @@ def test_the_stub_receives_the_releases_messages_bodies_and_answers_are_read(
     ]
     assert list(out["finish_reason"]) == [r.finish_reason for r in replies]
     assert (set(out["prompt_tokens"]), set(out["cached_tokens"])) == ({1000}, {200})
+    assert set(out["cache_write_tokens"]) == {50}
     assert set(out["completion_tokens"]) == {20}
     price = calc_price(
         PriceUsage(

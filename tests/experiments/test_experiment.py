@@ -138,6 +138,7 @@ def test_the_stub_receives_sk_requests_bodies_and_answers_by_its_rule(
     assert list(out["max_messages"]) == list(calls["max_messages"])
     assert list(out["finish_reason"]) == [r.finish_reason for r in replies]
     assert set(out["prompt_tokens"]) == {1000} and set(out["cached_tokens"]) == {200}
+    assert out["cache_write_tokens"].isna().all()  # chat completions report none
     price = calc_price(
         PriceUsage(input_tokens=1000, cache_read_tokens=200, output_tokens=20), MODEL
     ).total_price

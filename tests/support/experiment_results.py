@@ -36,6 +36,7 @@ DEFAULTS: dict[str, Any] = {
     "finish_reason": "stop",
     "prompt_tokens": 1000,
     "cached_tokens": 0,
+    "cache_write_tokens": None,
     "completion_tokens": 10,
     "latency_s": 0.1,
     "cost_usd": 0.0002,
