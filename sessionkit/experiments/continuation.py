@@ -1,11 +1,13 @@
 """Continue a fork with the installed release's own agent loop, in a private copy of the
 workspace and config dir, and show the continuation beside the original.
 
-Only nanobot 0.3.5 is driven (its gateway's parts, ``sessionkit/nanobot/probes/continue_035.py``
-in the release's interpreter).  Nothing of the user's workspace or config dir is written: both
-are copied into a 0700 folder, the fork is written there, and the loop runs there.  The copied
-config holds no secret: every key, token, password, header and MCP environment value is
-replaced by a ``${VAR}`` reference whose value reaches the child only through its environment.
+The session's release drives it (:mod:`sessionkit.nanobot.loop_releases`): nanobot 0.3.5's
+gateway parts (``probes/continue_035.py``) or nanobot 0.2.2's ``nanobot agent`` loop
+(``probes/continue_022.py``), each in that release's interpreter.  Nothing of the user's
+workspace or config dir is written: both are copied into a 0700 folder, the fork is written
+there, and the loop runs there.  The copied config holds no secret: every key, token,
+password, header and MCP environment value is replaced by a ``${VAR}`` reference whose value
+reaches the child only through its environment.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import pandas as pd
 from sessionkit.calls.assembly import config_of, workspace_of
 from sessionkit.calls.installs import find_release
 from sessionkit.experiments.endpoint import target
+from sessionkit.nanobot.loop_releases import OUTSIDE_SWITCHES, LoopRelease, loop_release, refusal
 from sessionkit.nanobot.provider_entry import provider_entry
 from sessionkit.nanobot.session import Session
 from sessionkit.nanobot.workspace import config_file, config_folder, sessions_dir_035
@@ -45,24 +48,18 @@ if TYPE_CHECKING:
 
 __all__ = ["OUTSIDE_TOOLS", "Continuation", "ContinuationError", "continue_fork"]
 
-OUTSIDE_TOOLS: dict[str, tuple[str, ...]] = {
-    "exec": ("tools", "exec", "enable"),
-    "web": ("tools", "web", "enable"),
-    "cli_apps": ("tools", "cliApps", "enable"),
-    "image_generation": ("tools", "imageGeneration", "enabled"),
-}
-"""The tools of 0.3.5 that reach past the copy, each by the name ``enable=`` takes and the
-config switch that turns it off (the shell and its sessions; web fetch and search; installed
-CLI apps; image generation at its provider).  ``"files"`` lets the file tools past the
-workspace (``tools.restrictToWorkspace`` is set otherwise) and ``"mcp:<server>"`` keeps that
-MCP server; every other MCP server is dropped and every channel disabled (channels are never
-started: what the loop sends to one is returned in ``replies``)."""
+OUTSIDE_TOOLS: dict[str, tuple[str, ...]] = dict(OUTSIDE_SWITCHES)
+"""The tools that reach past the copy (0.3.5 and 0.2.2 switch them alike), each by the name
+``enable=`` takes and the config switch that turns it off (the shell and its sessions; web
+fetch and search; installed CLI apps; image generation at its provider).  ``"files"`` lets
+the file tools past the workspace (``tools.restrictToWorkspace`` is set otherwise) and
+``"mcp:<server>"`` keeps that MCP server; every other MCP server is dropped and every channel
+disabled (channels are never started: what the loop sends to one is returned in
+``replies``)."""
 
-_RELEASE = "0.3.5"
 _KEY_ENV = "SESSIONKIT_CONTINUATION_API_KEY"
 _SECRET = re.compile(r"key|token|secret|password|passwd|credential|cookie|auth", re.I)
 _ALL_SECRET = ("headers", "env", "extraHeaders", "extra_headers")
-_DRIVER = "continue_035.py"
 
 
 class ContinuationError(RuntimeError):
@@ -172,12 +169,14 @@ def _camel(name: str) -> str:
     return head + "".join(part.title() for part in rest)
 
 
-def _checked_enable(enable: Iterable[str], config: Mapping[str, Any]) -> set[str]:
+def _checked_enable(
+    enable: Iterable[str], config: Mapping[str, Any], release: LoopRelease
+) -> set[str]:
     tools = config.get("tools")
     servers = (
         tools.get("mcpServers", tools.get("mcp_servers")) if isinstance(tools, Mapping) else None
     ) or {}
-    known = {*OUTSIDE_TOOLS, "files", *(f"mcp:{name}" for name in servers)}
+    known = {*release.outside_tools, "files", *(f"mcp:{name}" for name in servers)}
     chosen = {enable} if isinstance(enable, str) else set(enable)
     unknown = sorted(chosen - known)
     if unknown:
@@ -195,6 +194,7 @@ def _private_config(
     key: str | None,
     enable: set[str],
     agent_defaults: Mapping[str, Any] | None,
+    release: LoopRelease,
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """The copy's config (no secret in it) and the environment that fills its references."""
     env: dict[str, str] = {}
@@ -214,7 +214,7 @@ def _private_config(
     config["agents"]["defaults"].pop("sessionTtlMinutes", None)
     for name, value in (agent_defaults or {}).items():
         _set(config, ("agents", "defaults", name), value)
-    for name, path in OUTSIDE_TOOLS.items():
+    for name, path in release.outside_tools.items():
         if name not in enable:
             _set(config, path, False)
     _set(config, ("tools", "restrictToWorkspace"), "files" not in enable)
@@ -266,11 +266,15 @@ def _private_folder(into: str | os.PathLike[str] | None) -> Path:
     return folder
 
 
-def _copy(workspace: Path, config_dir: Path, folder: Path) -> tuple[Path, Path]:
-    """Copy the config dir and the workspace (once, when it lies inside the config dir)."""
+def _copy(workspace: Path, config_dir: Path | None, folder: Path) -> tuple[Path, Path]:
+    """Copy the config dir (without one: make an empty one) and the workspace (once, when it
+    lies inside the config dir)."""
     config_copy = folder / "config"
-    shutil.copytree(config_dir, config_copy, symlinks=True)
-    if workspace.is_relative_to(config_dir):
+    if config_dir is None:
+        make_private_dir(config_copy)
+    else:
+        shutil.copytree(config_dir, config_copy, symlinks=True)
+    if config_dir is not None and workspace.is_relative_to(config_dir):
         return config_copy / workspace.relative_to(config_dir), config_copy
     workspace_copy = folder / "workspace"
     shutil.copytree(workspace, workspace_copy, symlinks=True)
@@ -294,8 +298,14 @@ def _child_env(home: Path, secrets_env: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
-def _run(python: Path, request: Mapping[str, Any], env: Mapping[str, str], cwd: Path) -> Any:
-    script = resources.files("sessionkit.nanobot.probes").joinpath(_DRIVER)
+def _run(
+    release: LoopRelease,
+    python: Path,
+    request: Mapping[str, Any],
+    env: Mapping[str, str],
+    cwd: Path,
+) -> Any:
+    script = resources.files("sessionkit.nanobot.probes").joinpath(release.probe)
     with resources.as_file(script) as path:
         proc = subprocess.run(
             [str(python), "-I", str(path)],
@@ -309,7 +319,7 @@ def _run(python: Path, request: Mapping[str, Any], env: Mapping[str, str], cwd: 
         )
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-12:])
-        raise ContinuationError(f"nanobot {_RELEASE}'s loop failed in {cwd}:\n{tail}")
+        raise ContinuationError(f"nanobot {release.version}'s loop failed in {cwd}:\n{tail}")
     return json.loads(proc.stdout)
 
 
@@ -338,15 +348,18 @@ def continue_fork(
     nanobot: str | os.PathLike[str] | None = None,
     timeout: float = 600,
 ) -> Continuation:
-    """Fork ``source`` before its ``before_user_index``-th user message and let nanobot 0.3.5's
-    own agent loop answer from there, in a private copy; the original is never touched.
+    """Fork ``source`` before its ``before_user_index``-th user message and let its release's
+    own agent loop answer from there (nanobot 0.3.5 for 0.3.5 sessions, 0.2.2 for
+    ``nanobot-0.2`` ones; :mod:`sessionkit.nanobot.loop_releases`), in a private copy; the
+    original is never touched.
 
     The fork (:func:`sessionkit.fork`, with lineage) replaces the session in the copy; the loop
     then gets ``edit`` (that user message rewritten, or asked again under other settings; an
     index past the last user message asks it at the end) and each of ``then`` as user turns on
     the session's channel, against ``endpoint`` (default: the config's provider) with
     ``api_key`` (default: the config's key), under the config's agent settings updated by
-    ``agent_defaults`` (0.3.5's ``agents.defaults`` names, e.g. ``contextWindowTokens``).
+    ``agent_defaults`` (the release's ``agents.defaults`` names, e.g. ``contextWindowTokens``).
+    A 0.2.2 workspace needs no config: without one the copy's starts from nanobot's defaults.
     ``max_turns`` refuses more turns up front; ``max_calls`` caps the provider calls (summary
     calls included): past it the release's provider refuses to send.
 
@@ -357,15 +370,13 @@ def continue_fork(
     release would download too: it then falls back to its estimate, unless
     ``TIKTOKEN_CACHE_DIR`` holds the file).  ``into`` is the folder for the copy (new or empty,
     in an existing folder; default a new folder under ``continuations/`` in sessionkit's cache
-    folder); ``nanobot`` the 0.3.5 interpreter or venv (default: as
+    folder); ``nanobot`` the release's interpreter or venv (default: as
     :func:`~sessionkit.calls.installs.find_release` finds it).
     """
     session = resolve_session(source, key)
-    if session.policy != f"nanobot-{_RELEASE}":
-        raise ValueError(
-            f"session {session.key!r} is a {session.policy} session; only nanobot {_RELEASE} "
-            "sessions can be continued"
-        )
+    release = loop_release(session.policy)
+    if release is None:
+        raise ValueError(refusal(session.key, session.policy))
     if (
         not isinstance(edit, str)
         or isinstance(then, str)
@@ -385,21 +396,24 @@ def continue_fork(
         named = "names no workspace" if root is None else f"records workspace {root}, not there"
         raise ValueError(f"session {session.key!r} {named}: pass workspace=")
     config = config_file(config_dir) if config_dir is not None else config_of(root, session)
-    if config is None:
+    if config is None and release.config_required:
         raise ValueError(f"no nanobot config found beside {root}: pass config_dir=")
-    original_config = json.loads(config.read_text(encoding="utf-8"))
-    chosen = _checked_enable(enable, original_config)
+    original_config = {} if config is None else json.loads(config.read_text(encoding="utf-8"))
+    chosen = _checked_enable(enable, original_config, release)
     aim = target(config, endpoint, api_key, None)
-    namespace = sessions_dir_035(root, config)
-    if namespace is None:
-        raise ValueError(f"{root} has no 0.3.5 sessions folder under {config_folder(config)}")
-    config_home = config_folder(config).resolve()
-    _check_into(into, (root.resolve(), config_home))
-    python = find_release(_RELEASE, nanobot)
+    namespace = None
+    if config is not None and release.sessions_in_config_dir:
+        namespace = sessions_dir_035(root, config)
+        if namespace is None:
+            raise ValueError(f"{root} has no 0.3.5 sessions folder under {config_folder(config)}")
+    config_home = None if config is None else config_folder(config).resolve()
+    _check_into(into, (root.resolve(), *([config_home] if config_home else [])))
+    python = find_release(release.version, nanobot)
 
     folder = _private_folder(into)
     workspace_copy, config_copy = _copy(root.resolve(), config_home, folder)
-    _claim(namespace, config_home, config_copy, workspace_copy)
+    if namespace is not None and config_home is not None:
+        _claim(namespace, config_home, config_copy, workspace_copy)
     home = folder / "home"
     make_private_dir(home)
     private, secrets_env = _private_config(
@@ -409,8 +423,9 @@ def continue_fork(
         api_key if endpoint is None else aim.key,
         chosen,
         agent_defaults,
+        release,
     )
-    config_path = config_copy / config.name
+    config_path = config_copy / (config.name if config is not None else "config.json")
     config_path.write_text(json.dumps(private, indent=2), encoding="utf-8")
     forked = fork(
         session,
@@ -435,7 +450,7 @@ def continue_fork(
         "connections": str(log),
         "timeout": timeout,
     }
-    answer = _run(python, request, _child_env(home, secrets_env), folder)
+    answer = _run(release, python, request, _child_env(home, secrets_env), folder)
     corpus = load(workspace_copy, config_dir=config_path, cache=False)
     return Continuation(
         original=session,

@@ -17,6 +17,7 @@ import pytest
 from support.e2e import GatewayRun, run_gateway
 from support.releases import _harness_env, release
 from support.stub_openai import Reply, ScriptedTurn, StubServer
+from support.stub_rules import RuleServer
 
 import sessionkit as sk
 from sessionkit.writers.forking import ForkIndexError
@@ -429,16 +430,24 @@ def test_a_workspace_recorded_where_there_is_none_is_asked_for(tmp_path, monkeyp
     assert list(tmp_path.iterdir()) == []
 
 
-def test_only_a_0_3_5_session_is_continued(tmp_path):
-    corpus = sk.load(DATA / "sessions", cache=False)
+@pytest.mark.parametrize("policy", ["nanobot-0.1.4.post2", "nanobot-0.2.1", "nanobot-0.3.0"])
+def test_only_0_3_5_and_0_2_2_sessions_are_continued(tmp_path, policy):
+    corpus = sk.load(DATA / "sessions", cache=False, policy=policy)
     with pytest.raises(ValueError) as raised:
         sk.continue_fork(
-            corpus, "webui:f00d42", before_user_index=0, edit="x", max_turns=1, max_calls=1
+            corpus,
+            "webui:f00d42",
+            before_user_index=0,
+            edit="x",
+            max_turns=1,
+            max_calls=1,
+            into=tmp_path / "continued",
         )
     assert str(raised.value) == (
-        "session 'webui:f00d42' is a nanobot-0.2 session; only nanobot 0.3.5 sessions can be "
-        "continued"
+        f"session 'webui:f00d42' is a {policy} session; only nanobot 0.3.5 and nanobot 0.2.2 "
+        "sessions can be continued"
     )
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_the_copy_goes_only_where_asked(tmp_path):
@@ -468,3 +477,200 @@ def test_the_copy_goes_only_where_asked(tmp_path):
             sk.continue_fork(corpus, KEY, into=into, **asked)
         assert words in str(raised.value)
     assert _tree(tmp_path) == before
+
+
+KEY_022 = "telegram:777"
+EDIT_022 = "Read notes/todo.md and tell me the first item. (cont-022)"
+USAGE = {"prompt_tokens": 5, "completion_tokens": 1}
+OUTSIDE_022 = {
+    "exec",
+    "exec_session",
+    "list_exec_sessions",
+    "web_fetch",
+    "web_search",
+    "run_cli_app",
+}
+
+
+def _todo_rule(body: dict[str, Any], seen: int) -> Reply:
+    """Read the todo list when asked, then say its first item; a call without tools (a
+    summary) gets 'Summary.'."""
+    if not body.get("tools"):
+        return Reply.from_json({"text": "Summary.", "usage": USAGE})
+    if body["messages"][-1]["role"] == "tool":
+        return Reply.from_json({"text": "The first item is: water the plants.", "usage": USAGE})
+    call = {"name": "read_file", "arguments": {"path": "notes/todo.md"}}
+    return Reply.from_json({"tool_calls": [call], "usage": USAGE})
+
+
+def _workspace_022(root: Path) -> Path:
+    """The bundled sessions (nanobot 0.2.2's store) in a workspace with a todo list."""
+    workspace = root / "workspace"
+    shutil.copytree(DATA / "sessions", workspace / "sessions")
+    (workspace / "notes").mkdir()
+    (workspace / "notes" / "todo.md").write_text(SCENARIO["files"]["notes/todo.md"])
+    return workspace
+
+
+def _in_022(done: sk.experiments.continuation.Continuation, home: Path) -> Any:
+    """The session as 0.2.2's own SessionManager reads it from the copy's workspace."""
+    script = (
+        "import json, sys\nfrom pathlib import Path\n"
+        "from nanobot.session.manager import SessionManager\n"
+        "s = SessionManager(Path(sys.argv[1])).get_or_create(sys.argv[2])\n"
+        "print(json.dumps({'messages': s.messages, 'metadata': s.metadata}))\n"
+    )
+    proc = subprocess.run(
+        [str(release("0.2.2").python), "-I", "-c", script, str(done.workspace), KEY_022],
+        capture_output=True,
+        text=True,
+        env=_harness_env(True, {"HOME": str(home)}),
+        timeout=120,
+        check=True,
+    )
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.conformance
+def test_a_0_2_2_fork_continued_by_0_2_2s_loop(tmp_path, monkeypatch) -> None:
+    """The bundled 0.2.2 store, no config: 0.2.2's ``process_direct`` answers from the stub
+    with the file tools only, the continuation loads in sessionkit and in 0.2.2, the
+    original is byte-identical, and the loop's process connected to the stub alone."""
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", _harness_env(True, None)["TIKTOKEN_CACHE_DIR"])
+    workspace = _workspace_022(tmp_path / "original")
+    before = _tree(tmp_path / "original")
+    original = sk.load(workspace / "sessions", cache=False)[KEY_022]
+    with RuleServer(_todo_rule) as stub:
+        done = sk.continue_fork(
+            original,
+            before_user_index=3,
+            edit=EDIT_022,
+            max_turns=1,
+            max_calls=4,
+            endpoint=stub.url,
+            api_key=SECRET,
+            into=tmp_path / "continued",
+            nanobot=release("0.2.2").python,
+        )
+        received = list(stub.received)
+    assert _tree(tmp_path / "original") == before
+
+    assert [r.authorization for r in received] == [f"Bearer {SECRET}"] * 2
+    tools = [{t["function"]["name"] for t in r.body["tools"]} for r in received]
+    assert tools[0] == tools[1] and "read_file" in tools[0] and not tools[0] & OUTSIDE_022
+    assert (done.calls, done.budget_hit, done.replies) == (
+        2,
+        False,
+        [["The first item is: water the plants."]],
+    )
+    host, port = stub.url.split("//")[1].split("/")[0].split(":")
+    assert {(c["event"], tuple(c["address"]), c["allowed"]) for c in done.connections} == {
+        ("socket.connect", (host, int(port)), True)
+    }
+
+    fork_length = len(done.fork.messages)
+    messages = done.continued.messages
+    assert done.fork.messages == original.messages[:fork_length]
+    assert messages[:fork_length] == done.fork.messages
+    assert [m["role"] for m in messages[fork_length:]] == ["user", "assistant", "tool", "assistant"]
+    assert messages[fork_length]["content"] == EDIT_022
+    assert messages[fork_length + 1]["tool_calls"][0]["function"]["name"] == "read_file"
+    assert messages[fork_length + 2]["content"].startswith("1| # Todo\n2| \n3| - water the plants")
+    assert messages[fork_length + 3]["content"] == "The first item is: water the plants."
+    assert done.continued.metadata["sessionkit_fork"]["before_user_index"] == 3
+
+    theirs = _in_022(done, tmp_path / "home022")
+    assert theirs["messages"] == messages
+
+    side = done.side_by_side()
+    assert side["position"].tolist()[:4] == list(range(fork_length, fork_length + 4))
+    assert side["continued"].tolist()[3] == "The first item is: water the plants."
+    assert side["original"].tolist()[0] == original.messages[fork_length]["content"]
+
+    assert stat.S_IMODE(done.folder.stat().st_mode) == 0o700
+    copied = json.loads((done.config_dir / "config.json").read_text())
+    assert copied["providers"] == {
+        "custom": {"apiBase": stub.url, "apiKey": "${SESSIONKIT_CONTINUATION_API_KEY}"}
+    }
+    for path in done.folder.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            assert SECRET.encode() not in path.read_bytes(), path
+
+
+@pytest.mark.conformance
+def test_a_0_2_2_config_dir_is_copied_with_its_tools_off_and_the_budget_caps(
+    tmp_path, monkeypatch
+) -> None:
+    """``~/.nanobot`` with its workspace inside and a config enabling everything: the copy's
+    config turns 0.2.2's outside tools and channels off and names its secrets by reference;
+    one call allowed, the tool round's second call and the next turn are never sent."""
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", _harness_env(True, None)["TIKTOKEN_CACHE_DIR"])
+    data_dir = tmp_path / ".nanobot"
+    workspace = _workspace_022(data_dir)
+    with RuleServer(_todo_rule) as stub:
+        config = {
+            "agents": {"defaults": {"workspace": str(workspace), "model": "stub-model"}},
+            "providers": {"custom": {"apiKey": "sk-config-secret", "apiBase": stub.url}},
+            "channels": SECRETS["channels"],
+            "tools": {**SECRETS["tools"], "exec": {"enable": True}},
+        }
+        (data_dir / "config.json").write_text(json.dumps(config))
+        before = _tree(data_dir)
+        done = sk.continue_fork(
+            sk.load(workspace / "sessions", cache=False),
+            KEY_022,
+            before_user_index=2,
+            edit=EDIT_022,
+            then=["Never sent. (cont-then)"],
+            max_turns=2,
+            max_calls=1,
+            agent_defaults={"maxTokens": 128},
+            into=tmp_path / "continued",
+            nanobot=release("0.2.2").python,
+        )
+        received = list(stub.received)
+    assert _tree(data_dir) == before
+    assert [r.authorization for r in received] == ["Bearer sk-config-secret"]
+    assert received[0].body["max_tokens"] == 128
+    assert not {t["function"]["name"] for t in received[0].body["tools"]} & OUTSIDE_022
+    assert (done.calls, done.budget_hit, done.replies) == (
+        1,
+        True,
+        [["Error calling LLM: sessionkit budget of 1 calls reached"]],
+    )
+    assert done.workspace == done.config_dir / "workspace"
+
+    copied = json.loads((done.config_dir / "config.json").read_text())
+    assert copied["providers"] == {
+        "custom": {"apiKey": "${SESSIONKIT_CONTINUATION_SECRET_0}", "apiBase": stub.url}
+    }
+    assert copied["channels"] == {
+        "telegram": {"enabled": False, "token": "${SESSIONKIT_CONTINUATION_SECRET_1}"}
+    }
+    assert copied["tools"] == {
+        "web": {"search": {"apiKey": "${SESSIONKIT_CONTINUATION_SECRET_2}"}, "enable": False},
+        "mcpServers": {},
+        "exec": {"enable": False},
+        "cliApps": {"enable": False},
+        "imageGeneration": {"enabled": False},
+        "restrictToWorkspace": True,
+    }
+    assert copied["agents"]["defaults"] == {
+        "workspace": str(done.workspace),
+        "model": "stub-model",
+        "idleCompactAfterMinutes": 0,
+        "maxTokens": 128,
+    }
+    messages = done.continued.messages
+    fork_length = len(done.fork.messages)
+    assert [m["role"] for m in messages[fork_length:]] == ["user", "assistant", "tool", "assistant"]
+    assert messages[fork_length]["content"] == EDIT_022
+    assert messages[fork_length + 1]["tool_calls"][0]["function"]["name"] == "read_file"
+    assert messages[fork_length + 3]["content"] == (
+        "[Assistant reply unavailable due to model error.]"
+    )
+    for path in done.folder.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            raw = path.read_bytes()
+            for secret in ("sk-config-secret", "telegram-secret", "web-secret", "mcp-secret"):
+                assert secret.encode() not in raw, (path, secret)

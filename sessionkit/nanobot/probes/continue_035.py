@@ -12,6 +12,7 @@ every socket connect and name lookup of this process to ``connections`` (JSON li
 ``{"event", "address", "allowed"}``) and, when ``allowed`` is given, refuses any other address
 with ``PermissionError`` before a packet leaves.  Processes nanobot starts (the shell tool, MCP
 servers over stdio) are not covered: they are off unless the caller enabled them by name.
+:func:`guard` and :class:`Budget` are public: ``continue_022.py`` loads them from this file.
 
 The loop is composed as ``gateway_035`` of the test suite composes it (``nanobot gateway``'s
 own parts: ``_load_runtime_config``, ``AgentLoop.from_config`` with the session manager, cron
@@ -34,7 +35,7 @@ from typing import Any, TextIO
 _EVENTS = ("socket.connect", "socket.getaddrinfo", "socket.sendto", "socket.sendmsg")
 
 
-def _guard(allowed: list[list[Any]] | None, log: TextIO) -> None:
+def guard(allowed: list[list[Any]] | None, log: TextIO) -> None:
     """Record (and, with ``allowed``, refuse other) connects and lookups of this process."""
     names: set[str] = set()
     addresses: set[tuple[str, int]] = set()
@@ -69,7 +70,7 @@ def _guard(allowed: list[list[Any]] | None, log: TextIO) -> None:
     sys.addaudithook(hook)
 
 
-class _Budget:
+class Budget:
     """At most ``limit`` provider calls: past it, ``chat``/``chat_stream`` raise, unsent."""
 
     def __init__(self, limit: int) -> None:
@@ -89,7 +90,7 @@ class _Budget:
             setattr(provider, name, limited)
 
 
-async def _drive(request: dict[str, Any], budget: _Budget) -> list[dict[str, Any]]:
+async def _drive(request: dict[str, Any], budget: Budget) -> list[dict[str, Any]]:
     from nanobot.agent.hooks import create_file_edit_activity_hook
     from nanobot.agent.loop import AgentLoop
     from nanobot.agent.model_presets import load_model_preset_catalog
@@ -190,13 +191,13 @@ def main() -> None:
     answer_fd = os.dup(1)
     os.dup2(2, 1)  # nanobot's console output goes to stderr; stdout carries only the answer
     log = Path(request["connections"]).open("a", encoding="utf-8")  # noqa: SIM115 (process-long)
-    _guard(request["allowed"], log)
+    guard(request["allowed"], log)
     import nanobot
     from loguru import logger
 
     logger.remove()
     logger.add(sys.stderr, level="WARNING")
-    budget = _Budget(int(request["max_calls"]))
+    budget = Budget(int(request["max_calls"]))
     turns = asyncio.run(_drive(request, budget))
     answer = {
         "nanobot": nanobot.__version__,
