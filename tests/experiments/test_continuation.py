@@ -484,12 +484,14 @@ EDIT_022 = "Read notes/todo.md and tell me the first item. (cont-022)"
 USAGE = {"prompt_tokens": 5, "completion_tokens": 1}
 OUTSIDE_022 = {
     "exec",
-    "exec_session",
+    "write_stdin",
     "list_exec_sessions",
     "web_fetch",
     "web_search",
     "run_cli_app",
+    "generate_image",
 }
+"""0.2.2's tools that reach past the copy, by the names its tools register."""
 
 
 def _todo_rule(body: dict[str, Any], seen: int) -> Reply:
@@ -674,3 +676,53 @@ def test_a_0_2_2_config_dir_is_copied_with_its_tools_off_and_the_budget_caps(
             raw = path.read_bytes()
             for secret in ("sk-config-secret", "telegram-secret", "web-secret", "mcp-secret"):
                 assert secret.encode() not in raw, (path, secret)
+
+
+def test_a_0_2_2_workspace_without_a_config_needs_an_endpoint(tmp_path):
+    """The bundled 0.2.2 store has no config: without ``endpoint=`` nothing says where to
+    send, and nothing is made."""
+    before = _tree(DATA)
+    with pytest.raises(ValueError) as raised:
+        sk.continue_fork(
+            sk.load(DATA / "sessions", cache=False),
+            "webui:f00d42",
+            before_user_index=1,
+            edit="Again? (refused)",
+            max_turns=1,
+            max_calls=1,
+            into=tmp_path / "continued",
+        )
+    assert str(raised.value) == (
+        "no nanobot config found to send the requests with: pass endpoint= (an "
+        "OpenAI-compatible base URL such as 'http://127.0.0.1:8000/v1') or config_dir="
+    )
+    assert list(tmp_path.iterdir()) == []
+    assert _tree(DATA) == before
+
+
+@pytest.mark.conformance
+def test_0_2_2_tools_named_in_enable_are_on(tmp_path, monkeypatch) -> None:
+    """0.2.2's shell and web tools when asked for; the connections are then only recorded."""
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", _harness_env(True, None)["TIKTOKEN_CACHE_DIR"])
+    workspace = _workspace_022(tmp_path / "original")
+    with RuleServer(_todo_rule) as stub:
+        done = sk.continue_fork(
+            sk.load(workspace / "sessions", cache=False),
+            KEY_022,
+            before_user_index=1,
+            edit=EDIT_022,
+            max_turns=1,
+            max_calls=2,
+            enable=["exec", "web"],
+            endpoint=stub.url,
+            into=tmp_path / "continued",
+            nanobot=release("0.2.2").python,
+        )
+        received = list(stub.received)
+    tools = {t["function"]["name"] for t in received[0].body["tools"]}
+    assert tools & OUTSIDE_022 == OUTSIDE_022 - {"run_cli_app", "generate_image"}
+    assert (done.calls, done.budget_hit) == (2, False)
+    host, port = stub.url.split("//")[1].split("/")[0].split(":")
+    assert {(tuple(c["address"]), c["allowed"]) for c in done.connections} == {
+        ((host, int(port)), True)
+    }
