@@ -2,8 +2,8 @@
 workspace and config dir, and show the continuation beside the original.
 
 The session's release drives it (:mod:`sessionkit.nanobot.loop_releases`): nanobot 0.3.5's
-gateway parts (``probes/continue_035.py``) or nanobot 0.2.2's ``nanobot agent`` loop
-(``probes/continue_022.py``), each in that release's interpreter.  Nothing of the user's
+gateway parts (``probes/continue_035.py``) or the ``nanobot agent`` loop of nanobot 0.2.2 or
+0.3.0 (``probes/continue_022.py``), each in that release's interpreter.  Nothing of the user's
 workspace or config dir is written: both are copied into a 0700 folder, the fork is written
 there, and the loop runs there.  The copied config holds no secret: every key, token,
 password, header and MCP environment value is replaced by a ``${VAR}`` reference whose value
@@ -49,8 +49,8 @@ if TYPE_CHECKING:
 __all__ = ["OUTSIDE_TOOLS", "Continuation", "ContinuationError", "continue_fork"]
 
 OUTSIDE_TOOLS: dict[str, tuple[str, ...]] = dict(OUTSIDE_SWITCHES)
-"""The tools that reach past the copy (0.3.5 and 0.2.2 switch them alike), each by the name
-``enable=`` takes and the config switch that turns it off (the shell and its sessions; web
+"""The tools that reach past the copy (every release continued switches them alike), each by
+the name ``enable=`` takes and the config switch that turns it off (the shell and its sessions; web
 fetch and search; installed CLI apps; image generation at its provider).  ``"files"`` lets
 the file tools past the workspace (``tools.restrictToWorkspace`` is set otherwise) and
 ``"mcp:<server>"`` keeps that MCP server; every other MCP server is dropped and every channel
@@ -323,6 +323,20 @@ def _run(
     return json.loads(proc.stdout)
 
 
+def _drop_replaced(original: Session, root: Path, copy_root: Path, forked: Session) -> None:
+    """Remove the original's file from the copy when the fork was written under another name
+    (the release names files otherwise, or the original is a legacy file), so that the copy
+    holds the session once."""
+    if not original.path or not forked.path:
+        return
+    source = Path(original.path).resolve()
+    if not source.is_relative_to(root):
+        return
+    copied = copy_root / source.relative_to(root)
+    if copied.is_file() and copied.resolve() != Path(forked.path).resolve():
+        copied.unlink()
+
+
 def _positive(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be an int of 1 or more, not {value!r}")
@@ -349,9 +363,9 @@ def continue_fork(
     timeout: float = 600,
 ) -> Continuation:
     """Fork ``source`` before its ``before_user_index``-th user message and let its release's
-    own agent loop answer from there (nanobot 0.3.5 for 0.3.5 sessions, 0.2.2 for
-    ``nanobot-0.2`` ones; :mod:`sessionkit.nanobot.loop_releases`), in a private copy; the
-    original is never touched.
+    own agent loop answer from there (nanobot 0.3.5, 0.3.0 or 0.2.2 for ``nanobot-0.2``
+    sessions; :mod:`sessionkit.nanobot.loop_releases`), in a private copy; the original is
+    never touched.
 
     The fork (:func:`sessionkit.fork`, with lineage) replaces the session in the copy; the loop
     then gets ``edit`` (that user message rewritten, or asked again under other settings; an
@@ -359,7 +373,8 @@ def continue_fork(
     the session's channel, against ``endpoint`` (default: the config's provider) with
     ``api_key`` (default: the config's key), under the config's agent settings updated by
     ``agent_defaults`` (the release's ``agents.defaults`` names, e.g. ``contextWindowTokens``).
-    A 0.2.2 workspace needs no config: without one the copy's starts from nanobot's defaults.
+    A 0.2.2 or 0.3.0 workspace needs no config: without one the copy's starts from nanobot's
+    defaults.
     ``max_turns`` refuses more turns up front; ``max_calls`` caps the provider calls (summary
     calls included): past it the release's provider refuses to send.
 
@@ -436,6 +451,7 @@ def continue_fork(
         overwrite=True,
         lineage=True,
     )
+    _drop_replaced(session, root.resolve(), workspace_copy, forked)
     parts = urlsplit(aim.url)
     port = parts.port or (443 if parts.scheme == "https" else 80)
     reaching = chosen - {"files"}

@@ -24,7 +24,7 @@ OUTSIDE_SWITCHES = MappingProxyType(
     }
 )
 """The switches (camelCase config paths) turning off the shell, web fetch and search, CLI
-apps and image generation, as 0.3.5's and 0.2.2's config schemas both name them."""
+apps and image generation, as the config schemas of 0.2.2, 0.3.0 and 0.3.5 all name them."""
 
 
 @dataclass(frozen=True)
@@ -65,9 +65,18 @@ LOOP_RELEASES = (
         config_required=False,
         outside_tools=OUTSIDE_SWITCHES,
     ),
+    LoopRelease(
+        version="0.3.0",
+        policies=frozenset({"nanobot-0.3.0"}),
+        probe="continue_022.py",
+        sessions_in_config_dir=False,
+        config_required=False,
+        outside_tools=OUTSIDE_SWITCHES,
+    ),
 )
-"""Every release sessionkit continues forks with: nanobot 0.3.5 (its gateway's parts) and
-nanobot 0.2.2 (``nanobot agent``'s loop, ``AgentLoop.process_direct``)."""
+"""Every release sessionkit continues forks with: nanobot 0.3.5 (its gateway's parts), and
+nanobot 0.2.2 and 0.3.0 (``nanobot agent``'s loop, ``AgentLoop.process_direct``, built from
+the same parts in both)."""
 
 
 def loop_release(policy: str) -> LoopRelease | None:
@@ -77,5 +86,6 @@ def loop_release(policy: str) -> LoopRelease | None:
 
 def refusal(key: str, policy: str) -> str:
     """Why a session of ``policy`` cannot be continued (naming the releases that can)."""
-    names = " and ".join(f"nanobot {r.version}" for r in LOOP_RELEASES)
+    *others, last = [f"nanobot {r.version}" for r in LOOP_RELEASES]
+    names = f"{', '.join(others)} and {last}"
     return f"session {key!r} is a {policy} session; only {names} sessions can be continued"

@@ -1,5 +1,6 @@
-"""A fork continued by nanobot 0.3.5's own loop, in a private copy, against a stub on 127.0.0.1:
-the continuation loads in sessionkit and in 0.3.5, the original workspace and config dir are
+"""A fork continued by its release's own loop (nanobot 0.3.5's gateway parts; 0.2.2's and
+0.3.0's ``nanobot agent`` loop), in a private copy, against a stub on 127.0.0.1: the
+continuation loads in sessionkit and in the release, the original workspace and config dir are
 byte-identical after, outside tools are off, no key is on disk, and the loop's process opened
 no socket except to the stub."""
 
@@ -430,8 +431,8 @@ def test_a_workspace_recorded_where_there_is_none_is_asked_for(tmp_path, monkeyp
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("policy", ["nanobot-0.1.4.post2", "nanobot-0.2.1", "nanobot-0.3.0"])
-def test_only_0_3_5_and_0_2_2_sessions_are_continued(tmp_path, policy):
+@pytest.mark.parametrize("policy", ["nanobot-0.1.4.post2", "nanobot-0.2.1", "nanobot-0.1.5"])
+def test_only_0_3_5_0_3_0_and_0_2_2_sessions_are_continued(tmp_path, policy):
     corpus = sk.load(DATA / "sessions", cache=False, policy=policy)
     with pytest.raises(ValueError) as raised:
         sk.continue_fork(
@@ -444,8 +445,8 @@ def test_only_0_3_5_and_0_2_2_sessions_are_continued(tmp_path, policy):
             into=tmp_path / "continued",
         )
     assert str(raised.value) == (
-        f"session 'webui:f00d42' is a {policy} session; only nanobot 0.3.5 and nanobot 0.2.2 "
-        "sessions can be continued"
+        f"session 'webui:f00d42' is a {policy} session; only nanobot 0.3.5, nanobot 0.2.2 and "
+        "nanobot 0.3.0 sessions can be continued"
     )
     assert list(tmp_path.iterdir()) == []
 
@@ -514,8 +515,8 @@ def _workspace_022(root: Path) -> Path:
     return workspace
 
 
-def _in_022(done: sk.experiments.continuation.Continuation, home: Path) -> Any:
-    """The session as 0.2.2's own SessionManager reads it from the copy's workspace."""
+def _in_release(version: str, done: sk.experiments.continuation.Continuation, home: Path) -> Any:
+    """The session as the release's own SessionManager reads it from the copy's workspace."""
     script = (
         "import json, sys\nfrom pathlib import Path\n"
         "from nanobot.session.manager import SessionManager\n"
@@ -523,7 +524,7 @@ def _in_022(done: sk.experiments.continuation.Continuation, home: Path) -> Any:
         "print(json.dumps({'messages': s.messages, 'metadata': s.metadata}))\n"
     )
     proc = subprocess.run(
-        [str(release("0.2.2").python), "-I", "-c", script, str(done.workspace), KEY_022],
+        [str(release(version).python), "-I", "-c", script, str(done.workspace), KEY_022],
         capture_output=True,
         text=True,
         env=_harness_env(True, {"HOME": str(home)}),
@@ -534,14 +535,25 @@ def _in_022(done: sk.experiments.continuation.Continuation, home: Path) -> Any:
 
 
 @pytest.mark.conformance
-def test_a_0_2_2_fork_continued_by_0_2_2s_loop(tmp_path, monkeypatch) -> None:
-    """The bundled 0.2.2 store, no config: 0.2.2's ``process_direct`` answers from the stub
-    with the file tools only, the continuation loads in sessionkit and in 0.2.2, the
-    original is byte-identical, and the loop's process connected to the stub alone."""
+@pytest.mark.parametrize(
+    ("version", "policy", "renamed"),
+    [
+        ("0.2.2", "nanobot-0.2", []),
+        ("0.3.0", "nanobot-0.3.0", ["dGVsZWdyYW06Nzc3.jsonl", "telegram_777.jsonl"]),
+    ],
+)
+def test_an_older_fork_continued_by_its_releases_loop(
+    tmp_path, monkeypatch, version, policy, renamed
+):
+    """The bundled store, no config, read as a 0.2.2 or a 0.3.0 store: that release's
+    ``process_direct`` answers from the stub with the file tools only, the continuation loads
+    in sessionkit and in the release, the original is byte-identical, and the loop's process
+    connected to the stub alone.  0.3.0 names the fork's file otherwise (base64url): the
+    copy holds the session once."""
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", _harness_env(True, None)["TIKTOKEN_CACHE_DIR"])
     workspace = _workspace_022(tmp_path / "original")
     before = _tree(tmp_path / "original")
-    original = sk.load(workspace / "sessions", cache=False)[KEY_022]
+    original = sk.load(workspace / "sessions", cache=False, policy=policy)[KEY_022]
     with RuleServer(_todo_rule) as stub:
         done = sk.continue_fork(
             original,
@@ -552,10 +564,13 @@ def test_a_0_2_2_fork_continued_by_0_2_2s_loop(tmp_path, monkeypatch) -> None:
             endpoint=stub.url,
             api_key=SECRET,
             into=tmp_path / "continued",
-            nanobot=release("0.2.2").python,
+            nanobot=release(version).python,
         )
         received = list(stub.received)
     assert _tree(tmp_path / "original") == before
+    assert done.continued.policy == policy
+    files = {p.name for p in (done.workspace / "sessions").iterdir()}
+    assert sorted(files ^ {p.name for p in (workspace / "sessions").iterdir()}) == renamed
 
     assert [r.authorization for r in received] == [f"Bearer {SECRET}"] * 2
     tools = [{t["function"]["name"] for t in r.body["tools"]} for r in received]
@@ -581,7 +596,7 @@ def test_a_0_2_2_fork_continued_by_0_2_2s_loop(tmp_path, monkeypatch) -> None:
     assert messages[fork_length + 3]["content"] == "The first item is: water the plants."
     assert done.continued.metadata["sessionkit_fork"]["before_user_index"] == 3
 
-    theirs = _in_022(done, tmp_path / "home022")
+    theirs = _in_release(version, done, tmp_path / "home")
     assert theirs["messages"] == messages
 
     side = done.side_by_side()

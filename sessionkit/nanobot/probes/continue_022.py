@@ -1,7 +1,8 @@
-"""Continue a forked session with nanobot 0.2.2's own agent loop in a private copy (stdlib+nanobot).
+"""Continue a fork with nanobot 0.2.2's or 0.3.0's own loop in a private copy (stdlib + nanobot).
 
-Runs INSIDE the 0.2.2 release venv (``<release python> -I continue_022.py``), with the stdin
-and stdout of ``continue_035.py`` (whose socket audit hook and call budget it loads from
+Runs INSIDE the 0.2.2 or 0.3.0 release venv (``<release python> -I continue_022.py``; both
+build ``nanobot agent`` from the same parts), with the stdin and stdout of
+``continue_035.py`` (whose socket audit hook and call budget it loads from
 beside itself: ``-I`` puts no script folder on ``sys.path``).
 
 The loop is built as ``nanobot agent`` builds it (its ``_load_runtime_config`` with the
@@ -27,7 +28,7 @@ from typing import Any
 
 _SHARED = Path(__file__).with_name("continue_035.py")
 _TRACE = ("_progress", "_retry_wait", "_stream_delta", "_stream_end")
-"""Flags of the bus messages that report progress to a channel rather than say something."""
+"""Flags of 0.2.2's bus messages that report progress to a channel rather than say something."""
 
 
 def _shared() -> Any:
@@ -75,7 +76,8 @@ async def _drive(request: dict[str, Any], budget: Any) -> list[dict[str, Any]]:
             replies = []
             while bus.outbound_size:
                 out = await bus.consume_outbound()
-                if out.content and not any(out.metadata.get(flag) for flag in _TRACE):
+                said = getattr(out, "event", None) is None  # 0.3.0: progress is an event
+                if said and out.content and not any(out.metadata.get(f) for f in _TRACE):
                     replies.append(out.content)
             if answer is not None and answer.content:
                 replies.append(answer.content)
