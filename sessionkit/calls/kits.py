@@ -159,16 +159,23 @@ def _write(path: Path, key: Mapping[str, Any], kit: Mapping[str, Any]) -> None:
 
 
 def run_probe(probe: str, python: Path, request: Mapping[str, Any]) -> dict[str, Any]:
-    """Run the release's probe in ``python`` (isolated mode: nothing of this environment)."""
+    """Run the release's probe in ``python`` (isolated mode: nothing of this environment), in
+    a private scratch folder of its own: a release resolves a config's relative paths (0.3.5's
+    ``workspace``) against its working folder and makes them while being built, which must
+    never happen where the caller stands."""
     script = resources.files("sessionkit.nanobot.probes").joinpath(probe)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
-    with resources.as_file(script) as path:
+    with (
+        resources.as_file(script) as path,
+        tempfile.TemporaryDirectory(prefix="sessionkit-probe-") as scratch,
+    ):
         proc = subprocess.run(
             [str(python), "-I", str(path)],
             input=json.dumps(request),
             capture_output=True,
             text=True,
             env=env,
+            cwd=scratch,
             timeout=300,
             check=False,
         )
@@ -248,7 +255,10 @@ def kit_for(
     runtime: Mapping[str, Any] | None = None,
     cache_dir: Path | None | bool = None,
 ) -> Kit:
-    """The kit of ``release`` for ``workspace`` (probed once, then read from the cache).
+    """The kit of ``release`` for ``workspace`` (probed once, then read from the cache).  A
+    workspace that does not exist (a relative path in a config or a ``.workspace`` marker, read
+    against the current folder as nanobot reads it) is the empty one the release would make
+    there, made in a scratch folder instead and shown at its own path.
 
     ``cache_dir=False`` keeps nothing on disk; ``None`` is the user's cache folder, unless
     persistence is off (``SESSIONKIT_CACHE=off``).
@@ -275,15 +285,19 @@ def kit_for(
             return _as_kit(cached, newest)
     shown = runtime.pop("workspace_path", None)
     installed_as = runtime.pop("release_path", None)
-    request = {
-        "workspace": str(workspace),
-        "config": str(config) if config else None,
-        "channel": channel,
-        "runtime": runtime,
-    }
-    raw = run_probe(probe, python, request)
+    with tempfile.TemporaryDirectory(prefix="sessionkit-kit-") as scratch:
+        probed = workspace if workspace.exists() else Path(scratch) / workspace.name
+        request = {
+            "workspace": str(probed),
+            "config": str(config) if config else None,
+            "channel": channel,
+            "runtime": runtime,
+        }
+        raw = run_probe(probe, python, request)
     if raw.get("nanobot") != release:
         raise KitError(f"the probe ran nanobot {raw.get('nanobot')!r}, not {release}")
+    if probed != workspace:
+        raw = shown_at(raw, str(probed), str(workspace))
     if shown is not None:
         raw = shown_at(raw, str(workspace), str(shown))
     if installed_as is not None:

@@ -154,3 +154,19 @@ def test_a_pinned_release_path_hides_where_the_release_is_installed(workspace: P
     )
     assert installed not in json.dumps(pinned.raw)
     assert pinned.system_text == plain.system_text.replace(installed, "/opt/nanobot")
+
+
+def test_a_missing_workspace_is_made_in_a_scratch_folder_and_shown_at_its_path(
+    tmp_path: Path,
+) -> None:
+    """A workspace that does not exist (a config's relative path read against the current
+    folder) is the empty one the release would make there: made in a scratch folder and shown
+    at its own path, so nothing appears where it would be, even for a moment (the folder
+    above it keeps its modification time)."""
+    here = tmp_path / "here"
+    here.mkdir()
+    before = here.stat().st_mtime_ns
+    kit = _kit(here / "workspace", False)
+    assert here.stat().st_mtime_ns == before and list(here.iterdir()) == []
+    assert str(here / "workspace") in kit.system_text
+    assert "sessionkit-kit-" not in json.dumps(kit.raw)
