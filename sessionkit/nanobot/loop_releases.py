@@ -48,6 +48,19 @@ class LoopRelease:
     outside_tools: Mapping[str, tuple[str, ...]]
 
 
+def _agent_loop(version: str, policy: str) -> LoopRelease:
+    """A release continued by ``nanobot agent``'s loop: sessions in the workspace, no config
+    needed (nanobot's defaults)."""
+    return LoopRelease(
+        version=version,
+        policies=frozenset({policy}),
+        probe="continue_022.py",
+        sessions_in_config_dir=False,
+        config_required=False,
+        outside_tools=OUTSIDE_SWITCHES,
+    )
+
+
 LOOP_RELEASES = (
     LoopRelease(
         version="0.3.5",
@@ -57,22 +70,8 @@ LOOP_RELEASES = (
         config_required=True,
         outside_tools=OUTSIDE_SWITCHES,
     ),
-    LoopRelease(
-        version="0.2.2",
-        policies=frozenset({"nanobot-0.2"}),
-        probe="continue_022.py",
-        sessions_in_config_dir=False,
-        config_required=False,
-        outside_tools=OUTSIDE_SWITCHES,
-    ),
-    LoopRelease(
-        version="0.3.0",
-        policies=frozenset({"nanobot-0.3.0"}),
-        probe="continue_022.py",
-        sessions_in_config_dir=False,
-        config_required=False,
-        outside_tools=OUTSIDE_SWITCHES,
-    ),
+    _agent_loop("0.2.2", "nanobot-0.2"),
+    _agent_loop("0.3.0", "nanobot-0.3.0"),
 )
 """Every release sessionkit continues forks with: nanobot 0.3.5 (its gateway's parts), and
 nanobot 0.2.2 and 0.3.0 (``nanobot agent``'s loop, ``AgentLoop.process_direct``, built from
