@@ -20,9 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import json
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +29,8 @@ _TRACE = ("_progress", "_retry_wait", "_stream_delta", "_stream_end")
 
 
 def _shared() -> Any:
-    """``continue_035``'s module (its ``guard`` and ``Budget``), loaded from its file."""
+    """``continue_035``'s module (its process, ``run``, with the socket guard and call
+    budget), loaded from its file."""
     spec = importlib.util.spec_from_file_location("sessionkit_continue_035", _SHARED)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {_SHARED}")
@@ -87,30 +85,5 @@ async def _drive(request: dict[str, Any], budget: Any) -> list[dict[str, Any]]:
     return done
 
 
-def main() -> None:
-    """Read the request on stdin, guard the sockets, drive the turns, print the answer."""
-    request = json.load(sys.stdin)
-    answer_fd = os.dup(1)
-    os.dup2(2, 1)  # nanobot's console output goes to stderr; stdout carries only the answer
-    log = Path(request["connections"]).open("a", encoding="utf-8")  # noqa: SIM115 (process-long)
-    shared = _shared()
-    shared.guard(request["allowed"], log)
-    import nanobot
-    from loguru import logger
-
-    logger.remove()
-    logger.add(sys.stderr, level="WARNING")
-    budget = shared.Budget(int(request["max_calls"]))
-    turns = asyncio.run(_drive(request, budget))
-    answer = {
-        "nanobot": nanobot.__version__,
-        "turns": turns,
-        "calls": budget.calls,
-        "budget_hit": budget.hit,
-    }
-    with os.fdopen(answer_fd, "w") as out:
-        json.dump(answer, out)
-
-
 if __name__ == "__main__":
-    main()
+    _shared().run(_drive)

@@ -29,6 +29,7 @@ import json
 import os
 import socket
 import sys
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -185,8 +186,11 @@ async def _drive(request: dict[str, Any], budget: Budget) -> list[dict[str, Any]
     return done
 
 
-def main() -> None:
-    """Read the request on stdin, guard the sockets, drive the turns, print the answer."""
+def run(
+    drive: Callable[[dict[str, Any], Budget], Coroutine[Any, Any, list[dict[str, Any]]]],
+) -> None:
+    """Read the request on stdin, guard the sockets, ``drive`` the turns (a release's loop),
+    print the answer: every continuation probe's process."""
     request = json.load(sys.stdin)
     answer_fd = os.dup(1)
     os.dup2(2, 1)  # nanobot's console output goes to stderr; stdout carries only the answer
@@ -198,7 +202,7 @@ def main() -> None:
     logger.remove()
     logger.add(sys.stderr, level="WARNING")
     budget = Budget(int(request["max_calls"]))
-    turns = asyncio.run(_drive(request, budget))
+    turns = asyncio.run(drive(request, budget))
     answer = {
         "nanobot": nanobot.__version__,
         "turns": turns,
@@ -210,4 +214,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run(_drive)
