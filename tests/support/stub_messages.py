@@ -13,14 +13,12 @@ written to the cache, cache reads, cache writes, output), or a
 
 from __future__ import annotations
 
-import json
-import time
 from email.message import Message
 from typing import Any
 
 from sessionkit.testing.local_server import Response, json_response
 from support.stub_openai import Reply
-from support.stub_rules import Misbehave, Received, RuleServer
+from support.stub_rules import RuleServer
 
 __all__ = ["MessagesServer", "message_object"]
 
@@ -69,16 +67,14 @@ class MessagesServer(RuleServer):
         super().reset()
         self.versions.clear()
 
+    def noted(self, headers: Message) -> None:
+        """Keep the request's ``anthropic-version`` header."""
+        self.versions.append(headers.get("anthropic-version"))
+
     def messages(self, raw: bytes, headers: Message) -> Response:
         """The rule's answer: a message, or a misbehaviour after its delay."""
-        body = json.loads(raw)
-        with self._count:
-            self.received.append(Received(body, headers.get("x-api-key")))
-            self.versions.append(headers.get("anthropic-version"))
-            index, seen = len(self.received) - 1, self._seen.get(raw, 0)
-            self._seen[raw] = seen + 1
-        answer = self.rule(body, seen)
-        if isinstance(answer, Misbehave):
-            time.sleep(answer.delay_s)
-            return Response(answer.status, answer.payload, headers=answer.headers)
+        ruled = self.ruled(raw, headers, "x-api-key")
+        if isinstance(ruled, Response):
+            return ruled
+        index, answer = ruled
         return json_response(message_object(index, self.model, answer))

@@ -69,17 +69,31 @@ class RuleServer(LocalServer):
             self.received.clear()
             self._seen.clear()
 
-    def chat(self, raw: bytes, headers: Message) -> Response:
-        """The rule's answer: a completion, or a misbehaviour after its delay."""
+    def ruled(self, raw: bytes, headers: Message, key: str) -> tuple[int, Reply] | Response:
+        """Record a request (``key``: the header carrying its credential; :meth:`noted` with
+        it, under the same lock) and ask the rule: the request's index and the reply, or the
+        misbehaviour's response after its delay."""
         body = json.loads(raw)
         with self._count:
-            self.received.append(Received(body, headers.get("Authorization")))
+            self.received.append(Received(body, headers.get(key)))
+            self.noted(headers)
             index, seen = len(self.received) - 1, self._seen.get(raw, 0)
             self._seen[raw] = seen + 1
         answer = self.rule(body, seen)
         if isinstance(answer, Misbehave):
             time.sleep(answer.delay_s)
             return Response(answer.status, answer.payload, headers=answer.headers)
+        return index, answer
+
+    def noted(self, headers: Message) -> None:
+        """What else a request's headers say, kept beside :attr:`received` (nothing here)."""
+
+    def chat(self, raw: bytes, headers: Message) -> Response:
+        """The rule's answer: a completion, or a misbehaviour after its delay."""
+        ruled = self.ruled(raw, headers, "Authorization")
+        if isinstance(ruled, Response):
+            return ruled
+        index, answer = ruled
         ids = tuple(f"call_{index}_{i}" for i in range(len(answer.tool_calls)))
         call = Call(index, time.time_ns(), json.loads(raw), "ruled", answer, ids)
         return json_response(completion(call, self.model))
