@@ -106,16 +106,22 @@ def test_breakpoint_reads_and_writes_stop_at_a_breakpoint(session, family, ttl) 
     assert not read[_gaps(session) > ttl].any()
 
 
+FOUR_CALLS = {
+    "tools_tokens": 2000,
+    "system_tokens": 3000,
+    "turn": [0, 1, 2, 3],
+    "history_messages": [0, 2, 4, 6],
+    "total_tokens": [5100, 5400, 5700, 6000],
+    "prefix_tokens": [0, 5100, 5400, 5700],
+    "last_tokens": [100, 100, 100, 100],
+    "last_results_tokens": [100, 100, 100, 100],
+}
+"""A session of four turns of one call each, without times (each test gives its own)."""
+
+
 def test_a_session_within_the_ttl_and_after_it_exact_values() -> None:
     session = {
-        "tools_tokens": 2000,
-        "system_tokens": 3000,
-        "turn": [0, 1, 2, 3],
-        "history_messages": [0, 2, 4, 6],
-        "total_tokens": [5100, 5400, 5700, 6000],
-        "prefix_tokens": [0, 5100, 5400, 5700],
-        "last_tokens": [100, 100, 100, 100],
-        "last_results_tokens": [100, 100, 100, 100],
+        **FOUR_CALLS,
         "history_start": [0, 0, 0, 2],
         "time": [START + pd.Timedelta(seconds=s) for s in (0, 240, 900, 1000)],
     }
@@ -134,14 +140,7 @@ def test_a_session_within_the_ttl_and_after_it_exact_values() -> None:
 
 def test_a_dropped_marker_leaves_the_entry_written_before_it_to_the_next_call() -> None:
     session = {
-        "tools_tokens": 2000,
-        "system_tokens": 3000,
-        "turn": [0, 1, 2, 3],
-        "history_messages": [0, 2, 4, 6],
-        "total_tokens": [5100, 5400, 5700, 6000],
-        "prefix_tokens": [0, 5100, 5400, 5700],
-        "last_tokens": 100,
-        "last_results_tokens": 100,
+        **FOUR_CALLS,
         "marker_dropped": [False, False, True, False],  # call 2: a tool call without text
         "time": [START + pd.Timedelta(seconds=s) for s in (0, 60, 120, 180)],
     }
