@@ -87,6 +87,12 @@ def _tree(root: Path) -> dict[str, tuple[int, str]]:
     return found
 
 
+def _address(url: str) -> tuple[str, int]:
+    """The (host, port) a stub's base URL names, as the socket guard records it."""
+    host, port = url.split("//")[1].split("/")[0].split(":")
+    return host, int(port)
+
+
 def _tool_names(body: dict[str, Any]) -> set[str]:
     return {t["function"]["name"] for t in body["tools"]}
 
@@ -162,9 +168,9 @@ def test_a_fork_continued_by_the_releases_loop(original, tmp_path, monkeypatch) 
     }
     assert _tool_names(calls[0].body) <= _tool_names(original.requests[0])
 
-    host, port = stub.url.split("//")[1].split("/")[0].split(":")
+    address = _address(stub.url)
     assert done.connections and all(c["allowed"] for c in done.connections)
-    assert {tuple(c["address"]) for c in done.connections} == {(host, int(port))}
+    assert {tuple(c["address"]) for c in done.connections} == {address}
     assert {c["event"] for c in done.connections} == {"socket.connect"}
 
     stored = original.session_lines(KEY)[1:]
@@ -226,8 +232,8 @@ def test_the_budget_caps_the_calls_and_other_addresses_are_refused(
     refused = [c for c in done.connections if not c["allowed"]]
     assert refused and {c["event"] for c in refused} == {"socket.getaddrinfo"}
     assert {c["address"][0] for c in refused} == {"openaipublic.blob.core.windows.net"}
-    host, port = stub.url.split("//")[1].split("/")[0].split(":")
-    assert {tuple(c["address"]) for c in done.connections if c["allowed"]} == {(host, int(port))}
+    address = _address(stub.url)
+    assert {tuple(c["address"]) for c in done.connections if c["allowed"]} == {address}
     messages = done.continued.messages
     assert len(done.fork.messages) == 4
     assert [m["role"] for m in messages[4:6]] == ["user", "assistant"]
@@ -260,10 +266,8 @@ def test_tools_named_in_enable_are_on(original, tmp_path, monkeypatch) -> None:
     missing = _tool_names(original.requests[0]) - _tool_names(calls[0].body)
     assert missing == {"run_cli_app"}
     assert (done.calls, done.budget_hit) == (2, False)
-    host, port = stub.url.split("//")[1].split("/")[0].split(":")
-    assert {(tuple(c["address"]), c["allowed"]) for c in done.connections} == {
-        ((host, int(port)), True)
-    }
+    address = _address(stub.url)
+    assert {(tuple(c["address"]), c["allowed"]) for c in done.connections} == {(address, True)}
 
 
 @pytest.fixture
@@ -580,9 +584,9 @@ def test_an_older_fork_continued_by_its_releases_loop(
         False,
         [["The first item is: water the plants."]],
     )
-    host, port = stub.url.split("//")[1].split("/")[0].split(":")
+    address = _address(stub.url)
     assert {(c["event"], tuple(c["address"]), c["allowed"]) for c in done.connections} == {
-        ("socket.connect", (host, int(port)), True)
+        ("socket.connect", address, True)
     }
 
     fork_length = len(done.fork.messages)
@@ -737,7 +741,5 @@ def test_0_2_2_tools_named_in_enable_are_on(tmp_path, monkeypatch) -> None:
     tools = {t["function"]["name"] for t in received[0].body["tools"]}
     assert tools & OUTSIDE_022 == OUTSIDE_022 - {"run_cli_app", "generate_image"}
     assert (done.calls, done.budget_hit) == (2, False)
-    host, port = stub.url.split("//")[1].split("/")[0].split(":")
-    assert {(tuple(c["address"]), c["allowed"]) for c in done.connections} == {
-        ((host, int(port)), True)
-    }
+    address = _address(stub.url)
+    assert {(tuple(c["address"]), c["allowed"]) for c in done.connections} == {(address, True)}
