@@ -76,14 +76,20 @@ class Planner:
         self.target = (chosen.url, sorted(chosen.params.items()), samples)
         self.keepable = all(edit is None or isinstance(edit, str) for _, edit in variants)
         """Whether the plan may be kept: no edit is a function, which no key can name."""
+        self.files: dict[tuple[str, str], str | None] = {}
+        """Each session and release's kept file (:meth:`_file`)."""
 
     def _file(self, key: str, policy: str) -> str | None:
-        """The kept file of a row's session and release (None: not kept)."""
-        digest = self.builder.kit_digest(key, policy)
-        version = memo.version(self.sessions[key])
-        if digest is None or version is None or not self.keepable:
-            return None
-        return self.kept.file_of(version, policy, digest, self.target)
+        """The kept file of a session and release (None: not kept), found once per plan."""
+        if (key, policy) not in self.files:
+            digest = self.builder.kit_digest(key, policy)
+            version = memo.version(self.sessions[key])
+            self.files[key, policy] = (
+                None
+                if digest is None or version is None or not self.keepable
+                else self.kept.file_of(version, policy, digest, self.target)
+            )
+        return self.files[key, policy]
 
     def _row(self, call: int, row: Mapping[str, Any]) -> list[Planned]:
         """The row's calls, rebuilt."""
