@@ -64,11 +64,8 @@ class Rebuilder:
     def kit_digest(self, key: str, policy: str) -> str | None:
         """The digest of the kit session ``key``'s requests are rebuilt with under release
         ``policy`` (None: a governed release or no kit, rebuilt by :func:`sessionkit.request`)."""
-        return (
-            None
-            if get_policy(policy).governed
-            else self.kits.of(get_policy(policy), self.sessions[key])[1]
-        )
+        chosen = get_policy(policy)
+        return None if chosen.governed else self.kits.of(chosen, self.sessions[key])[1]
 
     def request(
         self, key: str, policy: str, turn: int, step: int, settings: HistorySettings
